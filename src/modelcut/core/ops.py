@@ -1,0 +1,72 @@
+"""The op: one pass of one micro-batch through one pipeline stage.
+
+A *stage* is a virtual stage (a chunk of layers) numbered 0 .. p·v − 1 in the order
+activations flow forward. Kinds:
+
+* ``F``: forward;
+* ``B``: backward; for zero-bubble schedules only the input gradient (Qi et al. 2024);
+* ``W``: weight gradient (zero-bubble schedules only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("F", "B", "W")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Op:
+    kind: str
+    microbatch: int
+    stage: int
+
+    def __str__(self) -> str:  # torch.distributed.pipelining style: stage, kind, micro-batch
+        return f"{self.stage}{self.kind}{self.microbatch}"
+
+
+def F(mb: int, stage: int) -> Op:
+    return Op("F", mb, stage)
+
+
+def B(mb: int, stage: int) -> Op:
+    return Op("B", mb, stage)
+
+
+def W(mb: int, stage: int) -> Op:
+    return Op("W", mb, stage)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Each device's ordered op list, plus the sizes it was built for.
+
+    ``orders[d]`` is device d's list. ``split_backward`` is true when the backward is
+    split into B (input gradient) and W (weight gradient).
+    """
+
+    name: str
+    devices: int
+    microbatches: int
+    chunks: int
+    orders: tuple[tuple[Op, ...], ...]
+
+    @property
+    def stages(self) -> int:
+        return self.devices * self.chunks
+
+    @property
+    def split_backward(self) -> bool:
+        return any(op.kind == "W" for order in self.orders for op in order)
+
+    @property
+    def num_ops(self) -> int:
+        return sum(len(o) for o in self.orders)
+
+    def stage_device(self) -> dict[int, int]:
+        """Which device holds each stage, read off the op lists."""
+        where: dict[int, int] = {}
+        for d, order in enumerate(self.orders):
+            for op in order:
+                where.setdefault(op.stage, d)
+        return where

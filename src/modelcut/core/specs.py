@@ -1,0 +1,153 @@
+"""The validated shapes every model in modelcut shares: a transformer, a layout, a run.
+
+Plain dataclasses; catalogs and faces build them, the core reads them. Validation
+raises :class:`ModelcutError` with one line naming the problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from .errors import ModelcutError
+
+Recompute = Literal["none", "selective", "full"]
+
+
+def _positive(obj, *names: str) -> None:
+    for n in names:
+        val = getattr(obj, n)
+        if val is None:
+            continue
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise ModelcutError(f"{n} must be an integer, got {val!r}")
+        if val < 1:
+            raise ModelcutError(f"{n} must be at least 1, got {val}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer.
+
+    ``ffn_hidden`` is the MLP's inner width (4h for GPT; with ``gated_mlp`` the width of
+    each of the gate and up projections, SwiGLU). ``kv_heads`` < ``heads`` is grouped-query
+    attention. Mixture-of-experts fields: ``experts`` (E, 1 = dense), ``top_k``,
+    ``expert_ffn_hidden`` (each routed expert's inner width; default ``ffn_hidden``),
+    ``shared_experts`` and ``dense_layers`` (leading layers with a dense MLP).
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    ffn_hidden: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    gated_mlp: bool = False
+    tied_embeddings: bool = False
+    head_dim: int | None = None        # default hidden / heads
+    norm: str = "layernorm"            # "layernorm" (GPT) or "rmsnorm" (Llama)
+    bias: bool = True                  # linear-layer biases (GPT yes, Llama no)
+    dropout: bool = True               # GPT-3/Megatron train with dropout; Llama 3 without
+    max_seq: int | None = None
+    experts: int = 1
+    top_k: int = 1
+    expert_ffn_hidden: int | None = None
+    shared_experts: int = 0
+    dense_layers: int = 0
+    capacity_factor: float | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _positive(self, "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts", "top_k")
+        _positive(self, "head_dim", "expert_ffn_hidden")
+        if self.heads % self.kv_heads:
+            raise ModelcutError(f"{self.name}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ModelcutError(f"{self.name}: hidden ({self.hidden}) is not a multiple of heads ({self.heads})")
+        if self.top_k > self.experts:
+            raise ModelcutError(f"{self.name}: top_k ({self.top_k}) exceeds experts ({self.experts})")
+        if not 0 <= self.dense_layers <= self.layers:
+            raise ModelcutError(f"{self.name}: dense_layers ({self.dense_layers}) outside 0..{self.layers}")
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of K (and of V): kv_heads · head_dim."""
+        return self.kv_heads * self.d_head
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.d_head
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a run is cut: [tp, cp, pp, dp] (innermost first), plus experts and schedule.
+
+    ``vpp`` is chunks per device (None: the mode's default). ``zero`` is the data-parallel
+    sharding stage: 0 none, 1 optimizer states (Megatron's distributed optimizer),
+    2 + gradients, 3 + weights (FSDP). ``order`` is the rank order, innermost first.
+    """
+
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    vpp: int | None = None
+    sequence_parallel: bool = False
+    zero: int = 0
+    schedule: str | None = None
+    cp_kind: str = "allgather"
+    order: tuple[str, ...] = ("tp", "cp", "pp", "dp")
+
+    def __post_init__(self) -> None:
+        _positive(self, "tp", "cp", "pp", "dp", "ep", "etp", "vpp")
+        if self.zero not in (0, 1, 2, 3):
+            raise ModelcutError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.cp_kind not in ("ring", "allgather"):
+            raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {self.cp_kind!r}")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
+class Training:
+    """Batch and sequence: ``global_batch`` sequences per step of ``seq_len`` tokens,
+    ``micro_batch`` sequences per micro-batch; ``recompute`` none | selective | full."""
+
+    seq_len: int
+    global_batch: int
+    micro_batch: int = 1
+    recompute: str = "none"
+
+    def __post_init__(self) -> None:
+        _positive(self, "seq_len", "global_batch", "micro_batch")
+        if self.recompute not in ("none", "selective", "full"):
+            raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything a prediction needs."""
+
+    model: ModelSpec
+    gpu: str                 # a hardware catalog name
+    layout: Layout
+    training: Training
+    gpus_per_node: int | None = None  # default: the hardware's
+    name: str = ""
+
+    def with_layout(self, **kw) -> "Run":
+        return replace(self, layout=replace(self.layout, **kw))

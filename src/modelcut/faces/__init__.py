@@ -1,0 +1,1 @@
+"""Faces: turn core results into text, JSON, traces, plots and HTML. No formulas here."""
