@@ -151,3 +151,24 @@ class Run:
 
     def with_layout(self, **kw) -> "Run":
         return replace(self, layout=replace(self.layout, **kw))
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator and the node around it, in SI units (FLOP/s, bytes, bytes/s).
+
+    ``link_bw``: accelerator-to-accelerator bandwidth inside a node, each way;
+    ``net_bw``: scale-out network bandwidth per accelerator, each way.
+    """
+
+    name: str
+    peak_flops_16: float       # dense BF16/FP16 tensor-core peak
+    peak_flops_8: float | None  # dense FP8/INT8 peak
+    mem_bytes: float
+    mem_bw: float
+    link_bw: float
+    net_bw: float
+    per_node: int
+    sms: int | None = None     # streaming multiprocessors (or TPU cores) for wave quantization
+    aliases: tuple[str, ...] = ()
+    source: str = ""
