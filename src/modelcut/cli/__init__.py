@@ -32,7 +32,7 @@ def _register() -> None:
     # Import for their side effect: each module adds commands to ``app``.
     from . import simulate  # noqa: F401
     import importlib
-    for mod in ("systems", "memory", "explore", "serve", "crosscheck"):
+    for mod in ("systems", "memory", "explore", "serve", "crosscheck", "calibrate"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as exc:  # a face not built yet
