@@ -57,6 +57,8 @@ class ModelSpec:
     dense_layers: int = 0
     capacity_factor: float | None = None
     source: str = ""
+    learned_positions: bool = False    # GPT-2/GPT-3: a learned max_seq × hidden position table
+    qkv_bias: bool | None = None       # biases on Q, K, V only (Qwen2); None: as ``bias``
 
     def __post_init__(self) -> None:
         _positive(self, "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts", "top_k")
@@ -69,6 +71,8 @@ class ModelSpec:
             raise ModelcutError(f"{self.name}: top_k ({self.top_k}) exceeds experts ({self.experts})")
         if not 0 <= self.dense_layers <= self.layers:
             raise ModelcutError(f"{self.name}: dense_layers ({self.dense_layers}) outside 0..{self.layers}")
+        if self.learned_positions and self.max_seq is None:
+            raise ModelcutError(f"{self.name}: learned_positions needs max_seq (the position table's length)")
 
     @property
     def d_head(self) -> int:

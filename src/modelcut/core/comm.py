@@ -1,0 +1,154 @@
+"""Collective costs in α–β form, and which link a parallel group's traffic uses.
+
+A ring of n ranks moving a buffer of ``nbytes`` over links of bandwidth ``bw`` (bytes/s, each
+way) with latency ``alpha`` (s per step) costs (Thakur, Rabenseifner & Gropp 2005, "Optimization
+of Collective Communication Operations in MPICH", §4; Patarasuk & Yuan 2009 for the ring
+all-reduce):
+
+* all-reduce:      2(n − 1)/n · nbytes/bw + 2(n − 1)·α
+* reduce-scatter:  (n − 1)/n · nbytes/bw + (n − 1)·α   (nbytes: the whole buffer before scattering)
+* all-gather:      (n − 1)/n · nbytes/bw + (n − 1)·α   (nbytes: the whole gathered buffer)
+* all-to-all:      (n − 1)/n · nbytes/bw + (n − 1)·α   (nbytes: one rank's send buffer, 1/n to each)
+* point-to-point:  nbytes/bw + α
+
+A group of one rank costs nothing. Ranks are numbered from the layout's order, innermost
+first, by default [tp, cp, pp, dp]: rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)) (Megatron-LM's
+and Llama 3's order, Grattafiori et al. 2024 §3.3.2). Ranks ``k·g … k·g + g − 1`` share a node
+(g accelerators per node); a group whose members sit in different nodes uses the network.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Iterable
+
+from .errors import ModelcutError
+from .specs import Hardware, Layout
+
+
+def _check(n: int, nbytes: float, bw: float, alpha: float) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ModelcutError(f"group size must be a positive integer, got {n!r}")
+    if nbytes < 0:
+        raise ModelcutError(f"message size must be non-negative, got {nbytes}")
+    if not bw > 0:
+        raise ModelcutError(f"bandwidth must be positive, got {bw}")
+    if alpha < 0:
+        raise ModelcutError(f"latency must be non-negative, got {alpha}")
+
+
+def ring_allreduce(n: int, nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """Ring all-reduce: 2(n − 1)/n · nbytes/bw + 2(n − 1)·α (a reduce-scatter then an all-gather)."""
+    _check(n, nbytes, bw, alpha)
+    if n == 1:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * alpha
+
+
+def reduce_scatter(n: int, nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """Ring reduce-scatter of an nbytes buffer: (n − 1)/n · nbytes/bw + (n − 1)·α."""
+    _check(n, nbytes, bw, alpha)
+    if n == 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bw + (n - 1) * alpha
+
+
+def all_gather(n: int, nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """Ring all-gather into an nbytes buffer: (n − 1)/n · nbytes/bw + (n − 1)·α."""
+    _check(n, nbytes, bw, alpha)
+    if n == 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bw + (n - 1) * alpha
+
+
+def all_to_all(n: int, nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """All-to-all, each rank sending nbytes in n equal parts (one kept): (n − 1)/n · nbytes/bw
+    + (n − 1)·α (pairwise exchange)."""
+    _check(n, nbytes, bw, alpha)
+    if n == 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bw + (n - 1) * alpha
+
+
+def p2p(nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """One point-to-point send: nbytes/bw + α."""
+    _check(1, nbytes, bw, alpha)
+    return nbytes / bw + alpha
+
+
+# ---------------------------------------------------------------- which link a group uses
+
+def _sizes(layout: Layout) -> tuple[tuple[str, int], ...]:
+    out = []
+    for name in layout.order:
+        if name not in ("tp", "cp", "pp", "dp"):
+            raise ModelcutError(f"layout order names {name!r}; use tp, cp, pp and dp")
+        out.append((name, getattr(layout, name)))
+    if sorted(n for n, _ in out) != ["cp", "dp", "pp", "tp"]:
+        raise ModelcutError(f"layout order must name tp, cp, pp and dp once each, got {list(layout.order)}")
+    return tuple(out)
+
+
+def strides(layout: Layout) -> dict[str, int]:
+    """Rank stride of each dimension: the product of the sizes inside it in ``layout.order``."""
+    st, acc = {}, 1
+    for name, size in _sizes(layout):
+        st[name] = acc
+        acc *= size
+    return st
+
+
+def _group_dims(layout: Layout, dim: str | Iterable[str]) -> tuple[tuple[int, int], ...]:
+    """(stride, size) of the dimensions a group spans. ``ep`` is the expert-parallel group,
+    carved from the innermost ``ep`` data-parallel ranks (Megatron-LM's expert-data layout)."""
+    names = (dim,) if isinstance(dim, str) else tuple(dim)
+    st = strides(layout)
+    out = []
+    for name in names:
+        if name == "ep":
+            if layout.dp % layout.ep:
+                raise ModelcutError(f"ep ({layout.ep}) must divide dp ({layout.dp})")
+            out.append((st["dp"], layout.ep))
+        elif name in st:
+            out.append((st[name], getattr(layout, name)))
+        else:
+            raise ModelcutError(f"unknown parallel dimension {name!r}; use tp, cp, pp, dp or ep")
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _spans(sizes: tuple[tuple[str, int], ...], group: tuple[tuple[int, int], ...], g: int) -> bool:
+    total = 1
+    for _, s in sizes:
+        total *= s
+    reach = sum((size - 1) * stride for stride, size in group)
+    if reach == 0 or total <= g:
+        return False
+    if reach >= g:
+        return True
+    # The group whose first rank is b ends at b + reach; nodes are contiguous blocks of g
+    # ranks, so it leaves its node iff (b mod g) + reach >= g. First ranks b are the ranks with
+    # index 0 along every group dimension: collect their residues mod g (at most g of them).
+    in_group = {st: n for st, n in group if n > 1}  # stride -> how many of that dimension's indices the group takes
+    residues = {0}
+    acc = 1
+    for _, size in sizes:
+        step = in_group.get(acc, 1)
+        if size // step > 1:
+            residues = {(r + k * acc * step) % g for r in residues for k in range(size // step)}
+        acc *= size
+    return max(residues) + reach >= g
+
+
+def group_spans_nodes(layout: Layout, dim: str | Iterable[str], gpus_per_node: int) -> bool:
+    """Whether a group along ``dim`` (a name, or several names for a combined group such as
+    ("cp", "dp")) has members in different nodes, with ranks numbered in ``layout.order``."""
+    if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
+        raise ModelcutError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}")
+    return _spans(_sizes(layout), _group_dims(layout, dim), gpus_per_node)
+
+
+def group_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int) -> float:
+    """Bandwidth per accelerator each way for a group: the node's links when the group stays
+    inside a node, the network otherwise (the slowest hop bounds a ring)."""
+    return hw.net_bw if group_spans_nodes(layout, dim, gpus_per_node) else hw.link_bw

@@ -1,0 +1,99 @@
+"""`modelcut validate`, `predict` and `report` from the command line."""
+
+import json
+
+import pytest
+
+from modelcut.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_validate_json(capsys):
+    code, out, _ = run_cli(capsys, "validate", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["eta"] == pytest.approx(0.473, abs=0.001)
+    assert len(d["runs"]) == 13
+    row = next(r for r in d["runs"] if r["id"] == "megatron-18.4b")
+    assert row["step_time_s"] == pytest.approx(10.61, abs=0.05)
+    assert row["breakdown"]["tp_s"] == pytest.approx(1.67, abs=0.03)
+    s = d["summary"]
+    assert s["max_error_pct"]["megatron"] == pytest.approx(18.6, abs=0.3)
+    assert s["max_error_pct"]["llama3"] == pytest.approx(10.3, abs=0.3)
+    assert s["mean_abs_error_pct"] == pytest.approx(10.8, abs=0.3)
+    assert s["all_low"] is True
+
+
+def test_validate_table(capsys):
+    code, out, _ = run_cli(capsys, "validate")
+    assert code == 0
+    assert "megatron-18.4b" in out and "η = 0.473" in out and "every prediction low: yes" in out
+
+
+def test_predict_json_matches_validation(capsys):
+    """The issue's example file and the Llama 3 run by catalog name."""
+    code, out, _ = run_cli(capsys, "predict", "tests/data/gpt3-175b.toml", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert {"step_time_s", "tflops_per_gpu", "mfu", "breakdown"} <= set(d)
+    assert d["vpp"] == 12 and d["schedule"] == "interleaved" and d["microbatches"] == 64
+    assert sum(d["breakdown"].values()) == pytest.approx(d["step_time_s"])
+    assert d["mfu"] == pytest.approx(d["tflops_per_gpu"] * 1e12 / 312e12)
+
+    _, out, _ = run_cli(capsys, "predict", "tests/data/llama3-405b-named.toml", "--json")
+    named = json.loads(out)
+    _, out, _ = run_cli(capsys, "validate", "--json")
+    row = next(r for r in json.loads(out)["runs"] if r["id"] == "llama3-405b-8k-8192")
+    assert named["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9)
+
+
+def test_predict_from_hf_config_and_text(capsys):
+    code, out, _ = run_cli(capsys, "predict", "tests/data/llama3-8b-config.toml")
+    assert code == 0
+    assert "step time" in out and "TFLOP/s per GPU" in out and "llama3-8b" in out
+
+
+def test_predict_eta_option(capsys):
+    _, a, _ = run_cli(capsys, "predict", "tests/data/gpt3-175b.toml", "--json", "--eta", "0.3")
+    _, b, _ = run_cli(capsys, "predict", "tests/data/gpt3-175b.toml", "--json", "--eta", "0.6")
+    assert json.loads(a)["step_time_s"] > json.loads(b)["step_time_s"]
+
+
+@pytest.mark.parametrize("file,message", [
+    ("malformed.toml", "invalid TOML"),
+    ("unknown-key.toml", "unknown key 'tensor_parallel'"),
+    ("unknown-section.toml", "unknown section [optimizer]"),
+    ("unknown-gpu.toml", "unknown GPU 'a200'"),
+    ("product.toml", "is not the GPU count 256"),
+    ("heads.toml", "tp (16) must divide the attention heads (24)"),
+    ("batch.toml", "must be divisible by dp × micro_batch"),
+])
+def test_bad_run_files_are_one_line_errors(capsys, file, message):
+    code, out, err = run_cli(capsys, "predict", f"tests/data/bad/{file}")
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("modelcut: error: ")
+    assert message in err
+
+
+def test_missing_file_and_unknown_mode(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "predict", str(tmp_path / "nope.toml"))
+    assert code == 2 and "no such file" in err
+    code, _, err = run_cli(capsys, "validate", "--mode", "magic")
+    assert code == 2 and "unknown mode 'magic'" in err
+
+
+def test_report_writes_the_results_page(capsys, tmp_path):
+    target = tmp_path / "results.md"
+    code, out, _ = run_cli(capsys, "report", "--output", str(target))
+    assert code == 0 and str(target) in out
+    text = target.read_text()
+    assert "## Pipeline bubbles" in text and "| interleaved | 8 | 32 | 4 |" in text
+    assert "megatron-18.4b" in text and "llama3-405b-128k-16384" in text
+    assert "Every prediction low: yes" in text
+    assert "## Assumptions" in text and "α = 5 µs" in text

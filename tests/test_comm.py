@@ -1,0 +1,111 @@
+"""Collective costs (α–β) and which link a parallel group uses."""
+
+import itertools
+
+import pytest
+from hypothesis import given, strategies as st
+
+from modelcut import catalog
+from modelcut.core import comm
+from modelcut.core.errors import ModelcutError
+from modelcut.core.specs import Layout
+
+sizes = st.integers(1, 4096)
+nbytes = st.floats(0, 1e12)
+bws = st.floats(1e6, 1e13)
+alphas = st.floats(0, 1e-3)
+COLLECTIVES = (comm.ring_allreduce, comm.reduce_scatter, comm.all_gather, comm.all_to_all)
+
+
+@given(sizes, nbytes, bws, alphas)
+def test_allreduce_is_reduce_scatter_plus_all_gather(n, b, bw, a):
+    assert comm.ring_allreduce(n, b, bw, a) == pytest.approx(comm.reduce_scatter(n, b, bw, a) + comm.all_gather(n, b, bw, a))
+
+
+@given(nbytes, bws, alphas)
+def test_a_group_of_one_costs_nothing(b, bw, a):
+    assert all(f(1, b, bw, a) == 0 for f in COLLECTIVES)
+
+
+@given(sizes, nbytes, bws, bws, alphas)
+def test_more_bandwidth_never_slower(n, b, bw1, bw2, a):
+    lo, hi = sorted((bw1, bw2))
+    for f in COLLECTIVES:
+        assert f(n, b, hi, a) <= f(n, b, lo, a)
+    assert comm.p2p(b, hi, a) <= comm.p2p(b, lo, a)
+
+
+@given(st.integers(2, 4096), nbytes, bws, alphas)
+def test_bandwidth_term_limits(n, b, bw, a):
+    """Ring all-reduce moves 2(n − 1)/n of the buffer: above one buffer, below two; the latency term
+    grows with the ring."""
+    bw_only = comm.ring_allreduce(n, b, bw)
+    assert b / bw - 1e-12 <= bw_only <= 2 * b / bw + 1e-12
+    assert comm.ring_allreduce(n, b, bw, a) == pytest.approx(bw_only + 2 * (n - 1) * a, rel=1e-12)
+    assert comm.ring_allreduce(n + 1, b, bw) >= bw_only
+
+
+def test_tp_allreduce_of_the_deck():
+    """18.4B: BF16 message of s·h = 2048·6144 at 300 GB/s over t = 8 with 5 µs steps: 70 µs of latency."""
+    t = comm.ring_allreduce(8, 2048 * 6144 * 2, 300e9, 5e-6)
+    assert t == pytest.approx(2 * 7 / 8 * 2048 * 6144 * 2 / 300e9 + 70e-6)
+
+
+@pytest.mark.parametrize("bad", [dict(n=0), dict(b=-1), dict(bw=0), dict(a=-1e-6)])
+def test_bad_arguments(bad):
+    args = dict(n=4, b=1e6, bw=1e9, a=0.0) | bad
+    with pytest.raises(ModelcutError):
+        comm.ring_allreduce(args["n"], args["b"], args["bw"], args["a"])
+
+
+def brute_spans(layout: Layout, dims: tuple[str, ...], g: int) -> bool:
+    """Enumerate every rank (rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i))) and every group."""
+    order = ("tp", "cp", "pp", "dp")
+    size = {d: getattr(layout, d) for d in order}
+    groups: dict[tuple, set] = {}
+    for idx in itertools.product(*(range(size[d]) for d in order)):
+        i = dict(zip(order, idx))
+        rank = i["tp"] + size["tp"] * (i["cp"] + size["cp"] * (i["pp"] + size["pp"] * i["dp"]))
+        key = []
+        for d in order:
+            if d == "dp" and "ep" in dims:
+                key.append(i["dp"] // layout.ep)
+            elif d not in dims:
+                key.append(i[d])
+        groups.setdefault(tuple(key), set()).add(rank // g)
+    return any(len(nodes) > 1 for nodes in groups.values())
+
+
+dim = st.sampled_from([1, 2, 3, 4, 8])
+
+
+@given(dim, dim, dim, dim, st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4, 6, 8, 16]),
+       st.sampled_from([("tp",), ("cp",), ("pp",), ("dp",), ("cp", "dp"), ("tp", "cp"), ("ep",)]))
+def test_group_spans_nodes_matches_enumeration(tp, cp, pp, dp, ep, g, dims):
+    if dp % ep:
+        ep = 1
+    L = Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep)
+    assert comm.group_spans_nodes(L, dims, g) == brute_spans(L, dims, g)
+
+
+def test_llama3_groups():
+    """Llama 3's [TP, CP, PP, DP] on 8-GPU servers: TP inside a server, CP/PP/DP across servers."""
+    L = Layout(tp=8, cp=16, pp=16, dp=8)
+    assert not comm.group_spans_nodes(L, "tp", 8)
+    assert all(comm.group_spans_nodes(L, d, 8) for d in ("cp", "pp", "dp"))
+    h100 = catalog.hardware("h100")
+    assert comm.group_bandwidth(L, "tp", h100, 8) == h100.link_bw
+    assert comm.group_bandwidth(L, "pp", h100, 8) == h100.net_bw
+
+
+def test_order_changes_the_link():
+    inner_dp = Layout(tp=2, pp=2, dp=4, order=("dp", "tp", "cp", "pp"))
+    assert not comm.group_spans_nodes(inner_dp, "dp", 4)
+    assert comm.group_spans_nodes(Layout(tp=2, pp=2, dp=4), "dp", 4)
+
+
+def test_bad_dimension_and_node_size():
+    with pytest.raises(ModelcutError, match="unknown parallel dimension"):
+        comm.group_spans_nodes(Layout(), "xp", 8)
+    with pytest.raises(ModelcutError, match="gpus_per_node"):
+        comm.group_spans_nodes(Layout(), "tp", 0)
