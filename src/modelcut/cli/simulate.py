@@ -12,11 +12,14 @@ from rich.table import Table
 
 from ..core.actions import from_csv, to_csv
 from ..core.engine import Timing
-from ..core.errors import ModelcutError
 from ..core.pipeline import bubble_table, exact_timing, run
 from ..core.schedules import build
 from ..faces import pipeline_json, timeline_text
 from . import app
+
+
+#: Ops up to which ``simulate`` runs in exact Fractions; beyond, floats (about 4x faster).
+EXACT_UP_TO = 100_000
 
 
 def _fmt(x) -> str:
@@ -40,12 +43,24 @@ def simulate(
     schedule_csv: Optional[Path] = typer.Option(None, "--schedule-csv", help="simulate a custom schedule (action CSV)"),
     export_csv: Optional[Path] = typer.Option(None, "--export-csv", help="write the schedule as an action CSV"),
 ) -> None:
-    """Simulate a pipeline schedule: makespan, bubble against its closed form, peak activations."""
+    """Simulate a pipeline schedule: makespan, bubble against its closed form, peak activations.
+
+    Times are for a device's whole share of layers (F = 1, B = 2 by default); with v
+    chunks each chunk's ops take 1/v of them. Split schedules (zb-h1, zbv) run B as the
+    input gradient and W as the weight gradient, half of --backward each unless
+    --weight is given.
+    """
+    if plot is not None:
+        from ..faces import gantt
+        gantt.check_path(plot)
     if schedule_csv is not None:
-        sched = from_csv(schedule_csv.read_text(), name=schedule_csv.stem)
+        # named by its file, so that no built-in closed form is claimed for a custom order
+        sched = from_csv(schedule_csv.read_text(), name=schedule_csv.name)
     else:
         sched = build(schedule, devices, microbatches, chunks)
-    timing = exact_timing(Timing(forward, backward, weight, p2p))
+    timing = Timing(forward, backward, weight, p2p)
+    if sched.num_ops <= EXACT_UP_TO:
+        timing = exact_timing(timing)
     result = run(sched, timing)
     if export_csv is not None:
         export_csv.write_text(to_csv(sched))
@@ -53,7 +68,6 @@ def simulate(
         from ..faces import chrome_trace
         trace.write_text(json.dumps(chrome_trace.to_trace(result)))
     if plot is not None:
-        from ..faces import gantt
         gantt.save(result, plot)
     if html is not None:
         from ..faces import html_export
@@ -62,20 +76,21 @@ def simulate(
         print(json.dumps(pipeline_json.to_dict(result)))
         return
     m = result.metrics
-    con = Console()
+    con = Console(highlight=False)
     con.print(f"[bold]{sched.name}[/bold]  p = {sched.devices}, m = {sched.microbatches}, v = {sched.chunks}"
               f"{'  (backward split into B and W)' if sched.split_backward else ''}")
-    con.print(f"makespan            {float(m.makespan):g}")
-    con.print(f"bubble (simulated)  {_fmt(m.bubble)}")
+    con.print(f"makespan             {float(m.makespan):g}")
+    con.print(f"bubble (simulated)   {_fmt(m.bubble)}")
     con.print(f"bubble (closed form) {_fmt(result.closed_form_bubble)}")
-    con.print("peak activations    " + ", ".join(f"d{d}: {float(x):g}" for d, x in enumerate(m.peak_activations)))
-    text = timeline_text.render(result.trace, max_width=max(con.width, 120))
+    con.print("peak activations     " + ", ".join(f"d{d}: {float(x):g}" for d, x in enumerate(m.peak_activations)))
+    # Fit the terminal; written to a file or a pipe, allow at least 100 characters.
+    width = con.width if con.is_terminal else max(con.width, 100)
+    text = timeline_text.render(result.trace, max_width=width)
     if text is None:
         con.print("(timeline too wide for the terminal: use --plot, --trace or --html)")
     else:
-        con.print(text, end="")
-        con.print("[dim]F = forward (solid), B = backward (bold), w = weight gradient (dim); "
-                  "colour = micro-batch; ' marks later chunks; · = idle[/dim]")
+        con.print(text, end="", soft_wrap=True)
+        con.print(timeline_text.LEGEND, style="dim", soft_wrap=True)
 
 
 @app.command("bubble-table")
@@ -94,5 +109,7 @@ def bubble_table_cmd(as_json: bool = typer.Option(False, "--json", help="print J
     for n, p, m, v, sim, cf in rows:
         table.add_row(n, str(p), str(m), str(v), _fmt(sim), _fmt(cf))
     con = Console()
+    if not con.is_terminal:  # written to a file or a pipe: room for the whole table
+        con = Console(width=max(con.width, 100))
     con.print(table)
     con.print(f"Largest difference between simulation and formula: {float(largest)}")

@@ -16,7 +16,8 @@ def bubble(schedule: str, p: int, m: int, v: int, t_f: Any = 1, t_b: Any = 2, t_
     * interleaved: (p − 1)/(v·m) when m is a multiple of p (Narayanan et al. 2021 §2.2.2);
     * looped-bfs: (p − 1)/(v·m) when m ≥ p (Lamy-Poirier 2023);
     * zb-h1: (p − 1)(t_F + t_B − t_W)/(m(t_F + t_B + t_W)) when m ≥ p and
-      t_W ≤ min(t_F, t_B) (Qi et al. 2024 §3.1; B and W the two halves of the backward);
+      t_W ≤ min(t_F, t_B) (Qi et al. 2024 §2.1 and §2.3: a bubble of (p − 1)(t_F + t_B − t_W)
+      per device; B and W the two halves of the backward);
     * zbv: (p − 1)/(6m) when t_F = t_B = t_W and m ≥ 2p − 1: only the V's warm-up, one
       chunk forward per device, is idle (Qi et al. 2024 §6).
 

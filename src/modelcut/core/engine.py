@@ -16,7 +16,10 @@ gives exact arithmetic; floats are fast). A set of lists that cannot complete ra
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from operator import attrgetter
+from typing import Any, Sequence
+
+import numpy as np
 
 from .errors import DeadlockError, ModelcutError
 from .ops import KINDS, Op, Schedule
@@ -105,8 +108,59 @@ class Trace:
                 yield d, op, s, e
 
 
+_INF = float("inf")  # the end time of an op that has not run yet
+
+
+class _Flat:
+    """Every op in device order as numpy arrays (device, kind id, stage, micro-batch),
+    with each device's offset into them."""
+
+    def __init__(self, schedule: Schedule):
+        orders = schedule.orders
+        self.orders = orders
+        lens = [len(o) for o in orders]
+        flat = [op for o in orders for op in o]
+        self.n = n = len(flat)
+        kinds = "".join(map(attrgetter("kind"), flat))
+        if len(kinds) == n and kinds.isascii():
+            codes = np.frombuffer(kinds.encode("ascii"), dtype=np.uint8)
+            self.kinds = np.full(n, 3, dtype=np.int64)  # 3: not a kind
+            for k, name in enumerate(KINDS):
+                self.kinds[codes == ord(name)] = k
+        else:
+            self.kinds = np.fromiter((_KIND_ID.get(op.kind, 3) for op in flat), dtype=np.int64, count=n)
+        self.stages = np.fromiter(map(attrgetter("stage"), flat), dtype=np.int64, count=n)
+        self.mbs = np.fromiter(map(attrgetter("microbatch"), flat), dtype=np.int64, count=n)
+        self.dev = np.repeat(np.arange(len(orders), dtype=np.int64), lens)
+        offsets = np.zeros(len(orders) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        self.offsets = offsets.tolist()
+
+    def op(self, i: int) -> Op:
+        d = int(self.dev[i])
+        return self.orders[d][i - self.offsets[d]]
+
+    def split(self) -> bool:
+        return bool((self.kinds == 2).any())
+
+    def homes(self, S: int):
+        """(first, last) device naming each stage, P and −1 where none does. Devices are
+        in ascending order, so the first is the lowest."""
+        P = len(self.orders)
+        lo = np.full(S, P, dtype=np.int64)
+        hi = np.full(S, -1, dtype=np.int64)
+        ok = (self.stages >= 0) & (self.stages < S)
+        np.minimum.at(lo, self.stages[ok], self.dev[ok])
+        np.maximum.at(hi, self.stages[ok], self.dev[ok])
+        return lo, hi
+
+
 def check_complete(schedule: Schedule) -> None:
     """Every op of every (stage, micro-batch) appears exactly once, each stage on one device."""
+    _check(schedule, _Flat(schedule))
+
+
+def _check(schedule: Schedule, fl: _Flat) -> None:
     S, m = schedule.stages, schedule.microbatches
     if schedule.devices < 1:
         raise ModelcutError(f"devices must be at least 1, got {schedule.devices}")
@@ -114,112 +168,178 @@ def check_complete(schedule: Schedule) -> None:
         raise ModelcutError(f"micro-batches must be at least 1, got {m}")
     if len(schedule.orders) != schedule.devices:
         raise ModelcutError(f"schedule has {len(schedule.orders)} op lists for {schedule.devices} devices")
-    split = schedule.split_backward
-    seen: dict[tuple[str, int, int], int] = {}
-    home: dict[int, int] = {}
-    for d, order in enumerate(schedule.orders):
-        for op in order:
-            if op.kind not in KINDS:
-                raise ModelcutError(f"device {d}: unknown op kind {op.kind!r} (want F, B or W)")
-            if not 0 <= op.stage < S:
-                raise ModelcutError(f"device {d}: op {op} names stage {op.stage}, outside 0..{S - 1}")
-            if not 0 <= op.microbatch < m:
-                raise ModelcutError(
-                    f"device {d}: op {op} names micro-batch {op.microbatch}, outside 0..{m - 1}")
-            key = (op.kind, op.microbatch, op.stage)
-            if key in seen:
-                raise ModelcutError(f"op {op} appears twice (devices {seen[key]} and {d})")
-            seen[key] = d
-            if home.setdefault(op.stage, d) != d:
-                raise ModelcutError(f"stage {op.stage} has ops on devices {home[op.stage]} and {d}")
-    kinds = ("F", "B", "W") if split else ("F", "B")
-    for s in range(S):
-        for mb in range(m):
-            for k in kinds:
-                if (k, mb, s) not in seen:
-                    raise ModelcutError(f"op {s}{k}{mb} (stage {s}, micro-batch {mb}) is missing")
+    dev, kinds, stages, mbs = fl.dev, fl.kinds, fl.stages, fl.mbs
+
+    def first(mask) -> int:
+        return int(np.flatnonzero(mask)[0])
+
+    bad = kinds == 3
+    if bad.any():
+        i = first(bad)
+        raise ModelcutError(f"device {dev[i]}: unknown op kind {fl.op(i).kind!r} (want F, B or W)")
+    bad = (stages < 0) | (stages >= S)
+    if bad.any():
+        i = first(bad)
+        raise ModelcutError(f"device {dev[i]}: op {fl.op(i)} names stage {stages[i]}, outside 0..{S - 1}")
+    bad = (mbs < 0) | (mbs >= m)
+    if bad.any():
+        i = first(bad)
+        raise ModelcutError(
+            f"device {dev[i]}: op {fl.op(i)} names micro-batch {mbs[i]}, outside 0..{m - 1}")
+    keys = (kinds * S + stages) * m + mbs
+    counts = np.bincount(keys, minlength=3 * S * m)
+    if (counts > 1).any():
+        i, j = np.flatnonzero(keys == int(np.argmax(counts > 1)))[:2]
+        raise ModelcutError(f"op {fl.op(i)} appears twice (devices {dev[i]} and {dev[j]})")
+    lo, hi = fl.homes(S)
+    if (hi > lo).any():
+        s = int(np.argmax(hi > lo))
+        i = first((stages == s) & (dev != lo[s]))
+        raise ModelcutError(f"stage {s} has ops on devices {lo[s]} and {dev[i]}")
+    kinds_needed = 3 if fl.split() else 2
+    present = counts.reshape(3, S, m)[:kinds_needed].transpose(1, 2, 0)  # (stage, micro-batch, kind)
+    if not present.all():
+        s, mb, k = (int(x) for x in np.argwhere(present == 0)[0])
+        raise ModelcutError(f"op {s}{KINDS[k]}{mb} (stage {s}, micro-batch {mb}) is missing")
 
 
 def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool = True) -> Trace:
-    """Run the schedule's op lists; return every op's start and end."""
+    """Run the schedule's op lists; return every op's start and end.
+
+    Each op starts at max(its device's previous end, each input's end + its latency)
+    and ends its duration later. Devices are advanced in turn, each as far as its
+    inputs allow; a device that waits is parked on the op it waits for and woken when
+    that op ends, so the work is linear in the number of ops.
+    """
     timing = timing or Timing()
+    fl = _Flat(schedule)
     if validate:
-        check_complete(schedule)
+        _check(schedule, fl)
     S, m = schedule.stages, schedule.microbatches
-    split = schedule.split_backward
+    split = fl.split()
     durs = timing.per_stage(S, schedule.chunks, split)
     p2p = timing.p2p
-    where = schedule.stage_device()
+    for s, row in enumerate(durs):
+        for k, x in zip(KINDS, row):
+            if not 0 <= x < _INF:  # also refuses NaN
+                raise ModelcutError(f"stage {s}: {k} time must be finite and non-negative, got {x}")
+    if not 0 <= p2p < _INF:
+        raise ModelcutError(f"p2p time must be finite and non-negative, got {p2p}")
     zero = 0 * durs[0][0] if durs else 0
+    dev, kinds, stages, mbs, offsets = fl.dev, fl.kinds, fl.stages, fl.mbs, fl.offsets
+    N, P = fl.n, len(schedule.orders)
 
+    # Each op's two inputs as indices of the ops that produce them: F needs F of stage
+    # s − 1, B its own F and B of stage s + 1, W its own B. A missing input points at
+    # op N, which ended at time zero; one that no list holds at op N + 1, which never ends.
     n_keys = 3 * S * m
-    end: list[Any] = [None] * n_keys
-    waiters: dict[int, list[int]] = {}
+    keys = (kinds * S + stages) * m + mbs
+    is_f, is_b = kinds == 0, kinds == 1
+    dep1 = np.where(is_f, np.where(stages > 0, keys - m, n_keys), keys - S * m)
+    dep2 = np.where(is_b & (stages < S - 1), keys + m, n_keys)
+    where = np.full(n_keys + 1, N + 1, dtype=np.int64)
+    where[keys] = np.arange(N)
+    where[n_keys] = N
+    j1, j2 = where[dep1], where[dep2]
+    # Each op waits on one input only. B's own F and W's own B run on the same device
+    # (same stage); earlier in its list they have ended before the op can start, and later
+    # they never will (a deadlock). So B waits on B of stage s + 1 when its F comes first,
+    # W on nothing when its B does; otherwise each waits on the own op that comes later.
+    own = ~is_f
+    own_done = own & (j1 < np.arange(N)) & (np.append(dev, [-1, -1])[j1] == dev)
+    dep = np.where(own_done, j2, j1)
+    table = np.empty(3 * S, dtype=object)
+    table[:] = [durs[s][k] for k in range(3) for s in range(S)]
+    dur = table[kinds * S + stages].tolist()
+    if p2p:
+        home = np.full(S, -1, dtype=np.int64)
+        home[stages] = dev
+        from_prev = is_f & (stages > 0) & (home[np.maximum(stages - 1, 0)] != dev)
+        from_next = is_b & own_done & (stages < S - 1) & (home[np.minimum(stages + 1, S - 1)] != dev)
+        cross = from_prev | from_next
+        lat_of = np.empty(2, dtype=object)
+        lat_of[:] = [zero, p2p]
+        lat = lat_of[cross.astype(np.int64)].tolist()
+    dep_l = dep.tolist()
 
-    # Precompile each device's list: (key, duration, dep keys with their latencies).
-    compiled: list[list[tuple]] = []
-    for d, order in enumerate(schedule.orders):
-        lst = []
-        for op in order:
-            k, s, mb = _KIND_ID[op.kind], op.stage, op.microbatch
-            key = (k * S + s) * m + mb
-            deps: list[tuple[int, Any]] = []
-            if k == 0:
-                if s > 0:
-                    deps.append(((0 * S + s - 1) * m + mb, p2p if where[s - 1] != d else zero))
-            elif k == 1:
-                deps.append(((0 * S + s) * m + mb, zero))
-                if s < S - 1:
-                    deps.append(((1 * S + s + 1) * m + mb, p2p if where[s + 1] != d else zero))
-            else:
-                deps.append(((1 * S + s) * m + mb, zero))
-            lst.append((key, durs[s][k], tuple(deps)))
-        compiled.append(lst)
-
-    P = len(compiled)
-    ptr = [0] * P
+    # A device that waits is parked on the op it waits for, with that op's device; each
+    # device knows the lowest op index anyone is parked on (``wake``) and wakes them
+    # when it gets there. ``en`` holds infinity for ops that have not run.
+    INF, NONE = _INF, N + 2
+    en: list[Any] = [INF] * (N + 2)
+    en[N] = zero
+    owner = dev.tolist() + [-1, -1]
+    st: list[Any] = [None] * N
+    ptr, stop = offsets[:-1], offsets[1:]
     free = [zero] * P
-    starts: list[list[Any]] = [[] for _ in range(P)]
-    ends: list[list[Any]] = [[] for _ in range(P)]
-    work = list(range(P))
-    while work:
-        d = work.pop()
-        lst, i, t = compiled[d], ptr[d], free[d]
-        st, en = starts[d], ends[d]
-        n = len(lst)
-        while i < n:
-            key, dur, deps = lst[i]
-            ready = t
-            blocked = -1
-            for dk, lat in deps:
-                e = end[dk]
-                if e is None:
-                    blocked = dk
-                    break
-                e = e + lat
-                if e > ready:
-                    ready = e
-            if blocked >= 0:
-                waiters.setdefault(blocked, []).append(d)
-                break
-            t = ready + dur
-            end[key] = t
-            st.append(ready)
-            en.append(t)
-            i += 1
-            w = waiters.pop(key, None)
-            if w:
-                work.extend(w)
-        ptr[d], free[d] = i, t
+    parked: list[list[tuple[int, int]]] = [[] for _ in range(P)]
+    wake = [NONE] * P
+    work = list(range(P - 1, -1, -1))
+    pop, push = work.pop, work.append
 
-    if any(ptr[d] < len(compiled[d]) for d in range(P)):
+    def wake_parked(d: int, i: int) -> int:
+        """Op i of device d has ended: requeue the devices parked on it; return the next
+        op index anyone is parked on."""
+        here = parked[d]
+        if len(here) == 1:
+            push(here[0][1])
+            here.clear()
+            return NONE
+        parked[d] = [(j, other) for j, other in here if j != i]
+        for j, other in here:
+            if j == i:
+                push(other)
+        return min((j for j, _ in parked[d]), default=NONE)
+
+    while work:
+        d = pop()
+        i, n, t, wk = ptr[d], stop[d], free[d], wake[d]
+        if p2p:
+            while i < n:
+                a = en[dep_l[i]] + lat[i]
+                if a > t:
+                    if a == INF:
+                        break
+                    t = a
+                st[i] = t
+                t = t + dur[i]
+                en[i] = t
+                if i == wk:
+                    wk = wake_parked(d, i)
+                i += 1
+        else:
+            while i < n:
+                a = en[dep_l[i]]
+                if a > t:
+                    if a == INF:
+                        break
+                    t = a
+                st[i] = t
+                t = t + dur[i]
+                en[i] = t
+                if i == wk:
+                    wk = wake_parked(d, i)
+                i += 1
+        ptr[d], free[d], wake[d] = i, t, wk
+        if i < n:  # park on the first input that has not arrived
+            j = dep_l[i]
+            o = owner[j]
+            if o >= 0:
+                parked[o].append((j, d))
+                if j < wake[o]:
+                    wake[o] = j
+
+    if any(ptr[d] < stop[d] for d in range(P)):
         blocked = []
         for d in range(P):
-            if ptr[d] < len(compiled[d]):
-                op = schedule.orders[d][ptr[d]]
-                missing = [_key_name(dk, S, m) for dk, _ in compiled[d][ptr[d]][2] if end[dk] is None]
-                blocked.append(f"device {d} at {op} waits for {', '.join(missing)}")
+            i = ptr[d]
+            if i < stop[d]:
+                missing = [_key_name(int(k), S, m) for k, j in ((dep1[i], j1[i]), (dep2[i], j2[i]))
+                           if en[j] == INF]
+                blocked.append(f"device {d} at {fl.op(i)} waits for {', '.join(missing)}")
         raise DeadlockError("deadlock: " + "; ".join(blocked), blocked)
+    starts = [st[offsets[d]:offsets[d + 1]] for d in range(P)]
+    ends = [en[offsets[d]:offsets[d + 1]] for d in range(P)]
     return Trace(schedule, starts, ends, durs, p2p)
 
 

@@ -9,9 +9,13 @@ from typing import Any
 from .engine import Trace
 
 #: Fraction of a micro-batch's activations that the weight-gradient pass W still needs
-#: after B. Qi et al. 2024 (Zero Bubble Pipeline Parallelism), Table 1: F allocates
-#: M_B = 34·b·s·h (+5·a·s²·b without FlashAttention), B frees M_B − M_W, W frees
-#: M_W = 32·b·s·h; with FlashAttention (no s² term) M_W/M_B = 32/34.
+#: after B. Qi et al. 2024 (Zero Bubble Pipeline Parallelism), §2 and Table 1, per
+#: transformer layer (the accounting of Korthikanti et al. 2022): B needs the forward's
+#: activations, M_B = 34·s·b·h + 5·a·s²·b; W needs only M_W = 32·s·b·h of them. So B frees
+#: M_B − M_W and W the rest. The authors' scheduler uses the same figures per token
+#: (sail-sg/zero-bubble-pipeline-parallelism: mem_f = 34h + 5as, mem_w = −32h,
+#: mem_b = −mem_w − mem_f). modelcut drops the attention-score term 5·a·s²·b, which
+#: FlashAttention and selective recomputation do not store: M_W/M_B = 32/34.
 W_FRACTION = Fraction(32, 34)
 
 

@@ -85,18 +85,30 @@ def interleaved(p: int, m: int, v: int = 2, group: int | None = None) -> Schedul
     schedule table's k-th (micro-batch, chunk); the k-th backward the same entry with
     the chunk order reversed. Device d warms up with 2·(p − 1 − d) + (v − 1)·N chunk
     forwards (N the group size, default p), capped at m·v, then alternates forward and
-    backward, then drains. Like current Megatron-LM, m need not be a multiple of p (the
-    last group is shorter); m < N is refused, as Megatron-LM refuses it. Bubble
-    (p − 1)/(v·m) when m is a multiple of p.
+    backward, then drains. Bubble (p − 1)/(v·m) when m is a multiple of p.
+
+    With v > 1 the sizes must pass Megatron-LM's checks in
+    ``forward_backward_pipelining_with_interleaving`` (megatron/core/pipeline_parallel/
+    schedules.py): p ≤ N ≤ m, and the last group, m mod N, is 0 or at least p (a shorter
+    last group waits on itself: such orders deadlock or leave "dependency bubbles").
+    With the default N = p that means m a multiple of p. One exception to Megatron-LM:
+    a single group N = m < p is accepted, which is what torch.distributed.pipelining's
+    ScheduleInterleaved1F1B runs when m < p.
     """
     _check_sizes(p, m, v)
     N = p if group is None else group
-    if N < 1:
-        raise ModelcutError(f"micro-batch group size must be at least 1, got {N}")
+    if not isinstance(N, int) or isinstance(N, bool) or N < 1:
+        raise ModelcutError(f"micro-batch group size must be a positive integer, got {N!r}")
     if v > 1 and m < N:
         raise ModelcutError(
-            f"interleaved needs micro-batches m >= group size N (Megatron-LM's "
+            f"interleaved needs m >= N, its micro-batch group size (Megatron-LM's "
             f"microbatch-group-size-per-virtual-pipeline-stage, default p): m = {m}, N = {N}")
+    if v > 1 and N < p and N != m:
+        raise ModelcutError(f"interleaved needs group size N >= p (Megatron-LM's rule): N = {N}, p = {p}")
+    if v > 1 and 0 < m % N < p:
+        raise ModelcutError(
+            f"interleaved needs m mod N = 0 or >= p (Megatron-LM's rule for its micro-batch group "
+            f"size N, default p: so m a multiple of p): m = {m}, N = {N}, p = {p}")
     table = megatron_schedule_table(m, v, N)
     total = m * v
     orders = []
@@ -135,7 +147,7 @@ def looped_bfs(p: int, m: int, v: int = 2) -> Schedule:
 
 
 def zb_h1(p: int, m: int, v: int = 1) -> Schedule:
-    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §3.1).
+    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §2.1).
 
     The backward is split into B (input gradient, on the critical path) and W (weight
     gradient, free to move). Device d keeps 1F1B's order of F and B (warm-up

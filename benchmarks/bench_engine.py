@@ -1,0 +1,119 @@
+"""Engine speed against a straightforward SimPy simulation of the same pipeline.
+
+Both simulate the same schedule (by default Megatron-LM's interleaved 1F1B with
+p = 64 devices, m = 1024 micro-batches, v = 4 chunks: 524,288 ops) with the same
+timing (F = 1, B = 2 for a device's whole share of layers, floats), in the same run.
+The script prints each one's ops per second and the ratio, and checks that both give
+the same makespan (exit status 1 if they do not).
+
+The SimPy version is what one would write first: one process per device that walks
+its op list, waits on an event for each input, holds the device for the op's
+duration, then fires the op's own event. Inputs that cross devices arrive ``p2p``
+later through a second event.
+
+Run: ``python benchmarks/bench_engine.py`` (add ``--help`` for the sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import simpy
+
+from modelcut.core.engine import Timing, simulate
+from modelcut.core.schedules import build
+
+
+def simpy_makespan(schedule, timing: Timing) -> float:
+    """Simulate ``schedule`` with SimPy: a process per device waiting on input events."""
+    S, m = schedule.stages, schedule.microbatches
+    durs = timing.per_stage(S, schedule.chunks, schedule.split_backward)
+    p2p = timing.p2p
+    where = schedule.stage_device()
+    env = simpy.Environment()
+    done: dict[tuple[str, int, int], simpy.Event] = {}     # fires when the op ends
+    arrived: dict[tuple[str, int, int], simpy.Event] = {}  # fires p2p later (remote consumers)
+    kind_index = {"F": 0, "B": 1, "W": 2}
+
+    def event(table, key):
+        ev = table.get(key)
+        if ev is None:
+            ev = table[key] = env.event()
+        return ev
+
+    def inputs(op, d):
+        """(table, key) of each input the op waits for."""
+        k, s, mb = op.kind, op.stage, op.microbatch
+        if k == "F":
+            if s > 0:
+                yield (done if where[s - 1] == d or not p2p else arrived), ("F", s - 1, mb)
+        elif k == "B":
+            yield done, ("F", s, mb)
+            if s < S - 1:
+                yield (done if where[s + 1] == d or not p2p else arrived), ("B", s + 1, mb)
+        else:
+            yield done, ("B", s, mb)
+
+    last_end = [0.0]
+
+    def device(d, order):
+        for op in order:
+            for table, key in inputs(op, d):
+                yield event(table, key)
+            yield env.timeout(durs[op.stage][kind_index[op.kind]])
+            if env.now > last_end[0]:
+                last_end[0] = env.now
+            key = (op.kind, op.stage, op.microbatch)
+            event(done, key).succeed()
+            if p2p:
+                arrival = event(arrived, key)
+                env.timeout(p2p).callbacks.append(lambda _e, a=arrival: a.succeed())
+
+    for d, order in enumerate(schedule.orders):
+        env.process(device(d, order))
+    env.run()
+    return last_end[0]  # not env.now: the last sends' arrivals may run past the last op
+
+
+def best_of(repeat: int, fn):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-s", "--schedule", default="interleaved")
+    ap.add_argument("-p", "--devices", type=int, default=64)
+    ap.add_argument("-m", "--microbatches", type=int, default=1024)
+    ap.add_argument("-v", "--chunks", type=int, default=4)
+    ap.add_argument("--p2p", type=float, default=0.0, help="point-to-point time (default 0)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N runs of each (default 3)")
+    args = ap.parse_args(argv)
+
+    schedule = build(args.schedule, args.devices, args.microbatches, args.chunks)
+    timing = Timing(1.0, 2.0, None, args.p2p)
+    n = schedule.num_ops
+    print(f"{schedule.name}: p = {schedule.devices}, m = {schedule.microbatches}, v = {schedule.chunks}, "
+          f"{n:,} ops, F = 1, B = 2, p2p = {args.p2p:g}")
+
+    t_engine, trace = best_of(args.repeat, lambda: simulate(schedule, timing))
+    t_simpy, simpy_T = best_of(args.repeat, lambda: simpy_makespan(schedule, timing))
+
+    print(f"modelcut engine  {t_engine:8.3f} s  {n / t_engine:12,.0f} ops/s  makespan {trace.makespan:g}")
+    print(f"SimPy baseline   {t_simpy:8.3f} s  {n / t_simpy:12,.0f} ops/s  makespan {simpy_T:g}")
+    print(f"ratio (engine ops/s over SimPy ops/s): {t_simpy / t_engine:.1f}x")
+    if abs(trace.makespan - simpy_T) > 1e-9 * max(1.0, abs(simpy_T)):
+        print("MISMATCH: the two simulations disagree on the makespan", file=sys.stderr)
+        return 1
+    print("makespans agree")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
