@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..core.actions import from_csv, to_csv
 from ..core.engine import Timing
+from ..core.errors import ModelcutError
 from ..core.pipeline import bubble_table, exact_timing, run
 from ..core.schedules import build
 from ..faces import pipeline_json, timeline_text
@@ -24,6 +25,17 @@ EXACT_UP_TO = 100_000
 
 def _fmt(x) -> str:
     return "—" if x is None else f"{float(x):.4f}"
+
+
+def _named_schedule(name: str, p: int, m: int, v: int | None):
+    """A modelcut schedule, or with ``torch:ClassName`` the order torch executes (needs modelcut[torch])."""
+    if name.startswith("torch:"):
+        try:
+            from ..torchx.orders import torch_schedule
+        except ImportError as exc:
+            raise ModelcutError(f"torch schedules need torch (pip install 'modelcut[torch]'): {exc}") from None
+        return torch_schedule(name.removeprefix("torch:"), p, m, v)
+    return build(name, p, m, v)
 
 
 @app.command()
@@ -57,7 +69,7 @@ def simulate(
         # named by its file, so that no built-in closed form is claimed for a custom order
         sched = from_csv(schedule_csv.read_text(), name=schedule_csv.name)
     else:
-        sched = build(schedule, devices, microbatches, chunks)
+        sched = _named_schedule(schedule, devices, microbatches, chunks)
     timing = Timing(forward, backward, weight, p2p)
     if sched.num_ops <= EXACT_UP_TO:
         timing = exact_timing(timing)
