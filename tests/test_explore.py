@@ -1,0 +1,234 @@
+"""The layout explorer: enumeration, feasibility, ranking, emitted launch settings, CLI."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from functools import lru_cache
+
+import pytest
+
+from modelcut import catalog
+from modelcut.cli import main
+from modelcut.core.errors import ModelcutError
+from modelcut.core.explore import Space, explore, frugal, parse_tokens, structures, vpp_choices, why
+from modelcut.core.memory import peak_bytes, stage_memory
+from modelcut.core.mesh import Mesh, group_crosses_nodes
+from modelcut.core.specs import Layout, Run, Training
+from modelcut.faces.emit import megatron_args, megatron_layout, torchtitan_toml
+
+H100 = catalog.hardware("h100")
+LLAMA8 = catalog.model("llama3-8b")
+LLAMA405 = catalog.model("llama3-405b")
+
+
+@lru_cache(maxsize=None)
+def small(prune: bool = True):
+    """Llama 3 8B on 64 H100s, 8K sequences, 2M tokens a step: about a second."""
+    return explore(LLAMA8, H100, gpus=64, seq=8192, global_batch_tokens=256 * 8192, prune=prune)
+
+
+def test_every_structure_uses_all_gpus_and_divides_sensibly():
+    n, seq, gb = 512, 8192, 1024
+    seen = 0
+    for s in structures(LLAMA405, n, seq, gb, 8):
+        seen += 1
+        assert s.tp * s.cp * s.pp * s.dp == n
+        assert LLAMA405.heads % s.tp == 0 and (LLAMA405.kv_heads % s.tp == 0 or s.tp % LLAMA405.kv_heads == 0)
+        assert not group_crosses_nodes(Mesh.build(s.tp, s.cp, s.pp, s.dp), "tp", 8)
+        assert s.cp == 1 or (seq % (2 * s.cp) == 0 and seq // s.cp >= 1024)
+        assert gb % (s.dp * s.micro_batch) == 0
+        m = gb // (s.dp * s.micro_batch)
+        if s.schedule == "interleaved":
+            assert s.vpp >= 2 and m % s.pp == 0 and s.pp * s.vpp <= LLAMA405.layers + 2
+        if s.pp == 1:
+            assert s.schedule == "1f1b" and s.vpp == 1
+    assert seen > 100
+    wide = {s.tp for s in structures(LLAMA405, n, seq, gb, 8, Space(allow_tp_across_nodes=True))}
+    assert 16 in wide and all(LLAMA405.heads % t == 0 for t in wide)  # across nodes, KV heads replicated
+    assert {s.tp for s in structures(LLAMA8, 64, 8192, 256, 4)} <= {1, 2, 4}
+
+
+def test_vpp_choices_are_balanced():
+    assert vpp_choices(LLAMA405, 16, "interleaved", 32) == [2, 4, 8]  # 16·v divides 128 = 126 + 2
+    assert vpp_choices(LLAMA405, 16, "interleaved", 24) == []         # m not a multiple of p
+    assert vpp_choices(LLAMA405, 16, "zbv", 32) == [2]
+    assert vpp_choices(LLAMA405, 16, "1f1b", 32) == [1]
+
+
+def test_ranked_layouts_fit_and_are_sorted():
+    ex = small()
+    assert ex.layouts, "something must fit"
+    times = [e.step_time_s for e in ex.layouts]
+    assert times == sorted(times)
+    for e in ex.layouts[:25]:
+        assert e.feasible and e.run.layout.gpus == 64
+        again = peak_bytes(stage_memory(e.run, vpp=e.structure.vpp, schedule=e.structure.schedule))
+        assert again == pytest.approx(e.peak_bytes)
+        assert again <= ex.limit_bytes
+        assert e.prediction.vpp == e.structure.vpp and e.prediction.schedule == e.structure.schedule
+
+
+def test_pruning_keeps_the_best():
+    pruned, full = small(True), small(False)
+    assert pruned.predictions < full.predictions
+    assert pruned.layouts[0].step_time_s == pytest.approx(full.layouts[0].step_time_s)
+    def best(ex):
+        out = {}
+        for e in ex.layouts:
+            out.setdefault(e.structure, e.step_time_s)
+        return out
+    bp, bf = best(pruned), best(full)
+    assert bp.keys() == bf.keys()
+    for k, t in bp.items():
+        assert t == pytest.approx(bf[k])
+
+
+def test_frugal_keeps_the_pareto_front():
+    ex = small(False)
+    struct = ex.layouts[0].structure
+    evs = [e for e in ex.layouts if e.structure == struct]
+    kept = frugal(evs)
+    assert kept[0].recompute == "none" and kept[0].zero == min(e.zero for e in evs if e.recompute == "none")
+    zeros = [e.zero for e in kept]
+    assert zeros == sorted(zeros, reverse=True) and len(set(zeros)) == len(zeros)
+
+
+def test_infeasible_is_never_ranked():
+    tight = explore(LLAMA8, H100, gpus=8, seq=8192, global_batch_tokens=64 * 8192, margin=0.5)
+    for e in tight.layouts:
+        assert e.peak_bytes <= 0.5 * H100.mem_bytes
+    nothing = explore(LLAMA405, H100, gpus=8, seq=8192, global_batch_tokens=8 * 8192)
+    assert nothing.layouts == [] and nothing.infeasible_structures == nothing.structures > 0
+
+
+def test_why_orders_terms_by_difference():
+    ex = small()
+    w = why(ex.layouts[0], ex.layouts[1])
+    diffs = [abs(d) for *_, d in w["time_terms"]]
+    assert diffs == sorted(diffs, reverse=True)
+    assert w["step_time_s"][0] <= w["step_time_s"][1]
+    total = sum(d for *_, d in w["time_terms"])
+    assert total == pytest.approx(w["step_time_s"][1] - w["step_time_s"][0], abs=1e-9)
+
+
+def test_llama3_published_layout_fits_without_recomputation():
+    """Llama 3 405B trained at 8K on 8,192 80 GB H100s with tp 8, pp 16, dp 64 and no
+    activation checkpointing (Grattafiori et al. 2024, Table 4 and §3.3.2): some schedule of
+    that layout must fit without recomputation, with FSDP-style sharding."""
+    fits = []
+    for sched, v in (("1f1b", 1), ("zb-h1", 1), ("zbv", 2), ("interleaved", 8)):
+        for zero in (1, 2, 3):
+            run = Run(LLAMA405, H100.name, Layout(tp=8, cp=1, pp=16, dp=64, vpp=v, sequence_parallel=True, zero=zero,
+                                                  schedule=sched), Training(8192, 2048, 1, "none"))
+            if peak_bytes(stage_memory(run, vpp=v, schedule=sched)) <= 0.98 * H100.mem_bytes:
+                fits.append((sched, zero))
+    assert fits
+    assert all(z >= 2 for _, z in fits)  # unsharded FP32 gradients (ZeRO-1) do not fit
+
+
+def test_parse_tokens():
+    assert parse_tokens("16M") == 16 * 2**20 == 2048 * 8192
+    assert parse_tokens("4k") == 4096 and parse_tokens(" 1,048,576 ") == 2**20
+    for bad in ("x", "0", "1.5"):
+        with pytest.raises(ModelcutError):
+            parse_tokens(bad)
+
+
+def test_bad_explore_input():
+    with pytest.raises(ModelcutError, match="whole number"):
+        explore(LLAMA8, H100, gpus=8, seq=8192, global_batch_tokens=1000)
+    with pytest.raises(ModelcutError, match="margin"):
+        explore(LLAMA8, H100, gpus=8, seq=8192, global_batch_tokens=8192 * 8, margin=1.5)
+    with pytest.raises(ModelcutError, match="schedule"):
+        explore(LLAMA8, H100, gpus=8, seq=8192, global_batch_tokens=8192 * 8, space=Space(schedules=("nope",)))
+
+
+# ------------------------------------------------------------------ emitted settings
+
+
+def test_megatron_layout_string():
+    assert megatron_layout((0, 1, 1, 0)) == "E|t|t|L"
+    assert megatron_layout((7, 8, 8, 7)) == "E,t*7|t*8|t*8|t*7,L"
+    assert megatron_layout((0,) + (1,) * 126 + (0,)) == "E|(t|)*126L"
+    assert megatron_layout((3, 4, 4, 4, 4, 3)) == "E,t*3|(t*4|)*4t*3,L"
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 5])
+def test_emitted_settings_describe_the_layout(rank):
+    e = small().layouts[rank]
+    s = e.structure
+    args = megatron_args(e)
+    assert f"--tensor-model-parallel-size {s.tp}\n" in args + "\n"
+    assert f"--pipeline-model-parallel-size {s.pp}\n" in args + "\n"
+    assert f"--micro-batch-size {s.micro_batch}" in args and "--global-batch-size 256" in args
+    assert ("--sequence-parallel" in args) == (s.tp > 1)
+    conf = tomllib.loads(torchtitan_toml(e))
+    par = conf["parallelism"]
+    assert (par["tensor_parallel_degree"] * par["context_parallel_degree"] * par["pipeline_parallel_degree"]
+            * par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]) == 64
+    assert conf["activation_checkpoint"]["mode"] == e.recompute
+    assert conf["training"]["local_batch_size"] * s.dp == conf["training"]["global_batch_size"] == 256
+    if s.pp > 1:
+        parts = par["module_fqns_per_model_part"]
+        assert len(parts) == s.pp * s.vpp
+        layers = [x for part in parts for x in part if x.startswith("layers.")]
+        assert layers == [f"layers.{i}" for i in range(LLAMA8.layers)]
+        assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+        assert [sum(x.startswith("layers.") for x in part) for part in parts] == list(e.prediction.stage_layers)
+
+
+# ------------------------------------------------------------------ CLI
+
+
+ARGS = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "64", "--seq", "8192",
+        "--global-batch-tokens", "2M"]
+
+
+def test_cli_json(capsys):
+    assert main(ARGS + ["--json", "--top", "3", "--check", "tp=1,pp=8"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lays = out["layouts"]
+    assert len(lays) == 3
+    for k in ("tp", "cp", "pp", "dp", "vpp", "micro_batch", "recompute", "zero", "schedule", "step_time_s",
+              "tflops_per_gpu", "feasible", "memory", "breakdown"):
+        assert k in lays[0]
+    assert [x["step_time_s"] for x in lays] == sorted(x["step_time_s"] for x in lays)
+    assert all(x["feasible"] and x["tp"] * x["cp"] * x["pp"] * x["dp"] == 64 for x in lays)
+    assert lays[0]["memory"]["peak_bytes"] <= out["search"]["limit_bytes"]
+    assert out["check"]["best"]["tp"] == 1 and out["check"]["best"]["pp"] == 8
+    assert out["why"]["text"].startswith("#1 beats #2")
+
+
+def test_cli_text_and_emit(capsys):
+    assert main(ARGS + ["--top", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "fastest layouts that fit" in text and "#1 beats #2" in text
+    assert main(ARGS + ["--emit", "torchtitan", "--pick", "2"]) == 0
+    tomllib.loads(capsys.readouterr().out)
+    assert main(ARGS + ["--emit", "megatron"]) == 0
+    assert "--tensor-model-parallel-size" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--emit", "deepspeed"], "--emit"),
+    (["--global-batch-tokens", "1000"], "whole number"),
+    (["--gpu", "nosuchgpu"], "nosuchgpu"),
+    (["--pick", "100000", "--emit", "megatron"], "--pick"),
+    (["--check", "tp"], "--check"),
+])
+def test_cli_errors(capsys, extra, needle):
+    assert main(ARGS + extra) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_hf_config(tmp_path, capsys):
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
+           "intermediate_size": 4096, "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4,
+           "vocab_size": 32000, "tie_word_embeddings": False, "max_position_embeddings": 4096}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["explore", "--model", str(path), "--gpu", "a100", "--gpus", "8", "--seq", "4096",
+                 "--global-batch-tokens", "256k", "--json", "--top", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["layouts"]

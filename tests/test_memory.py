@@ -1,0 +1,268 @@
+"""Memory per device: Korthikanti et al. 2022 Table 2, the adjustments, in-flight counts from
+the schedules, ZeRO sharding, stage splits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+
+from modelcut.core import flops
+from modelcut.core.errors import ModelcutError
+from modelcut.core.memory import (MemoryOptions, device_peaks, equivalent_microbatches, layer_activation_bytes,
+                                  layer_split, memory_report, peak_bytes, profile_uncached, stage_memory,
+                                  variant_peaks)
+from modelcut.core.pipeline import run as run_pipeline
+from modelcut.core.schedules import build
+from modelcut.core.specs import Layout, ModelSpec, Run, Training
+
+SCHEDULE_V = {"gpipe": [1], "1f1b": [1], "zb-h1": [1], "zbv": [2], "interleaved": [2, 3], "looped-bfs": [2, 3]}
+
+LLAMA_405B = ModelSpec("llama3-405b", layers=126, hidden=16384, ffn_hidden=53248, heads=128, kv_heads=8,
+                       vocab=128256, gated_mlp=True, norm="rmsnorm", bias=False, dropout=False)
+GPT3 = ModelSpec("gpt3-175b", layers=96, hidden=12288, ffn_hidden=4 * 12288, heads=96, kv_heads=96, vocab=51200,
+                 tied_embeddings=True, learned_positions=True, max_seq=2048)
+
+
+def gpt(l, h, a, vocab=51200, **kw):
+    return ModelSpec("gpt", layers=l, hidden=h, ffn_hidden=4 * h, heads=a, kv_heads=a, vocab=vocab,
+                     tied_embeddings=True, **kw)
+
+
+def make_run(model, *, tp=1, cp=1, pp=1, dp=1, vpp=None, sp=False, zero=0, schedule=None, seq=2048, gb=None,
+             mb=1, recompute="none"):
+    gb = gb or pp * dp * mb * 2
+    return Run(model, "h100-sxm5-80gb",
+               Layout(tp=tp, cp=cp, pp=pp, dp=dp, vpp=vpp, sequence_parallel=sp, zero=zero, schedule=schedule),
+               Training(seq_len=seq, global_batch=gb, micro_batch=mb, recompute=recompute))
+
+
+# ------------------------------------------------------------------ Korthikanti et al. Table 2
+
+NO_FLASH = dict(flash_attention=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(h_per_head=st.sampled_from([64, 128]), a=st.sampled_from([8, 16, 32]), t=st.sampled_from([1, 2, 4, 8]),
+       s=st.sampled_from([512, 2048]), b=st.integers(1, 4))
+def test_table2_rows(h_per_head, a, t, s, b):
+    """Korthikanti et al. 2022, Table 2, activations per layer in bytes (GPT with dropout,
+    no FlashAttention): no parallelism sbh(34 + 5as/h); tensor parallel sbh(10 + 24/t +
+    5as/(ht)); + sequence parallel sbh(34/t + 5as/(ht)); selective recomputation drops the
+    5as/h terms; full recomputation 2sbh."""
+    h = a * h_per_head
+    m = gpt(2, h, a)
+    sbh = s * b * h
+    kw = dict(micro_batch=b, seq=s, **NO_FLASH)
+    assert layer_activation_bytes(m, **kw) == pytest.approx(sbh * (34 + 5 * a * s / h))
+    assert layer_activation_bytes(m, t=t, **kw) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert layer_activation_bytes(m, t=t, sequence_parallel=True, **kw) == pytest.approx(
+        sbh * (34 / t + 5 * a * s / (h * t)))
+    assert layer_activation_bytes(m, t=t, recompute="selective", **kw) == pytest.approx(sbh * (10 + 24 / t))
+    assert layer_activation_bytes(m, t=t, sequence_parallel=True, recompute="selective", **kw) == pytest.approx(
+        sbh * 34 / t)
+    assert layer_activation_bytes(m, recompute="full", **kw) == pytest.approx(2 * sbh)
+    assert layer_activation_bytes(m, t=t, sequence_parallel=True, recompute="full", **kw) == pytest.approx(
+        2 * sbh / t)
+
+
+def test_adjustments_move_the_right_way():
+    base = gpt(2, 4096, 32)
+    kw = dict(micro_batch=1, seq=4096, t=4, sequence_parallel=True)
+    full = layer_activation_bytes(base, flash_attention=False, **kw)
+    flash = layer_activation_bytes(base, flash_attention=True, **kw)
+    assert flash < full
+    # FlashAttention: no s² term, so bytes grow linearly with the sequence
+    assert layer_activation_bytes(base, **dict(kw, seq=8192)) == pytest.approx(2 * flash)
+    assert layer_activation_bytes(base, flash_attention=False, **dict(kw, seq=8192)) > 2 * full
+    # context parallelism divides the tokens on a rank
+    assert layer_activation_bytes(base, cp=4, **kw) == pytest.approx(flash / 4)
+    # grouped-query attention keeps K and V of kv_heads only: 2 bytes × 2 tensors × (h − kv_dim)/t a token less
+    gqa = ModelSpec("gqa", 2, 4096, 4 * 4096, 32, 8, 51200)
+    n = 4096
+    assert layer_activation_bytes(base, **kw) - layer_activation_bytes(gqa, **kw) == pytest.approx(
+        n * 4 * (4096 - gqa.kv_dim) / 4)
+    # a gated MLP keeps its 2f-wide first output and the product: 6f instead of 4f
+    gated = ModelSpec("g", 2, 4096, 4 * 4096, 32, 32, 51200, gated_mlp=True)
+    assert layer_activation_bytes(gated, **kw) - layer_activation_bytes(base, **kw) == pytest.approx(
+        n * 2 * 4 * 4096 / 4)
+    # without dropout: no masks
+    nodrop = ModelSpec("nd", 2, 4096, 4 * 4096, 32, 32, 51200, dropout=False)
+    assert layer_activation_bytes(nodrop, **kw) < layer_activation_bytes(base, **kw)
+    # sequence parallelism only helps with t > 1
+    assert layer_activation_bytes(base, micro_batch=1, seq=4096, t=1, sequence_parallel=True) == \
+        layer_activation_bytes(base, micro_batch=1, seq=4096, t=1)
+    assert layer_activation_bytes(base, micro_batch=1, seq=4096, t=4) > flash
+
+
+# ------------------------------------------------------------------ in flight: from the schedules
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(sorted(SCHEDULE_V)), p=st.integers(1, 6), m=st.integers(1, 14), pick=st.integers(0, 1))
+def test_uniform_peaks_equal_the_simulator(name, p, m, pick):
+    """With every stage holding 1/v, the peaks are the simulator's peak_activations."""
+    v = SCHEDULE_V[name][min(pick, len(SCHEDULE_V[name]) - 1)]
+    try:
+        sched = build(name, p, m, v)
+    except ModelcutError:
+        assume(False)
+    sim = run_pipeline(sched).metrics.peak_activations
+    ours = device_peaks(name, p, m, v, [1 / v] * (p * v))
+    assert ours == pytest.approx([float(x) for x in sim])
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(["1f1b", "zb-h1", "zbv", "interleaved"]), p=st.integers(1, 7), v=st.integers(2, 4),
+       extra=st.integers(0, 40), data=st.data())
+def test_equivalent_microbatches_change_no_peak(name, p, v, extra, data):
+    """The cached profile on the shortened count gives the full schedule's peaks for any
+    per-stage bytes."""
+    v = {"1f1b": 1, "zb-h1": 1, "zbv": 2}.get(name, v)
+    m = (p * (1 + extra // p) if name == "interleaved" else 1 + extra)
+    w = data.draw(st.lists(st.floats(0, 10), min_size=p * v, max_size=p * v))
+    me = equivalent_microbatches(name, p, m)
+    assert me <= m
+
+    def peaks(mm):
+        return [max(sum(c * w[s] for c, s in zip(cand, stages)) for cand in cands)
+                for stages, cands in profile_uncached(name, p, mm, v)]
+    assert peaks(me) == pytest.approx(peaks(m))
+    assert device_peaks(name, p, m, v, w) == pytest.approx(peaks(m))
+
+
+def test_interleaved_first_device_holds_narayanan_count():
+    """Megatron-LM's interleaved schedule: the first device warms up with 2(p − 1) + (v − 1)p
+    chunk forwards and runs one more before its first backward, p + (p − 1)/v micro-batches
+    of its whole share (the 1 + (p − 1)/(p·v) of Korthikanti et al. §4.2.3)."""
+    for p, v in [(4, 2), (8, 3), (16, 8)]:
+        m = 4 * p
+        peaks = device_peaks("interleaved", p, m, v, [1 / v] * (p * v))
+        assert peaks[0] == pytest.approx(p + (p - 1) / v)
+        assert device_peaks("1f1b", p, m, 1, [1.0] * p)[0] == pytest.approx(p)
+
+
+# ------------------------------------------------------------------ parameters, ZeRO, stages
+
+
+@pytest.mark.parametrize("model", [GPT3, LLAMA_405B, gpt(4, 256, 4, vocab=1000, bias=False),
+                                   ModelSpec("qwen-ish", 4, 512, 1024, 8, 2, 3000, gated_mlp=True, qkv_bias=True,
+                                             bias=False, norm="rmsnorm")], ids=lambda m: m.name)
+def test_parameters_add_up_to_the_exact_count(model):
+    total = flops.param_count(model)
+    one = stage_memory(make_run(model))[0]
+    assert one.weights_bytes == pytest.approx(2 * total)
+    assert one.gradients_bytes == pytest.approx(4 * total)
+    assert one.optimizer_bytes == pytest.approx(12 * total)
+    p = 2 if model.layers % 2 == 0 else 1
+    stages = stage_memory(make_run(model, pp=p))
+    copy = model.vocab * model.hidden if (model.tied_embeddings and p > 1) else 0
+    assert sum(s.weights_bytes for s in stages) == pytest.approx(2 * (total + copy))
+    t = min(4, model.kv_heads)
+    ranks = stage_memory(make_run(model, tp=t))[0].weights_bytes * t
+    assert 2 * total <= ranks <= 2 * total * 1.01  # norms and output biases sit on every rank
+    if model.kv_heads < 4:  # t above the KV heads: each rank keeps one whole K and V head
+        wide = stage_memory(make_run(model, tp=4))[0].weights_bytes * 4
+        kv_copies = 2 * model.hidden * model.d_head * (4 - model.kv_heads) * (1 + 1 / model.hidden)
+        assert wide == pytest.approx(2 * (total + model.layers * kv_copies), rel=0.01)
+
+
+def test_zero_stages_shard_over_dp_times_cp():
+    m = gpt(8, 1024, 16)
+    P = flops.param_count(m)
+    by_zero = [stage_memory(make_run(m, dp=4, cp=2, zero=z, seq=4096))[0] for z in range(4)]
+    D = 4 * 2
+    assert by_zero[0].optimizer_bytes == pytest.approx(12 * P)
+    assert by_zero[1].optimizer_bytes == pytest.approx(12 * P / D)
+    assert by_zero[1].gradients_bytes == pytest.approx(4 * P)
+    assert by_zero[2].gradients_bytes == pytest.approx(4 * P / D)
+    assert by_zero[2].weights_bytes == pytest.approx(2 * P)
+    # the shard, plus the largest unit in use and the next prefetched (here the vocabulary table)
+    unit = max(flops.layer_params(m, False), m.vocab * m.hidden + 2 * m.hidden)
+    assert by_zero[3].weights_bytes == pytest.approx(2 * P / D + 2 * 2 * unit)
+    states = [s.weights_bytes + s.gradients_bytes + s.optimizer_bytes for s in by_zero]
+    assert states == sorted(states, reverse=True)
+    no_reshard = stage_memory(make_run(m, dp=4, cp=2, zero=3, seq=4096),
+                              options=MemoryOptions(reshard_after_forward=False))[0]
+    assert no_reshard.weights_bytes >= 2 * P  # the stage's BF16 weights stay gathered
+
+
+def test_llama3_split_and_stage_contents():
+    """126 layers on 16 stages: one layer fewer on the first and last (Llama 3 §3.3.2); with
+    v = 8 the first chunk holds only the embedding, the last only the output and loss."""
+    split = layer_split(126, 16, 1)
+    assert split[0] == split[-1] == 7 and set(split[1:-1]) == {8} and sum(split) == 126
+    split8 = layer_split(126, 16, 8)
+    assert split8[0] == split8[-1] == 0 and set(split8[1:-1]) == {1}
+    stages = stage_memory(make_run(LLAMA_405B, tp=8, pp=16, dp=64, sp=True, zero=3, seq=8192, gb=2048))
+    assert [s.layers for s in stages] == list(split)
+    assert stages[0].embedding and stages[-1].output and not stages[1].embedding
+    # the first device holds p micro-batches in flight, as 1F1B warms up
+    assert stages[0].microbatches_in_flight == pytest.approx(16)
+    assert stages[-1].microbatches_in_flight == pytest.approx(1)
+
+
+def test_megatron_first_last_layers():
+    assert layer_split(30, 4, 1, first=6, last=6) == (6, 9, 9, 6)
+    assert layer_split(30, 4, 1, first=6) == (6, 8, 8, 8)
+    assert layer_split(32, 4, 2, first=4, last=4) == (2, 6, 6, 2, 2, 6, 6, 2)
+    with pytest.raises(ModelcutError):
+        layer_split(30, 4, 1, first=5, last=6)
+
+
+def test_variant_peaks_agree_with_stage_memory():
+    m = gpt(8, 1024, 16)
+    variants = [(r, z) for r in ("none", "selective", "full") for z in range(4)]
+    base = make_run(m, tp=2, pp=4, dp=2, vpp=2, sp=True, schedule="interleaved", gb=32)
+    fast = variant_peaks(base, variants)
+    for r, z in variants:
+        run = make_run(m, tp=2, pp=4, dp=2, vpp=2, sp=True, schedule="interleaved", gb=32, zero=z, recompute=r)
+        assert fast[(r, z)] == pytest.approx(peak_bytes(stage_memory(run)))
+        assert fast[(r, z)] == pytest.approx(peak_bytes(stage_memory(run, cached=False)))
+    assert fast[("full", 3)] < fast[("none", 0)]
+
+
+def test_full_recomputation_keeps_one_layer_working_set():
+    m = gpt(8, 1024, 16)
+    full = stage_memory(make_run(m, pp=2, gb=8, recompute="full"))[0]
+    kw = dict(micro_batch=1, seq=2048)
+    inputs = 2 * 4 * layer_activation_bytes(m, recompute="full", **kw)  # 2 in flight × 4 layers
+    assert full.activations_bytes == pytest.approx(
+        inputs + layer_activation_bytes(m, **kw) + 2 * (8 * 2048 + 1024 * 2048))  # + embedding ids and mask
+
+
+def test_buffers_are_reported_apart():
+    opts = MemoryOptions(buffer_fixed_bytes=1e9, fragmentation=0.1)
+    s = stage_memory(make_run(gpt(4, 512, 8)), options=opts)[0]
+    tensors = s.weights_bytes + s.gradients_bytes + s.optimizer_bytes + s.activations_bytes
+    assert s.buffers_bytes == pytest.approx(1e9 + 0.1 * tensors)
+    assert s.total_bytes == pytest.approx(tensors + s.buffers_bytes)
+
+
+def test_memory_report_is_json():
+    rep = memory_report(make_run(gpt(4, 512, 8), pp=2, gb=8))
+    text = json.dumps(rep)
+    back = json.loads(text)
+    assert len(back["stages"]) == 2
+    for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes",
+              "total_bytes"):
+        assert k in back["stages"][0]
+    assert back["peak_bytes"] == max(s["total_bytes"] for s in back["stages"])
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(pp=2, vpp=2, schedule="1f1b"), "one chunk"),
+    (dict(pp=2, vpp=3, schedule="zbv"), "two chunks"),
+    (dict(pp=2, schedule="nope"), "unknown schedule"),
+    (dict(pp=2, dp=2, gb=3), "not divisible"),
+    (dict(cp=3), "not divisible by cp"),
+])
+def test_bad_input_is_one_line(kw, needle):
+    with pytest.raises(ModelcutError, match=needle):
+        stage_memory(make_run(gpt(4, 512, 8), **kw))
+
+
+def test_bad_stage_layers():
+    with pytest.raises(ModelcutError, match="stage_layers"):
+        stage_memory(make_run(gpt(4, 512, 8), pp=2, gb=4), stage_layers=(1, 2))

@@ -1,0 +1,116 @@
+"""The device mesh: rank ↔ coordinates, groups, which groups leave a node."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from modelcut.cli import main
+from modelcut.core import comm
+from modelcut.core.errors import ModelcutError
+from modelcut.core.mesh import DIMS, Mesh, crossing_fraction, dims_in_node, group_crosses_nodes, node_ranks
+from modelcut.core.specs import Layout
+
+sizes = st.sampled_from([1, 2, 3, 4, 8])
+
+
+@st.composite
+def meshes(draw):
+    tp, cp, pp, dp = (draw(sizes) for _ in range(4))
+    order = draw(st.permutations(DIMS))
+    ep = draw(st.sampled_from([e for e in (1, 2, 4) if dp % e == 0]))
+    return Mesh.build(tp, cp, pp, dp, ep, order)
+
+
+@settings(max_examples=80, deadline=None)
+@given(meshes(), st.data())
+def test_rank_coords_round_trip_and_groups(m, data):
+    r = data.draw(st.integers(0, m.world - 1))
+    c = m.coords(r)
+    assert m.rank(**{k: c[k] for k in DIMS}) == r
+    for d in (*DIMS, "ep"):
+        g = m.group(r, d)
+        assert len(g) == m.size(d) and r in g
+        others = [k for k in DIMS if k != d] if d != "ep" else [k for k in DIMS if k != "dp"]
+        for q in g:
+            cq = m._all_coords(q)
+            assert all(cq[k] == m._all_coords(r)[k] for k in others)
+            if d == "ep":
+                assert cq["edp"] == m._all_coords(r)["edp"]
+
+
+def test_default_order_formula():
+    """rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)), Megatron-LM's and Llama 3's order."""
+    m = Mesh.build(8, 2, 16, 4)
+    for r in (0, 1, 7, 8, 15, 16, 255, 256, 1000, m.world - 1):
+        c = m.coords(r)
+        assert r == c["tp"] + 8 * (c["cp"] + 2 * (c["pp"] + 16 * c["dp"]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(meshes(), st.sampled_from([1, 2, 4, 6, 8]))
+def test_crossing_is_exact_and_agrees_with_comm(m, gpn):
+    lay = Layout(tp=m.size("tp"), cp=m.size("cp"), pp=m.size("pp"), dp=m.size("dp"), ep=m.ep, order=m.order)
+    for d in (*DIMS, "ep", ("cp", "dp")):
+        brute = [len({r // gpn for r in g}) > 1 for g in m.groups(d)]
+        assert group_crosses_nodes(m, d, gpn) == any(brute)
+        assert crossing_fraction(m, d, gpn) == pytest.approx(sum(brute) / len(brute))
+        assert group_crosses_nodes(lay, d, gpn) == comm.group_spans_nodes(lay, d, gpn)
+
+
+def test_llama3_published_mesh():
+    """Llama 3 405B, 8,192 GPUs: tp 8 fills a node; pp and dp cross nodes."""
+    m = Mesh.build(8, 1, 16, 64)
+    assert dims_in_node(m, 8) == {"tp": "inside", "pp": "across", "dp": "across"}
+    node = node_ranks(m, 3, 8)
+    assert [r for r, _ in node] == list(range(24, 32))
+    assert {c["pp"] for _, c in node} == {3} and [c["tp"] for _, c in node] == list(range(8))
+
+
+def test_order_changes_what_stays_inside():
+    inner_dp = Mesh.build(2, 1, 4, 4, order=("dp", "tp", "cp", "pp"))
+    assert dims_in_node(inner_dp, 8) == {"tp": "inside", "pp": "across", "dp": "inside"}
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(order=("tp", "pp", "dp")), "order"),
+    (dict(order=("tp", "cp", "pp", "xx")), "order names"),
+    (dict(dp=3, ep=2), "ep"),
+    (dict(tp=0), "positive"),
+])
+def test_bad_mesh(kw, needle):
+    base = dict(tp=2, cp=1, pp=2, dp=2)
+    base.update(kw)
+    with pytest.raises(ModelcutError, match=needle):
+        Mesh.build(**base)
+
+
+def test_bad_rank_and_coords():
+    m = Mesh.build(2, 1, 2, 2)
+    with pytest.raises(ModelcutError):
+        m.coords(8)
+    with pytest.raises(ModelcutError):
+        m.rank(tp=2)
+    with pytest.raises(ModelcutError):
+        group_crosses_nodes(m, "tp", 0)
+
+
+def test_cli_json(capsys):
+    assert main(["mesh", "--tp", "8", "--cp", "1", "--pp", "16", "--dp", "64", "--gpus-per-node", "8",
+                 "--rank", "1234", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["world"] == 8192 and out["coords"] == {"tp": 2, "cp": 0, "pp": 10, "dp": 9}
+    by = {g["dim"]: g for g in out["groups"]}
+    assert by["tp"]["crosses_nodes"] is False and by["pp"]["crosses_nodes"] is True
+    assert by["pp"]["peers"] == [1154 + 8 * i for i in range(16)]
+    assert len(out["node_ranks"]) == 8
+
+
+def test_cli_text_and_errors(capsys):
+    assert main(["mesh", "--tp", "8", "--pp", "2", "--dp", "2", "--ep", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "inside one node: tp" in text and "GPU 7" in text
+    assert main(["mesh", "--tp", "8", "--rank", "9"]) == 2
+    assert "rank" in capsys.readouterr().err
