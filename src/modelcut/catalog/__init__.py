@@ -59,10 +59,21 @@ def model_from_table(table: dict, name: str = "", where: str = "[model]") -> Mod
         raise ModelcutError(f"{where}: hidden must be an integer, got {d['hidden']!r}")
     d.setdefault("ffn_hidden", 4 * d["hidden"])
     d.setdefault("kv_heads", d["heads"])
+    cf = d.get("capacity_factor")
+    if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float)) or not cf > 0):
+        raise ModelcutError(f"{where}: capacity_factor must be a positive number (1.0: no slack), got {cf!r}")
+    for k in ("experts", "top_k", "shared_experts", "dense_layers"):
+        if k in d and (isinstance(d[k], bool) or not isinstance(d[k], int)):
+            raise ModelcutError(f"{where}: {k} must be an integer, got {d[k]!r}")
+    if d.get("shared_experts", 0) < 0:
+        raise ModelcutError(f"{where}: shared_experts must be at least 0, got {d['shared_experts']}")
     try:
         return ModelSpec(**d)
     except TypeError as exc:
         raise ModelcutError(f"{where}: {exc}") from None
+    except ModelcutError as exc:
+        msg = str(exc)
+        raise ModelcutError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
 def layout_from_table(table: dict, where: str = "[layout]") -> Layout:

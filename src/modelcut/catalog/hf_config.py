@@ -2,14 +2,32 @@
 
 Field names and defaults follow the transformers configuration classes (src/transformers/models/
 <family>/configuration_<family>.py): LlamaConfig, MistralConfig, Qwen2Config, MixtralConfig,
-GPT2Config, GPTNeoXConfig. The architecture is read from ``architectures[0]``, else from
-``model_type``. A missing required field or an unknown architecture is a one-line error naming it.
+Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
+same fields), GPT2Config, GPTNeoXConfig. The architecture is read from ``architectures[0]``, else
+from ``model_type``. A missing required field or an unknown architecture is a one-line error
+naming it.
+
+Mixture-of-experts fields, by family:
+
+* Mixtral: ``num_local_experts``, ``num_experts_per_tok``; each expert is ``intermediate_size``
+  wide; every layer has experts.
+* Qwen2-MoE / Qwen3-MoE: ``num_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``;
+  Qwen2-MoE's one shared expert of ``shared_expert_intermediate_size`` counts as that width over
+  ``moe_intermediate_size`` experts (Qwen1.5-MoE-A2.7B: 5632 / 1408 = 4, as its model card says:
+  four shared experts); ``mlp_only_layers`` must be the leading layers and ``decoder_sparse_step``
+  1 (modelcut models dense-first layers only).
+* DeepSeek-V2/V3: ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``,
+  ``n_shared_experts``, ``first_k_dense_replace`` (leading dense layers of width
+  ``intermediate_size``), ``moe_layer_freq`` 1. Multi-head latent attention has no shape in
+  :class:`~modelcut.core.specs.ModelSpec`; :func:`mla_equivalent_shape` stands a grouped-query
+  shape in for it (docs/long-context-and-moe.md, "MLA").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..core import flops
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
 
@@ -21,7 +39,32 @@ _FAMILIES = {
     "MixtralForCausalLM": "mixtral", "mixtral": "mixtral",
     "GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "gpt2": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox", "GPTNeoXModel": "gpt_neox", "gpt_neox": "gpt_neox",
+    "Qwen2MoeForCausalLM": "qwen2_moe", "qwen2_moe": "qwen2_moe",
+    "Qwen3ForCausalLM": "qwen3", "qwen3": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "qwen3_moe": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek", "deepseek_v2": "deepseek",
+    "DeepseekV3ForCausalLM": "deepseek", "deepseek_v3": "deepseek",
 }
+
+
+def mla_equivalent_shape(hidden: int, heads: int, q_lora_rank: int | None, kv_lora_rank: int,
+                         qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> tuple[int, int]:
+    """(kv_heads, head_dim) of the grouped-query layer with ``heads`` heads whose projections hold
+    as many weights as the multi-head latent attention layer (:func:`~modelcut.core.flops.
+    mla_attention_params`): 2·h·head_dim·(heads + kv_heads) closest to it, kv_heads a divisor of
+    heads; among equally close shapes the widest head_dim, nearest MLA's attention core
+    ((d_nope + d_rope + d_v)/2 per head). DeepSeek-V3: 8 KV heads of 96 (187,170,816 weights
+    against MLA's 187,107,328, +0.03 %)."""
+    target = flops.mla_attention_params(hidden, heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+                                        qk_rope_head_dim, v_head_dim)
+    best = None
+    for kv in (k for k in range(1, heads + 1) if heads % k == 0):
+        per = 2 * hidden * (heads + kv)          # weights per unit of head_dim
+        for d in {max(1, target // per), target // per + 1}:
+            key = (abs(per * d - target), -d)
+            if best is None or key < best[0]:
+                best = (key, kv, d)
+    return best[1], best[2]
 
 
 def _arch(cfg: dict) -> tuple[str, str]:
@@ -73,24 +116,75 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),  # GPTNeoXConfig default
             norm="layernorm", bias=bool(_get(cfg, "attention_bias", arch, True)),
             max_seq=_get(cfg, "max_position_embeddings", arch, None), source=f"Hugging Face config.json ({arch})")
-    # Llama-like: Llama, Mistral, Qwen2, Mixtral (RMSNorm, SwiGLU, RoPE, GQA).
+    # Llama-like: Llama, Mistral, Qwen2/3, Mixtral, Qwen MoE, DeepSeek (RMSNorm, SwiGLU, RoPE).
     heads = _get(cfg, "num_attention_heads", arch)
     hidden = _get(cfg, "hidden_size", arch)
+    layers = _get(cfg, "num_hidden_layers", arch)
     head_dim = cfg.get("head_dim")
-    if head_dim is not None and head_dim * heads == hidden:
-        head_dim = None
+    kv_heads = _get(cfg, "num_key_value_heads", arch, heads)       # default: multi-head attention
     kw: dict[str, Any] = {}
     if fam == "mixtral":
-        kw = dict(experts=_get(cfg, "num_local_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch))
+        kw = dict(experts=_get(cfg, "num_local_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
+                  expert_ffn_hidden=_get(cfg, "intermediate_size", arch))
+    elif fam in ("qwen2_moe", "qwen3_moe"):
+        kw = _qwen_moe(cfg, arch, fam, layers)
+    elif fam == "deepseek":
+        kw = _deepseek_moe(cfg, arch)
+        kv_heads, head_dim = mla_equivalent_shape(
+            hidden, heads, cfg.get("q_lora_rank"), _get(cfg, "kv_lora_rank", arch),
+            _get(cfg, "qk_nope_head_dim", arch), _get(cfg, "qk_rope_head_dim", arch), _get(cfg, "v_head_dim", arch))
+    if head_dim is not None and head_dim * heads == hidden:
+        head_dim = None
     attention_bias = bool(cfg.get("attention_bias", False))
     return ModelSpec(
-        name=name, layers=_get(cfg, "num_hidden_layers", arch), hidden=hidden,
-        ffn_hidden=_get(cfg, "intermediate_size", arch), heads=heads,
-        kv_heads=_get(cfg, "num_key_value_heads", arch, heads),       # default: multi-head attention
+        name=name, layers=layers, hidden=hidden,
+        ffn_hidden=_get(cfg, "intermediate_size", arch), heads=heads, kv_heads=kv_heads,
         vocab=_get(cfg, "vocab_size", arch), gated_mlp=True,
         tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),
         head_dim=head_dim, norm="rmsnorm",
         bias=attention_bias and bool(cfg.get("mlp_bias", False)) if fam == "llama" else False,
-        qkv_bias=True if fam == "qwen2" else (attention_bias if fam == "llama" else None),
+        qkv_bias=(True if fam in ("qwen2", "qwen2_moe")
+                  else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe") else None)),
         dropout=False, max_seq=_get(cfg, "max_position_embeddings", arch, None),
         source=f"Hugging Face config.json ({arch})", **kw)
+
+
+def _dense_prefix(cfg: dict, arch: str, layers: int) -> int:
+    """Leading dense layers of a Qwen MoE config: ``mlp_only_layers`` must be 0 … k − 1 and
+    ``decoder_sparse_step`` 1 (Qwen2MoeConfig: layer i has experts iff i ∉ mlp_only_layers and
+    (i + 1) % decoder_sparse_step == 0)."""
+    step = _get(cfg, "decoder_sparse_step", arch, 1)
+    only = sorted(_get(cfg, "mlp_only_layers", arch, []))
+    if step != 1:
+        raise ModelcutError(f"config.json ({arch}): decoder_sparse_step {step}: modelcut models experts in "
+                            "every layer after the leading dense ones (decoder_sparse_step 1)")
+    if only != list(range(len(only))) or len(only) > layers:
+        raise ModelcutError(f"config.json ({arch}): mlp_only_layers {only} are not the leading layers; "
+                            "modelcut models dense-first layers only")
+    return len(only)
+
+
+def _qwen_moe(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
+    width = _get(cfg, "moe_intermediate_size", arch)
+    kw: dict[str, Any] = dict(experts=_get(cfg, "num_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
+                              expert_ffn_hidden=width, dense_layers=_dense_prefix(cfg, arch, layers))
+    shared = _get(cfg, "shared_expert_intermediate_size", arch, 0) if fam == "qwen2_moe" else 0
+    if shared:
+        if shared % width:
+            raise ModelcutError(f"config.json ({arch}): shared_expert_intermediate_size {shared} is not a "
+                                f"multiple of moe_intermediate_size {width}")
+        kw["shared_experts"] = shared // width
+    return kw
+
+
+def _deepseek_moe(cfg: dict, arch: str) -> dict[str, Any]:
+    if "n_routed_experts" not in cfg or cfg["n_routed_experts"] is None:   # a dense DeepSeek
+        return {}
+    freq = _get(cfg, "moe_layer_freq", arch, 1)
+    if freq != 1:
+        raise ModelcutError(f"config.json ({arch}): moe_layer_freq {freq}: modelcut models experts in every "
+                            "layer after the leading dense ones (moe_layer_freq 1)")
+    return dict(experts=_get(cfg, "n_routed_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
+                expert_ffn_hidden=_get(cfg, "moe_intermediate_size", arch),
+                shared_experts=_get(cfg, "n_shared_experts", arch, 0),
+                dense_layers=_get(cfg, "first_k_dense_replace", arch, 0))

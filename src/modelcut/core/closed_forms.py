@@ -39,3 +39,16 @@ def bubble(schedule: str, p: int, m: int, v: int, t_f: Any = 1, t_b: Any = 2, t_
         if schedule == "zbv" and v == 2 and t_f == t_b == t_w and m >= 2 * p - 1:
             return one * (p - 1) / (6 * m)
     return None
+
+
+def dualpipe_bubble_time(stages: int, t_f: Any, t_b: Any, t_w: Any, t_fb: Any) -> Any:
+    """DualPipe's and DualPipeV's bubble, as idle time per device: (PP/2 − 1)(F&B + B − 3W),
+    PP the pipeline stages (DualPipe: its p devices; DualPipeV: 2p stages on p devices). F, B, W
+    are one chunk's forward, full backward and weight-gradient times, F&B an overlapped forward
+    and full backward chunk's (DeepSeek-V3 report, arXiv 2412.19437, §3.2.1 Table 2;
+    deepseek-ai/DualPipe README).
+
+    The simulation of the repository's lists gives exactly this on every device when
+    F = W = B/2 and F&B = F + B (the README figure's cells), and as the largest device's idle
+    time when F + W ≤ F&B ≤ F + B (tests/test_dualpipe.py); outside those it is an estimate."""
+    return (Fraction(stages, 2) - 1 if isinstance(t_f, (int, Fraction)) else stages / 2 - 1) * (t_fb + t_b - 3 * t_w)

@@ -76,6 +76,43 @@ def p2p(nbytes: float, bw: float, alpha: float = 0.0) -> float:
     return nbytes / bw + alpha
 
 
+#: The bytes one rank puts on the wire, as a fraction of ``nbytes``, for a group of n (the bandwidth
+#: terms above): all-reduce 2(n − 1)/n, reduce-scatter, all-gather and all-to-all (n − 1)/n each.
+_WIRE = {"all-reduce": 2.0, "reduce-scatter": 1.0, "all-gather": 1.0, "all-to-all": 1.0}
+
+
+def wire_bytes(kind: str, n: int, nbytes: float) -> float:
+    """Bytes each rank sends in one collective over n ranks (the numerators of the formulas above):
+    all-reduce 2(n − 1)/n · nbytes; reduce-scatter, all-gather, all-to-all (n − 1)/n · nbytes;
+    "p2p" nbytes. So reduce-scatter + all-gather of one buffer put exactly the all-reduce's bytes
+    on the wire (sequence parallelism, Korthikanti et al. 2022 §4.2.2)."""
+    if kind == "p2p":
+        _check(1, nbytes, 1.0, 0.0)
+        return float(nbytes)
+    if kind not in _WIRE:
+        raise ModelcutError(f"unknown collective {kind!r}; use {', '.join((*_WIRE, 'p2p'))}")
+    _check(n, nbytes, 1.0, 0.0)
+    return _WIRE[kind] * (n - 1) / n * nbytes
+
+
+def all_to_all_two_level(n: int, nbytes: float, local: int, link_bw: float, net_bw: float,
+                         alpha: float = 0.0) -> float:
+    """All-to-all over n ranks of which ``local`` (this rank included) share its node: the
+    (local − 1)/n of the buffer bound for node-mates crosses the node's links, the (n − local)/n
+    bound for other nodes the network, both at once; the slower sets the time,
+    max((local − 1)/n · nbytes/link_bw, (n − local)/n · nbytes/net_bw) + (n − 1)·α.
+    ``local = 1`` is :func:`all_to_all` at ``net_bw``; ``local = n`` at ``link_bw``."""
+    _check(n, nbytes, link_bw, alpha)
+    _check(n, nbytes, net_bw, alpha)
+    if isinstance(local, bool) or not isinstance(local, int) or not 1 <= local <= n:
+        raise ModelcutError(f"ranks in a node must be between 1 and the group size {n}, got {local!r}")
+    if n == 1:
+        return 0.0
+    inside = (local - 1) / n * nbytes / link_bw
+    across = (n - local) / n * nbytes / net_bw
+    return max(inside, across) + (n - 1) * alpha
+
+
 # ---------------------------------------------------------------- which link a group uses
 
 def _sizes(layout: Layout) -> tuple[tuple[str, int], ...]:
@@ -146,6 +183,18 @@ def group_spans_nodes(layout: Layout, dim: str | Iterable[str], gpus_per_node: i
     if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
         raise ModelcutError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}")
     return _spans(_sizes(layout), _group_dims(layout, dim), gpus_per_node)
+
+
+def group_members_in_node(layout: Layout, dim: str | Iterable[str], gpus_per_node: int) -> int:
+    """How many members of a group along ``dim`` share a node with its first rank (rank 0's group;
+    nodes are blocks of ``gpus_per_node`` consecutive ranks): the group offsets Σ index·stride
+    that stay below ``gpus_per_node``."""
+    if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
+        raise ModelcutError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}")
+    offsets = {0}
+    for stride, size in _group_dims(layout, dim):
+        offsets = {o + k * stride for o in offsets for k in range(size) if o + k * stride < gpus_per_node}
+    return len(offsets)
 
 
 def group_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int) -> float:

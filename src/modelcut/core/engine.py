@@ -7,6 +7,11 @@ inputs have arrived:
 * B of stage s needs B of stage s + 1 (same micro-batch) and its own F;
 * W of stage s needs B of stage s (same micro-batch).
 
+(With ``Schedule.spans`` a micro-batch's first stage needs no F before it and its last
+stage no B after it.) Consecutive ops a schedule marks as one overlapped unit
+(``Schedule.units``: DualPipe's F&B) start together, when the device is free and each has
+its inputs, and end together ``Timing.overlap`` later.
+
 An input produced on another device arrives ``p2p`` time units after it ends. The
 engine is exact for any number type that supports + and max (``fractions.Fraction``
 gives exact arithmetic; floats are fast). A set of lists that cannot complete raises
@@ -41,6 +46,15 @@ class Timing:
     embedding-heavy first stage, a loss-heavy last one. ``stage_durations`` instead
     gives each stage's (F, B, W) per chunk outright. ``p2p`` is added to every input
     that crosses devices.
+
+    ``overlap`` is the duration of an overlapped unit of ops (``Schedule.units``; DualPipe's
+    F&B, DeepSeek-V3 report §3.2.1: a forward chunk with a full backward chunk, B and W when
+    the backward is split). None (the default): the sum of its ops' durations, so the
+    overlap saves no compute time; what it hides is communication, which a caller that
+    counts communication in the op durations takes out of the unit itself. A number: the
+    unit's duration for a device's whole share, like ``forward`` (each chunk's unit takes
+    1/v of it), with uniform stages only. A function of the unit's op durations, in list
+    order, for any stages.
     """
 
     forward: Any = 1
@@ -49,6 +63,18 @@ class Timing:
     p2p: Any = 0
     stage_scale: Sequence[Any] | None = None
     stage_durations: Sequence[tuple[Any, Any, Any]] | None = None
+    overlap: Any = None
+
+    def unit_duration(self, durations: Sequence[Any], chunks: int) -> Any:
+        """Duration of an overlapped unit whose ops take ``durations`` alone."""
+        if self.overlap is None:
+            return sum(durations[1:], start=durations[0])
+        if callable(self.overlap):
+            return self.overlap(*durations)
+        if self.stage_durations is not None or self.stage_scale is not None:
+            raise ModelcutError("with stage_durations or stage_scale, give overlap as a function of the "
+                                "two ops' durations")
+        return self.overlap / chunks
 
     def per_stage(self, stages: int, chunks: int, split: bool) -> list[tuple[Any, Any, Any]]:
         """(F, B, W) duration of each stage's op, one chunk each."""
@@ -99,7 +125,11 @@ class Trace:
         self.makespan = max((e[-1] for e in self.ends if e), default=0)
 
     def busy(self, device: int) -> Any:
-        return sum((e - s for s, e in zip(self.starts[device], self.ends[device])), start=0 * self.makespan)
+        """Time the device computes: every op's span, an overlapped unit's once."""
+        st, en = self.starts[device], self.ends[device]
+        total = sum((e - s for s, e in zip(st, en)), start=0 * self.makespan)
+        units = self.schedule.units[device] if self.schedule.units else ()
+        return total - sum(((n - 1) * (en[i] - st[i]) for i, n in units), start=0 * self.makespan)
 
     def rows(self):
         """(device, op, start, end) for every op, device by device."""
@@ -186,6 +216,14 @@ def _check(schedule: Schedule, fl: _Flat) -> None:
         i = first(bad)
         raise ModelcutError(
             f"device {dev[i]}: op {fl.op(i)} names micro-batch {mbs[i]}, outside 0..{m - 1}")
+    span_lo, span_hi = _spans(schedule)
+    if schedule.spans is not None:
+        bad = (stages < span_lo[mbs]) | (stages > span_hi[mbs])
+        if bad.any():
+            i = first(bad)
+            lo_, hi_ = schedule.span(int(mbs[i]))
+            raise ModelcutError(f"device {dev[i]}: op {fl.op(i)} is outside micro-batch {mbs[i]}'s stages {lo_}..{hi_}")
+    _check_units(schedule)
     keys = (kinds * S + stages) * m + mbs
     counts = np.bincount(keys, minlength=3 * S * m)
     if (counts > 1).any():
@@ -198,9 +236,46 @@ def _check(schedule: Schedule, fl: _Flat) -> None:
         raise ModelcutError(f"stage {s} has ops on devices {lo[s]} and {dev[i]}")
     kinds_needed = 3 if fl.split() else 2
     present = counts.reshape(3, S, m)[:kinds_needed].transpose(1, 2, 0)  # (stage, micro-batch, kind)
+    if schedule.spans is not None:  # stages outside a micro-batch's span need no ops
+        s_idx = np.arange(S)[:, None]
+        outside = (s_idx < span_lo[None, :]) | (s_idx > span_hi[None, :])
+        present = present | outside[:, :, None]
     if not present.all():
         s, mb, k = (int(x) for x in np.argwhere(present == 0)[0])
         raise ModelcutError(f"op {s}{KINDS[k]}{mb} (stage {s}, micro-batch {mb}) is missing")
+
+
+def _spans(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """Each micro-batch's first and last stage as arrays (all stages without ``spans``)."""
+    m, S = schedule.microbatches, schedule.stages
+    if schedule.spans is None:
+        return np.zeros(m, dtype=np.int64), np.full(m, S - 1, dtype=np.int64)
+    if len(schedule.spans) != m:
+        raise ModelcutError(f"spans has {len(schedule.spans)} entries for {m} micro-batches")
+    arr = np.array(schedule.spans, dtype=np.int64).reshape(m, 2)
+    bad = (arr[:, 0] < 0) | (arr[:, 1] >= S) | (arr[:, 0] > arr[:, 1])
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ModelcutError(f"micro-batch {k}'s span {tuple(schedule.spans[k])} is not a range of stages 0..{S - 1}")
+    return arr[:, 0].copy(), arr[:, 1].copy()
+
+
+def _check_units(schedule: Schedule) -> None:
+    """Overlapped units: per device, (first index, op count ≥ 2) inside the list, disjoint."""
+    if not schedule.units:
+        return
+    if len(schedule.units) != schedule.devices:
+        raise ModelcutError(f"units has {len(schedule.units)} lists for {schedule.devices} devices")
+    for d, (order, units) in enumerate(zip(schedule.orders, schedule.units)):
+        end = 0
+        for unit in sorted(units):
+            i, n = unit
+            ok = all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in (i, n))
+            if not ok or n < 2 or i < 0 or i + n > len(order):
+                raise ModelcutError(f"device {d}: overlapped unit {tuple(unit)!r} is not two or more ops of its list")
+            if i < end:
+                raise ModelcutError(f"device {d}: overlapped units at ops {i} and before {end} share an op")
+            end = i + n
 
 
 def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool = True) -> Trace:
@@ -235,8 +310,10 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
     n_keys = 3 * S * m
     keys = (kinds * S + stages) * m + mbs
     is_f, is_b = kinds == 0, kinds == 1
-    dep1 = np.where(is_f, np.where(stages > 0, keys - m, n_keys), keys - S * m)
-    dep2 = np.where(is_b & (stages < S - 1), keys + m, n_keys)
+    first, last = _spans(schedule)
+    at_first, at_last = stages == first[mbs], stages == last[mbs]
+    dep1 = np.where(is_f, np.where(~at_first, keys - m, n_keys), keys - S * m)
+    dep2 = np.where(is_b & ~at_last, keys + m, n_keys)
     where = np.full(n_keys + 1, N + 1, dtype=np.int64)
     where[keys] = np.arange(N)
     where[n_keys] = N
@@ -254,13 +331,37 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
     if p2p:
         home = np.full(S, -1, dtype=np.int64)
         home[stages] = dev
-        from_prev = is_f & (stages > 0) & (home[np.maximum(stages - 1, 0)] != dev)
-        from_next = is_b & own_done & (stages < S - 1) & (home[np.minimum(stages + 1, S - 1)] != dev)
+        from_prev = is_f & ~at_first & (home[np.maximum(stages - 1, 0)] != dev)
+        from_next = is_b & own_done & ~at_last & (home[np.minimum(stages + 1, S - 1)] != dev)
         cross = from_prev | from_next
         lat_of = np.empty(2, dtype=object)
         lat_of[:] = [zero, p2p]
         lat = lat_of[cross.astype(np.int64)].tolist()
     dep_l = dep.tolist()
+    ulen: list[int] = []   # at a unit's first op, its op count; 0 elsewhere
+    if schedule.units:
+        if not validate:
+            _check_units(schedule)
+        ulen = [0] * N
+        j1_l = j1.tolist()
+        for d, units in enumerate(schedule.units):
+            for i, n in units:
+                k = offsets[d] + int(i)
+                inside = range(k, k + int(n))
+                for x in inside:
+                    # an op may not wait on another op of its unit; a B's own F may not be in it either
+                    if dep_l[x] in inside or (kinds[x] == 1 and j1_l[x] in inside and j1_l[x] != x):
+                        raise ModelcutError(f"device {d}: overlapped unit from op {fl.op(k)} holds {fl.op(x)} "
+                                            "and an op it depends on")
+                ulen[k] = int(n)
+                u = timing.unit_duration([dur[x] for x in inside], schedule.chunks)
+                if not 0 <= u < _INF:
+                    raise ModelcutError(f"overlapped unit from op {fl.op(k)}: duration must be finite and "
+                                        f"non-negative, got {u}")
+                for x in inside:
+                    dur[x] = u
+        if not p2p:
+            lat = [zero] * N
 
     # A device that waits is parked on the op it waits for, with that op's device; each
     # device knows the lowest op index anyone is parked on (``wake``) and wakes them
@@ -294,7 +395,35 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
     while work:
         d = pop()
         i, n, t, wk = ptr[d], stop[d], free[d], wake[d]
-        if p2p:
+        if ulen:
+            while i < n:
+                a = en[dep_l[i]] + lat[i]
+                c = ulen[i]
+                for x in range(i + 1, i + c):
+                    a2 = en[dep_l[x]] + lat[x]
+                    if a2 > a:
+                        a = a2
+                if a > t:
+                    if a == INF:
+                        break
+                    t = a
+                if c:  # an overlapped unit: same start, same end (dur holds the unit's)
+                    e = t + dur[i]
+                    for x in range(i, i + c):
+                        st[x] = t
+                        en[x] = e
+                        if x == wk:
+                            wk = wake_parked(d, x)
+                    t = e
+                    i += c
+                    continue
+                st[i] = t
+                t = t + dur[i]
+                en[i] = t
+                if i == wk:
+                    wk = wake_parked(d, i)
+                i += 1
+        elif p2p:
             while i < n:
                 a = en[dep_l[i]] + lat[i]
                 if a > t:
@@ -323,6 +452,8 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
         ptr[d], free[d], wake[d] = i, t, wk
         if i < n:  # park on the first input that has not arrived
             j = dep_l[i]
+            if ulen and ulen[i]:
+                j = next(dep_l[x] for x in range(i, i + ulen[i]) if en[dep_l[x]] == INF)
             o = owner[j]
             if o >= 0:
                 parked[o].append((j, d))
@@ -334,8 +465,9 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
         for d in range(P):
             i = ptr[d]
             if i < stop[d]:
-                missing = [_key_name(int(k), S, m) for k, j in ((dep1[i], j1[i]), (dep2[i], j2[i]))
-                           if en[j] == INF]
+                unit = range(i, i + ulen[i]) if ulen and ulen[i] else (i,)
+                missing = [_key_name(int(k), S, m) for x in unit for k, j in ((dep1[x], j1[x]), (dep2[x], j2[x]))
+                           if en[j] == INF and j not in unit]
                 blocked.append(f"device {d} at {fl.op(i)} waits for {', '.join(missing)}")
         raise DeadlockError("deadlock: " + "; ".join(blocked), blocked)
     starts = [st[offsets[d]:offsets[d + 1]] for d in range(P)]

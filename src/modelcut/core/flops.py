@@ -71,6 +71,29 @@ def attention_params(model: ModelSpec) -> int:
     return h * (q + 2 * kv) + q * h + ((q + 2 * kv) if qkv_bias else 0) + (h if model.bias else 0)
 
 
+def mla_attention_params(hidden: int, heads: int, q_lora_rank: int | None, kv_lora_rank: int,
+                         qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> int:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 §2.1.2; DeepSeek-V3, arXiv
+    2412.19437 §2.1.1), without biases: queries through a rank-``q_lora_rank`` bottleneck,
+    h·r_q + r_q + r_q·H·(d_nope + d_rope) (with no bottleneck, h·H·(d_nope + d_rope)); keys and
+    values from one compressed latent plus a shared RoPE key, h·(r_kv + d_rope) + r_kv
+    + r_kv·H·(d_nope + d_v); the output H·d_v·h. The r_q and r_kv terms are the two RMSNorms on
+    the latents. DeepSeek-V3 (h 7168, H 128, r_q 1536, r_kv 512, d_nope 128, d_rope 64, d_v 128):
+    187,107,328 per layer."""
+    h, H = hidden, heads
+    qk = qk_nope_head_dim + qk_rope_head_dim
+    q = (h * q_lora_rank + q_lora_rank + q_lora_rank * H * qk) if q_lora_rank else h * H * qk
+    kv = h * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank + kv_lora_rank * H * (qk_nope_head_dim + v_head_dim)
+    return q + kv + H * v_head_dim * h
+
+
+def mla_core_flops_per_pair(heads: int, qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> int:
+    """Forward FLOPs of MLA's attention core per (query, key) pair as trained (keys and values
+    up-projected per head): QKᵀ 2·H·(d_nope + d_rope) plus A·V 2·H·d_v. A multi-head layer of
+    head_dim d does 4·H·d, the term :func:`_layer_forward_flops_per_token` counts."""
+    return 2 * heads * (qk_nope_head_dim + qk_rope_head_dim) + 2 * heads * v_head_dim
+
+
 #: Earlier private names, kept for callers written against them.
 _norm_params = norm_params
 _mlp_params = mlp_params
@@ -84,15 +107,23 @@ def layer_params(model: ModelSpec, moe: bool, active: bool = False) -> int:
     """One transformer layer: attention, MLP (or experts and router), two norms.
 
     An MoE layer holds ``experts`` routed experts and ``shared_experts`` shared ones plus a
-    router (h·E); ``active`` counts only the top_k routed experts a token uses."""
+    router (:func:`router_params`); ``active`` counts only the top_k routed experts a token uses.
+    With one expert, top_k 1 and no shared expert an MoE layer is exactly a dense one."""
     p = attention_params(model) + 2 * norm_params(model)
     if moe:
         routed = model.top_k if active else model.experts
         p += (routed + model.shared_experts) * mlp_params(model, expert_width(model))
-        p += model.hidden * model.experts
+        p += router_params(model)
     else:
         p += mlp_params(model, model.ffn_hidden)
     return p
+
+
+def router_params(model: ModelSpec) -> int:
+    """The gating network of an MoE layer, one h × E linear layer without bias (GShard, Lepikhin
+    et al. 2020 §2.2; Switch Transformers, Fedus et al. 2021 §2.1); none with a single expert,
+    which needs no routing."""
+    return model.hidden * model.experts if model.experts > 1 else 0
 
 
 def moe_layer_count(model: ModelSpec) -> int:
@@ -128,7 +159,8 @@ def layer_matmul_params(model: ModelSpec, moe: bool) -> int:
     n_mat = 3 if model.gated_mlp else 2
     attn = 2 * h * q + 2 * h * kv
     if moe:
-        return attn + (model.top_k + model.shared_experts) * n_mat * h * expert_width(model) + h * model.experts
+        return (attn + (model.top_k + model.shared_experts) * n_mat * h * expert_width(model)
+                + router_params(model))
     return attn + n_mat * h * model.ffn_hidden
 
 

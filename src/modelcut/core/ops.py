@@ -43,6 +43,16 @@ class Schedule:
 
     ``orders[d]`` is device d's list. ``split_backward`` is true when the backward is
     split into B (input gradient) and W (weight gradient).
+
+    ``units[d]`` (optional) lists (i, n): ops i … i + n − 1 of device d's list run
+    overlapped as one unit (DualPipe's F&B, DeepSeek-V3 report §3.2.1: a forward chunk and
+    a backward chunk, with a split backward its B and W): they start together when the
+    device is free and every one has its inputs, and end together (the engine's
+    ``Timing.overlap`` gives the unit's duration).
+
+    ``spans`` (optional) gives each micro-batch's (first, last) stage: a micro-batch then
+    runs through those stages only (DualPipe's two directions, each through its own copy
+    of the stages). None: every micro-batch runs through all stages.
     """
 
     name: str
@@ -50,6 +60,12 @@ class Schedule:
     microbatches: int
     chunks: int
     orders: tuple[tuple[Op, ...], ...]
+    units: tuple[tuple[tuple[int, int], ...], ...] = ()
+    spans: tuple[tuple[int, int], ...] | None = None
+
+    def span(self, microbatch: int) -> tuple[int, int]:
+        """(first, last) stage micro-batch ``microbatch`` runs through."""
+        return self.spans[microbatch] if self.spans is not None else (0, self.stages - 1)
 
     @property
     def stages(self) -> int:

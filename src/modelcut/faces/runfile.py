@@ -10,6 +10,8 @@ kv_heads = 96
 vocab = 51200
 gated_mlp = false
 tied_embeddings = true
+# experts = 8            # mixture of experts: routed experts (1: dense), top_k, expert_ffn_hidden,
+# top_k = 2              # shared_experts, dense_layers (leading dense layers), capacity_factor
 [hardware]
 gpu = "a100-sxm4-80gb"   # a catalog name or alias
 gpus = 64                # must equal tp·cp·pp·dp
@@ -18,6 +20,9 @@ gpus_per_node = 8        # default: the hardware's
 tp = 8
 pp = 8
 dp = 1
+# ep = 8                 # expert parallelism (an MoE model; divides the experts and dp)
+# etp = 1                # expert tensor parallelism (default tp)
+# cp_kind = "allgather"  # or "ring": context parallelism's form (with cp > 1)
 [training]
 seq_len = 2048
 global_batch = 64        # sequences per step
@@ -36,6 +41,7 @@ from pathlib import Path
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.specs import Run
+from ..core.moe import check_moe_layout
 from ..core.stepmodel import check_run
 
 SECTIONS = ("model", "hardware", "layout", "training")
@@ -130,6 +136,7 @@ def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None) 
     run = Run(model=model, gpu=hw.name, layout=layout, training=training, gpus_per_node=gpn, name=where)
     try:
         check_run(run)
+        check_moe_layout(run.model, run.layout)
     except ModelcutError as exc:
         raise ModelcutError(f"{where}: {exc}") from None
     return run

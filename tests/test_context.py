@@ -1,0 +1,147 @@
+"""Sequence and context parallelism: collectives, the causal split, ring vs all-gather attention."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from modelcut import catalog
+from modelcut.core import comm, context
+from modelcut.core.errors import ModelcutError
+from modelcut.core.specs import ModelSpec
+
+LLAMA = catalog.model("llama3-405b")
+
+
+# ---------------------------------------------------------------- sequence parallelism
+
+@given(st.integers(1, 1024), st.floats(0, 1e12))
+def test_reduce_scatter_plus_all_gather_bytes_are_the_all_reduce_bytes(n, b):
+    rs_ag = comm.wire_bytes("reduce-scatter", n, b) + comm.wire_bytes("all-gather", n, b)
+    assert rs_ag == pytest.approx(comm.wire_bytes("all-reduce", n, b), rel=1e-12, abs=1e-9)
+
+
+@given(st.sampled_from([1, 2, 4, 8, 16]), st.floats(1, 1e10), st.floats(1e9, 1e12), st.floats(0, 1e-4))
+def test_sequence_parallel_keeps_bytes_and_time(t, b, bw, alpha):
+    plain, sp = context.tp_collectives(t, b, False), context.tp_collectives(t, b, True)
+    assert [k for k, _, _ in sp].count("all-gather") == 2 and [k for k, _, _ in sp].count("reduce-scatter") == 2
+    assert context.collectives_wire_bytes(sp) == pytest.approx(context.collectives_wire_bytes(plain), rel=1e-12)
+    assert context.collectives_time(sp, bw, alpha) == pytest.approx(context.collectives_time(plain, bw, alpha),
+                                                                     rel=1e-12)
+
+
+def test_wire_bytes_errors():
+    with pytest.raises(ModelcutError, match="unknown collective"):
+        comm.wire_bytes("broadcast", 4, 1.0)
+    assert comm.wire_bytes("p2p", 4, 10.0) == 10.0
+
+
+# ---------------------------------------------------------------- the causal split
+
+def test_llama3_chunks():
+    """Llama 3 §3.3.2: 2·cp chunks, rank i takes chunks i and 2·cp − 1 − i."""
+    assert context.causal_chunks(4) == ((0, 7), (1, 6), (2, 5), (3, 4))
+    assert context.causal_chunks(4, balanced=False) == ((0,), (1,), (2,), (3,))
+
+
+@given(st.integers(1, 16), st.integers(1, 64))
+def test_load_balanced_split_equalises_causal_work(cp, n):
+    s = 2 * cp * n
+    pairs = context.causal_pairs(s, cp)
+    assert len(set(pairs)) == 1
+    assert pairs[0] == n * n * (2 * cp - 1) + n * (n + 1)
+    assert sum(pairs) == s * (s + 1) // 2
+    assert context.causal_imbalance(s, cp) == 1.0
+
+
+@given(st.integers(2, 16), st.integers(1, 64))
+def test_naive_split_loads_the_last_rank(cp, N):
+    s = cp * N
+    pairs = context.causal_pairs(s, cp, balanced=False)
+    assert sum(pairs) == s * (s + 1) // 2
+    assert list(pairs) == sorted(pairs) and pairs[-1] > pairs[0]
+    assert context.causal_imbalance(s, cp, False) == pytest.approx((N * (2 * cp - 1) + 1) / (cp * N + 1))
+
+
+def test_split_needs_divisible_sequences():
+    with pytest.raises(ModelcutError, match="multiple of 2·cp"):
+        context.causal_pairs(100, 16)
+
+
+# ---------------------------------------------------------------- ring vs all-gather
+
+def _both(bw, rate, cp=16, seq=131072, t=8, model=LLAMA, alpha=0.0):
+    kw = dict(micro_batch=1, seq=seq, cp=cp, bw=bw, attention_flops_per_s=rate, t=t, alpha=alpha)
+    return context.cp_attention(model, kind="ring", **kw), context.cp_attention(model, kind="allgather", **kw)
+
+
+@given(st.sampled_from([2, 4, 8, 16]), st.floats(1e9, 1e12), st.floats(1e12, 1e15), st.floats(0, 1e-5))
+def test_ring_and_allgather_agree_on_flops_and_bytes_and_differ_in_exposure(cp, bw, rate, alpha):
+    ring, ag = _both(bw, rate, cp=cp, seq=8192 * cp, alpha=alpha)
+    assert ring.flops_fwd == ag.flops_fwd and ring.flops_bwd == ag.flops_bwd
+    assert ring.wire_fwd_bytes == pytest.approx(ag.wire_fwd_bytes)        # (cp − 1) blocks either way
+    assert ag.exposed_fwd_s == pytest.approx(ag.comm_fwd_s)               # all of it, in the critical path
+    assert ring.exposed_fwd_s <= ag.exposed_fwd_s * (1 + 1e-12)           # ring hides what compute covers
+    assert ring.kv_kept_bytes * cp == pytest.approx(ag.kv_kept_bytes)     # all-gather keeps the whole K, V
+
+
+def test_ring_hides_the_transfer_when_a_block_computes_longer():
+    """Llama 3 405B at 128K over cp 16 on 50 GB/s: a block (4 MiB of K, V per tp rank) takes 84 µs to
+    send and far longer to attend to, so the ring exposes only the last dK, dV hop; the all-gather
+    exposes its whole all-gather and reduce-scatter."""
+    ring, ag = _both(50e9, 400e12)
+    blk = context.block_bytes(LLAMA, 1, 131072, 16, 8)
+    assert blk == 131072 / 16 * 2 * 128 * 2
+    step = min(context.block_pairs(131072, 16, i, j) for i in range(16) for j in range(16)) \
+        * context.attention_flops_per_pair(LLAMA, 8) / 400e12
+    assert step > blk / 50e9                                            # compute per block beats its transfer
+    assert ring.exposed_fwd_s == 0
+    assert ring.exposed_bwd_s == pytest.approx(blk / 50e9)              # dK, dV home
+    assert ag.exposed_fwd_s == pytest.approx(15 * blk / 50e9)
+    assert ag.exposed_s > 10 * ring.exposed_s
+
+
+def test_ring_exposes_the_transfer_when_compute_is_short():
+    ring, ag = _both(1e9, 1e19)
+    blk = context.block_bytes(LLAMA, 1, 131072, 16, 8)
+    assert ring.exposed_fwd_s == pytest.approx(15 * blk / 1e9, rel=1e-3)
+    assert ring.exposed_fwd_s == pytest.approx(ag.exposed_fwd_s, rel=1e-3)
+    # the backward ring carries K, V and their gradients: more bytes than the reduce-scatter
+    assert ring.wire_bwd_bytes > ag.wire_bwd_bytes and ring.exposed_bwd_s > ag.exposed_bwd_s
+
+
+def test_balanced_ring_steps_are_half_blocks():
+    """With the balanced split every off-diagonal ring step is exactly half a full block's pairs."""
+    s, cp = 4096, 8
+    n = s // (2 * cp)
+    full = (2 * n) ** 2
+    for i in range(cp):
+        for j in range(cp):
+            if i != j:
+                assert context.block_pairs(s, cp, i, j) == full // 2
+
+
+def test_kv_width_with_more_ranks_than_kv_heads():
+    assert context.kv_width_per_rank(LLAMA, 8) == 128          # 8 KV heads of 128 over 8 ranks
+    assert context.kv_width_per_rank(LLAMA, 16) == 128         # one head each, replicated
+    mha = ModelSpec(name="m", layers=1, hidden=1024, ffn_hidden=4096, heads=8, kv_heads=8, vocab=10)
+    assert context.kv_width_per_rank(mha, 2) == 512
+
+
+def test_seed_cp_term_is_the_allgather_form():
+    """The seed model's Llama 3 128K context-parallel time per layer and micro-batch is this module's
+    all-gather form: one all-gather forward, one reduce-scatter backward."""
+    pr = catalog.published_run("llama3-405b-128k-16384")
+    L, tr = pr.run.layout, pr.run.training
+    h100 = catalog.hardware("h100")
+    bw = comm.group_bandwidth(L, "cp", h100, 8)
+    ag = context.cp_attention(LLAMA, micro_batch=1, seq=tr.seq_len, cp=L.cp, kind=L.cp_kind, bw=bw,
+                              attention_flops_per_s=1e15, t=L.tp)
+    kv_bytes = tr.seq_len * 2 * 128 * 2
+    assert ag.comm_fwd_s + ag.comm_bwd_s == pytest.approx(2 * comm.all_gather(16, kv_bytes, bw))
+
+
+@pytest.mark.parametrize("kw,msg", [(dict(kind="spiral"), "cp_kind"), (dict(cp=0), "cp"),
+                                    (dict(attention_flops_per_s=0), "FLOP rate"), (dict(bw=0), "bandwidth")])
+def test_bad_arguments(kw, msg):
+    args = dict(micro_batch=1, seq=4096, cp=4, kind="ring", bw=1e9, attention_flops_per_s=1e12) | kw
+    with pytest.raises(ModelcutError, match=msg):
+        context.cp_attention(LLAMA, **args)

@@ -1,0 +1,266 @@
+"""Mixture of experts: active-parameter FLOPs, expert GEMMs under ep/etp, the all-to-alls, the
+catalog's MoE models and their Hugging Face configs."""
+
+import json
+from dataclasses import fields, replace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from modelcut import catalog
+from modelcut.catalog.hf_config import mla_equivalent_shape
+from modelcut.core import comm, flops, memory, moe
+from modelcut.core.errors import ModelcutError
+from modelcut.core.specs import Layout, ModelSpec
+from modelcut.faces.runfile import run_from_dict
+
+MOE_MODELS = ("mixtral-8x7b", "deepseek-v3", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b")
+
+
+def dense(h=64, f=256, gated=True, bias=False, heads=4, kv=2):
+    return ModelSpec(name="d", layers=4, hidden=h, ffn_hidden=f, heads=heads, kv_heads=kv, vocab=1000,
+                     gated_mlp=gated, bias=bias, norm="rmsnorm" if gated else "layernorm")
+
+
+def shapes(gemms):
+    return [(g.m, g.n, g.k, g.count) for g in gemms]
+
+
+# ---------------------------------------------------------------- E = 1 is the dense model
+
+@given(st.sampled_from([32, 64, 128]), st.integers(1, 16), st.booleans(), st.booleans(),
+       st.sampled_from([1, 2, 4]), st.integers(1, 4096))
+def test_one_expert_is_the_dense_layer_exactly(h, f_mult, gated, bias, tp, tokens):
+    m = dense(h=h, f=8 * f_mult * tp, gated=gated, bias=bias)
+    one = replace(m, experts=1, top_k=1, expert_ffn_hidden=m.ffn_hidden)
+    assert flops.layer_params(one, True) == flops.layer_params(m, False)
+    assert flops.layer_params(one, True, active=True) == flops.layer_params(m, False)
+    assert flops.layer_matmul_params(one, True) == flops.layer_matmul_params(m, False)
+    assert shapes(moe.moe_gemms(one, tokens, tp=tp, ep=1)) == shapes(moe.dense_mlp_gemms(m, tokens, tp))
+    c = moe.moe_comm(one, tokens, ep=1, link_bw=1e11, net_bw=1e10, tp=tp, etp=1)
+    assert c.forward_s == 0 and c.wire_bytes_fwd == 0
+
+
+def test_one_expert_model_predicts_as_the_dense_model():
+    """A model declaring one expert (top-1, expert width = ffn) is not an MoE model anywhere."""
+    from modelcut.core.stepmodel import predict
+    pr = catalog.published_run("megatron-18.4b")
+    m = pr.run.model
+    one = replace(pr.run, model=replace(m, experts=1, top_k=1, expert_ffn_hidden=m.ffn_hidden))
+    hw = catalog.hardware(pr.run.gpu)
+    assert predict(one, hw).as_dict() == predict(pr.run, hw).as_dict()
+    assert flops.param_count(one.model) == flops.param_count(m)
+
+
+# ---------------------------------------------------------------- active parameters and FLOPs
+
+@pytest.mark.parametrize("name,total,active", [
+    ("mixtral-8x7b", 46.7e9, 12.9e9),       # Mixtral blog / model card: 46.7B, 12.9B active
+    ("deepseek-v3", 671e9, 37e9),           # arXiv 2412.19437 §1: 671B, 37B activated
+    ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9),   # Qwen1.5-MoE blog: 14.3B, 2.7B activated
+    ("qwen3-30b-a3b", 30.5e9, 3.3e9),       # Qwen3 report: 30.5B, 3.3B activated
+])
+def test_published_parameter_counts(name, total, active):
+    m = catalog.model(name)
+    assert flops.param_count(m) == pytest.approx(total, rel=0.01)
+    assert flops.param_count(m, active=True) == pytest.approx(active, rel=0.02)
+
+
+@pytest.mark.parametrize("name", MOE_MODELS)
+def test_balanced_expert_work_is_the_active_parameter_flops(name):
+    """Summed over the ep ranks, balanced dropless routing executes 2 FLOPs per active MLP weight per
+    token (router + top_k routed + shared experts): the active-parameter count of :mod:`flops`."""
+    m = catalog.model(name)
+    tokens, tp = 4096, 2
+    ep = max(d for d in (1, 2, 4, 8) if m.experts % d == 0)
+    per_device = moe.gemm_flops(moe.moe_gemms(m, tokens, tp=tp, ep=ep))
+    attn = flops.layer_matmul_params(m, False) - (3 if m.gated_mlp else 2) * m.hidden * m.ffn_hidden
+    mlp_active = flops.layer_matmul_params(m, True) - attn
+    shared = m.shared_experts * 3 * m.hidden * flops.expert_width(m)
+    # routed experts and router are spread over the tp ranks (each routes tokens/tp); shared experts are cut by tp
+    routed = (mlp_active - shared) * 2 * tokens / tp
+    assert per_device == pytest.approx(routed + 2 * tokens * shared / tp, rel=1e-12)
+
+
+def test_imbalance_and_capacity():
+    m = catalog.model("mixtral-8x7b")
+    T = 1000
+    assert moe.routed_rows(m, T) == 2 * T
+    assert moe.routed_rows(m, T, imbalance=1.5) == 3 * T
+    # a capacity factor pads every expert to C·mean whatever the imbalance
+    assert moe.routed_rows(m, T, imbalance=1.5, capacity_factor=1.25) == 2.5 * T
+    assert moe.routed_rows(replace(m, capacity_factor=2.0), T, imbalance=3.0) == 4 * T
+    kw = dict(ep=8, link_bw=450e9, net_bw=50e9, local=1, tp=1)
+    base = moe.moe_comm(m, T, **kw)
+    skew = moe.moe_comm(m, T, imbalance=2.0, **kw)
+    assert skew.dispatch_s == pytest.approx(2 * base.dispatch_s)
+    busy = moe.gemm_flops(moe.moe_gemms(m, T, ep=8, imbalance=2.0))
+    router = 2 * T * m.experts * m.hidden
+    assert busy - router == pytest.approx(2 * (moe.gemm_flops(moe.moe_gemms(m, T, ep=8)) - router))
+    with pytest.raises(ModelcutError, match="imbalance"):
+        moe.routed_rows(m, T, imbalance=0.5)
+
+
+def test_expert_gemm_shapes_under_ep_and_etp():
+    """DeepSeek-V3 with ep 64: 4 local experts per device, each [rows/4, 7168] × [7168, 2·2048]; with
+    etp 2 half as wide and twice the rows (the etp group all-gathers what it received)."""
+    m = catalog.model("deepseek-v3")
+    T = 4096
+    g = {x.name: x for x in moe.moe_gemms(m, T, ep=64)}
+    assert (g["expert up"].m, g["expert up"].n, g["expert up"].k, g["expert up"].count) == (T * 8 / 4, 4096, 7168, 4)
+    assert (g["expert down"].n, g["expert down"].k) == (7168, 2048)
+    assert (g["router"].m, g["router"].n) == (T, 256)
+    assert g["shared expert up"].m == T and g["shared expert up"].n == 4096
+    g2 = {x.name: x for x in moe.moe_gemms(m, T, ep=64, etp=2)}
+    assert g2["expert up"].n == 2048 and g2["expert up"].m == 2 * g["expert up"].m
+    assert g2["expert up"].flops == pytest.approx(g["expert up"].flops)
+
+
+# ---------------------------------------------------------------- all-to-all
+
+@given(st.sampled_from([2, 4, 8, 16, 64]), st.floats(1, 1e9), st.floats(1e9, 1e12), st.floats(1e8, 1e11))
+def test_two_level_all_to_all_limits(n, b, link, net):
+    assert comm.all_to_all_two_level(n, b, 1, link, net) == pytest.approx(comm.all_to_all(n, b, net))
+    assert comm.all_to_all_two_level(n, b, n, link, net) == pytest.approx(comm.all_to_all(n, b, link))
+    mid = comm.all_to_all_two_level(n, b, max(1, n // 2), link, min(net, link))
+    assert mid <= comm.all_to_all(n, b, min(net, link)) + 1e-15
+
+
+def test_a2a_bytes_and_the_four_per_layer():
+    """Dispatch and combine each move T·top_k·h BF16 values per rank; the backward mirrors the forward."""
+    m = catalog.model("deepseek-v3")
+    tokens, tp = 4096, 1
+    c = moe.moe_comm(m, tokens, ep=64, link_bw=450e9, net_bw=50e9, local=8)
+    nbytes = tokens * 8 * 7168 * 2
+    assert moe.a2a_bytes(m, tokens) == nbytes
+    assert c.wire_bytes_fwd == pytest.approx(2 * 63 / 64 * nbytes)
+    assert c.dispatch_s == pytest.approx(max(7 / 64 * nbytes / 450e9, 56 / 64 * nbytes / 50e9))
+    assert c.backward_s == c.forward_s == c.dispatch_s + c.combine_s
+    fp8 = moe.moe_comm(m, tokens, ep=64, link_bw=450e9, net_bw=50e9, local=8, dispatch_bytes=1)
+    assert fp8.dispatch_s == pytest.approx(c.dispatch_s / 2) and fp8.combine_s == c.combine_s
+    etp = moe.moe_comm(m, tokens, ep=64, link_bw=450e9, net_bw=50e9, local=8, tp=2, etp=2)
+    assert etp.etp_s > 0 and etp.dispatch_s == pytest.approx(c.dispatch_s / 2)
+
+
+def test_ep_members_in_a_node_follow_the_order():
+    """ep is carved from the innermost data-parallel ranks: with pp inside dp (the default order) a
+    DeepSeek-V3-shaped layout puts every ep member on its own node; with pp outermost (Megatron-LM's
+    tp-cp-ep-dp-pp) eight share a node."""
+    default = Layout(pp=16, dp=128, ep=64)
+    megatron = Layout(pp=16, dp=128, ep=64, order=("tp", "cp", "dp", "pp"))
+    assert comm.group_members_in_node(default, "ep", 8) == 1
+    assert comm.group_members_in_node(megatron, "ep", 8) == 8
+    assert comm.group_members_in_node(Layout(tp=8, dp=4), "tp", 8) == 8
+
+
+# ---------------------------------------------------------------- weights
+
+@pytest.mark.parametrize("name,tp,ep,etp", [("deepseek-v3", 1, 64, None), ("mixtral-8x7b", 2, 4, 1),
+                                            ("qwen1.5-moe-a2.7b", 2, 2, 2)])
+def test_expert_sharding_matches_memory(name, tp, ep, etp):
+    m = catalog.model(name)
+    lay = Layout(tp=tp, pp=1, dp=2 * ep, ep=ep, etp=etp)
+    sh = moe.expert_sharding(m, lay)
+    assert sh.local_experts * ep == m.experts
+    assert sh.params_per_layer == pytest.approx(memory.layer_params(m, tp, True, ep, etp)[1])
+    assert sh.data_parallel == tp * 2 * ep // (ep * (etp or tp))
+    expert, rest = moe.expert_param_counts(m)
+    assert expert + rest == flops.param_count(m)
+    assert expert == pytest.approx(flops.moe_layer_count(m) * sh.params_per_layer * ep * (etp or tp))
+
+
+@pytest.mark.parametrize("layout,msg", [
+    (Layout(dp=8, ep=3), "must divide the experts"),
+    (Layout(dp=4, ep=8), "must divide dp"),
+    (Layout(tp=3, dp=8, ep=8), "must divide expert_ffn_hidden"),
+])
+def test_bad_expert_layouts(layout, msg):
+    with pytest.raises(ModelcutError, match=msg):
+        moe.check_moe_layout(catalog.model("mixtral-8x7b"), layout)
+    with pytest.raises(ModelcutError, match="needs a mixture-of-experts model"):
+        moe.check_moe_layout(catalog.model("llama3-8b"), Layout(dp=8, ep=2))
+
+
+# ---------------------------------------------------------------- catalog and Hugging Face configs
+
+@pytest.mark.parametrize("file,name", [("mixtral-8x7b", "mixtral-8x7b"), ("deepseek-v3", "deepseek-v3"),
+                                       ("qwen1.5-moe-a2.7b", "qwen1.5-moe-a2.7b"), ("qwen3-30b-a3b", "qwen3-30b-a3b")])
+def test_hf_configs_give_the_catalog_entries(file, name):
+    got, want = catalog.load_hf_config(f"tests/data/hf/{file}.json"), catalog.model(name)
+    for f in fields(want):
+        if f.name not in ("name", "source"):
+            assert getattr(got, f.name) == getattr(want, f.name), f.name
+
+
+def test_deepseek_fields():
+    m = catalog.model("deepseek-v3")
+    assert (m.layers, m.experts, m.top_k, m.shared_experts, m.dense_layers, m.expert_ffn_hidden) == (61, 256, 8, 1, 3, 2048)
+    assert flops.moe_layer_count(m) == 58
+
+
+def test_mla_stand_in_holds_mla_weights():
+    """DeepSeek-V3's latent attention (q rank 1536, kv rank 512, 128 + 64 qk, 128 v per head): the
+    stand-in GQA shape holds its projection weights to 0.1 %; its attention core is the part it
+    under-counts (60 %), as the catalog documents."""
+    mla = flops.mla_attention_params(7168, 128, 1536, 512, 128, 64, 128)
+    kv, d = mla_equivalent_shape(7168, 128, 1536, 512, 128, 64, 128)
+    m = catalog.model("deepseek-v3")
+    assert (kv, d) == (m.kv_heads, m.head_dim)
+    assert flops.attention_params(m) == pytest.approx(mla, rel=1e-3)
+    core = flops.mla_core_flops_per_pair(128, 128, 64, 128)
+    assert 4 * m.heads * m.head_dim / core == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"decoder_sparse_step": 2}, "decoder_sparse_step"),
+    ({"mlp_only_layers": [3]}, "not the leading layers"),
+    ({"shared_expert_intermediate_size": 1000}, "not a multiple"),
+])
+def test_qwen_moe_config_limits(change, msg):
+    cfg = json.loads(open("tests/data/hf/qwen1.5-moe-a2.7b.json").read()) | change
+    with pytest.raises(ModelcutError, match=msg):
+        catalog.model_from_hf_config(cfg)
+
+
+def test_qwen_leading_dense_layers_and_deepseek_freq():
+    cfg = json.loads(open("tests/data/hf/qwen1.5-moe-a2.7b.json").read()) | {"mlp_only_layers": [0, 1]}
+    assert catalog.model_from_hf_config(cfg).dense_layers == 2
+    ds = json.loads(open("tests/data/hf/deepseek-v3.json").read())
+    with pytest.raises(ModelcutError, match="moe_layer_freq"):
+        catalog.model_from_hf_config(ds | {"moe_layer_freq": 2})
+    with pytest.raises(ModelcutError, match="missing 'kv_lora_rank'"):
+        catalog.model_from_hf_config({k: v for k, v in ds.items() if k != "kv_lora_rank"})
+
+
+# ---------------------------------------------------------------- RUN.toml
+
+def _doc(**model):
+    return {"model": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000, "gated_mlp": True, **model},
+            "hardware": {"gpu": "h100", "gpus": 16},
+            "layout": {"tp": 2, "pp": 1, "dp": 8, "ep": 4, "etp": 1, "cp_kind": "ring", "sequence_parallel": True},
+            "training": {"seq_len": 1024, "global_batch": 16}}
+
+
+def test_runfile_moe_fields():
+    run = run_from_dict(_doc(experts=8, top_k=2, expert_ffn_hidden=512, shared_experts=1, dense_layers=1,
+                             capacity_factor=1.25))
+    m, L = run.model, run.layout
+    assert (m.experts, m.top_k, m.expert_ffn_hidden, m.shared_experts, m.dense_layers, m.capacity_factor) == \
+        (8, 2, 512, 1, 1, 1.25)
+    assert (L.ep, L.etp, L.cp_kind) == (4, 1, "ring")
+
+
+@pytest.mark.parametrize("model,msg", [
+    ({"experts": 8, "top_k": 2, "capacity_factor": 0}, "capacity_factor must be a positive number"),
+    ({"experts": 8, "top_k": 2, "capacity_factor": "x"}, "capacity_factor"),
+    ({"experts": 8, "top_k": 9}, "top_k"),
+    ({"experts": 8, "top_k": 2, "expert_ffn_hidden": 511}, "must divide expert_ffn_hidden"),
+    ({"experts": 6, "top_k": 2}, "must divide the experts"),
+    ({"experts": 8, "shared_experts": -1}, "shared_experts"),
+])
+def test_runfile_moe_errors(model, msg):
+    doc = _doc(**model)
+    if "expert_ffn_hidden" in model:
+        doc["layout"]["etp"] = 2
+    with pytest.raises(ModelcutError, match=msg):
+        run_from_dict(doc)
