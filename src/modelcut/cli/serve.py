@@ -1,0 +1,53 @@
+"""``modelcut serve``: the local web app (pipeline animation, layout explorer, published runs)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import typer
+
+from ..core.errors import ModelcutError
+from . import app
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (loopback unless told otherwise)"),
+    port: int = typer.Option(8000, "--port", help="TCP port (0 picks a free one)", min=0, max=65535),
+) -> None:
+    """Start the web app: pipeline animation, layout explorer and published runs. Needs no network."""
+    import uvicorn
+
+    from ..web.app import create_app
+
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise ModelcutError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+    sock = socket.socket(info[0], socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(info[4])
+    except OSError as exc:
+        sock.close()
+        raise ModelcutError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"modelcut: serving on http://{shown}:{bound}/  (Ctrl-C to stop)", flush=True)
+    if not _loopback(host):
+        print("modelcut: note: listening beyond loopback; other machines can reach this server", flush=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()

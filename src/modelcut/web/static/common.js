@@ -1,0 +1,121 @@
+/* Helpers shared by the explorer and published-runs pages: JSON calls, number formats, SVG bars. */
+(function (root) {
+  'use strict';
+  const SVG = 'http://www.w3.org/2000/svg';
+
+  /** Time terms of the systems model's breakdown, in the order they stack. */
+  const TIME_TERMS = [
+    ['compute_s', 'compute', '#4e79a7'],
+    ['tp_s', 'tensor parallel', '#f28e2b'],
+    ['cp_s', 'context parallel', '#edc948'],
+    ['a2a_s', 'expert all-to-all', '#e15759'],
+    ['p2p_s', 'pipeline send', '#76b7b2'],
+    ['bubble_s', 'bubble', '#b9bdc7'],
+    ['dp_s', 'data parallel', '#b07aa1'],
+  ];
+  const MEMORY_TERMS = [
+    ['weights_bytes', 'weights', '#4e79a7'],
+    ['gradients_bytes', 'gradients', '#59a14f'],
+    ['optimizer_bytes', 'optimizer states', '#9c755f'],
+    ['activations_bytes', 'activations', '#f28e2b'],
+    ['buffers_bytes', 'buffers allowance', '#b9bdc7'],
+  ];
+
+  async function api(method, url, body) {
+    const opts = {method, headers: {}};
+    if (body instanceof FormData) opts.body = body;
+    else if (body !== undefined) {
+      opts.headers['Content-Type'] = 'application/json';
+      opts.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await fetch(url, opts);
+    } catch (e) {
+      throw new Error(`could not reach the server (${e.message})`);
+    }
+    const data = await res.json().catch(() => null);
+    if (!res.ok) {
+      const msg = data && typeof data.detail === 'string' ? data.detail : `the server answered ${res.status}`;
+      throw new Error(msg);
+    }
+    return data;
+  }
+
+  function fmt(x, digits) {
+    if (x === null || x === undefined || Number.isNaN(x)) return '—';
+    const d = digits === undefined ? 2 : digits;
+    return x.toLocaleString('en-US', {maximumFractionDigits: d, minimumFractionDigits: 0});
+  }
+  function fixed(x, d) { return x === null || x === undefined ? '—' : x.toFixed(d); }
+  function gb(bytes) { return (bytes / 1e9).toFixed(1) + ' GB'; }
+  function seconds(s) {
+    if (s === null || s === undefined) return '—';
+    if (s >= 10) return s.toFixed(2) + ' s';
+    if (s >= 0.01) return s.toFixed(3) + ' s';
+    return (s * 1000).toFixed(2) + ' ms';
+  }
+
+  function h(tag, attrs, children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'text') e.textContent = v;
+      else if (k === 'class') e.className = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? '' : v);
+    }
+    for (const c of [].concat(children || [])) if (c !== null && c !== undefined) e.append(c);
+    return e;
+  }
+
+  function s(tag, attrs, children) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === 'text') e.textContent = v;
+      else e.setAttribute(k, v);
+    }
+    for (const c of [].concat(children || [])) if (c) e.append(c);
+    return e;
+  }
+
+  /** A horizontal stacked bar (SVG) of `terms` ([key, label, colour]) from `values`, scaled so
+   *  `scale` fills `width`; `marks` are vertical lines [value, colour, dash, label]. */
+  function stackedBar(values, terms, scale, width, height, marks) {
+    const svg = s('svg', {width, height, viewBox: `0 0 ${width} ${height}`, role: 'img', class: 'bar'});
+    let x = 0;
+    const parts = [];
+    for (const [key, label, colour] of terms) {
+      const v = values[key] || 0;
+      if (v <= 0) continue;
+      const w = scale > 0 ? v / scale * width : 0;
+      const r = s('rect', {x: x.toFixed(2), y: 2, width: Math.max(w, 0).toFixed(2), height: height - 4, fill: colour});
+      r.append(s('title', {text: `${label}: ${values.__fmt ? values.__fmt(v) : fmt(v, 3)}`}));
+      svg.append(r);
+      parts.push(`${label} ${values.__fmt ? values.__fmt(v) : fmt(v, 3)}`);
+      x += w;
+    }
+    for (const [v, colour, dash, label] of marks || []) {
+      const mx = Math.min(width - 1, scale > 0 ? v / scale * width : 0);
+      const ln = s('line', {x1: mx, x2: mx, y1: 0, y2: height, stroke: colour, 'stroke-width': 2,
+                            'stroke-dasharray': dash || ''});
+      ln.append(s('title', {text: label}));
+      svg.append(ln);
+    }
+    svg.setAttribute('aria-label', parts.join(', '));
+    return svg;
+  }
+
+  function legend(terms, extra) {
+    const box = h('div', {class: 'legend-inline'});
+    for (const [, label, colour] of terms) {
+      const sw = h('span', {class: 'mc-swatch'});
+      sw.style.background = colour;
+      box.append(h('span', {}, [sw, label]));
+    }
+    for (const x of extra || []) box.append(x);
+    return box;
+  }
+
+  root.MC = {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, TIME_TERMS, MEMORY_TERMS};
+})(window);

@@ -1,0 +1,333 @@
+/* The layout explorer: POST /api/explore, ranked layouts with time and memory bars, one picked
+ * layout's device mesh (POST /api/mesh) and a link that animates its pipeline on the pipeline page. */
+(function () {
+  'use strict';
+  const {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, TIME_TERMS, MEMORY_TERMS} = window.MC;
+  const $ = (id) => document.getElementById(id);
+  const UPLOAD = '__upload__';
+  const DEFAULTS = {model: 'llama3-8b', gpu: 'h100-sxm5-80gb', gpus: '64', seq: '8192', tokens: '4M', top: '20'};
+  let hfConfig = null;
+  let last = null;
+  let hardware = {};
+
+  function showError(msg) { $('error').textContent = msg || ''; }
+
+  function termLabel(key) {
+    for (const t of [...TIME_TERMS, ...MEMORY_TERMS]) if (t[0] === key) return t[1];
+    return key;
+  }
+
+  function layoutName(x) {
+    return `tp ${x.tp} · cp ${x.cp} · pp ${x.pp} · dp ${x.dp}`;
+  }
+  function scheduleName(x) { return x.vpp > 1 ? `${x.schedule}, v = ${x.vpp}` : x.schedule; }
+
+  function readForm() {
+    const body = {gpu: $('gpu').value};
+    if ($('model').value === UPLOAD) body.hf_config = hfConfig;
+    else body.model = $('model').value;
+    const ints = {gpus: 'GPUs', seq: 'Sequence', top: 'Show top'};
+    for (const [k, label] of Object.entries(ints)) {
+      const x = Number($(k).value);
+      if (!Number.isInteger(x) || x < 1) throw new Error(`${label}: a whole number of 1 or more`);
+      body[k] = x;
+    }
+    const tok = $('tokens').value.trim();
+    body.global_batch_tokens = /^\d+$/.test(tok) ? Number(tok) : tok;
+    const scheds = [...document.querySelectorAll('input[name=schedule]:checked')].map((e) => e.value);
+    if (!scheds.length) throw new Error('choose at least one schedule');
+    body.schedules = scheds;
+    body.allow_tp_across_nodes = $('across').checked;
+    return body;
+  }
+
+  function writeUrl(body) {
+    const q = new URLSearchParams();
+    if (body.model) q.set('model', body.model);
+    q.set('gpu', body.gpu);
+    q.set('gpus', body.gpus);
+    q.set('seq', body.seq);
+    q.set('tokens', String(body.global_batch_tokens));
+    q.set('top', body.top);
+    q.set('schedules', body.schedules.join(','));
+    if (body.allow_tp_across_nodes) q.set('across', '1');
+    history.replaceState(null, '', location.pathname + '?' + q.toString());
+  }
+
+  function readUrl() {
+    const q = new URLSearchParams(location.search);
+    const st = Object.assign({}, DEFAULTS);
+    for (const k of Object.keys(DEFAULTS)) if (q.get(k)) st[k] = q.get(k);
+    st.schedules = q.get('schedules') ? q.get('schedules').split(',') : null;
+    st.across = q.get('across') === '1';
+    return st;
+  }
+
+  async function search() {
+    let body;
+    try { body = readForm(); } catch (e) { showError(e.message); return; }
+    showError('');
+    if (body.model) writeUrl(body);
+    $('go').disabled = true;
+    $('go').textContent = 'Searching…';
+    $('table-wrap').classList.add('busy');
+    const t0 = performance.now();
+    try {
+      const ans = await api('POST', '/api/explore', body);
+      last = ans;
+      render(ans, (performance.now() - t0) / 1000);
+    } catch (e) {
+      showError(e.message);
+    } finally {
+      $('go').disabled = false;
+      $('go').textContent = 'Explore layouts';
+      $('table-wrap').classList.remove('busy');
+    }
+  }
+
+  function render(ans, secs) {
+    const sum = ans.summary;
+    const hw = ans.hardware;
+    $('summary').textContent = '';
+    $('summary').append(
+      h('p', {}, [h('strong', {text: `${fmt(sum.ranked, 0)} layouts fit`}),
+        ` of ${fmt(sum.space, 0)} covered (${fmt(sum.structures, 0)} shapes × recomputation × ZeRO stage), `
+        + `searched in ${secs.toFixed(1)} s.`]),
+      h('p', {text: `Memory limit ${gb(sum.limit_bytes)}: ${hw.name}'s ${gb(sum.capacity_bytes)} less a `
+        + `${fmt(sum.margin * 100, 1)} % margin. Model: ${ans.model.name}, ${ans.model.layers} layers.`}));
+    for (const n of ans.notes) $('summary').append(h('p', {class: 'muted', text: n}));
+    $('title').textContent = `${ans.model.name} on ${fmt(sum.gpus, 0)} × ${hw.name}: layouts that fit, fastest first`;
+    renderWhy(ans);
+    $('legends').textContent = '';
+    const cap = h('span', {}, [h('span', {class: 'mc-swatch limit-mark'}), 'memory limit']);
+    $('legends').append(
+      h('div', {class: 'small muted', text: 'Time per step:'}), legend(TIME_TERMS.filter(([k]) => ans.layouts.some((x) => x.breakdown && x.breakdown[k] > 0))),
+      h('div', {class: 'small muted', text: 'Memory of the fullest device:'}), legend(MEMORY_TERMS, [cap]));
+    renderTable(ans);
+    $('detail').textContent = '';
+    if (ans.layouts.length) pick(0);
+  }
+
+  function renderWhy(ans) {
+    const el = $('why');
+    el.textContent = '';
+    if (!ans.layouts.length) {
+      el.textContent = 'No layout fits: try more GPUs, a shorter sequence or a smaller batch.';
+      return;
+    }
+    const best = ans.layouts[0];
+    el.append(h('strong', {text: `Best: ${layoutName(best)}, ${scheduleName(best)}, micro-batch ${best.micro_batch}, `
+      + `recompute ${best.recompute}, ZeRO ${best.zero}`}),
+      ` — ${seconds(best.step_time_s)} per step, ${fmt(best.tflops_per_gpu, 0)} TFLOP/s per GPU, `
+      + `MFU ${fixed(best.mfu * 100, 1)} %.`);
+    if (ans.why) {
+      const w = ans.why;
+      const gap = w.step_time_s[1] - w.step_time_s[0];
+      const terms = w.time_terms.filter((t) => Math.abs(t.difference) > 1e-9).slice(0, 2)
+        .map((t) => `${seconds(Math.abs(t.difference))} ${t.difference > 0 ? 'more' : 'less'} ${termLabel(t.term)}`);
+      const knobs = Object.entries(w.knobs).map(([k, [a, b]]) => `${k.replace('_', '-')} ${b} instead of ${a}`);
+      const other = `the runner-up (${knobs.join(', ') || 'same knobs'})`;
+      if (gap <= 1e-9 * Math.max(1, w.step_time_s[0])) {
+        el.append(h('br'), `It ties with ${other} on step time and needs less memory.`);
+      } else {
+        el.append(h('br'), `It beats ${other} by ${seconds(gap)} per step`
+          + (terms.length ? `; the runner-up spends ${terms.join(' and ')}.` : '.'));
+      }
+    }
+  }
+
+  function renderTable(ans) {
+    const table = $('layouts');
+    table.textContent = '';
+    const head = h('tr', {}, [['#'], ['tp·cp·pp·dp', 'tensor · context · pipeline · data parallel'], ['Schedule'], ['v', 'chunks per device'],
+      ['b', 'micro-batch, sequences'], ['Recompute'], ['ZeRO'], ['Step'], ['TFLOP/s', 'per GPU'], ['Time per step'],
+      ['Memory', 'the fullest device against the memory limit']]
+      .map(([t, title]) => h('th', {scope: 'col', text: t, title,
+        class: ['tp·cp·pp·dp', 'Schedule', 'Recompute'].includes(t) ? 'left' : null})));
+    table.append(h('thead', {}, head));
+    const tbody = h('tbody');
+    const maxT = Math.max(...ans.layouts.map((x) => x.step_time_s), 1e-9);
+    const capacity = ans.summary.capacity_bytes;
+    ans.layouts.forEach((x, i) => {
+      const tb = Object.assign({__fmt: seconds}, x.breakdown);
+      const mem = Object.assign({__fmt: gb}, x.memory);
+      const tr = h('tr', {'data-rank': x.rank, tabindex: 0, onclick: () => pick(i),
+                         onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { pick(i); e.preventDefault(); } }}, [
+        h('td', {text: String(x.rank)}),
+        h('td', {class: 'left', text: `${x.tp}·${x.cp}·${x.pp}·${x.dp}`}),
+        h('td', {class: 'left', text: x.schedule}),
+        h('td', {text: String(x.vpp)}),
+        h('td', {text: String(x.micro_batch)}),
+        h('td', {class: 'left', text: x.recompute}),
+        h('td', {text: String(x.zero)}),
+        h('td', {text: seconds(x.step_time_s)}),
+        h('td', {text: fmt(x.tflops_per_gpu, 0)}),
+        h('td', {class: 'bars-cell'}, cell(stackedBar(tb, TIME_TERMS, maxT, 120, 18))),
+        h('td', {class: 'bars-cell'}, cell(stackedBar(mem, MEMORY_TERMS, capacity, 100, 18,
+          [[ans.summary.limit_bytes, '#1f2430', '3 2', `limit ${gb(ans.summary.limit_bytes)}`]]))),
+      ]);
+      tbody.append(tr);
+    });
+    table.append(tbody);
+  }
+
+  async function pick(i) {
+    const ans = last;
+    const x = ans.layouts[i];
+    for (const tr of $('layouts').querySelectorAll('tbody tr')) tr.classList.toggle('picked', Number(tr.dataset.rank) === x.rank);
+    const d = $('detail');
+    d.textContent = '';
+    d.append(h('h2', {text: `Layout #${x.rank}: ${layoutName(x)}, ${scheduleName(x)}`}));
+    const grid = h('div', {class: 'detail-grid'});
+    // Time.
+    const tcol = h('div', {}, [h('h3', {text: `Time per step: ${seconds(x.step_time_s)}`})]);
+    const tb = Object.assign({__fmt: seconds}, x.breakdown);
+    tcol.append(wide(stackedBar(tb, TIME_TERMS, x.step_time_s, 420, 24)));
+    const kv = h('div', {class: 'kv'});
+    for (const [k, label, colour] of TIME_TERMS) {
+      const v = x.breakdown[k] || 0;
+      if (v <= 0) continue;
+      const sw = h('span', {class: 'mc-swatch'}); sw.style.background = colour;
+      kv.append(h('span', {}, [sw, ' ', label]), h('span', {class: 'num', text: seconds(v)}),
+        h('span', {class: 'muted', text: `${fixed(v / x.step_time_s * 100, 1)} %`}));
+    }
+    tcol.append(kv, h('p', {class: 'small muted', text: `${x.microbatches} micro-batches of ${x.micro_batch} sequence(s) `
+      + `per pipeline; ${fmt(x.tflops_per_gpu, 0)} TFLOP/s per GPU, MFU ${fixed(x.mfu * 100, 1)} %.`}));
+    // Memory.
+    const mcol = h('div', {}, [h('h3', {text: `Memory: ${gb(x.memory.peak_bytes)} on the fullest device (stage ${x.memory.peak_stage})`})]);
+    const mem = Object.assign({__fmt: gb}, x.memory);
+    mcol.append(wide(stackedBar(mem, MEMORY_TERMS, ans.summary.capacity_bytes, 420, 24,
+      [[ans.summary.limit_bytes, '#1f2430', '3 2', `limit ${gb(ans.summary.limit_bytes)}`]])));
+    const mkv = h('div', {class: 'kv'});
+    for (const [k, label, colour] of MEMORY_TERMS) {
+      const sw = h('span', {class: 'mc-swatch'}); sw.style.background = colour;
+      mkv.append(h('span', {}, [sw, ' ', label]), h('span', {class: 'num', text: gb(x.memory[k] || 0)}),
+        h('span', {class: 'muted', text: `${fixed((x.memory[k] || 0) / ans.summary.capacity_bytes * 100, 1)} % of ${gb(ans.summary.capacity_bytes)}`}));
+    }
+    mcol.append(mkv, stageColumns(x.memory.stages_total_bytes, ans.summary.capacity_bytes, ans.summary.limit_bytes));
+    grid.append(tcol, mcol);
+    d.append(grid);
+    // Pipeline link.
+    const actions = h('div', {class: 'actions'});
+    if (x.pp > 1) {
+      const q = new URLSearchParams({schedule: x.schedule, devices: x.pp, microbatches: x.microbatches, chunks: x.vpp});
+      actions.append(h('a', {class: 'button primary', href: '/?' + q.toString(), 'data-testid': 'animate',
+        text: `Animate its pipeline: ${x.schedule}, p = ${x.pp}, m = ${x.microbatches}, v = ${x.vpp} \u2192`}),
+        h('span', {class: 'small muted', text: 'uniform stages, F : B = 1 : 2'}));
+    } else {
+      actions.append(h('span', {class: 'muted', text: 'No pipeline in this layout (pp = 1).'}));
+    }
+    d.append(actions);
+    // Mesh.
+    const meshBox = h('section', {}, [h('h3', {text: 'Device mesh'}), h('p', {class: 'muted small', text: 'loading…'})]);
+    d.append(meshBox);
+    try {
+      const gpn = (hardware[ans.hardware.name] || ans.hardware).per_node;
+      const mesh = await api('POST', '/api/mesh', {tp: x.tp, cp: x.cp, pp: x.pp, dp: x.dp, gpus_per_node: gpn});
+      if (last !== ans) return;
+      renderMesh(meshBox, mesh);
+    } catch (e) {
+      meshBox.lastChild.textContent = e.message;
+    }
+  }
+
+  /** A table bar that grows with its column (at least its drawn width). */
+  function cell(svg) {
+    svg.style.minWidth = svg.getAttribute('width') + 'px';
+    return wide(svg, 'cellbar');
+  }
+
+  /** A bar that fills its column (stretched horizontally only). */
+  function wide(svg, cls) {
+    svg.setAttribute('preserveAspectRatio', 'none');
+    svg.removeAttribute('width');
+    svg.classList.add(cls || 'wide');
+    return svg;
+  }
+
+  function stageColumns(totals, capacity, limit) {
+    const n = totals.length;
+    const W = 420, H = 96, pad = 4;
+    const bw = Math.max(2, Math.min(36, (W - pad * 2) / n - 3));
+    const svg = s('svg', {viewBox: `0 0 ${W} ${H + 18}`, role: 'img', class: 'fill',
+                          'aria-label': 'memory of each pipeline stage against the limit'});
+    const y = (v) => H - v / capacity * (H - 18);
+    totals.forEach((v, i) => {
+      const x = pad + i * (bw + 3);
+      const r = s('rect', {x, y: y(v), width: bw, height: H - y(v), fill: '#4a5a7a'});
+      r.append(s('title', {text: `stage ${i}: ${gb(v)}`}));
+      svg.append(r);
+    });
+    svg.append(s('line', {x1: 0, x2: W, y1: y(limit), y2: y(limit), stroke: '#1f2430', 'stroke-dasharray': '3 2'}));
+    svg.append(s('text', {x: W - 2, y: y(limit) - 3, 'text-anchor': 'end', 'font-size': 12, fill: '#1f2430',
+                          text: `limit ${gb(limit)}`}));
+    svg.append(s('text', {x: 2, y: H + 14, 'font-size': 12, fill: '#5b6170',
+                          text: `each pipeline stage's device, stage 0 to ${n - 1}`}));
+    return h('div', {class: 'chart'}, svg);
+  }
+
+  function renderMesh(box, m) {
+    box.textContent = '';
+    box.append(h('h3', {text: `Device mesh: ${fmt(m.world, 0)} GPUs in ${fmt(m.nodes, 0)} node${m.nodes === 1 ? '' : 's'} of ${m.gpus_per_node}, `
+      + `rank order ${m.order.join(', ')} (innermost first)`}));
+    const dims = h('div', {class: 'dims'});
+    const where = {inside: 'inside a node', across: 'across nodes', mixed: 'partly across nodes'};
+    for (const [dim, how] of Object.entries(m.dims)) {
+      const g = m.groups.find((x) => x.dim === dim);
+      dims.append(h('span', {class: `dim ${how}`, text: `${dim} ${g ? g.size : ''}: ${where[how] || how}`}));
+    }
+    if (!Object.keys(m.dims).length) dims.append(h('span', {class: 'dim inside', text: 'one GPU: nothing to split'}));
+    box.append(dims);
+    box.append(h('p', {class: 'small muted', text: `Node ${m.node} holds ranks ${m.node_ranks[0].rank}–`
+      + `${m.node_ranks[m.node_ranks.length - 1].rank}; each GPU's coordinates:`}));
+    const node = h('div', {class: 'node', 'data-testid': 'mesh'});
+    for (const r of m.node_ranks) {
+      node.append(h('div', {class: 'gpu'}, [h('strong', {text: `GPU ${r.rank % m.gpus_per_node} · rank ${r.rank}`}),
+        `tp ${r.tp} · cp ${r.cp}`, h('br'), `pp ${r.pp} · dp ${r.dp}`]));
+    }
+    box.append(node);
+  }
+
+  async function upload(file) {
+    if (!file) return;
+    showError('');
+    const fd = new FormData();
+    fd.append('file', file, file.name);
+    try {
+      const ans = await api('POST', '/api/upload-config', fd);
+      hfConfig = ans.hf_config;
+      let opt = $('model').querySelector(`option[value="${UPLOAD}"]`);
+      if (!opt) { opt = h('option', {value: UPLOAD}); $('model').prepend(opt); }
+      opt.textContent = `uploaded: ${ans.model.name} (${ans.model.layers} layers)`;
+      $('model').value = UPLOAD;
+      search();
+    } catch (e) {
+      showError(`${file.name}: ${e.message}`);
+      $('config').value = '';
+    }
+  }
+
+  async function start() {
+    const st = readUrl();
+    try {
+      const cat = await api('GET', '/api/catalog');
+      for (const m of cat.models) $('model').append(h('option', {value: m.name, text: m.name}));
+      for (const hw of cat.hardware) {
+        hardware[hw.name] = hw;
+        $('gpu').append(h('option', {value: hw.name, text: `${hw.name} (${Math.round(hw.mem_bytes / 1e9)} GB)`}));
+      }
+    } catch (e) { showError(`could not load the catalog: ${e.message}`); }
+    if ([...$('model').options].some((o) => o.value === st.model)) $('model').value = st.model;
+    if ([...$('gpu').options].some((o) => o.value === st.gpu)) $('gpu').value = st.gpu;
+    $('gpus').value = st.gpus; $('seq').value = st.seq; $('tokens').value = st.tokens; $('top').value = st.top;
+    if (st.schedules) {
+      for (const e of document.querySelectorAll('input[name=schedule]')) e.checked = st.schedules.includes(e.value);
+    }
+    $('across').checked = st.across;
+    $('search').addEventListener('submit', (e) => { e.preventDefault(); search(); });
+    $('config').addEventListener('change', () => upload($('config').files[0]));
+    search();
+  }
+
+  start();
+})();

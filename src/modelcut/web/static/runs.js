@@ -1,0 +1,159 @@
+/* The published-runs page: GET /api/runs, a plot of predicted against published TFLOP/s per GPU
+ * (one row per run, so no label overlaps another) and the validation table. */
+(function () {
+  'use strict';
+  const {api, fmt, fixed, seconds, h, s, stackedBar, legend, TIME_TERMS} = window.MC;
+  const $ = (id) => document.getElementById(id);
+  // The table's scroll box: the legend goes above it.
+  const FAMILY = {megatron: '#4e79a7', llama3: '#e15759', zero3: '#59a14f'};
+  const OTHER = ['#b07aa1', '#f28e2b', '#76b7b2', '#9c755f'];
+  let data = null;
+
+  function colour(fam) {
+    if (!FAMILY[fam]) FAMILY[fam] = OTHER[Object.keys(FAMILY).length % OTHER.length];
+    return FAMILY[fam];
+  }
+
+  function niceStep(span, n) {
+    const raw = span / n, p = Math.pow(10, Math.floor(Math.log10(raw))), r = raw / p;
+    return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * p;
+  }
+
+  function plot() {
+    const box = $('plot');
+    box.textContent = '';
+    if (!data) return;
+    const rows = data.runs;
+    const W = Math.max(560, box.clientWidth || 900);
+    // Type follows the page's size (larger on projectors, see style.css).
+    const k = (parseFloat(getComputedStyle(document.documentElement).fontSize) || 16) / 16;
+    const fs = Math.round(13 * k);
+    const rowH = Math.round(28 * k), top = Math.round(40 * k), bottom = Math.round(44 * k);
+    const left = Math.round(230 * k), right = Math.round(120 * k);
+    const H = top + rows.length * rowH + bottom;
+    const vals = rows.flatMap((r) => [r.published_tflops, r.predicted_tflops]);
+    const step = niceStep(Math.max(...vals) - Math.min(...vals) || 1, 6);
+    const lo = Math.floor(Math.min(...vals) * 0.95 / step) * step;
+    const hi = Math.ceil(Math.max(...vals) * 1.03 / step) * step;
+    const x = (v) => left + (v - lo) / (hi - lo) * (W - left - right);
+    const svg = s('svg', {width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img',
+                          'aria-label': 'Predicted against published TFLOP/s per GPU for each run'});
+    // Grid and axis.
+    for (let v = lo; v <= hi + step * 1e-9; v += step) {
+      svg.append(s('line', {x1: x(v), x2: x(v), y1: top - 6, y2: H - bottom + 4, stroke: '#e3e5ea'}));
+      svg.append(s('text', {x: x(v), y: H - bottom + Math.round(20 * k), 'text-anchor': 'middle', 'font-size': fs, fill: '#5b6170',
+                            text: fmt(v, 0)}));
+    }
+    svg.append(s('text', {x: (left + W - right) / 2, y: H - 8, 'text-anchor': 'middle', 'font-size': fs,
+                          fill: '#1f2430', text: 'TFLOP/s per GPU'}));
+    svg.append(s('text', {x: W - right + 12, y: top - 14, 'font-size': fs, fill: '#5b6170', text: 'error'}));
+    // Legend (top left).
+    const ly = Math.round(16 * k);
+    const items = [['ring', 'published'], ['dot', 'predicted (colour: family)'],
+                   ...[...new Set(rows.map((r) => r.family))].map((f) => ['fam', f])];
+    let lx = left + 8;
+    for (const [kind, label] of items) {
+      if (kind === 'ring') svg.append(s('circle', {cx: lx, cy: ly, r: 6, fill: 'none', stroke: '#1f2430', 'stroke-width': 2}));
+      else if (kind === 'dot') svg.append(s('circle', {cx: lx, cy: ly, r: 6, fill: '#5b6170'}));
+      else svg.append(s('rect', {x: lx - 6, y: ly - 6, width: 12, height: 12, rx: 2, fill: colour(label)}));
+      const t = s('text', {x: lx + 12, y: ly + Math.round(5 * k), 'font-size': fs, fill: '#1f2430', text: label});
+      svg.append(t);
+      lx += 12 + 24 + label.length * fs * 0.58;
+    }
+    rows.forEach((r, i) => {
+      const y = top + i * rowH + rowH / 2;
+      if (i % 2 === 0) svg.append(s('rect', {x: 0, y: y - rowH / 2, width: W, height: rowH, fill: '#f7f8fb'}));
+      svg.append(s('text', {x: left - 14, y: y + 5, 'text-anchor': 'end', 'font-size': fs, fill: '#1f2430',
+                            text: r.id}));
+      const g = s('g', {'data-run': r.id});
+      g.append(s('title', {text: `${r.id}: published ${fmt(r.published_tflops, 1)}, predicted `
+        + `${fmt(r.predicted_tflops, 1)} TFLOP/s per GPU (${r.fitted ? 'fitted' : fixed(r.error_pct, 1) + ' %'})`}));
+      g.append(s('line', {x1: x(r.published_tflops), x2: x(r.predicted_tflops), y1: y, y2: y,
+                          stroke: '#9aa0ad', 'stroke-width': 3}));
+      g.append(s('circle', {cx: x(r.predicted_tflops), cy: y, r: 6.5, fill: colour(r.family)}));
+      g.append(s('circle', {cx: x(r.published_tflops), cy: y, r: 7, fill: 'none', stroke: '#1f2430', 'stroke-width': 2}));
+      svg.append(g);
+      svg.append(s('text', {x: W - right + 12, y: y + 5, 'font-size': fs,
+                            fill: r.fitted ? '#5b6170' : '#1f2430',
+                            text: r.fitted ? 'fitted (η)' : `${r.error_pct > 0 ? '+' : '−'}${fixed(Math.abs(r.error_pct), 1)} %`}));
+    });
+    box.append(svg);
+  }
+
+  function table() {
+    const t = $('runs');
+    t.textContent = '';
+    t.append(h('thead', {}, h('tr', {}, [['Run'], ['GPUs'], ['tp·cp·pp·dp', 'tensor · context · pipeline · data parallel'],
+      ['Schedule'], ['Published', 'TFLOP/s per GPU, as the source reports it'], ['Predicted', 'TFLOP/s per GPU'],
+      ['Error'], ['Step', 'predicted step time'], ['Where the step goes', 'shares of the predicted step time']]
+      .map(([x, title]) => h('th', {scope: 'col', text: x, title, class: x === 'Schedule' ? 'left' : null})))));
+    const body = h('tbody');
+    for (const r of data.runs) {
+      const L = r.layout;
+      const err = r.fitted ? h('td', {class: 'muted', text: 'fitted'})
+        : h('td', {class: r.error_pct < 0 ? 'neg' : 'pos', text: `${r.error_pct > 0 ? '+' : '−'}${fixed(Math.abs(r.error_pct), 1)} %`});
+      body.append(h('tr', {title: `${r.model} on ${r.gpu}. ${r.source}` + (r.notes ? ` — ${r.notes}` : '')}, [
+        h('td', {text: r.id}),
+        h('td', {text: fmt(r.gpus, 0)}),
+        h('td', {text: `${L.tp}·${L.cp}·${L.pp}·${L.dp}`}),
+        h('td', {class: 'left', text: L.vpp > 1 ? `${L.schedule}, v = ${L.vpp}` : L.schedule}),
+        h('td', {text: fmt(r.published_tflops, 1)}), h('td', {text: fmt(r.predicted_tflops, 1)}), err,
+        h('td', {text: seconds(r.step_time_s)}),
+        h('td', {class: 'bars-cell'}, stackedBar(Object.assign({__fmt: seconds}, r.breakdown), TIME_TERMS, r.step_time_s, 200, 16)),
+      ]));
+    }
+    t.append(body);
+    t.parentElement.before(legend(TIME_TERMS));
+    const box = $('sources');
+    box.textContent = '';
+    const det = h('details', {}, [h('summary', {text: `Sources and accelerators (${data.runs.length} runs)`})]);
+    const ul = h('ul');
+    for (const r of data.runs) {
+      ul.append(h('li', {text: `${r.id}: ${r.model} on ${fmt(r.gpus, 0)} × ${r.gpu}. ${r.source}`
+        + (r.notes ? ` (${r.notes})` : '')}));
+    }
+    det.append(ul);
+    box.append(det);
+  }
+
+  function summary() {
+    const sm = data.summary;
+    const fams = Object.entries(sm.max_error_pct).map(([f, e]) => `${f} ${fixed(e, 1)} %`).join(', ');
+    $('summary').textContent = '';
+    $('summary').append(h('strong', {text: `η = ${fixed(data.eta, 3)}`}),
+      ` fitted on ${data.calibration}; every other row is a prediction (${sm.predicted} runs). Largest error: ${fams}; `
+      + `mean ${fixed(sm.mean_abs_error_pct, 1)} %. Every prediction low: ${sm.all_low ? 'yes' : 'no'}.`);
+  }
+
+  async function load() {
+    $('error').textContent = '';
+    const q = new URLSearchParams({set: $('set').value, mode: $('mode').value});
+    history.replaceState(null, '', location.pathname + '?' + q.toString());
+    try {
+      data = await api('GET', '/api/runs?' + q.toString());
+      summary();
+      plot();
+      for (const e of document.querySelectorAll('.legend-inline')) e.remove();
+      table();
+    } catch (e) {
+      $('error').textContent = e.message;
+    }
+  }
+
+  const q = new URLSearchParams(location.search);
+  if (q.get('set')) $('set').value = q.get('set') === 'all' ? 'all' : 'deck';
+  api('GET', '/api/catalog').then((cat) => {
+    const sel = $('mode');
+    const want = q.get('mode') || sel.value;
+    sel.textContent = '';
+    for (const m of cat.modes) sel.append(h('option', {value: m, text: m}));
+    if (cat.modes.includes(want) && want !== 'seed') { sel.value = want; load(); }
+  }).catch(() => {});
+  $('set').addEventListener('change', load);
+  $('mode').addEventListener('change', load);
+  let w = 0;
+  if (window.ResizeObserver) {
+    new ResizeObserver(() => { const nw = $('plot').clientWidth; if (nw !== w) { w = nw; plot(); } }).observe($('plot'));
+  }
+  load();
+})();

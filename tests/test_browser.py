@@ -1,0 +1,340 @@
+"""The pages in a real browser: Debian's Chromium, headless, driven by Playwright.
+
+The app runs in a thread on a free loopback port. Each test loads a page, works its controls
+and checks what it shows against the JSON API; screenshots go to artifacts/screenshots/
+(git-ignored), at 1280×800 and at a projector's 1920×1080.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def server():
+    import uvicorn
+
+    from modelcut.web.app import create_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    th = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    th.join(timeout=10)
+    sock.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; make test does it)")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.errors = errors
+    yield pg
+    ctx.close()
+
+
+def shot(pg, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def api(server, path, body=None):
+    if body is None:
+        return httpx.get(server + path, timeout=60).json()
+    return httpx.post(server + path, json=body, timeout=60).json()
+
+
+def time_now(pg) -> float:
+    return float(pg.get_attribute("#player", "data-t"))
+
+
+# Text boxes of every visible text node and SVG <text>, and the pairs that overlap.
+OVERLAPS = """() => {
+  const boxes = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const n = walker.currentNode;
+    if (!n.textContent.trim()) continue;
+    const el = n.parentElement;
+    if (!el || el.closest('option, script, style, title, .mc-tip, details:not([open]) > :not(summary)')) continue;
+    const st = getComputedStyle(el);
+    if (st.visibility === 'hidden' || st.display === 'none') continue;
+    // The part of the text a scrolling box lets through.
+    let clip = {left: -1e9, top: -1e9, right: 1e9, bottom: 1e9};
+    for (let a = el; a && a !== document.body; a = a.parentElement) {
+      const o = getComputedStyle(a);
+      if (o.overflowX !== 'visible' || o.overflowY !== 'visible') {
+        const c = a.getBoundingClientRect();
+        clip = {left: Math.max(clip.left, c.left), top: Math.max(clip.top, c.top),
+                right: Math.min(clip.right, c.right), bottom: Math.min(clip.bottom, c.bottom)};
+      }
+    }
+    const range = document.createRange();
+    range.selectNodeContents(n);
+    for (const r of range.getClientRects()) {
+      const v = {left: Math.max(r.left, clip.left), top: Math.max(r.top, clip.top),
+                 right: Math.min(r.right, clip.right), bottom: Math.min(r.bottom, clip.bottom)};
+      if (v.right - v.left > 1 && v.bottom - v.top > 1) boxes.push([v, n.textContent.trim()]);
+    }
+  }
+  const out = [];
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const [a, ta] = boxes[i], [b, tb] = boxes[j];
+    const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+    const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+    if (w > 2 && h > 3) out.push(ta + ' | ' + tb);
+  }
+  return {count: boxes.length, overlaps: out};
+}"""
+
+
+def assert_no_overlapping_text(pg):
+    res = pg.evaluate(OVERLAPS)
+    assert res["count"] > 20
+    assert not res["overlaps"], res["overlaps"][:5]
+
+
+def canvas_ink(pg, selector: str) -> int:
+    """How many pixels of a canvas are drawn (not transparent)."""
+    return pg.evaluate("""(sel) => {
+      const c = document.querySelector(sel);
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+      return n;
+    }""", selector)
+
+
+# --- the pipeline page ----------------------------------------------------------------------------
+
+def test_landing_page_shows_the_timeline_and_the_api_s_bubble(server, page):
+    page.goto(server + "/?schedule=interleaved&devices=4&microbatches=8&chunks=2")
+    page.wait_for_selector("[data-testid=bubble]")
+    ans = api(server, "/api/simulate", {"schedule": "interleaved", "devices": 4, "microbatches": 8, "chunks": 2})
+    assert ans["bubble"] == 0.1875
+    assert float(page.get_attribute("[data-testid=bubble]", "data-value")) == ans["bubble"]
+    assert page.inner_text("[data-testid=bubble]") == "0.1875"
+    assert float(page.get_attribute("[data-testid=bubble-closed]", "data-value")) == ans["closed_form_bubble"]
+    box = page.locator("canvas[data-testid=timeline]").bounding_box()
+    assert box["width"] > 600 and box["height"] > 4 * 30
+    page.focus("#player")
+    page.keyboard.press("End")  # stop the opening animation at the end of the step
+    assert time_now(page) == ans["makespan"]
+    assert canvas_ink(page, "canvas[data-testid=timeline]") > 50_000
+    assert canvas_ink(page, "canvas[data-testid=memory]") > 10_000
+    legend = page.inner_text("[data-testid=legend]")
+    assert "idle" in legend and "Micro-batch" in legend and "forward" in legend
+    assert not page.errors
+    shot(page, "pipeline-1280x800")
+    assert_no_overlapping_text(page)
+
+
+def test_the_animation_advances_pauses_steps_and_scrubs(server, page):
+    page.goto(server + "/?schedule=1f1b&devices=4&microbatches=8")
+    page.wait_for_selector("[data-testid=bubble]")
+    t0 = time_now(page)
+    page.wait_for_timeout(600)
+    t1 = time_now(page)
+    assert t1 > t0, "autoplay advances simulated time"
+    assert page.get_attribute("#player", "data-playing") == "true"
+    page.click("[data-testid=play]")
+    paused = time_now(page)
+    page.wait_for_timeout(300)
+    assert time_now(page) == paused and page.get_attribute("#player", "data-playing") == "false"
+    ans = api(server, "/api/simulate", {"schedule": "1f1b", "devices": 4, "microbatches": 8})
+    events = sorted({0.0, *(o["start"] for o in ans["ops"]), *(o["end"] for o in ans["ops"])})
+    page.click("text=Step ›")
+    assert time_now(page) == min(e for e in events if e > paused + 1e-9)
+    page.click("text=« Start")
+    assert time_now(page) == 0
+    page.fill(".mc-scrub", "500")  # half way
+    assert time_now(page) == pytest.approx(ans["makespan"] / 2, rel=1e-3)
+    page.select_option(".mc-speed", "4")
+    page.click("[data-testid=play]")
+    page.wait_for_timeout(400)
+    assert time_now(page) > ans["makespan"] / 2
+    assert re.search(r"[?&]speed=4", page.url)
+
+
+def test_changing_inputs_resimulates_and_the_url_reproduces_the_view(server, page):
+    page.goto(server + "/")
+    page.wait_for_selector("[data-testid=bubble]")
+    page.select_option("#schedule", "1f1b")
+    assert page.is_disabled("#chunks")
+    page.fill("#devices", "8")
+    page.fill("#microbatches", "16")
+    page.fill("#ratio", "1:3")
+    page.fill("#p2p", "0.1")
+    ans = api(server, "/api/simulate", {"schedule": "1f1b", "devices": 8, "microbatches": 16, "forward": 1,
+                                        "backward": 3, "p2p": 0.1})
+    page.wait_for_function("v => document.querySelector('[data-testid=bubble]').dataset.value == v",
+                           arg=str(ans["bubble"]))
+    assert "—" in page.inner_text("[data-testid=bubble-closed]")  # sends cost time: no closed form
+    assert page.inner_text("#title").startswith("1f1b · p = 8 devices · m = 16")
+    url = page.url
+    for part in ("schedule=1f1b", "devices=8", "microbatches=16", "forward=1", "backward=3", "p2p=0.1"):
+        assert part in url
+    page.goto(url)
+    page.wait_for_selector("[data-testid=bubble]")
+    assert page.get_attribute("[data-testid=bubble]", "data-value") == str(ans["bubble"])
+    assert page.input_value("#ratio") == "1:3"
+    page.select_option("#schedule", "zbv")
+    page.fill("#ratio", "1:1:1")
+    zbv = api(server, "/api/simulate", {"schedule": "zbv", "devices": 8, "microbatches": 16, "forward": 1,
+                                        "backward": 1, "weight": 1, "p2p": 0.1})
+    page.wait_for_function("v => document.querySelector('[data-testid=bubble]').dataset.value == v",
+                           arg=str(zbv["bubble"]))
+    assert "weight gradient" in page.inner_text("[data-testid=legend]")
+    assert not page.errors
+
+
+def test_bad_and_oversize_inputs_show_the_server_s_message(server, page):
+    page.goto(server + "/?schedule=1f1b&devices=4&microbatches=8")
+    page.wait_for_selector("[data-testid=bubble]")
+    page.fill("#ratio", "1:two")
+    page.wait_for_selector("[data-testid=error]:not(:empty)")
+    assert "ratio" in page.inner_text("[data-testid=error]")
+    page.fill("#ratio", "1:2")
+    page.wait_for_selector("[data-testid=error]:empty", state="attached")
+    page.fill("#devices", "1000")
+    page.fill("#microbatches", "1000")
+    page.wait_for_function("() => document.querySelector('[data-testid=error]').textContent.includes('limit')")
+    assert "1,000,000 ops" in page.inner_text("[data-testid=error]")
+
+
+def test_projector_view_is_readable(server, browser):
+    ctx = browser.new_context(viewport={"width": 1920, "height": 1080})
+    pg = ctx.new_page()
+    pg.goto(server + "/?schedule=interleaved&devices=4&microbatches=8&chunks=2&t=1000")
+    pg.wait_for_selector("[data-testid=bubble]")
+    pg.wait_for_timeout(200)
+    size = pg.evaluate("parseFloat(getComputedStyle(document.documentElement).fontSize)")
+    assert size >= 18  # larger type on big screens
+    shot(pg, "pipeline-1920x1080")
+    assert_no_overlapping_text(pg)
+    ctx.close()
+
+
+# --- the explorer and the published runs ----------------------------------------------------------
+
+EXPLORE = {"model": "gpt-1.7b", "gpu": "a100-sxm4-80gb", "gpus": 8, "seq": 2048, "global_batch_tokens": 131072,
+           "top": 20, "schedules": ["1f1b", "interleaved", "zb-h1", "zbv"], "allow_tp_across_nodes": False}
+
+
+def test_explorer_lists_layouts_and_animates_the_picked_one(server, page):
+    page.goto(server + "/explorer?model=gpt-1.7b&gpu=a100-sxm4-80gb&gpus=8&seq=2048&tokens=131072&top=20")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    ans = api(server, "/api/explore", EXPLORE)
+    rows = page.locator("[data-testid=layouts] tbody tr")
+    assert rows.count() == len(ans["layouts"]) > 1
+    first = ans["layouts"][0]
+    assert f"{first['tp']}·{first['cp']}·{first['pp']}·{first['dp']}" in rows.nth(0).inner_text()
+    gap = ans["why"]["step_time_s"][1] - ans["why"]["step_time_s"][0]
+    assert ("beats the runner-up" if gap > 1e-9 else "ties with the runner-up") in page.inner_text("#why")
+    shot(page, "explorer-1280x800")
+    assert_no_overlapping_text(page)
+    # Pick a layout with a pipeline, see its mesh, animate it.
+    k = next(i for i, x in enumerate(ans["layouts"]) if x["pp"] > 1)
+    pick = ans["layouts"][k]
+    rows.nth(k).click()
+    page.wait_for_selector("[data-testid=mesh] .gpu")
+    assert page.locator("[data-testid=mesh] .gpu").count() == 8  # one node of eight A100s
+    page.click("[data-testid=animate]")
+    page.wait_for_selector("[data-testid=bubble]")
+    assert f"schedule={pick['schedule']}" in page.url and f"devices={pick['pp']}" in page.url
+    sim = api(server, "/api/simulate", {"schedule": pick["schedule"], "devices": pick["pp"],
+                                        "microbatches": pick["microbatches"], "chunks": pick["vpp"]})
+    assert page.get_attribute("[data-testid=bubble]", "data-value") == str(sim["bubble"])
+    assert not page.errors
+
+
+def test_explorer_reads_an_uploaded_config_and_refuses_a_bad_one(server, page, tmp_path):
+    page.goto(server + "/explorer?model=gpt-1.7b&gpu=a100-sxm4-80gb&gpus=8&seq=2048&tokens=131072")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    bad = tmp_path / "config.json"
+    bad.write_text('{"architectures": ["BertModel"]}')
+    page.set_input_files("#config", str(bad))
+    page.wait_for_selector("[data-testid=error]:not(:empty)")
+    assert "unknown architecture 'BertModel'" in page.inner_text("[data-testid=error]")
+    good = tmp_path / "small.json"
+    good.write_text('{"architectures": ["LlamaForCausalLM"], "_name_or_path": "tiny-llama", "hidden_size": 1024, '
+                    '"num_hidden_layers": 8, '
+                    '"num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 4096, '
+                    '"vocab_size": 32000}')
+    page.set_input_files("#config", str(good))
+    page.wait_for_function("() => document.querySelector('#title').textContent.startsWith('tiny-llama on 8 ×')")
+    assert page.locator("[data-testid=layouts] tbody tr").count() >= 1
+    assert page.locator("#model option:checked").inner_text() == "uploaded: tiny-llama (8 layers)"
+
+
+def test_published_runs_page_plots_the_validation_table(server, page):
+    page.goto(server + "/runs")
+    page.wait_for_selector("[data-testid=runs] tbody tr")
+    ans = api(server, "/api/runs")
+    assert page.locator("[data-testid=runs] tbody tr").count() == len(ans["runs"])
+    assert page.locator("[data-testid=plot] svg g[data-run]").count() == len(ans["runs"])
+    worst = max((r for r in ans["runs"] if not r["fitted"]), key=lambda r: abs(r["error_pct"]))
+    assert f"{abs(worst['error_pct']):.1f} %" in page.inner_text("[data-testid=plot]")
+    shot(page, "runs-1280x800")
+    assert_no_overlapping_text(page)
+    assert not page.errors
+
+
+# --- the offline export ---------------------------------------------------------------------------
+
+def test_offline_export_plays_without_a_server(browser, tmp_path):
+    from modelcut.cli import main
+
+    out = tmp_path / "zbv.html"
+    assert main(["simulate", "-s", "zbv", "-p", "4", "-m", "8", "--forward", "1", "--backward", "1",
+                 "--weight", "1", "--html", str(out)]) == 0
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = ctx.new_page()
+    requests: list[str] = []
+    pg.on("request", lambda r: requests.append(r.url))
+    pg.goto(out.as_uri())
+    pg.wait_for_selector("[data-testid=bubble]")
+    t0 = time_now(pg)
+    pg.wait_for_timeout(500)
+    assert time_now(pg) > t0
+    assert requests == [out.as_uri()]  # nothing fetched but the file itself
+    assert pg.inner_text("[data-testid=bubble]") == pg.inner_text("[data-testid=bubble-closed]").split()[0]
+    shot(pg, "export-1280x800")
+    ctx.close()

@@ -1,0 +1,423 @@
+"""The web app's JSON API, pages and limits, and the offline HTML export (no browser here)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from modelcut.cli import main
+from modelcut.core import closed_forms
+from modelcut.core.engine import Timing
+from modelcut.core.errors import ModelcutError
+from modelcut.core.ops import Schedule
+from modelcut.core.pipeline import run, run_named
+from modelcut.core.schedules import DEFAULT_CHUNKS, SCHEDULES, build
+from modelcut.faces import html_export, pipeline_json
+from modelcut.web import app as webapp
+from modelcut.web.schemas import CatalogResponse, SimulateResponse
+
+STATIC = Path(webapp.STATIC)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(webapp.create_app()) as c:
+        yield c
+
+
+def simulate(client, **body):
+    return client.post("/api/simulate", json=body)
+
+
+# --- POST /api/simulate ---------------------------------------------------------------------------
+
+def test_interleaved_4_8_2_answers_the_deck_bubble(client):
+    r = simulate(client, schedule="interleaved", devices=4, microbatches=8, chunks=2)
+    assert r.status_code == 200
+    ans = r.json()
+    # The deck's row (results.md §12): (p − 1)/(v·m) = 3/16.
+    assert ans["bubble"] == float(Fraction(3, 16)) == 0.1875
+    assert ans["closed_form_bubble"] == float(closed_forms.bubble("interleaved", 4, 8, 2))
+    SimulateResponse.model_validate(ans)
+
+
+@pytest.mark.parametrize("args", [
+    ["-s", "gpipe", "-p", "4", "-m", "8"],
+    ["-s", "1f1b", "-p", "3", "-m", "5", "--p2p", "0.25"],
+    ["-s", "interleaved", "-p", "4", "-m", "8", "-v", "4", "--forward", "1", "--backward", "3"],
+    ["-s", "looped-bfs", "-p", "2", "-m", "3", "-v", "3"],
+    ["-s", "zb-h1", "-p", "4", "-m", "6", "--weight", "0.5"],
+    ["-s", "zbv", "-p", "3", "-m", "7", "--forward", "1", "--backward", "1", "--weight", "1"],
+])
+def test_same_answer_as_cli_json(client, capsys, args):
+    """The API's body fields are simulate's options and its answer is `simulate --json`, key for key."""
+    assert main(["simulate", *args, "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    opts = dict(zip(args[::2], args[1::2]))
+    body = {"schedule": opts["-s"], "devices": int(opts["-p"]), "microbatches": int(opts["-m"])}
+    if "-v" in opts:
+        body["chunks"] = int(opts["-v"])
+    for flag in ("--forward", "--backward", "--weight", "--p2p"):
+        if flag in opts:
+            body[flag[2:]] = float(opts[flag])
+    r = client.post("/api/simulate", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json() == cli
+
+
+def test_default_chunks_and_schema(client):
+    for name in webapp.all_schedules():
+        r = simulate(client, schedule=name, devices=2, microbatches=4)
+        assert r.status_code == 200, r.text
+        ans = SimulateResponse.model_validate(r.json())
+        assert ans.chunks == DEFAULT_CHUNKS[name]
+        assert len(ans.ops) == build(name, 2, 4).num_ops
+
+
+def test_floats_beyond_the_exact_threshold_agree_with_exact(client, monkeypatch):
+    body = {"schedule": "interleaved", "devices": 4, "microbatches": 12, "chunks": 3, "forward": 1.1,
+            "backward": 2.3, "p2p": 0.05}
+    exact = simulate(client, **body).json()
+    monkeypatch.setattr(webapp, "EXACT_MAX_OPS", 1)
+    fast = simulate(client, **body).json()
+    assert fast["makespan"] == pytest.approx(exact["makespan"], rel=1e-12)
+    assert fast["bubble"] == pytest.approx(exact["bubble"], rel=1e-12)
+    assert [o["start"] for o in fast["ops"]] == pytest.approx([o["start"] for o in exact["ops"]], rel=1e-12)
+
+
+def test_refuses_more_than_a_million_ops_quickly(client):
+    t0 = time.perf_counter()
+    r = simulate(client, schedule="1f1b", devices=1000, microbatches=501)  # 1,002,000 ops
+    assert r.status_code == 422
+    assert "1,000,000" in r.json()["detail"] and "1,002,000" in r.json()["detail"]
+    r = simulate(client, schedule="zbv", devices=10**6, microbatches=1)  # ZB-V builds 2p − 1 micro-batches
+    assert r.status_code == 422 and "limit" in r.json()["detail"]
+    r = simulate(client, schedule="interleaved", devices=10**12, microbatches=10**12, chunks=10**6)
+    assert r.status_code == 422 and "limit" in r.json()["detail"]
+    assert time.perf_counter() - t0 < 5  # refused before building anything
+
+
+def test_limit_counts_exactly():
+    """Just at the limit is simulated, one micro-batch more is refused (limit lowered for speed)."""
+    with TestClient(webapp.create_app(max_ops=4 * 10 * 2)) as c:
+        r = simulate(c, schedule="1f1b", devices=4, microbatches=10)
+        assert r.status_code == 200 and len(r.json()["ops"]) == 80
+        r = simulate(c, schedule="1f1b", devices=4, microbatches=11)
+        assert r.status_code == 422 and "88 ops" in r.json()["detail"] and "limit is 80 ops" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("body, status, words", [
+    (b"this is not json", 400, "not valid JSON"),
+    (b'{"devices": 4,', 400, "not valid JSON"),
+    (b"[1, 2]", 422, "dictionary"),
+    (b'{"devices": 0}', 422, "devices"),
+    (b'{"devices": "4"}', 422, "devices"),
+    (b'{"devices": 4.5}', 422, "devices"),
+    (b'{"forward": -1}', 422, "forward"),
+    (b'{"backward": 1e300}', 422, "backward"),
+    (b'{"p2p": NaN}', 422, "finite"),
+    (b'{"colour": "red"}', 422, "colour"),
+])
+def test_malformed_bodies_get_4xx_with_a_message(client, body, status, words):
+    r = client.post("/api/simulate", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, str) and words in detail
+
+
+@pytest.mark.parametrize("name, p, m, v", [("nope", 4, 8, None), ("1f1b", 4, 8, 3), ("interleaved", 4, 2, 2),
+                                            ("zbv", 2, 4, 3)])
+def test_the_core_s_one_line_message_comes_back_as_422(client, name, p, m, v):
+    with pytest.raises(ModelcutError) as exc:
+        build(name, p, m, v)
+    r = simulate(client, schedule=name, devices=p, microbatches=m, chunks=v)
+    assert r.status_code == 422 and r.json() == {"detail": str(exc.value)}
+
+
+def test_bodies_over_a_megabyte_are_refused(client):
+    big = b'{"schedule": "1f1b", "pad": "' + b"x" * webapp.MAX_BODY_BYTES + b'"}'
+    r = client.post("/api/simulate", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "1,000,000 bytes" in r.json()["detail"]
+
+    def chunks():  # no Content-Length: counted as it streams
+        yield b'{"pad": "'
+        for _ in range(12):
+            yield b"y" * 100_000
+        yield b'"}'
+    r = client.post("/api/simulate", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+# --- GET /api/catalog, pages, schema --------------------------------------------------------------
+
+def test_catalog_lists_the_schedules(client):
+    r = client.get("/api/catalog")
+    assert r.status_code == 200
+    cat = CatalogResponse.model_validate(r.json())
+    assert [s.name for s in cat.schedules] == list(webapp.all_schedules())
+    assert set(SCHEDULES) <= {s.name for s in cat.schedules}
+    for s in cat.schedules:
+        assert s.default_chunks == DEFAULT_CHUNKS[s.name]
+        assert s.split_backward == build(s.name, 2, 4).split_backward
+        other = s.default_chunks + 1
+        try:
+            build(s.name, 2, 4, other)
+            takes_other = True
+        except Exception:
+            takes_other = False
+        assert s.chunks_fixed == (not takes_other)
+    assert cat.limits["max_ops"] == webapp.MAX_OPS
+
+
+def test_openapi_documents_the_api(client):
+    spec = client.get("/openapi.json").json()
+    assert "/api/simulate" in spec["paths"] and "/api/catalog" in spec["paths"]
+    body = spec["paths"]["/api/simulate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    ref = body["$ref"].split("/")[-1]
+    props = spec["components"]["schemas"][ref]["properties"]
+    assert {"schedule", "devices", "microbatches", "chunks", "forward", "backward", "weight", "p2p"} <= set(props)
+
+
+@pytest.mark.parametrize("path, marker", [("/", "timeline.js"), ("/explorer", "explorer.js"),
+                                          ("/runs", "runs.js")])
+def test_pages_are_served_without_network(client, path, marker):
+    r = client.get(path)
+    assert r.status_code == 200 and marker in r.text
+    assert "default-src 'self'" in r.headers["content-security-policy"]
+    for ref in re.findall(r'(?:src|href)="([^"]+)"', r.text):
+        assert ref.startswith(("/", "#", "data:")), ref
+        if ref.startswith("/static/"):
+            assert client.get(ref).status_code == 200, ref
+
+
+def test_static_files_reference_no_other_origin():
+    for f in STATIC.rglob("*"):
+        if f.is_file():
+            text = f.read_text(encoding="utf-8")
+            # The only absolute URL allowed is the SVG namespace, which is a name, not a fetch.
+            urls = set(re.findall(r"https?://[^\s'\"`)]+", text)) - {"http://www.w3.org/2000/svg"}
+            assert not urls, (f.name, urls)
+
+
+def test_docs_pages_that_need_a_cdn_are_off(client):
+    assert client.get("/docs").status_code == 404
+    assert client.get("/redoc").status_code == 404
+
+
+# --- offline HTML export --------------------------------------------------------------------------
+
+def _payload(doc: str) -> dict:
+    m = re.search(r'<script id="modelcut-data" type="application/json">(.*?)</script>', doc, re.S)
+    assert m
+    return json.loads(m.group(1))
+
+
+def test_html_export_is_self_contained():
+    result = run_named("interleaved", 4, 8, 2, exact=True)
+    doc = html_export.render(result)
+    assert _payload(doc) == pipeline_json.to_dict(result)
+    # The served page's own player script and style, inlined.
+    assert (STATIC / "timeline.js").read_text(encoding="utf-8") in doc
+    assert (STATIC / "style.css").read_text(encoding="utf-8") in doc
+    assert "default-src 'none'" in doc
+    assert not re.search(r"<(?:script|img|link|iframe)[^>]*\s(?:src|href)=", doc)
+
+
+def test_html_export_keeps_hostile_names_inert():
+    name = "</script><script>alert(1)</script><!--"
+    sched = build("1f1b", 2, 3)
+    hostile = Schedule(name, sched.devices, sched.microbatches, sched.chunks, sched.orders)
+    doc = html_export.render(run(hostile, Timing()))
+    assert _payload(doc)["schedule"] == name
+    assert doc.count("</script>") == 3  # data, player, start-up: nothing closed early
+    assert "<script>alert(1)" not in doc
+
+
+def test_simulate_html_flag_writes_the_export(tmp_path):
+    out = tmp_path / "timeline.html"
+    assert main(["simulate", "-s", "zbv", "-p", "4", "-m", "8", "--html", str(out)]) == 0
+    data = _payload(out.read_text(encoding="utf-8"))
+    assert data["schedule"] == "zbv" and data["devices"] == 4 and len(data["ops"]) == build("zbv", 4, 8).num_ops
+
+
+# --- modelcut serve -------------------------------------------------------------------------------
+
+def test_serve_prints_its_address_and_answers():
+    proc = subprocess.Popen([sys.executable, "-m", "modelcut", "serve", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert m, line
+        url = m.group(0)
+        for _ in range(100):
+            try:
+                r = httpx.post(url + "api/simulate", json={"schedule": "interleaved", "devices": 4,
+                                                           "microbatches": 8, "chunks": 2}, timeout=5)
+                break
+            except httpx.ConnectError:
+                time.sleep(0.05)
+        assert r.status_code == 200 and r.json()["bubble"] == 0.1875
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_serve_reports_a_busy_port_in_one_line(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("modelcut: error: cannot listen on 127.0.0.1:")
+
+
+# --- the systems model: predict, explore, mesh, runs, uploads -------------------------------------
+
+DATA = Path(__file__).parent / "data"
+
+
+def _predict_body(toml_file: Path) -> dict:
+    import tomllib
+
+    doc = tomllib.loads(toml_file.read_text())
+    body = {"gpu": doc["hardware"]["gpu"], "layout": doc["layout"], "training": doc["training"]}
+    if "gpus_per_node" in doc["hardware"]:
+        body["gpus_per_node"] = doc["hardware"]["gpus_per_node"]
+    if "config" in doc["model"]:
+        body["hf_config"] = json.loads((toml_file.parent / doc["model"]["config"]).read_text())
+    else:
+        body["model"] = doc["model"]["name"]
+    return body
+
+
+@pytest.mark.parametrize("name", ["llama3-405b-named.toml", "llama3-8b-config.toml", "gpt3-175b.toml"])
+def test_predict_answers_as_the_cli_does(client, capsys, name):
+    toml_file = DATA / name
+    if name == "gpt3-175b.toml":  # model given by its fields
+        import tomllib
+        doc = tomllib.loads(toml_file.read_text())
+        body = _predict_body(toml_file.with_name("llama3-405b-named.toml"))
+        body.update(gpu=doc["hardware"]["gpu"], layout=doc["layout"], training=doc["training"])
+        body.pop("model")
+        body["model_spec"] = doc["model"]
+    else:
+        body = _predict_body(toml_file)
+    assert main(["predict", str(toml_file), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    r = client.post("/api/predict", json=body)
+    assert r.status_code == 200, r.text
+    ans = r.json()
+    for key in ("step_time_s", "tflops_per_gpu", "mfu", "breakdown", "microbatches", "vpp", "schedule", "eta"):
+        assert ans[key] == cli[key], key
+    assert ans["memory"]["peak_bytes"] == max(s["total_bytes"] for s in ans["memory"]["stages"])
+
+
+def test_predict_refuses_bad_runs_in_one_line(client):
+    body = _predict_body(DATA / "llama3-405b-named.toml")
+    for change, words in [({"model": "gpt-nope"}, "unknown model"), ({"gpu": "tpu-v9"}, "unknown GPU"),
+                          ({"layout": {**body["layout"], "tp": 7}}, "tp (7)"),
+                          ({"hf_config": {"architectures": ["LlamaForCausalLM"]}}, "exactly one of")]:
+        r = client.post("/api/predict", json={**body, **change})
+        assert r.status_code == 422 and words in r.json()["detail"], r.text
+    heavy = {**body, "layout": {**body["layout"], "dp": 1, "tp": 8, "pp": 16},
+             "training": {**body["training"], "global_batch": 1 << 20}}
+    r = client.post("/api/predict", json=heavy)
+    assert r.status_code == 422 and "1,000,000 ops" in r.json()["detail"]
+
+
+EXPLORE = {"model": "gpt-1.7b", "gpu": "a100", "gpus": 8, "seq": 2048, "global_batch_tokens": "128k", "top": 10}
+
+
+def test_explore_answers_the_core_s_ranking(client):
+    from modelcut import catalog
+    from modelcut.core import explore as ex
+
+    r = client.post("/api/explore", json=EXPLORE)
+    assert r.status_code == 200, r.text
+    ans = r.json()
+    core = ex.explore(catalog.model("gpt-1.7b"), catalog.hardware("a100"), gpus=8, seq=2048,
+                      global_batch_tokens=128 * 1024)
+    want = [e.as_dict() for e in core.layouts[:10]]
+    assert [{k: v for k, v in x.items() if k not in ("rank", "microbatches", "stage_layers")}
+            for x in ans["layouts"]] == want
+    assert [x["rank"] for x in ans["layouts"]] == list(range(1, 11))
+    assert ans["summary"]["ranked"] == len(core.layouts)
+    assert ans["why"]["step_time_s"] == [want[0]["step_time_s"], want[1]["step_time_s"]]
+
+
+def test_explore_refuses_a_space_beyond_its_bound():
+    with TestClient(webapp.create_app(max_layouts=100)) as c:
+        r = c.post("/api/explore", json=EXPLORE)
+        assert r.status_code == 422 and "more than 100 layouts" in r.json()["detail"]
+        r = c.post("/api/explore", json={**EXPLORE, "gpus": 1, "schedules": ["1f1b"], "micro_batches": [1]})
+        assert r.status_code == 200  # one shape × 12 variants fits under 100
+
+
+@pytest.mark.parametrize("change, status, words", [
+    ({"global_batch_tokens": "1e400"}, 422, "token count"),
+    ({"global_batch_tokens": 1000}, 422, "whole number"),
+    ({"gpus": 0}, 422, "gpus"),
+    ({"schedules": ["zz"]}, 422, "schedules"),
+    ({"model": None, "model_spec": {"layers": 2}}, 422, "missing"),
+])
+def test_explore_bad_requests(client, change, status, words):
+    r = client.post("/api/explore", json={**EXPLORE, **change})
+    assert r.status_code == status and words in r.json()["detail"], r.text
+
+
+def test_mesh_answers_as_the_cli_does(client, capsys):
+    assert main(["mesh", "--tp", "8", "--pp", "16", "--dp", "64", "--gpus-per-node", "8", "--rank", "9",
+                 "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    r = client.post("/api/mesh", json={"tp": 8, "pp": 16, "dp": 64, "gpus_per_node": 8, "rank": 9})
+    assert r.status_code == 200 and r.json() == cli
+    r = client.post("/api/mesh", json={"tp": 8, "rank": 8})
+    assert r.status_code == 422 and "rank" in r.json()["detail"]
+
+
+def test_runs_are_the_validation_table(client):
+    from modelcut import catalog
+    from modelcut.core.validate import validate
+
+    ans = client.get("/api/runs").json()
+    val = validate(catalog.published_runs("deck"), catalog.hardware, "seed").as_dict()
+    assert ans["eta"] == val["eta"]
+    assert [(r["id"], r["predicted_tflops"], r["error_pct"]) for r in ans["runs"]] == \
+        [(r["id"], r["predicted_tflops"], r["error_pct"]) for r in val["runs"]]
+    assert ans["summary"]["max_error_pct"] == val["summary"]["max_error_pct"]
+    assert client.get("/api/runs?set=all").json()["runs"][0]["id"] == ans["runs"][0]["id"]
+    assert client.get("/api/runs?mode=nope").status_code == 422
+    assert client.get("/api/runs?set=some").status_code == 422
+
+
+def test_uploads_read_configs_and_refuse_bad_ones(client):
+    from modelcut import catalog
+
+    cfg = json.loads((DATA / "hf" / "mixtral-8x7b.json").read_text())
+    r = client.post("/api/upload-config", files={"file": ("config.json", json.dumps(cfg).encode())})
+    assert r.status_code == 200
+    want = catalog.model_from_hf_config(cfg)
+    assert r.json()["model"]["experts"] == want.experts and r.json()["model"]["layers"] == want.layers
+    assert r.json()["hf_config"] == cfg
+    cases = [(b"\xff\xfe", 400, "UTF-8"), (b"{not json", 400, "not valid JSON"), (b"[1]", 422, "JSON object"),
+             (b'{"architectures": ["BertModel"]}', 422, "unknown architecture 'BertModel'"),
+             ((DATA / "hf" / "missing-field.json").read_bytes(), 422, "missing")]
+    for data, status, words in cases:
+        r = client.post("/api/upload-config", files={"file": ("config.json", data)})
+        assert r.status_code == status and words in r.json()["detail"], r.text
+    r = client.post("/api/upload-config", files={"file": ("config.json", b"{" + b" " * 1_000_001 + b"}")})
+    assert r.status_code == 413
+    r = client.post("/api/upload-config", content=b"{}", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "file" in r.json()["detail"]
