@@ -34,8 +34,18 @@ def _validation(mode: str):
 def validate(
     mode: str = typer.Option("seed", "--mode", help=_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the documented JSON object"),
+    profile: Path = typer.Option(None, "--profile", dir_okay=False,
+                                 help="default mode: a fitted profile (modelcut calibrate --out) for its accelerator"),
+    budget: bool = typer.Option(False, "--budget", help="default mode: print each run's error budget"),
 ) -> None:
-    """Check the systems model against the published runs: η fitted on one, the rest predicted."""
+    """Check the systems model against the published runs: η fitted on one, the rest predicted.
+    ``--mode default``: every run (deck and dev sets), the default model beside the seed."""
+    if mode == "default":
+        from .calibrate import validate_default
+        validate_default(as_json=as_json, profile=profile, budget=budget)
+        return
+    if profile is not None or budget:
+        fail("--profile and --budget apply to --mode default")
     val = _validation(mode)
     if as_json:
         print(json.dumps(val.as_dict()))
@@ -63,9 +73,20 @@ def predict(
     mode: str = typer.Option("seed", "--mode", help=_MODE_HELP),
     eta: float = typer.Option(None, "--eta", help="fraction of peak the matrix products reach (default: fitted)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON: step_time_s, tflops_per_gpu, mfu, breakdown, …"),
+    framework: str = typer.Option(None, "--framework", help="default mode: the training stack (a preset)"),
+    overlap: str = typer.Option(None, "--overlap", help="default mode: overlap overrides, e.g. grad_reduce=off,tp_comm=on"),
+    profile: Path = typer.Option(None, "--profile", dir_okay=False, help="default mode: a fitted profile file"),
+    budget: bool = typer.Option(False, "--budget", help="default mode: print the error budget"),
 ) -> None:
     """Predict one run's step time, TFLOP/s per GPU, MFU and breakdown from a RUN.toml."""
     run = load_run(runfile)
+    if mode == "default":
+        from .calibrate import predict_default
+        predict_default(run, eta=eta, as_json=as_json, framework=framework, overlap=overlap, profile=profile,
+                        budget=budget)
+        return
+    if framework is not None or overlap is not None or profile is not None or budget:
+        fail("--framework, --overlap, --profile and --budget apply to --mode default")
     pred = predict_run(run, catalog.hardware(run.gpu), mode, eta)
     if as_json:
         print(json.dumps(pred.as_dict()))
@@ -91,6 +112,8 @@ def report(
     mode: str = typer.Option("seed", "--mode", help=_MODE_HELP),
 ) -> None:
     """Write docs/results.md: the bubble table and the published-run table, regenerated from code."""
+    if mode == "default":
+        fail("report writes the seed mode's page; for the default model run modelcut validate --mode default")
     val = _validation(mode)
     text = report_face.render(val, bubble_table(), catalog.published_runs("deck"), ASSUMPTIONS.get(mode, []))
     output.parent.mkdir(parents=True, exist_ok=True)

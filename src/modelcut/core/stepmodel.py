@@ -358,7 +358,17 @@ def _seed(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) ->
 
 
 ModeFn = Callable[..., Prediction]
-MODES: dict[str, ModeFn] = {"seed": _seed}
+
+
+def _default(run: Run, hw: Hardware, eta: float | None = None, force_simulation: bool = False, **options) -> Prediction:
+    """The ``"default"`` mode: modelcut's own model (:mod:`.default_model`). ``eta``, when
+    given, replaces the profile's fraction of peak for matrix products; ``options``:
+    framework, overlap, profile (see :func:`.default_model.predict_default`)."""
+    from .default_model import predict_default  # imported late: it builds on this module
+    return predict_default(run, hw, eta, **options)
+
+
+MODES: dict[str, ModeFn] = {"seed": _seed, "default": _default}
 
 
 def _mode(mode: str) -> ModeFn:
@@ -369,13 +379,21 @@ def _mode(mode: str) -> ModeFn:
 
 
 def predict(run: Run, hw: Hardware, mode: str = "seed", eta: float | None = None, *,
-            force_simulation: bool = False) -> Prediction:
+            force_simulation: bool = False, **options) -> Prediction:
     """One run's step time, TFLOP/s per GPU, MFU and breakdown under ``mode``.
 
     ``eta`` (fraction of peak the matrix products reach) defaults to the mode's calibrated
     value (:func:`default_eta`). ``force_simulation`` simulates the pipeline even where the
-    closed form is exact."""
+    closed form is exact. Mode ``"default"`` takes its constants from a fitted hardware
+    profile (``eta`` then overrides its matrix-product fraction) and ``options``: framework,
+    overlap, profile."""
     fn = _mode(mode)
+    if mode == "default":
+        if eta is not None and not (isinstance(eta, (int, float)) and 0 < eta <= 1):
+            raise ModelcutError(f"eta must be in (0, 1], got {eta!r}")
+        return fn(run, hw, eta, force_simulation, **options)
+    if options:
+        raise ModelcutError(f"mode {mode!r} takes no options ({', '.join(options)})")
     if eta is None:
         eta = default_eta(mode)
     if not (isinstance(eta, (int, float)) and 0 < eta <= 1):

@@ -1,0 +1,147 @@
+"""Fitting the three constants, cross-validation, error budget, profiles and user CSV runs."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+from modelcut import catalog
+from modelcut.catalog import profiles
+from modelcut.cli import main
+from modelcut.core import calibrate as cal
+from modelcut.core.default_model import predict
+from modelcut.core.errors import ModelcutError
+from modelcut.core.kernels import Efficiency
+from modelcut.core.specs import Layout, Run, Training
+
+A100 = catalog.hardware("a100")
+TRUE = Efficiency(0.71, 0.58, 0.66)
+
+
+def small_runs() -> list[cal.Measured]:
+    """Measured runs made by the model itself with known constants: a fit must recover them.
+    Small layouts (no or short pipelines) keep the fit fast; they differ in what bounds them
+    (products, memory-bound kernels, collectives) so each constant is pinned."""
+    specs = [
+        ("gpt-1.7b", 1, 1, 8, 8, 64, "none", "megatron-core", "a"),
+        ("gpt-3.6b", 2, 1, 4, 4, 32, "full", "megatron-2021", "a"),
+        ("gpt-7.5b", 8, 1, 1, 1, 8, "selective", "megatron-2022", "b"),
+        ("gpt-18.4b", 8, 2, 1, 1, 16, "full", "megatron-2021", "b"),
+        ("gpt-1.7b", 8, 1, 2, 16, 64, "none", "megatron-2021", "c"),
+        ("gpt-7.5b", 1, 1, 16, 1, 16, "full", "deepspeed-zero3", "c"),
+    ]
+    out = []
+    for i, (name, tp, pp, dp, b, gb, rec, fw, grp) in enumerate(specs):
+        zero = 3 if fw == "deepspeed-zero3" else 0
+        run = Run(model=catalog.model(name), gpu=A100.name, layout=Layout(tp=tp, pp=pp, dp=dp, zero=zero),
+                  training=Training(seq_len=2048, global_batch=gb, micro_batch=b, recompute=rec))
+        t = predict(run, A100, TRUE, fw).step_time_s
+        out.append(cal.Measured(f"r{i}", grp, run, A100, fw, {}, step_time_s=t))
+    return out
+
+
+def test_fit_recovers_the_constants_that_made_the_runs():
+    f = cal.fit(small_runs())
+    assert f.efficiency.gemm == pytest.approx(TRUE.gemm, rel=2e-3)
+    assert f.efficiency.mem == pytest.approx(TRUE.mem, rel=2e-3)
+    assert f.efficiency.net == pytest.approx(TRUE.net, rel=2e-3)
+    assert f.max_abs_pct < 0.1
+
+
+def test_fitting_one_constant_keeps_the_others():
+    start = Efficiency(0.5, TRUE.mem, TRUE.net)
+    f = cal.fit(small_runs()[:3], ("gemm",), start)
+    assert f.efficiency.mem == TRUE.mem and f.efficiency.net == TRUE.net
+    assert f.efficiency.gemm == pytest.approx(TRUE.gemm, rel=2e-3)
+    with pytest.raises(ModelcutError):
+        cal.fit(small_runs()[:1], ("gemm", "mem"))
+    with pytest.raises(ModelcutError):
+        cal.fit(small_runs(), ("gemm", "speed"))
+
+
+def test_leave_one_group_out_predicts_each_group_unseen():
+    folds = cal.leave_one_family_out(small_runs())
+    assert set(folds) == {"a", "b", "c"}
+    for g, f in folds.items():
+        assert set(f["errors_pct"]) == {m.id for m in small_runs() if m.family == g}
+        assert all(abs(e) < 0.5 for e in f["errors_pct"].values())   # same physics: tiny errors
+
+
+def test_error_is_signed_by_throughput():
+    m = small_runs()[0]
+    p = predict(m.run, A100, TRUE, m.framework)
+    slow = cal.Measured("x", "g", m.run, A100, m.framework, step_time_s=2 * p.step_time_s)
+    assert cal.error_pct(slow, p) == pytest.approx(100.0)        # predicted twice as fast
+    f = cal.counted_flops(m.run)
+    by_tflops = cal.Measured("y", "g", m.run, A100, m.framework,
+                             tflops=f / (m.run.layout.gpus * p.step_time_s * 1e12))
+    assert cal.error_pct(by_tflops, p) == pytest.approx(0.0, abs=1e-9)
+    with pytest.raises(ModelcutError):
+        cal.Measured("z", "g", m.run, A100)
+
+
+def test_error_budget_names_the_dominant_term_and_moves():
+    m = small_runs()[1]                       # t = 2, d = 4, no pipeline
+    b = cal.error_budget(m.run, A100, TRUE, m.framework)
+    assert b.dominant in b.terms and 0 < b.dominant_share <= 1
+    inputs = {ln.input for ln in b.lines}
+    assert {"micro-batch", "recompute", "overlap grad_reduce", "overlap tp_comm"} <= inputs
+    assert "overlap p2p_async" not in inputs and "interleaving" not in inputs   # no pipeline to change
+    rec = {ln.alternative: ln.change_pct for ln in b.lines if ln.input == "recompute"}
+    assert rec["none"] > 0 and rec["selective"] > 0      # recomputing less is faster
+
+
+CSV = """id,group,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,recompute,framework,step_time_s
+a,x,gpt-1.7b,a100,1,1,8,2048,64,8,none,megatron-core,{a}
+b,x,gpt-3.6b,a100,2,1,4,2048,32,4,full,megatron-2021,{b}
+c,y,gpt-7.5b,a100,8,1,1,2048,8,1,selective,megatron-2022,{c}
+"""
+
+
+def test_csv_runs_and_the_calibrate_command(tmp_path, capsys):
+    runs = small_runs()
+    text = CSV.format(a=runs[0].step_time_s, b=runs[1].step_time_s, c=runs[2].step_time_s)
+    path = tmp_path / "mine.csv"
+    path.write_text(text)
+    got = profiles.read_runs_csv(path)
+    assert [m.id for m in got] == ["a", "b", "c"] and got[2].run.training.recompute == "selective"
+    out = tmp_path / "prof.toml"
+    assert main(["calibrate", "--runs", str(path), "--fit", "gemm", "--base", "a100", "--out", str(out),
+                 "--no-cv", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["hardware"] == "a100-sxm4-80gb" and data["fitted"] == ["gemm"]
+    prof = profiles.load_profile(out)
+    assert prof.fitted == ("gemm",) and prof.runs == ("a", "b", "c")
+    assert tomllib.loads(out.read_text())["errors_pct"]["a"] == pytest.approx(data["runs"]["a"], abs=0.01)
+
+
+@pytest.mark.parametrize("body, word", [
+    ("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,colour\n", "colour"),
+    ("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch\nx,gpt-1.7b,a100,1,1,8,2048,64,8\n", "tflops_per_gpu"),
+    ("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,step_time_s\nx,gpt-1.7b,a100,one,1,8,2048,64,8,1\n",
+     "tp"),
+    ("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,step_time_s,framework\n"
+     "x,gpt-1.7b,a100,1,1,8,2048,64,8,1,jax\n", "framework"),
+])
+def test_bad_csv_rows_are_one_line_errors(tmp_path, body, word, capsys):
+    path = tmp_path / "bad.csv"
+    path.write_text(body)
+    with pytest.raises(ModelcutError, match=word):
+        profiles.read_runs_csv(path)
+    assert main(["calibrate", "--runs", str(path), "--no-cv"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("modelcut: error:")
+
+
+def test_shipped_profiles_and_settings():
+    a100 = profiles.profile_for(A100)
+    assert set(a100.fitted) == {"gemm", "mem", "net"} and len(a100.runs) >= 20 and a100.cv
+    h100 = profiles.profile_for(catalog.hardware("h100"))
+    assert h100.fitted == ("gemm",) and h100.inherits == "a100-sxm4-80gb"
+    assert h100.efficiency.mem == a100.efficiency.mem
+    other = profiles.profile_for(catalog.hardware("b200"))
+    assert other.efficiency == a100.efficiency and "a100" in other.source
+    with pytest.raises(ModelcutError):
+        profiles.load_profile("/nonexistent/profile.toml")

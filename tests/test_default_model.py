@@ -1,0 +1,153 @@
+"""The default step model: pipeline from the engine, exposure by framework, the catalog's runs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from modelcut import catalog
+from modelcut.catalog.profiles import catalog_measured, profile_for, run_settings
+from modelcut.core import stepmodel
+from modelcut.core.calibrate import error_pct
+from modelcut.core.default_model import predict
+from modelcut.core.errors import ModelcutError
+from modelcut.core.kernels import Efficiency
+from modelcut.core.overlap import FRAMEWORKS, Overlap, exposed_after, parse_overlap, prefetch_timeline, serve_in_order
+from modelcut.core.specs import Layout, Run, Training
+
+A100 = catalog.hardware("a100")
+H100 = catalog.hardware("h100")
+EFF = Efficiency(0.75, 0.65, 0.6)
+GPT = catalog.model("gpt-7.5b")
+
+
+def run(tp=4, pp=2, dp=2, vpp=None, b=2, gb=32, rec="full", zero=0, model=GPT, sp=False) -> Run:
+    return Run(model=model, gpu=A100.name, layout=Layout(tp=tp, pp=pp, dp=dp, vpp=vpp, zero=zero, sequence_parallel=sp),
+               training=Training(seq_len=2048, global_batch=gb, micro_batch=b, recompute=rec))
+
+
+def test_breakdown_sums_to_the_step():
+    for fw in ("megatron-2021", "megatron-core", "nemo", "llama3"):
+        p = predict(run(vpp=2), A100, EFF, fw)
+        assert p.breakdown.total_s == pytest.approx(p.step_time_s, rel=1e-9)
+        assert min(p.breakdown.as_dict().values()) >= -1e-12
+        assert p.mode == "default" and p.vpp == 2 and p.schedule == "interleaved"
+
+
+def test_stepmodel_dispatches_the_default_mode():
+    r = run()
+    direct = predict(r, A100, profile_for(A100).efficiency, None)
+    via = stepmodel.predict(r, A100, "default")
+    assert via.step_time_s == pytest.approx(direct.step_time_s)
+    faster = stepmodel.predict(r, A100, "default", eta=0.95)
+    assert faster.step_time_s < via.step_time_s
+    with pytest.raises(ModelcutError):
+        stepmodel.predict(r, A100, "seed", framework="nemo")       # seed takes no options
+
+
+def test_seed_mode_is_untouched():
+    pr = catalog.published_run("megatron-18.4b")
+    p = stepmodel.predict(pr.run, A100, "seed")
+    assert p.mode == "seed" and p.breakdown.tp_s == pytest.approx(1.665, abs=0.01)   # the deck's 1.67 s
+    assert p.step_time_s == pytest.approx(10.61, abs=0.01)
+
+
+def test_overlapping_never_costs_time():
+    r = run(pp=2, dp=4, gb=64)
+    for k in ("grad_reduce", "p2p_async", "tp_comm"):
+        on = predict(r, A100, EFF, "megatron-2021", {k: True}).step_time_s
+        off = predict(r, A100, EFF, "megatron-2021", {k: False}).step_time_s
+        assert on <= off + 1e-12, k
+
+
+@settings(max_examples=15, deadline=None)
+@given(g=st.floats(0.3, 0.99), m=st.floats(0.3, 0.99), n=st.floats(0.3, 0.99), k=st.floats(1.05, 2.0),
+       which=st.sampled_from(["gemm", "mem", "net"]))
+def test_a_faster_constant_never_slows_the_step(g, m, n, k, which):
+    base = Efficiency(g, m, n)
+    better = replace(base, **{which: min(getattr(base, which) * k, 1.0)})
+    r = run(pp=2, dp=2, gb=16)
+    assert predict(r, A100, better, "megatron-core").step_time_s <= predict(r, A100, base, "megatron-core").step_time_s * (1 + 1e-12)
+
+
+def test_heavier_end_stages_come_from_embedding_and_loss():
+    # 1 layer per chunk: the last chunk also carries the logits and the loss, so the pipeline runs
+    # longer than with stages of equal weight would.
+    r = run(tp=8, pp=4, dp=1, vpp=None, b=1, gb=16, model=catalog.model("gpt-1.7b"))
+    p = predict(r, A100, EFF, "megatron-2021")
+    assert p.stage_layers == (6, 6, 6, 6)
+    assert p.breakdown.bubble_s > 0
+
+
+def test_zero3_is_bound_by_its_gathers_when_compute_is_short():
+    m = catalog.published_run("zero3-174.6b-1536")
+    p = predict(m.run, A100, EFF, "deepspeed-zero3")
+    params = 174.6e9
+    gather = (1536 - 1) / 1536 * params * 2 / (A100.net_bw * EFF.net)
+    assert p.step_time_s >= 3 * gather * 0.98      # forward gather, backward gather, reduce-scatter
+    assert p.breakdown.dp_s > p.breakdown.compute_s
+
+
+def test_serving_and_prefetch_timelines():
+    assert serve_in_order([(0, 1), (0.5, 1), (5, 1)]) == pytest.approx(6)
+    assert exposed_after(2.0, [(0, 1), (0.5, 1)], True) == pytest.approx(0.0)
+    assert exposed_after(2.0, [(0, 1), (0.5, 1)], False) == pytest.approx(2.0)
+    # two tasks of 1 s compute, 1 s gather each: prefetching hides the second gather
+    assert prefetch_timeline([(1, 1, True), (1, 1, True)])[0] == pytest.approx(3)
+    assert prefetch_timeline([(1, 1, False), (1, 1, False)])[0] == pytest.approx(4)
+
+
+def test_overlap_options_parse_and_refuse():
+    assert parse_overlap("grad_reduce=off, tp_comm=on") == {"grad_reduce": False, "tp_comm": True}
+    for bad in ("grad=on", "tp_comm", "tp_comm=maybe"):
+        with pytest.raises(ModelcutError):
+            parse_overlap(bad)
+    with pytest.raises(ModelcutError):
+        Overlap().with_options(nope=True)
+    with pytest.raises(ModelcutError):
+        predict(run(), A100, EFF, "megatron-1999")
+
+
+def test_every_catalog_run_has_settings_and_a_prediction():
+    names = {pr.id for pr in catalog.published_runs()}
+    assert names == set(run_settings())
+    assert all(s.framework in FRAMEWORKS for s in run_settings().values())
+
+
+@pytest.mark.parametrize("rid", [pr.id for pr in catalog.published_runs("deck")])
+def test_deck_runs_within_five_percent(rid):
+    m = next(x for x in catalog_measured() if x.id == rid)
+    p = predict(m.run, m.hw, profile_for(m.hw).efficiency, m.framework)
+    assert abs(error_pct(m, p)) <= 5.0
+
+
+def test_validate_default_prints_both_models_and_the_summary(capsys):
+    import json
+    from modelcut.cli import main
+    assert main(["validate", "--mode", "default", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["runs"]) == len(catalog.published_runs())
+    assert {r["set"] for r in d["runs"]} == {"deck", "dev"}
+    s = d["summary"]
+    assert s["deck"]["default"]["max_abs_pct"] <= 5.0
+    assert s["signs"]["low"] > 0 and s["signs"]["high"] > 0          # errors of both signs
+    assert s["overall"]["default"]["mean_abs_pct"] < s["overall"]["seed"]["mean_abs_pct"]
+    assert d["profiles"]["a100-sxm4-80gb"]["cv"]                       # leave-one-group-out is reported
+
+
+def test_predict_default_from_a_run_file(capsys):
+    import json
+    from pathlib import Path
+    from modelcut.cli import main
+    f = str(Path(__file__).parent / "data" / "gpt3-175b.toml")
+    assert main(["predict", f, "--mode", "default", "--framework", "megatron-2022", "--overlap", "p2p_async=on",
+                 "--budget", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["mode"] == "default" and d["budget"]["dominant"] == "compute_s"
+    assert main(["predict", f, "--mode", "default", "--framework", "jax"]) == 2
+    assert main(["predict", f, "--framework", "nemo"]) == 2               # seed mode takes no framework
+    assert main(["validate", "--budget"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(e.startswith("modelcut: error") for e in err)
