@@ -151,3 +151,29 @@ def test_predict_default_from_a_run_file(capsys):
     assert main(["validate", "--budget"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(e.startswith("modelcut: error") for e in err)
+
+
+def test_ring_latency_follows_nccls_model():
+    """(n − 1)·α is NCCL's ring latency: base + intra-node steps + inter-node steps."""
+    from modelcut.core import default_model as dm
+    assert dm.ring_alpha(1, 8) == 0.0
+    n, k = 64, 8
+    total = (n - 1) * dm.ring_alpha(n, k)
+    nodes = n // k
+    expected = dm.NCCL_RING_BASE_S + (n - nodes) * dm.NCCL_RING_STEP_NVLINK_S + (nodes - 1) * dm.NCCL_RING_STEP_NET_S
+    assert total == pytest.approx(expected)
+    # More ranks across more nodes: the ring's latency grows.
+    assert 2047 * dm.ring_alpha(2048, 8) > 1023 * dm.ring_alpha(1024, 8) > total
+
+
+def test_zero3_step_grows_with_ring_latency_at_fixed_work_per_rank():
+    """Same per-GPU batch and bytes on twice the ranks: only the ring latency differs, so the
+    step cannot get shorter."""
+    base = next(m for m in catalog_measured() if m.id == "zero3-174.6b-768")
+    r = base.run
+    eff = profile_for(base.hw).efficiency
+    big = replace(r, layout=replace(r.layout, dp=r.layout.dp * 2),
+                  training=replace(r.training, global_batch=r.training.global_batch * 2))
+    t1 = predict(r, base.hw, eff, base.framework).step_time_s
+    t2 = predict(big, base.hw, eff, base.framework).step_time_s
+    assert t2 > t1

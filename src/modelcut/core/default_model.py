@@ -83,6 +83,30 @@ class Settings:
 
 # ---------------------------------------------------------------- helpers
 
+#: NCCL's own latency model for ring collectives (NCCL 2.8-2.9, ``src/graph/tuning.cc``, the
+#: release of the 2021 runs; Ring/Simple, the protocol of large messages): a base latency of
+#: 8.4 µs per collective plus, per ring step, 3.4 µs over NVLink or 9.6 µs over the network
+#: (``baseLat`` and ``hwLat``; ``latencies = baseLat + (nsteps − nInterSteps)·intraLat +
+#: nInterSteps·interLat`` with nsteps = n − 1 and nInterSteps = nodes − 1 for an all-gather or
+#: reduce-scatter). Documented figures, not fitted.
+NCCL_RING_BASE_S = 8.4e-6
+NCCL_RING_STEP_NVLINK_S = 3.4e-6
+NCCL_RING_STEP_NET_S = 9.6e-6
+
+
+def ring_alpha(n: int, members_per_node: int) -> float:
+    """Per-step latency α of an n-rank ring with ``members_per_node`` ranks in each node, such
+    that (n − 1)·α is NCCL's latency of one all-gather or reduce-scatter
+    (:data:`NCCL_RING_BASE_S`): α = (base + (n − nodes)·α_nvlink + (nodes − 1)·α_net)/(n − 1),
+    nodes = ⌈n / members_per_node⌉. An all-reduce (2(n − 1) steps) pays it twice."""
+    if n <= 1:
+        return 0.0
+    k = max(1, min(members_per_node, n))
+    nodes = -(-n // k)
+    return (NCCL_RING_BASE_S + (n - nodes) * NCCL_RING_STEP_NVLINK_S
+            + (nodes - 1) * NCCL_RING_STEP_NET_S) / (n - 1)
+
+
 def _layer_params_local(run: Run, moe: bool) -> float:
     """Weights of one layer on one device (tensor-parallel cut; experts cut over ep)."""
     model, L = run.model, run.layout
@@ -98,6 +122,13 @@ def _bandwidths(run: Run, hw: Hardware) -> dict[str, float]:
     L = run.layout
     return {dim: comm.group_bandwidth(L, grp, hw, gpn)
             for dim, grp in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", ("cp", "dp")))}
+
+
+def _dp_alpha(run: Run, hw: Hardware) -> float:
+    """:func:`ring_alpha` of the data-parallel (× context-parallel) group."""
+    L = run.layout
+    gpn = run.gpus_per_node or hw.per_node
+    return ring_alpha(L.dp * L.cp, comm.group_members_in_node(L, ("cp", "dp"), gpn))
 
 
 def _choose_v(run: Run) -> int:
@@ -241,13 +272,16 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
     sharded = L.zero >= 1 or framework.dist_optimizer
     dp_bw = bw["dp"] * eff.net
     grad_b = framework.grad_bytes
+    alpha = _dp_alpha(run, hw)
 
     def reduce_time(params: float) -> float:
         nbytes = params * grad_b
-        return comm.reduce_scatter(dp_group, nbytes, dp_bw) if sharded else comm.ring_allreduce(dp_group, nbytes, dp_bw)
+        if sharded:
+            return comm.reduce_scatter(dp_group, nbytes, dp_bw, alpha)
+        return comm.ring_allreduce(dp_group, nbytes, dp_bw, alpha)
 
     def gather_time(params: float) -> float:
-        return comm.all_gather(dp_group, params * BYTES, dp_bw)
+        return comm.all_gather(dp_group, params * BYTES, dp_bw, alpha)
 
     p_dense = _layer_params_local(run, False)
     p_moe = _layer_params_local(run, True) if model.is_moe else 0.0
@@ -348,12 +382,13 @@ def _zero3(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, setup: LayerS
     dp_group = L.dp * L.cp
     dp_bw = bw["dp"] * eff.net
     grad_b = fw.grad_bytes
+    alpha = _dp_alpha(run, hw)
 
     def gather(params: float) -> float:
-        return comm.all_gather(dp_group, params * BYTES, dp_bw)
+        return comm.all_gather(dp_group, params * BYTES, dp_bw, alpha)
 
     def rs(params: float) -> float:
-        return comm.reduce_scatter(dp_group, params * grad_b, dp_bw)
+        return comm.reduce_scatter(dp_group, params * grad_b, dp_bw, alpha)
 
     p_dense = _layer_params_local(run, False)
     p_emb = model.vocab * model.hidden / t + ((model.max_seq or 0) * model.hidden if model.learned_positions else 0)
