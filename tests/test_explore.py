@@ -232,3 +232,99 @@ def test_hf_config(tmp_path, capsys):
     assert main(["explore", "--model", str(path), "--gpu", "a100", "--gpus", "8", "--seq", "4096",
                  "--global-batch-tokens", "256k", "--json", "--top", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["layouts"]
+
+
+# ------------------------------------------------------------------ experts and context-parallel forms
+
+from modelcut.core.explore import ep_choices, make_run  # noqa: E402
+from modelcut.core.mesh import DIMS, MEGATRON_ORDER  # noqa: E402
+
+QWEN_MOE = catalog.model("qwen1.5-moe-a2.7b")   # 60 experts, top-4, 24 layers
+MOE_SPACE = Space(micro_batches=(1,), schedules=("1f1b",), recomputes=("none", "full"), zeros=(1,))
+
+
+def test_moe_structures_search_ep_and_both_cp_forms():
+    seen = list(structures(QWEN_MOE, 16, 8192, 64, 8, MOE_SPACE))
+    assert all(QWEN_MOE.experts % s.ep == 0 and s.dp % s.ep == 0 for s in seen)
+    assert {s.ep for s in seen} >= {1, 2, 4}
+    for s in seen:
+        assert set(ep_choices(QWEN_MOE, s.dp, MOE_SPACE)) == {x.ep for x in seen if (x.tp, x.cp, x.pp, x.dp) ==
+                                                             (s.tp, s.cp, s.pp, s.dp)}
+        kinds = {x.cp_kind for x in seen if x.__dict__ | {"cp_kind": None} == s.__dict__ | {"cp_kind": None}}
+        assert kinds == ({"ring", "allgather"} if s.cp > 1 else {"allgather"})
+    only2 = list(structures(QWEN_MOE, 16, 8192, 64, 8, Space(micro_batches=(1,), schedules=("1f1b",), eps=(2,))))
+    assert only2 and {s.ep for s in only2} == {2}
+    ring = list(structures(QWEN_MOE, 16, 8192, 64, 8, Space(micro_batches=(1,), schedules=("1f1b",),
+                                                               cp_kinds=("ring",))))
+    assert {s.cp_kind for s in ring if s.cp > 1} == {"ring"}
+    assert {s.ep for s in structures(LLAMA8, 64, 8192, 256, 8)} == {1}   # dense: no experts to spread
+
+
+def test_make_run_places_ep_in_megatron_order():
+    s = next(x for x in structures(QWEN_MOE, 16, 8192, 64, 8, MOE_SPACE) if x.ep > 1 and x.cp > 1)
+    run = make_run(QWEN_MOE, "h100", s, 8192, 64, "none", 1)
+    assert run.layout.ep == s.ep and run.layout.cp_kind == s.cp_kind and run.layout.order == MEGATRON_ORDER
+    dense = next(x for x in structures(QWEN_MOE, 16, 8192, 64, 8, MOE_SPACE) if x.ep == 1)
+    assert make_run(QWEN_MOE, "h100", dense, 8192, 64, "none", 1).layout.order == DIMS
+
+
+def test_dualpipe_vpp_rules():
+    assert vpp_choices(LLAMA405, 16, "dualpipe", 32) == [2]
+    assert vpp_choices(LLAMA405, 16, "dualpipe", 30) == []   # m < 2p
+    assert vpp_choices(LLAMA405, 16, "dualpipe", 33) == []   # m odd
+    assert vpp_choices(LLAMA405, 5, "dualpipe", 40) == []    # p odd
+    assert vpp_choices(LLAMA405, 16, "dualpipev", 32) == [2]
+    assert vpp_choices(LLAMA405, 16, "dualpipev", 31) == []
+
+
+@lru_cache(maxsize=None)
+def moe_small():
+    return explore(QWEN_MOE, H100, gpus=16, seq=8192, global_batch_tokens=64 * 8192, space=MOE_SPACE)
+
+
+def test_moe_explore_ranks_ep_layouts_with_all_to_all():
+    ex = moe_small()
+    assert ex.layouts
+    with_ep = [e for e in ex.layouts if e.structure.ep > 1]
+    assert with_ep and all(e.prediction.breakdown.a2a_s > 0 for e in with_ep)
+    assert all(e.prediction.breakdown.a2a_s == 0 for e in ex.layouts if e.structure.ep == 1)
+    d = with_ep[0].as_dict()
+    assert d["ep"] == with_ep[0].structure.ep and d["order"] == list(MEGATRON_ORDER) and "a2a_s" in d["breakdown"]
+    cp = [e for e in ex.layouts if e.structure.cp > 1]
+    assert {e.as_dict()["cp_kind"] for e in cp} <= {"ring", "allgather"} and cp
+    assert all(e.as_dict()["cp_kind"] is None for e in ex.layouts if e.structure.cp == 1)
+
+
+@pytest.mark.parametrize("space, needle", [
+    (Space(cp_kinds=("spiral",)), "context-parallel form"),
+    (Space(eps=(7,)), "does not divide"),
+])
+def test_bad_moe_space(space, needle):
+    with pytest.raises(ModelcutError, match=needle):
+        explore(QWEN_MOE, H100, gpus=16, seq=8192, global_batch_tokens=64 * 8192, space=space)
+    with pytest.raises(ModelcutError, match="dense"):
+        explore(LLAMA8, H100, gpus=8, seq=8192, global_batch_tokens=8192 * 8, space=Space(eps=(2,)))
+
+
+MOE_ARGS = ["explore", "--model", "qwen1.5-moe-a2.7b", "--gpu", "h100", "--gpus", "16", "--seq", "8192",
+            "--global-batch-tokens", "512k", "--micro-batches", "1", "--schedules", "1f1b"]
+
+
+def test_cli_moe(capsys):
+    assert main(MOE_ARGS + ["--json", "--top", "50", "--check", "ep=4,cp=2,cp_kind=ring"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lays = out["layouts"]
+    assert all("ep" in x and "cp_kind" in x and "a2a_s" in x["breakdown"] for x in lays)
+    assert any(x["ep"] > 1 and x["breakdown"]["a2a_s"] > 0 for x in lays)
+    best = out["check"]["best"]
+    assert best["ep"] == 4 and best["cp"] == 2 and best["cp_kind"] == "ring"
+    assert main(MOE_ARGS + ["--top", "2", "--eps", "2", "--cp-kinds", "ring"]) == 0
+    text = capsys.readouterr().out
+    assert "a2a" in text and "cp form" in text
+
+
+@pytest.mark.parametrize("extra, needle", [(["--cp-kinds", "spiral"], "spiral"), (["--eps", "7"], "divide")])
+def test_cli_moe_errors(capsys, extra, needle):
+    assert main(MOE_ARGS + extra) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1

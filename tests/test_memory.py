@@ -266,3 +266,107 @@ def test_bad_input_is_one_line(kw, needle):
 def test_bad_stage_layers():
     with pytest.raises(ModelcutError, match="stage_layers"):
         stage_memory(make_run(gpt(4, 512, 8), pp=2, gb=4), stage_layers=(1, 2))
+
+
+# ------------------------------------------------------------------ context parallelism, DualPipe, experts
+
+from dataclasses import replace  # noqa: E402
+
+from modelcut.core import context, moe as moe_mod  # noqa: E402
+from modelcut.core.memory import cp_kept_extra_bytes, cp_transient_bytes, shard_groups  # noqa: E402
+
+
+@settings(max_examples=30, deadline=None)
+@given(cp=st.sampled_from([1, 2, 4, 16]), t=st.sampled_from([1, 2, 8, 16]), b=st.integers(1, 3),
+       kv=st.sampled_from([8, 128]))
+def test_cp_memory_is_what_the_attention_keeps(cp, t, b, kv):
+    """Per layer: the all-gather form keeps (cp − 1) blocks more than the ring (its gathered K and V,
+    cp_attention's kv_kept_bytes less the local block); the transient buffers are the larger of
+    cp_attention's forward and backward ones."""
+    m = ModelSpec("m", layers=4, hidden=8192, ffn_hidden=16384, heads=128, kv_heads=kv, vocab=1000,
+                  gated_mlp=True, bias=False, dropout=False)
+    seq = 4096 * cp
+    kw = dict(micro_batch=b, seq=seq, t=t, cp=cp)
+    for kind in ("ring", "allgather"):
+        a = context.cp_attention(m, kind=kind, bw=50e9, attention_flops_per_s=4e14, **kw)
+        blk = context.block_bytes(m, b, seq, cp, t)
+        assert cp_kept_extra_bytes(m, cp_kind=kind, **kw) == pytest.approx(a.kv_kept_bytes - blk)
+        assert cp_transient_bytes(m, cp_kind=kind, **kw) == pytest.approx(max(a.transient_fwd_bytes,
+                                                                              a.transient_bwd_bytes))
+        diff = layer_activation_bytes(m, cp_kind=kind, **kw) - layer_activation_bytes(m, cp_kind="ring", **kw)
+        assert diff == pytest.approx(a.kv_kept_bytes - blk)
+        # full recomputation keeps only the layer's input, whatever the form
+        assert layer_activation_bytes(m, cp_kind=kind, recompute="full", **kw) == \
+            layer_activation_bytes(m, cp_kind="ring", recompute="full", **kw)
+
+
+def test_cp_form_in_stage_memory():
+    """One device, 1F1B: the all-gather form holds layers × (cp − 1) blocks more activations for the one
+    micro-batch in flight, and its own transient buffers (the whole sequence's dK, dV) instead of the ring's
+    four blocks."""
+    cp, seq = 8, 65536
+    runs = {k: Run(replace(LLAMA_405B, layers=4), "h100-sxm5-80gb",
+                   Layout(tp=8, cp=cp, dp=1, sequence_parallel=True, cp_kind=k), Training(seq_len=seq, global_batch=2))
+            for k in ("ring", "allgather")}
+    mem = {k: stage_memory(r)[0] for k, r in runs.items()}
+    m = runs["ring"].model
+    blk = context.block_bytes(m, 1, seq, cp, 8)
+    diff = mem["allgather"].activations_bytes - mem["ring"].activations_bytes
+    assert diff == pytest.approx(4 * (cp - 1) * blk + (cp * blk - 4 * blk))
+    assert mem["allgather"].weights_bytes == mem["ring"].weights_bytes
+
+
+def test_dualpipe_holds_two_stages_per_device():
+    """DualPipe (DeepSeek-V3 §3.2.1): device d holds model stage d and stage p − 1 − d, so its weights,
+    gradients and optimizer states are those two 1F1B stages' together; devices 0 and p − 1 hold an
+    embedding and an output layer. DualPipeV holds one V (two chunks), its weights those of ZB-V."""
+    p = 4
+    m = replace(gpt(16, 1024, 16, vocab=32000), tied_embeddings=False)
+    one = stage_memory(make_run(m, pp=p, gb=4 * p, schedule="1f1b"))
+    dual = stage_memory(make_run(m, pp=p, gb=4 * p, schedule="dualpipe"))
+    for d in range(p):
+        for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
+            assert getattr(dual[d], k) == pytest.approx(getattr(one[d], k) + getattr(one[p - 1 - d], k))
+        assert dual[d].layers == one[d].layers + one[p - 1 - d].layers
+    assert dual[0].embedding and dual[0].output and dual[p - 1].embedding and dual[p - 1].output
+    assert not dual[1].embedding and not dual[1].output
+    v = stage_memory(make_run(m, pp=p, gb=4 * p, schedule="dualpipev"))
+    z = stage_memory(make_run(m, pp=p, gb=4 * p, schedule="zbv"))
+    assert [x.weights_bytes for x in v] == pytest.approx([x.weights_bytes for x in z])
+    assert sum(x.layers for x in v) == m.layers
+    # a prediction's split may give the model's p stages or all 2p
+    split = layer_split(16, p)
+    again = stage_memory(make_run(m, pp=p, gb=4 * p, schedule="dualpipe"), stage_layers=split + split)
+    assert [x.total_bytes for x in again] == pytest.approx([x.total_bytes for x in dual])
+    with pytest.raises(ModelcutError, match="dualpipe's stage_layers"):
+        stage_memory(make_run(m, pp=p, gb=4 * p, schedule="dualpipe"), stage_layers=layer_split(16, 2 * p))
+
+
+@pytest.mark.parametrize("name, p", [("dualpipev", 2), ("dualpipev", 3), ("dualpipe", 2), ("dualpipe", 4)])
+def test_dualpipe_equivalent_microbatches_change_no_peak(name, p):
+    w = [1.0 + 0.37 * s * s for s in range(2 * p)]
+    for m in range(2 * p, 2 * p + 16, 2 if name == "dualpipe" else 1):
+        me = equivalent_microbatches(name, p, m)
+        assert me <= m and me >= 2 * p
+
+        def peaks(mm):
+            return [max(sum(c * w[s] for c, s in zip(cand, stages)) for cand in cands)
+                    for stages, cands in profile_uncached(name, p, mm, 2)]
+        assert peaks(me) == pytest.approx(peaks(m))
+    # DeepSeek-V3 report, Table 2: PP + 1 chunks of activations on every device
+    assert device_peaks(name, p, 4 * p, 2, [1.0] * (2 * p)) == [2 * p + 1.0 if name == "dualpipev" else p + 1.0] * p
+
+
+def test_expert_states_shard_over_the_expert_data_parallel_group():
+    """ZeRO-1: dense optimizer states over dp·cp, routed experts' over tp·cp·dp/(ep·etp)."""
+    m = ModelSpec("moe", layers=4, hidden=1024, ffn_hidden=4096, heads=16, kv_heads=16, vocab=32000,
+                  experts=8, top_k=2, expert_ffn_hidden=1024, gated_mlp=True, bias=False, dropout=False)
+    run = Run(m, "h100-sxm5-80gb", Layout(tp=2, dp=8, ep=4, zero=1), Training(seq_len=2048, global_batch=16))
+    d, de = shard_groups(run)
+    assert (d, de) == (8, 2 * 8 // (4 * 2))
+    st0 = stage_memory(run)[0]
+    sh = moe_mod.expert_sharding(m, run.layout)
+    expert = sh.params_per_layer * m.layers
+    dense = st0.weights_bytes / 2 - expert
+    assert st0.optimizer_bytes == pytest.approx(12 * (dense / d + expert / de))
+    assert st0.gradients_bytes == pytest.approx(4 * (dense + expert))

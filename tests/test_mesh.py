@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 from modelcut.cli import main
 from modelcut.core import comm
 from modelcut.core.errors import ModelcutError
-from modelcut.core.mesh import DIMS, Mesh, crossing_fraction, dims_in_node, group_crosses_nodes, node_ranks
+from modelcut.core.mesh import (DIMS, MEGATRON_ORDER, Mesh, crossing_fraction, dims_in_node, group_crosses_nodes,
+                                members_in_node, node_ranks, nodes_spanned, parse_order)
 from modelcut.core.specs import Layout
 
 sizes = st.sampled_from([1, 2, 3, 4, 8])
@@ -114,3 +115,105 @@ def test_cli_text_and_errors(capsys):
     assert "inside one node: tp" in text and "GPU 7" in text
     assert main(["mesh", "--tp", "8", "--rank", "9"]) == 2
     assert "rank" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- ep placed by the order
+
+
+@st.composite
+def ep_meshes(draw):
+    """Meshes whose order may name ep anywhere (or not at all: ep innermost in dp)."""
+    tp, cp, pp = (draw(sizes) for _ in range(3))
+    ep = draw(st.sampled_from([1, 2, 4]))
+    dp = ep * draw(st.sampled_from([1, 2, 3]))
+    names = list(DIMS) + (["ep"] if draw(st.booleans()) else [])
+    return Mesh.build(tp, cp, pp, dp, ep, draw(st.permutations(names)))
+
+
+def brute_rank(m: Mesh, c: dict) -> int:
+    """Rank from coordinates by the definition: along the order, innermost first; dp_i = ep_i + ep·edp_i
+    with ep_i where the order names ep (else just inside dp)."""
+    idx = {"tp": c["tp"], "cp": c["cp"], "pp": c["pp"], "ep": c["dp"] % m.ep, "edp": c["dp"] // m.ep}
+    seq = []
+    for n in m.order:
+        if n == "dp":
+            seq += [("edp", m.size("dp") // m.ep)] if "ep" in m.order else [("ep", m.ep), ("edp", m.size("dp") // m.ep)]
+        elif n == "ep":
+            seq.append(("ep", m.ep))
+        else:
+            seq.append((n, m.size(n)))
+    r, acc = 0, 1
+    for n, s in seq:
+        r += idx[n] * acc
+        acc *= s
+    return r
+
+
+@settings(max_examples=80, deadline=None)
+@given(ep_meshes(), st.sampled_from([1, 2, 4, 6, 8]), st.data())
+def test_ep_in_the_order_round_trip_groups_and_crossing(m, gpn, data):
+    r = data.draw(st.integers(0, m.world - 1))
+    c = m.coords(r)
+    assert brute_rank(m, c) == r and m.rank(**{k: c[k] for k in DIMS}) == r
+    lay = Layout(tp=m.size("tp"), cp=m.size("cp"), pp=m.size("pp"), dp=m.size("dp"), ep=m.ep, order=m.order)
+    for d in (*DIMS, "ep", ("cp", "dp")):
+        g = m.group(r, d)
+        fixed = [k for k in ("tp", "cp", "pp", "ep", "edp") if k not in ({d} if isinstance(d, str) else set(d))
+                 and not (k in ("ep", "edp") and "dp" in ((d,) if isinstance(d, str) else d))]
+        mine = m._all_coords(r)
+        assert all(all(m._all_coords(q)[k] == mine[k] for k in fixed) for q in g)
+        brute = [len({q // gpn for q in grp}) > 1 for grp in m.groups(d)]
+        assert group_crosses_nodes(m, d, gpn) == any(brute) == comm.group_spans_nodes(lay, d, gpn)
+        assert crossing_fraction(m, d, gpn) == pytest.approx(sum(brute) / len(brute))
+        first = m.group(0, d)
+        assert members_in_node(m, d, gpn) == comm.group_members_in_node(lay, d, gpn) == \
+            sum(1 for q in first if q // gpn == 0)
+
+
+def test_megatron_order_formula_and_text():
+    """Megatron-core's default order tp-cp-ep-dp-pp: rank = tp_i + tp·(cp_i + cp·(ep_i + ep·(edp_i + edp·pp_i)))."""
+    assert parse_order("tp-cp-ep-dp-pp") == MEGATRON_ORDER == parse_order(["tp", "cp", "ep", "dp", "pp"])
+    m = Mesh.build(2, 2, 4, 8, 4, MEGATRON_ORDER)
+    for r in range(0, m.world, 7):
+        c = m.coords(r)
+        assert r == c["tp"] + 2 * (c["cp"] + 2 * (c["ep"] + 4 * (c["edp"] + 2 * c["pp"])))
+        assert c["dp"] == c["ep"] + 4 * c["edp"]
+    assert m.stride("ep") == 4 and m.stride("edp") == 16 and m.stride("pp") == 32 and m.stride("dp") == 4
+
+
+def test_deepseek_v3_ep_group_follows_the_order():
+    """DeepSeek-V3-shaped: 2,048 GPUs, pp 16, ep 64 (dp 128). Megatron-core's order keeps eight ep
+    ranks in each node (ep inside the pipeline); Llama 3's [tp, cp, pp, dp] puts the 16 pipeline
+    stages between them, one ep rank a node."""
+    meg = Mesh.build(pp=16, dp=128, ep=64, order=MEGATRON_ORDER)
+    llama = Mesh.build(pp=16, dp=128, ep=64)
+    assert members_in_node(meg, "ep", 8) == 8 and members_in_node(llama, "ep", 8) == 1
+    assert meg.group(9, "ep") == list(range(64)) and nodes_spanned(meg, 9, "ep", 8) == 8
+    assert nodes_spanned(llama, 0, "ep", 8) == 64
+    assert dims_in_node(meg, 8)["pp"] == "across"
+
+
+@pytest.mark.parametrize("order, needle", [
+    (("tp", "cp", "ep", "ep", "dp", "pp"), "ep at most once"),
+    ("tp-cp-ep-pp", "once each"),
+    ("tp,cp,xp,dp,pp", "order names"),
+])
+def test_bad_orders(order, needle):
+    with pytest.raises(ModelcutError, match=needle):
+        Mesh.build(2, 1, 2, 4, 2, order)
+
+
+def test_cli_ep_default_is_megatron_order(capsys):
+    assert main(["mesh", "--pp", "16", "--dp", "128", "--ep", "64", "--rank", "9", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["order"] == list(MEGATRON_ORDER)
+    by = {g["dim"]: g for g in out["groups"]}
+    assert by["ep"]["peers"] == list(range(64)) and by["ep"]["nodes"] == 8
+    assert out["coords"] == {"tp": 0, "cp": 0, "pp": 0, "dp": 9, "ep": 9, "edp": 0}
+    assert main(["mesh", "--pp", "16", "--dp", "128", "--ep", "64", "--order", "tp,cp,pp,dp", "--json"]) == 0
+    by = {g["dim"]: g for g in json.loads(capsys.readouterr().out)["groups"]}
+    assert by["ep"]["stride"] == 16 and by["ep"]["nodes"] == 64
+    assert main(["mesh", "--pp", "16", "--dp", "128", "--ep", "64"]) == 0
+    assert "dp 128 = ep 64 × edp 2" in capsys.readouterr().out
+    assert main(["mesh", "--dp", "4", "--ep", "2", "--order", "tp,ep,ep,cp,pp,dp"]) == 2
+    assert "ep at most once" in capsys.readouterr().err

@@ -228,8 +228,9 @@ def validate_default(as_json: bool = False, profile: Path | None = None, budget:
 
 
 def predict_default(run, eta=None, as_json: bool = False, framework: str | None = None, overlap: str | None = None,
-                    profile: Path | None = None, budget: bool = False) -> None:
-    """``modelcut predict --mode default``."""
+                    profile: Path | None = None, budget: bool = False, extra=None) -> None:
+    """``modelcut predict --mode default``. ``extra``: a function of the prediction returning more
+    JSON fields (memory, the published figure), printed as lines under the table too."""
     from ..core.overlap import parse_overlap
     from ..core.stepmodel import predict as predict_run
     hw = catalog.hardware(run.gpu)
@@ -238,8 +239,10 @@ def predict_default(run, eta=None, as_json: bool = False, framework: str | None 
     ov = parse_overlap(overlap) if overlap else None
     pred = predict_run(run, hw, "default", eta, framework=framework, overlap=ov, profile=eff)
     b = cal.error_budget(run, hw, eff if eta is None else dc_replace(eff, gemm=eta), framework, ov) if budget else None
+    more = extra(pred) if extra is not None else {}
     if as_json:
         d = pred.as_dict()
+        d.update(more)
         if b is not None:
             d["budget"] = {"dominant": b.dominant, "dominant_share": b.dominant_share,
                            "lines": [{"input": ln.input, "alternative": ln.alternative, "change_pct": ln.change_pct}
@@ -259,6 +262,10 @@ def predict_default(run, eta=None, as_json: bool = False, framework: str | None 
     con.print(table)
     for n in pred.notes:
         con.print(f"note: {n}")
+    if more:
+        from .systems import extra_lines
+        for line in extra_lines(more.get("memory", {"error": "not computed"}), more.get("published"), hw):
+            con.print(line)
     if b is not None:
         con.print(f"dominant term: {b.dominant.removesuffix('_s')} ({b.dominant_share * 100:.0f} % of the step)")
         for ln in b.lines:

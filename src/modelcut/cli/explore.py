@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..core.errors import ModelcutError
+from ..core.context import CP_KINDS
 from ..core.explore import DEFAULT_MARGIN, DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, Space, find, parse_tokens, why
 from ..core.explore import explore as run_explore
 from ..core.memory import MemoryOptions
@@ -53,16 +54,19 @@ def _check_spec(text: str) -> dict:
         if "=" not in part:
             raise ModelcutError(f"--check wants key=value pairs such as tp=8,pp=16, got {part!r}")
         k, v = (x.strip() for x in part.split("=", 1))
-        if k not in ("tp", "cp", "pp", "dp", "vpp", "micro_batch", "zero", "schedule", "recompute"):
+        if k not in ("tp", "cp", "ep", "cp_kind", "pp", "dp", "vpp", "micro_batch", "zero", "schedule", "recompute"):
             raise ModelcutError(f"--check: unknown key {k!r}")
-        want[k] = v if k in ("schedule", "recompute") else int(v) if v.isdigit() else v
+        want[k] = v if k in ("schedule", "recompute", "cp_kind") else int(v) if v.isdigit() else v
     return want
+
+
+ROW_KEYS = ("tp", "cp", "cp form", "ep", "pp", "dp", "v", "b", "schedule", "recompute", "zero")
 
 
 def _row_name(e: Evaluated) -> list[str]:
     s = e.structure
-    return [str(s.tp), str(s.cp), str(s.pp), str(s.dp), str(s.vpp), str(s.micro_batch), s.schedule, e.recompute,
-            str(e.zero)]
+    return [str(s.tp), str(s.cp), s.cp_kind if s.cp > 1 else "—", str(s.ep), str(s.pp), str(s.dp), str(s.vpp),
+            str(s.micro_batch), s.schedule, e.recompute, str(e.zero)]
 
 
 def _why_text(w: dict) -> str:
@@ -98,9 +102,13 @@ def explore(
     reshard: bool = typer.Option(True, "--reshard/--no-reshard",
                                  help="ZeRO-3 reshards weights after each forward (FSDP's default)"),
     check: Optional[str] = typer.Option(None, "--check", help="also report a layout, e.g. tp=8,cp=1,pp=16,dp=64"),
+    eps: Optional[str] = typer.Option(None, "--eps", help="expert-parallel sizes to try (MoE models; default: "
+                                                          "every divisor of the experts that divides dp)"),
+    cp_kinds: str = typer.Option(",".join(CP_KINDS), "--cp-kinds",
+                                 help="context-parallel forms to try when cp > 1: ring, allgather"),
 ) -> None:
-    """Enumerate layouts (t, c, p, v, d, micro-batch, recomputation, ZeRO, schedule), keep those that fit,
-    rank them by predicted step time."""
+    """Enumerate layouts (t, c and its form, e, p, v, d, micro-batch, recomputation, ZeRO, schedule), keep
+    those that fit, rank them by predicted step time."""
     from .. import catalog
     if top < 1:
         raise ModelcutError(f"--top must be at least 1, got {top}")
@@ -112,7 +120,9 @@ def explore(
     tokens = parse_tokens(global_batch_tokens)
     space = Space(micro_batches=_ints(micro_batches, "--micro-batches"),
                   schedules=tuple(s.strip() for s in schedules.split(",") if s.strip()),
-                  allow_tp_across_nodes=allow_tp_across_nodes)
+                  allow_tp_across_nodes=allow_tp_across_nodes,
+                  eps=_ints(eps, "--eps") if eps is not None else None,
+                  cp_kinds=tuple(k.strip() for k in cp_kinds.split(",") if k.strip()))
     options = MemoryOptions(flash_attention=flash, reshard_after_forward=reshard)
     err = Console(stderr=True)
     show_bar = sys.stderr.isatty() and not as_json
@@ -166,8 +176,7 @@ def explore(
         con.print("[red]no layout fits in memory[/red]")
         raise typer.Exit(1)
     shown = ranked[:top]
-    t = Table("#", "tp", "cp", "pp", "dp", "v", "b", "schedule", "recompute", "zero", "step s", "TFLOP/s", "MFU",
-              "peak GB", title="fastest layouts that fit")
+    t = Table("#", *ROW_KEYS, "step s", "TFLOP/s", "MFU", "peak GB", title="fastest layouts that fit")
     for i, e in enumerate(shown, 1):
         p = e.prediction
         t.add_row(str(i), *_row_name(e), f"{p.step_time_s:.3f}", f"{p.tflops_per_gpu:.0f}", f"{p.mfu:.1%}",
@@ -193,8 +202,7 @@ def explore(
         if checked:
             c = checked[0]
             con.print(f"--check {check}: best such layout ranks {ranked.index(c) + 1} of {len(ranked)}: "
-                      + " ".join(f"{k} {v}" for k, v in zip(("tp", "cp", "pp", "dp", "v", "b", "schedule",
-                                                             "recompute", "zero"), _row_name(c)))
+                      + " ".join(f"{k} {v}" for k, v in zip(ROW_KEYS, _row_name(c)))
                       + f", {c.step_time_s:.3f} s ({(c.step_time_s / ranked[0].step_time_s - 1) * 100:+.1f} % "
                       f"vs the best), peak {c.peak_bytes / GB:.1f} GB")
         else:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
+
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ..core.errors import ModelcutError
-from ..core.mesh import DIMS, Mesh, crossing_fraction, dims_in_node, node_ranks, nodes_spanned
+from ..core.mesh import DIMS, MEGATRON_ORDER, Mesh, crossing_fraction, dims_in_node, node_ranks, nodes_spanned
 from . import app
 
 
@@ -28,14 +30,18 @@ def mesh(
     cp: int = typer.Option(1, "--cp", help="context-parallel size"),
     pp: int = typer.Option(1, "--pp", help="pipeline-parallel size"),
     dp: int = typer.Option(1, "--dp", help="data-parallel size"),
-    ep: int = typer.Option(1, "--ep", help="expert-parallel size, carved from the innermost dp ranks"),
+    ep: int = typer.Option(1, "--ep", help="expert-parallel size, carved from the data-parallel ranks"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="accelerators per node"),
     rank: int = typer.Option(0, "--rank", "-r", help="the rank whose groups to show"),
-    order: str = typer.Option("tp,cp,pp,dp", "--order", help="rank order, innermost first"),
+    order: Optional[str] = typer.Option(
+        None, "--order", help="rank order, innermost first, e.g. tp,cp,pp,dp or tp-cp-ep-dp-pp; may place ep "
+                              "(default: tp,cp,pp,dp; with --ep > 1 Megatron-core's tp,cp,ep,dp,pp)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """A rank's coordinates, its peers in each parallel group, and whether each group crosses nodes."""
-    m = Mesh.build(tp, cp, pp, dp, ep, [o for o in order.split(",") if o.strip()])
+    if order is None:
+        order = ",".join(MEGATRON_ORDER if ep > 1 else DIMS)
+    m = Mesh.build(tp, cp, pp, dp, ep, order)
     if gpus_per_node < 1:
         raise ModelcutError(f"gpus_per_node must be at least 1, got {gpus_per_node}")
     coords = m.coords(rank)
@@ -56,9 +62,10 @@ def mesh(
                           "node_ranks": [{"rank": r, **c} for r, c in node_ranks(m, node, gpus_per_node)]}))
         return
     con = Console()
-    sizes = " × ".join(f"{n} {m.size(n)}" for n in m.order)
+    sizes = " × ".join(f"{n} {s}" for n, s in m.atoms if n not in ("ep", "edp") or ep > 1) if ep > 1 else \
+        " × ".join(f"{n} {m.size(n)}" for n in m.order)
     con.print(f"[bold]mesh[/bold] {sizes} = {m.world:,} ranks, order {','.join(m.order)} (innermost first)"
-              f"{f', ep {ep} inside dp' if ep > 1 else ''}; {gpus_per_node} per node → "
+              f"{f'; dp {dp} = ep {ep} × edp {dp // ep}' if ep > 1 else ''}; {gpus_per_node} per node → "
               f"{-(-m.world // gpus_per_node):,} nodes")
     con.print(f"rank {rank}: " + ", ".join(f"{k} {v}" for k, v in coords.items())
               + f"  (node {node}, local GPU {rank % gpus_per_node})")

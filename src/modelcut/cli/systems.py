@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import typer
@@ -14,7 +15,7 @@ from ..core.pipeline import bubble_table
 from ..core.stepmodel import ASSUMPTIONS, MODES, predict as predict_run
 from ..core.validate import validate as validate_runs
 from ..faces import report as report_face
-from ..faces.runfile import load_run
+from ..faces.runfile import load_run, run_from_dict
 from . import app, fail
 
 _MODE_HELP = f"model mode: {', '.join(MODES)}"
@@ -67,29 +68,123 @@ def validate(
     con.print(f"every prediction low: {'yes' if val.all_low else 'no'}")
 
 
+#: Keys of a RUN.toml's optional [settings] table: how the run was run, beyond its shape
+#: (the default mode's inputs; ``--framework`` and ``--overlap`` override them).
+SETTINGS_KEYS = ("framework", "overlap")
+
+
+def load_runfile(path: Path):
+    """A RUN.toml and its optional [settings] table (framework = a preset of ``modelcut predict
+    --framework``, overlap = overrides as ``--overlap`` takes them)."""
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return load_run(path), {}        # its one-line error
+    st = doc.pop("settings", None)
+    if st is None:
+        return load_run(path), {}
+    if not isinstance(st, dict):
+        fail(f"{path.name}: [settings] must be a table")
+    for k, v in st.items():
+        if k not in SETTINGS_KEYS:
+            fail(f"{path.name} [settings]: unknown key {k!r} (allowed: {', '.join(SETTINGS_KEYS)})")
+        if not isinstance(v, str):
+            fail(f"{path.name} [settings]: {k} must be a string, got {v!r}")
+    return run_from_dict(doc, path.name, path.parent), dict(st)
+
+
+def _catalog_run(run_id: str, mode: str):
+    """A published run of the catalog as ``validate`` runs it: the seed mode the run as
+    runs.toml records it; the default mode with the settings of runs_dev.toml (framework,
+    micro-batch, interleaving, recomputation)."""
+    from ..catalog import profiles
+    from ..core.calibrate import counted_flops
+    ids = [r.id for r in catalog.published_runs()]
+    if run_id not in ids:
+        fail(f"no published run {run_id!r}; choose one of {', '.join(ids)}")
+    pr = catalog.published_run(run_id)
+    settings: dict = {}
+    run = pr.run
+    if mode == "default":
+        st = profiles.run_settings().get(run_id)
+        run = profiles.apply_settings(pr.run, st)
+        if st is not None:
+            settings["framework"] = st.framework
+    return pr, run, settings, counted_flops(pr.run)
+
+
+def _published(pr, counted: float, pred, run) -> dict:
+    """The prediction against what the source published, counted as ``validate`` counts it: the
+    FLOPs of the run as the source describes it over the predicted step time."""
+    n = run.layout.gpus
+    tflops = counted / (n * pred.step_time_s) / 1e12
+    out = {"id": pr.id, "source": pr.source, "published_tflops": pr.published_tflops,
+           "published_step_time_s": pr.published_step_time_s, "predicted_tflops_counted_as_published": tflops}
+    if pr.published_step_time_s is not None:
+        out["error_pct"] = (pr.published_step_time_s / pred.step_time_s - 1) * 100
+    elif pr.published_tflops:
+        out["error_pct"] = (tflops / pr.published_tflops - 1) * 100
+    return out
+
+
+def _memory(run, hw, pred) -> dict:
+    """``memory_report`` of the pipeline the prediction simulated; a layout memory cannot
+    describe gives its one-line reason instead."""
+    from ..core.errors import ModelcutError
+    from ..core.memory import memory_report
+    try:
+        return memory_report(run, hw, prediction=pred)
+    except ModelcutError as exc:
+        return {"error": str(exc)}
+
+
 @app.command()
 def predict(
-    runfile: Path = typer.Argument(..., help="a RUN.toml file", dir_okay=False),
+    runfile: Path = typer.Argument(None, help="a RUN.toml file (or --run ID)", dir_okay=False),
+    run_id: str = typer.Option(None, "--run", help="a published run of the catalog (the ids validate prints), "
+                                                   "predicted as validate predicts it"),
     mode: str = typer.Option("seed", "--mode", help=_MODE_HELP),
     eta: float = typer.Option(None, "--eta", help="fraction of peak the matrix products reach (default: fitted)"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON: step_time_s, tflops_per_gpu, mfu, breakdown, …"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON: step_time_s, tflops_per_gpu, mfu, breakdown, "
+                                                       "memory, …"),
     framework: str = typer.Option(None, "--framework", help="default mode: the training stack (a preset)"),
     overlap: str = typer.Option(None, "--overlap", help="default mode: overlap overrides, e.g. grad_reduce=off,tp_comm=on"),
     profile: Path = typer.Option(None, "--profile", dir_okay=False, help="default mode: a fitted profile file"),
     budget: bool = typer.Option(False, "--budget", help="default mode: print the error budget"),
 ) -> None:
-    """Predict one run's step time, TFLOP/s per GPU, MFU and breakdown from a RUN.toml."""
-    run = load_run(runfile)
+    """Predict one run's step time, TFLOP/s per GPU, MFU, breakdown and memory per device from a RUN.toml
+    (whose optional [settings] table may name the framework and overlap overrides), or a published run."""
+    if (runfile is None) == (run_id is None):
+        fail("give a RUN.toml file or --run with a published run's id (one of the two)")
+    pr = counted = None
+    if run_id is not None:
+        pr, run, settings, counted = _catalog_run(run_id, mode)
+    else:
+        run, settings = load_runfile(runfile)
+    hw = catalog.hardware(run.gpu)
     if mode == "default":
         from .calibrate import predict_default
-        predict_default(run, eta=eta, as_json=as_json, framework=framework, overlap=overlap, profile=profile,
-                        budget=budget)
+        extra = {}
+
+        def more(pred):
+            extra["memory"] = _memory(run, hw, pred)
+            if pr is not None:
+                extra["published"] = _published(pr, counted, pred, run)
+            return extra
+        predict_default(run, eta=eta, as_json=as_json, framework=framework or settings.get("framework"),
+                        overlap=overlap or settings.get("overlap"), profile=profile, budget=budget, extra=more)
         return
     if framework is not None or overlap is not None or profile is not None or budget:
         fail("--framework, --overlap, --profile and --budget apply to --mode default")
-    pred = predict_run(run, catalog.hardware(run.gpu), mode, eta)
+    pred = predict_run(run, hw, mode, eta)
+    mem = _memory(run, hw, pred)
+    pub = _published(pr, counted, pred, run) if pr is not None else None
     if as_json:
-        print(json.dumps(pred.as_dict()))
+        d = pred.as_dict()
+        d["memory"] = mem
+        if pub is not None:
+            d["published"] = pub
+        print(json.dumps(d))
         return
     con = _console()
     L = run.layout
@@ -104,6 +199,26 @@ def predict(
     con.print(table)
     for n in pred.notes:
         con.print(f"note: {n}")
+    for line in extra_lines(mem, pub, hw):
+        con.print(line)
+
+
+def extra_lines(mem: dict, pub: dict | None, hw) -> list[str]:
+    """The memory and published-run lines under a prediction's table."""
+    out = []
+    if "error" in mem:
+        out.append(f"memory: {mem['error']}")
+    else:
+        worst = max(mem["stages"], key=lambda x: x["total_bytes"])
+        out.append(f"peak memory      {mem['peak_bytes'] / 1e9:.1f} GB on pipeline rank {worst['stage']} "
+                   f"({'fits' if mem.get('fits') else 'does not fit'} in {hw.mem_bytes / 1e9:.0f} GB)")
+    if pub is not None:
+        what = (f"{pub['published_tflops']:g} TFLOP/s per GPU" if pub["published_tflops"]
+                else f"{pub['published_step_time_s']:g} s a step")
+        out.append(f"published        {what} ({pub['source']}); predicted, counted as published: "
+                   f"{pub['predicted_tflops_counted_as_published']:.1f} TFLOP/s"
+                   + (f", {pub['error_pct']:+.1f} %" if "error_pct" in pub else ""))
+    return out
 
 
 @app.command()

@@ -12,17 +12,18 @@ all-reduce):
 * point-to-point:  nbytes/bw + α
 
 A group of one rank costs nothing. Ranks are numbered from the layout's order, innermost
-first, by default [tp, cp, pp, dp]: rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)) (Megatron-LM's
-and Llama 3's order, Grattafiori et al. 2024 §3.3.2). Ranks ``k·g … k·g + g − 1`` share a node
+first, by default [tp, cp, pp, dp]: rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)) (Llama 3's
+order, Grattafiori et al. 2024 §3.3.2; Megatron-core's default, tp-cp-ep-dp-pp, puts the pipeline
+outermost: :mod:`.mesh`). Ranks ``k·g … k·g + g − 1`` share a node
 (g accelerators per node); a group whose members sit in different nodes uses the network.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Iterable
 
 from .errors import ModelcutError
+from .mesh import group_crosses_nodes, members_in_node
 from .specs import Hardware, Layout
 
 
@@ -114,87 +115,21 @@ def all_to_all_two_level(n: int, nbytes: float, local: int, link_bw: float, net_
 
 
 # ---------------------------------------------------------------- which link a group uses
-
-def _sizes(layout: Layout) -> tuple[tuple[str, int], ...]:
-    out = []
-    for name in layout.order:
-        if name not in ("tp", "cp", "pp", "dp"):
-            raise ModelcutError(f"layout order names {name!r}; use tp, cp, pp and dp")
-        out.append((name, getattr(layout, name)))
-    if sorted(n for n, _ in out) != ["cp", "dp", "pp", "tp"]:
-        raise ModelcutError(f"layout order must name tp, cp, pp and dp once each, got {list(layout.order)}")
-    return tuple(out)
-
-
-def strides(layout: Layout) -> dict[str, int]:
-    """Rank stride of each dimension: the product of the sizes inside it in ``layout.order``."""
-    st, acc = {}, 1
-    for name, size in _sizes(layout):
-        st[name] = acc
-        acc *= size
-    return st
-
-
-def _group_dims(layout: Layout, dim: str | Iterable[str]) -> tuple[tuple[int, int], ...]:
-    """(stride, size) of the dimensions a group spans. ``ep`` is the expert-parallel group,
-    carved from the innermost ``ep`` data-parallel ranks (Megatron-LM's expert-data layout)."""
-    names = (dim,) if isinstance(dim, str) else tuple(dim)
-    st = strides(layout)
-    out = []
-    for name in names:
-        if name == "ep":
-            if layout.dp % layout.ep:
-                raise ModelcutError(f"ep ({layout.ep}) must divide dp ({layout.dp})")
-            out.append((st["dp"], layout.ep))
-        elif name in st:
-            out.append((st[name], getattr(layout, name)))
-        else:
-            raise ModelcutError(f"unknown parallel dimension {name!r}; use tp, cp, pp, dp or ep")
-    return tuple(out)
-
-
-@lru_cache(maxsize=4096)
-def _spans(sizes: tuple[tuple[str, int], ...], group: tuple[tuple[int, int], ...], g: int) -> bool:
-    total = 1
-    for _, s in sizes:
-        total *= s
-    reach = sum((size - 1) * stride for stride, size in group)
-    if reach == 0 or total <= g:
-        return False
-    if reach >= g:
-        return True
-    # The group whose first rank is b ends at b + reach; nodes are contiguous blocks of g
-    # ranks, so it leaves its node iff (b mod g) + reach >= g. First ranks b are the ranks with
-    # index 0 along every group dimension: collect their residues mod g (at most g of them).
-    in_group = {st: n for st, n in group if n > 1}  # stride -> how many of that dimension's indices the group takes
-    residues = {0}
-    acc = 1
-    for _, size in sizes:
-        step = in_group.get(acc, 1)
-        if size // step > 1:
-            residues = {(r + k * acc * step) % g for r in residues for k in range(size // step)}
-        acc *= size
-    return max(residues) + reach >= g
+# One definition of "does a group cross nodes" and "how many of its members share a node":
+# the device mesh's (:mod:`.mesh`, which also places ep where the layout's order names it).
 
 
 def group_spans_nodes(layout: Layout, dim: str | Iterable[str], gpus_per_node: int) -> bool:
     """Whether a group along ``dim`` (a name, or several names for a combined group such as
-    ("cp", "dp")) has members in different nodes, with ranks numbered in ``layout.order``."""
-    if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
-        raise ModelcutError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}")
-    return _spans(_sizes(layout), _group_dims(layout, dim), gpus_per_node)
+    ("cp", "dp")) has members in different nodes, with ranks numbered in ``layout.order``
+    (:func:`.mesh.group_crosses_nodes`)."""
+    return group_crosses_nodes(layout, dim, gpus_per_node)
 
 
 def group_members_in_node(layout: Layout, dim: str | Iterable[str], gpus_per_node: int) -> int:
     """How many members of a group along ``dim`` share a node with its first rank (rank 0's group;
-    nodes are blocks of ``gpus_per_node`` consecutive ranks): the group offsets Σ index·stride
-    that stay below ``gpus_per_node``."""
-    if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
-        raise ModelcutError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}")
-    offsets = {0}
-    for stride, size in _group_dims(layout, dim):
-        offsets = {o + k * stride for o in offsets for k in range(size) if o + k * stride < gpus_per_node}
-    return len(offsets)
+    nodes are blocks of ``gpus_per_node`` consecutive ranks): :func:`.mesh.members_in_node`."""
+    return members_in_node(layout, dim, gpus_per_node)
 
 
 def group_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int) -> float:

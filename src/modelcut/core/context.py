@@ -55,6 +55,7 @@ convention of :mod:`.flops`, Narayanan et al. 2021 §5.1).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from . import comm
 from .errors import ModelcutError
@@ -103,6 +104,7 @@ def collectives_wire_bytes(collectives) -> float:
 
 # ---------------------------------------------------------------- the causal split
 
+@lru_cache(maxsize=1024)
 def causal_chunks(cp: int, balanced: bool = True) -> tuple[tuple[int, ...], ...]:
     """Chunk indices per rank. Balanced: 2·cp chunks, rank i takes i and 2·cp − 1 − i (Llama 3
     §3.3.2). Naive: cp chunks, rank i takes chunk i."""
@@ -137,6 +139,7 @@ def block_pairs(seq: int, cp: int, rank: int, source: int, balanced: bool = True
     return sum(_pairs(a, b, n) for a in chunks[rank] for b in chunks[source])
 
 
+@lru_cache(maxsize=1024)
 def causal_pairs(seq: int, cp: int, balanced: bool = True) -> tuple[int, ...]:
     """Unmasked (query, key) pairs each rank computes, for one sequence and one head. Balanced:
     n²·(2·cp − 1) + n·(n + 1) on every rank, n = s/(2·cp); naive: N²·i + N·(N + 1)/2 on rank i,
@@ -149,6 +152,13 @@ def causal_imbalance(seq: int, cp: int, balanced: bool = True) -> float:
     the naive one (N·(2·cp − 1) + 1)/(cp·N + 1), N = s/cp, which tends to (2·cp − 1)/cp."""
     pairs = causal_pairs(seq, cp, balanced)
     return max(pairs) * cp / sum(pairs)
+
+
+@lru_cache(maxsize=1024)
+def ring_step_pairs(seq: int, cp: int, balanced: bool = True) -> tuple[int, ...]:
+    """The busiest rank's unmasked pairs at each ring step k (rank i holds rank (i − k) mod cp's
+    block): max_i :func:`block_pairs`; cached, the step model asks for the same (s, cp) often."""
+    return tuple(max(block_pairs(seq, cp, i, (i - k) % cp, balanced) for i in range(cp)) for k in range(cp))
 
 
 # ---------------------------------------------------------------- context-parallel attention
@@ -250,8 +260,8 @@ def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind:
     hop = comm.p2p(blk, bw, alpha) if cp > 1 else 0.0
     hop_b = comm.p2p(2 * blk, bw, alpha) if cp > 1 else 0.0
     att_f = att_b = exp_f = exp_b = 0.0
-    for k in range(cp):
-        step = max(block_pairs(seq, cp, i, (i - k) % cp, balanced) for i in range(cp)) * per_pair
+    for k, busiest in enumerate(ring_step_pairs(seq, cp, balanced)):
+        step = busiest * per_pair
         c_f, c_b = step / attention_flops_per_s, bwd_ratio * step / attention_flops_per_s
         att_f += c_f
         att_b += c_b

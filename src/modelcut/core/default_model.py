@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from . import comm, flops
+from . import comm, flops, moe as moe_mod
 from .engine import Timing, simulate
 from .errors import ModelcutError
 from .kernels import BYTES, Efficiency, generation, mem_time
@@ -44,7 +44,7 @@ from .layer_time import LayerSetup, LayerTime, PassTime, embedding_time, layer_t
 from .overlap import Framework, exposed_after, exposed_tp, framework as get_framework, prefetch_timeline
 from .schedules import DEFAULT_CHUNKS, build
 from .specs import Hardware, Run
-from .stepmodel import Breakdown, Prediction, check_run, microbatches, stage_layers
+from .stepmodel import Breakdown, Prediction, check_run, microbatches, pipeline_slots, stage_layers
 
 #: Bytes of HBM traffic per parameter of a mixed-precision Adam step (Megatron-LM's
 #: ``Float16OptimizerWithFloat16Params``, apex ``FusedAdam`` and ``multi_tensor_apply``):
@@ -112,7 +112,7 @@ def _layer_params_local(run: Run, moe: bool) -> float:
     model, L = run.model, run.layout
     p = flops.layer_params(model, moe)
     if moe:
-        expert = model.experts * flops._mlp_params(model, flops.expert_width(model))
+        expert = model.experts * flops.mlp_params(model, flops.expert_width(model))
         return (p - expert) / L.tp + expert / (L.ep * (L.etp or L.tp))
     return p / L.tp
 
@@ -177,7 +177,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
     if name == "interleaved" and m < p:
         raise ModelcutError(f"interleaved schedule needs micro-batches m ({m}) >= pp ({p})")
     S = p * v
-    if S > l + 2:
+    if S > l + 2 and name != "dualpipe":   # DualPipe's 2p stages are two copies of p
         raise ModelcutError(f"pp × vpp = {S} chunks for {l} layers: more than layers + 2")
     if (s // cp) * cp != s:
         raise ModelcutError(f"cp ({cp}) must divide seq_len ({s})")
@@ -189,7 +189,8 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
                        recompute=tr.recompute, attention=attention,
                        grad_accum_fusion=framework.grad_accum_fusion,
                        fused_cross_entropy=framework.fused_cross_entropy,
-                       tp_async_backward=framework.tp_async_backward, tp_bw=bw["tp"], cp_bw=bw["cp"])
+                       tp_async_backward=framework.tp_async_backward, tp_bw=bw["tp"], cp_bw=bw["cp"],
+                       cp_kind=L.cp_kind, etp=L.etp)
     dense = layer_time(model, setup, hw, eff)
     moe_lt = layer_time(model, setup, hw, eff, moe=True, ep=L.ep) if model.is_moe else None
     emb_f, emb_b = embedding_time(model, setup, hw, eff)
@@ -203,21 +204,28 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
         tp = exposed_tp(pt.tp, pt.gemm, ov.tp_comm)
         return pt.compute, tp, pt.cp
 
+    # An MoE layer's dispatch and combine (and expert-tensor-parallel gather and scatter), per
+    # pass: the ep group's node-mates over the links, the rest over the network (moe.moe_comm).
     a2a = 0.0
-    if model.is_moe and L.ep > 1:
-        tokens = b * (s / cp) / (t if L.sequence_parallel else 1)
-        a2a_one = comm.all_to_all(L.ep, tokens * model.hidden * model.top_k * BYTES,
-                                  comm.group_bandwidth(L, "ep", hw, run.gpus_per_node or hw.per_node) * eff.net)
-        a2a = a2a_one
+    if model.is_moe:
+        gpn = run.gpus_per_node or hw.per_node
+        mc = moe_mod.moe_comm(model, b * s / cp, ep=L.ep, tp=t, etp=L.etp, link_bw=hw.link_bw * eff.net,
+                              net_bw=hw.net_bw * eff.net, local=comm.group_members_in_node(L, "ep", gpn))
+        a2a = mc.a2a_fwd_s + mc.etp_s
 
     def layer_cost(lt: LayerTime, is_moe: bool) -> tuple[tuple[float, ...], tuple[float, ...], float]:
         fc = cost(lt.fwd)
         bc = tuple(x + y for x, y in zip(cost(lt.bwd), cost(lt.recompute)))
-        k = (4 if tr.recompute != "full" else 6) if is_moe else 0
-        return fc + (2 * a2a if is_moe else 0.0,), bc + ((k - 2) * a2a if is_moe else 0.0,), lt.wgrad
+        # forward; backward (the transposed exchanges) and, with full recomputation, the forward's again
+        n_bwd = 2 if tr.recompute == "full" else 1
+        return fc + (a2a if is_moe else 0.0,), bc + (n_bwd * a2a if is_moe else 0.0,), lt.wgrad
 
-    layers_of = stage_layers(l, S)
+    # DualPipe: two copies of the p-stage split, the second starting the model again
+    copies = 2 if name == "dualpipe" else 1
+    layers_of = pipeline_slots(name, l, p, v)[0] if name == "dualpipe" else stage_layers(l, S)
     first_moe = model.dense_layers if model.is_moe else l
+    emb_stages = {0, S // 2} if copies == 2 else {0}
+    loss_stages = {S // 2 - 1, S - 1} if copies == 2 else {S - 1}
     # p2p per transfer: Megatron's scatter/gather (Narayanan et al. 2021 §4.1): each tp rank
     # sends 1/t of the activation over its own link, then an all-gather inside the node;
     # with sequence parallelism the activation is already cut t ways.
@@ -230,8 +238,11 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
     split = name in ("zb-h1", "zbv")
     parts: list[tuple[float, ...]] = []     # per stage, per micro-batch: compute, tp, cp, a2a, p2p
     durations: list[tuple[float, float, float]] = []
+    a2a_fb: list[tuple[float, float]] = []  # per stage: the forward's and the backward's all-to-all
     start = 0
     for c, n_c in enumerate(layers_of):
+        if copies == 2 and c == S // 2:
+            start = 0
         n_moe = max(0, start + n_c - max(start, first_moe))
         n_dense = n_c - n_moe
         fsum = [0.0] * 4
@@ -244,17 +255,18 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
             fsum = [x + cnt * y for x, y in zip(fsum, fc)]
             bsum = [x + cnt * y for x, y in zip(bsum, bc)]
             w += cnt * wg
-        if c == 0:
+        if c in emb_stages:
             fsum = [x + y for x, y in zip(fsum, cost(emb_f) + (0.0,))]
             bsum = [x + y for x, y in zip(bsum, cost(emb_b) + (0.0,))]
-        if c == S - 1:
+        if c in loss_stages:
             fsum = [x + y for x, y in zip(fsum, cost(loss_f) + (0.0,))]
             bsum = [x + y for x, y in zip(bsum, cost(loss_b) + (0.0,))]
-        p2p_f = tau if (p > 1 and not ov.p2p_async and c < S - 1) else 0.0
-        p2p_b = tau if (p > 1 and not ov.p2p_async and c > 0) else 0.0
+        p2p_f = tau if (p > 1 and not ov.p2p_async and c not in loss_stages) else 0.0
+        p2p_b = tau if (p > 1 and not ov.p2p_async and c not in emb_stages) else 0.0
         F = sum(fsum) + p2p_f
         B = sum(bsum) + p2p_b
         parts.append((fsum[0] + bsum[0], fsum[1] + bsum[1], fsum[2] + bsum[2], fsum[3] + bsum[3], p2p_f + p2p_b))
+        a2a_fb.append((fsum[3], bsum[3]))
         if split:
             w = min(w, B)
             durations.append((F, B - w, w))
@@ -263,7 +275,9 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
         start += n_c
 
     sched = _build(name, p, m, v)
-    trace = simulate(sched, Timing(stage_durations=durations, p2p=tau if ov.p2p_async else 0.0), validate=False)
+    unit = _overlapped_unit(durations, a2a_fb) if sched.units and any(a or b for a, b in a2a_fb) else None
+    trace = simulate(sched, Timing(stage_durations=durations, p2p=tau if ov.p2p_async else 0.0, overlap=unit),
+                     validate=False)
     T_pipe = float(trace.makespan)
     home = _homes(name, p, m, v)
 
@@ -308,7 +322,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
         stages = [c for c in range(S) if home[c] == dev]
         requests = []
         params_dev = 0.0
-        start_layer = {c: sum(layers_of[:c]) for c in stages}
+        start_layer = {c: sum(layers_of[:c]) % l for c in stages}
         for c in stages:
             st, en = last_b[c]
             n_c = layers_of[c]
@@ -316,11 +330,11 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
             for j in range(n_c):
                 idx = start_layer[c] + j
                 units.append(p_moe if (model.is_moe and idx >= first_moe) else p_dense)
-            if c == S - 1 and not model.tied_embeddings:
+            if c in loss_stages and not model.tied_embeddings:
                 units.append(p_emb)
-            if c == S - 1 and model.tied_embeddings and p > 1:
+            if c in loss_stages and model.tied_embeddings and p > 1:
                 units.append(p_emb)      # Megatron keeps a copy of the tied output weights on the last stage
-            if c == 0:
+            if c in emb_stages:
                 units.append(p_emb + p_pos)
             params_dev += sum(units)
             # Gradients of the chunk's units become ready through its last backward, last layer first.
@@ -344,17 +358,43 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
         per_device.append((exp_dp + tied + gather, opt))
 
     T = max(step_ends)
-    crit = max(range(p), key=lambda i: step_ends[i])
+    # The breakdown of the busiest device (the most op time; with uneven stages, e.g. an MoE
+    # model's dense first layers, the device that ends last may be a light one that mostly
+    # waits); its idle time until the step ends is the bubble. (DualPipe: m/2 micro-batches
+    # pass each stage.)
+    crit = max(range(p), key=lambda i: (float(trace.busy(i)), step_ends[i]))
     mine = [parts[c] for c in range(S) if home[c] == crit]
-    sums = [m * sum(x[i] for x in mine) for i in range(5)]
-    busy = float(trace.busy(crit))
+    sums = [m / copies * sum(x[i] for x in mine) for i in range(5)]
     dp_exp, opt_crit = per_device[crit]
-    # The slowest device's idle time between its ops is the bubble.
-    bd = DefaultBreakdown(compute_s=sums[0], tp_s=sums[1], cp_s=sums[2], p2p_s=sums[4],
-                          bubble_s=max(ends[crit] - busy, 0.0), dp_s=dp_exp, a2a_s=sums[3], optimizer_s=opt_crit)
+    hidden = 0.0   # all-to-all hidden inside the device's overlapped F&B units
+    if unit is not None:
+        kind = {"F": 0, "B": 1, "W": 2}
+        for i, k in sched.units[crit]:
+            d = [durations[op.stage][kind[op.kind]] for op in sched.orders[crit][i:i + k]]
+            hidden += sum(d) - unit(*d)
+        notes.append(f"{name}: all-to-all hidden behind the paired chunk's compute, "
+                     f"{hidden / max(sums[3], 1e-30):.0%} of the busiest device's")
+    bd = DefaultBreakdown(compute_s=sums[0], tp_s=sums[1], cp_s=sums[2], p2p_s=sums[4], bubble_s=0.0,
+                          dp_s=dp_exp, a2a_s=max(sums[3] - hidden, 0.0), optimizer_s=opt_crit)
+    bd.bubble_s = max(T - bd.total_s, 0.0)
     if layers_of and len(set(layers_of)) > 1:
         notes.append(f"uneven stages: {min(layers_of)} to {max(layers_of)} layers per chunk")
     return _finish(run, hw, eff, T, bd, m, v, name, notes, layers_of, framework)
+
+
+def _overlapped_unit(durations: list[tuple[float, float, float]], a2a_fb: list[tuple[float, float]]):
+    """Duration of DualPipe's overlapped F&B unit (DeepSeek-V3 report §3.2.1, Fig. 4: one chunk's
+    dispatch and combine run while the other chunk computes, on separate SMs): the compute of the
+    pair and the all-to-alls of the pair as two streams, max(compute, all-to-all). The engine passes
+    the unit's op durations (F, B, W); each op's all-to-all is looked up by its stage's duration."""
+    f_a2a = {d[0]: a for d, (a, _) in zip(durations, a2a_fb)}
+    b_a2a = {d[1]: a for d, (_, a) in zip(durations, a2a_fb)}
+
+    def unit(*d: float) -> float:
+        comm_s = f_a2a.get(d[0], 0.0) + (b_a2a.get(d[1], 0.0) if len(d) > 1 else 0.0)
+        total = sum(d)
+        return max(total - comm_s, comm_s)
+    return unit
 
 
 def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: Breakdown, m: int, v: int, name: str,

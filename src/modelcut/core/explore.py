@@ -9,16 +9,24 @@ node unless allowed across; context parallelism c with the sequence cut in 2c eq
 d = N/(t·c·p) dividing the global batch; micro-batch b; schedule and chunks v (1F1B and
 ZB-H1 with v = 1; the interleaved schedule with the v whose p·v divides l or l + 2, so
 that chunks are balanced, with m a multiple of p as Megatron-LM requires; ZB-V with
-v = 2); recomputation none/selective/full; ZeRO stage 0–3. Sequence parallelism is on
-whenever t > 1 (same traffic, t times fewer norm and dropout activations; Korthikanti et al.
-2022 §4.2.2). Every layout uses exactly N GPUs: t·c·p·d = N.
+v = 2; DualPipe, when asked for, with v = 2, p even, m even and m ≥ 2p, and DualPipeV with
+v = 2 and m ≥ 2p, the DualPipe repository's rules); recomputation none/selective/full; ZeRO
+stage 0–3. Sequence parallelism is on whenever t > 1 (same traffic, t times fewer norm and
+dropout activations; Korthikanti et al. 2022 §4.2.2). Every layout uses exactly N GPUs:
+t·c·p·d = N. With c > 1 both forms of context parallelism are tried (``Space.cp_kinds``: the
+all-gather of Llama 3 and ring attention; :mod:`.context`). For a mixture-of-experts model,
+expert parallelism e runs over the divisors of the experts that divide d (the ep group is
+carved from the data-parallel ranks, :mod:`.mesh`; ``Space.eps`` narrows it), expert tensor
+parallelism equal to t, and the rank order is Megatron-core's default, tp-cp-ep-dp-pp
+(:data:`.mesh.MEGATRON_ORDER`), which keeps the ep group on the ranks next to tp and cp; a
+dense model keeps e = 1 and Llama 3's order [tp, cp, pp, dp].
 
 **Fit.** A layout is feasible when its peak device memory (:mod:`.memory`, buffers
 allowance included) is at most the accelerator's capacity less ``margin`` (a fraction,
 default 2 %, kept free for what the model does not count: the backward's activation
 gradients, the logits' BF16 copy, allocator spikes).
 
-**Pruning.** Memory before time. For each structure (t, c, p, d, b, schedule, v) the
+**Pruning.** Memory before time. For each structure (t, c, e, p, d, b, schedule, v, form) the
 peak memory of all its recomputation × ZeRO variants comes from one pass
 (:func:`.memory.variant_peaks`: activations depend only on the recomputation, weights,
 gradients and optimizer states only on the ZeRO stage); a structure where none fits is
@@ -42,14 +50,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from . import flops
+from .context import CP_KINDS
 from .errors import ModelcutError
 from .memory import DEFAULT_OPTIONS, MemoryOptions, StageMemory, peak_bytes, stage_memory, variant_peaks
-from .mesh import Mesh, group_crosses_nodes
+from .mesh import DIMS, MEGATRON_ORDER, Mesh, group_crosses_nodes
+from .schedules import ALL_SCHEDULES
 from .specs import Hardware, Layout, ModelSpec, Run, Training
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
 ZERO_ORDER = (0, 1, 2, 3)
 DEFAULT_SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zbv")
+#: What ``Space.schedules`` may name: every schedule the simulator builds, DualPipe's included.
+ALLOWED_SCHEDULES = tuple(ALL_SCHEDULES)
 #: Fraction of the accelerator's memory kept free (see module docstring).
 DEFAULT_MARGIN = 0.02
 BREAKDOWN_TERMS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "a2a_s")
@@ -67,6 +80,8 @@ class Space:
     allow_tp_across_nodes: bool = False
     min_tokens_per_cp_rank: int = 1024
     balanced_vpp_only: bool = True
+    eps: tuple[int, ...] | None = None       # None: every divisor of the experts dividing d
+    cp_kinds: tuple[str, ...] = CP_KINDS      # tried when c > 1
 
 
 @dataclass(frozen=True)
@@ -78,6 +93,8 @@ class Structure:
     micro_batch: int
     schedule: str
     vpp: int
+    ep: int = 1
+    cp_kind: str = "allgather"   # Layout's default; the form only matters when cp > 1
 
 
 @dataclass
@@ -116,7 +133,8 @@ class Evaluated:
         mem = {"peak_bytes": self.peak_bytes, "peak_stage": ps.stage,
                **{k: getattr(ps, k) for k in MEMORY_TERMS},
                "stages_total_bytes": [x.total_bytes for x in self.stages]}
-        out = {"tp": s.tp, "cp": s.cp, "pp": s.pp, "dp": s.dp, "vpp": s.vpp, "micro_batch": s.micro_batch,
+        out = {"tp": s.tp, "cp": s.cp, "ep": s.ep, "cp_kind": s.cp_kind if s.cp > 1 else None, "pp": s.pp, "dp": s.dp, "vpp": s.vpp,
+               "micro_batch": s.micro_batch, "order": list(self.run.layout.order),
                "recompute": self.recompute, "zero": self.zero, "schedule": s.schedule,
                "step_time_s": None, "tflops_per_gpu": None, "mfu": None, "feasible": self.feasible,
                "memory": mem, "breakdown": None}
@@ -135,7 +153,7 @@ class Exploration:
     gpus: int
     capacity_bytes: float
     margin: float
-    structures: int = 0               # (t, c, p, d, b, schedule, v) enumerated
+    structures: int = 0               # (t, c, e, p, d, b, schedule, v, form) enumerated
     space: int = 0                    # layouts covered: structures × recompute × ZeRO variants
     memory_evaluations: int = 0
     predictions: int = 0
@@ -170,9 +188,19 @@ def divisors(n: int) -> list[int]:
 
 
 def tp_ok(model: ModelSpec, t: int) -> bool:
-    """t divides the heads and the MLP width; t and the KV heads divide one another."""
+    """t divides the heads and the MLP width (and an MoE model's expert width: expert tensor
+    parallelism is t); t and the KV heads divide one another."""
     return (model.heads % t == 0 and model.ffn_hidden % t == 0
-            and (model.kv_heads % t == 0 or t % model.kv_heads == 0))
+            and (model.kv_heads % t == 0 or t % model.kv_heads == 0)
+            and (not model.is_moe or flops.expert_width(model) % t == 0))
+
+
+def ep_choices(model: ModelSpec, d: int, space: "Space") -> list[int]:
+    """Expert-parallel sizes for d data-parallel ranks: 1 for a dense model; otherwise the
+    divisors of the experts that divide d (``space.eps`` narrows them)."""
+    if not model.is_moe:
+        return [1]
+    return [e for e in divisors(model.experts) if d % e == 0 and (space.eps is None or e in space.eps)]
 
 
 def vpp_choices(model: ModelSpec, p: int, schedule: str, m: int, balanced_only: bool = True) -> list[int]:
@@ -185,8 +213,13 @@ def vpp_choices(model: ModelSpec, p: int, schedule: str, m: int, balanced_only: 
         return [1]
     if p == 1:
         return []
-    if schedule == "zbv":
+    if schedule in ("zbv", "dualpipev"):
+        if schedule == "dualpipev" and m < 2 * p:
+            return []  # DualPipeV needs m >= 2p
         return [2] if 2 * p <= L + 2 else []
+    if schedule == "dualpipe":
+        # two copies of the p stages, one per direction: p even, m even and at least 2p
+        return [2] if p % 2 == 0 and m % 2 == 0 and m >= 2 * p and p <= L else []
     if schedule in ("interleaved", "looped-bfs"):
         if schedule == "interleaved" and m % p:
             return []  # Megatron-LM: m a multiple of p with the default group size N = p
@@ -200,7 +233,7 @@ def vpp_choices(model: ModelSpec, p: int, schedule: str, m: int, balanced_only: 
 
 def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_per_node: int,
                space: Space = Space()) -> Iterator[Structure]:
-    """Every (t, c, p, d, b, schedule, v) with t·c·p·d = gpus (module docstring)."""
+    """Every (t, c, e, p, d, b, schedule, v, form) with t·c·p·d = gpus (module docstring)."""
     for t in divisors(gpus):
         if not tp_ok(model, t):
             continue
@@ -216,15 +249,18 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                 d = gpus // (t * c * p)
                 if global_batch % d:
                     continue
-                for b in space.micro_batches:
-                    if (global_batch // d) % b:
-                        continue
-                    m = global_batch // (d * b)
-                    for sched in space.schedules:
-                        if p == 1 and sched != "1f1b":
+                kinds = space.cp_kinds if c > 1 else ("allgather",)
+                for e in ep_choices(model, d, space):
+                    for b in space.micro_batches:
+                        if (global_batch // d) % b:
                             continue
-                        for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only):
-                            yield Structure(t, c, p, d, b, sched, v)
+                        m = global_batch // (d * b)
+                        for sched in space.schedules:
+                            if p == 1 and sched != "1f1b":
+                                continue
+                            for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only):
+                                for kind in kinds:
+                                    yield Structure(t, c, p, d, b, sched, v, e, kind)
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -232,8 +268,10 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
 
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
              gpus_per_node: int | None = None) -> Run:
-    lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, vpp=s.vpp, sequence_parallel=s.tp > 1, zero=zero,
-                 schedule=s.schedule)
+    """The run of one layout: sequence parallelism with t > 1; with e > 1 Megatron-core's rank
+    order (ep next to tp and cp, the pipeline outermost), else Llama 3's [tp, cp, pp, dp]."""
+    lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.tp > 1, zero=zero,
+                 schedule=s.schedule, cp_kind=s.cp_kind, order=MEGATRON_ORDER if s.ep > 1 else DIMS)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=recompute), gpus_per_node=gpus_per_node)
 
@@ -278,8 +316,20 @@ def explore(model: ModelSpec, hw: Hardware, *, gpus: int, seq: int, global_batch
         raise ModelcutError(f"global batch of {global_batch_tokens} tokens is not a whole number of "
                             f"{seq}-token sequences")
     for sch in space.schedules:
-        if sch not in ("1f1b", "interleaved", "zb-h1", "zbv", "gpipe", "looped-bfs"):
-            raise ModelcutError(f"unknown schedule {sch!r}")
+        if sch not in ALLOWED_SCHEDULES:
+            raise ModelcutError(f"unknown schedule {sch!r}; choose from {', '.join(ALLOWED_SCHEDULES)}")
+    for kind in space.cp_kinds:
+        if kind not in CP_KINDS:
+            raise ModelcutError(f"unknown context-parallel form {kind!r}; choose from {', '.join(CP_KINDS)}")
+    if not space.cp_kinds:
+        raise ModelcutError("cp_kinds must name at least one context-parallel form")
+    if space.eps is not None:
+        if not model.is_moe and set(space.eps) != {1}:
+            raise ModelcutError(f"{model.name or 'the model'} is dense: expert parallelism needs experts")
+        bad = [e for e in space.eps if isinstance(e, bool) or not isinstance(e, int) or e < 1
+               or (model.is_moe and model.experts % e)]
+        if bad:
+            raise ModelcutError(f"ep {bad[0]!r} does not divide the {model.experts} experts")
     gb = global_batch_tokens // seq
     gpn = gpus_per_node or hw.per_node
     predictor = predictor or default_predictor(mode)
@@ -347,8 +397,8 @@ def frugal(feasible: list[Evaluated]) -> list[Evaluated]:
 
 
 def find(ex: Exploration, **want: Any) -> list[Evaluated]:
-    """Ranked layouts matching the given fields (tp, cp, pp, dp, vpp, micro_batch, schedule,
-    recompute, zero)."""
+    """Ranked layouts matching the given fields (tp, cp, ep, cp_kind, pp, dp, vpp, micro_batch,
+    schedule, recompute, zero)."""
     out = []
     for e in ex.layouts:
         d = {"recompute": e.recompute, "zero": e.zero, **e.structure.__dict__}
@@ -361,8 +411,8 @@ def why(best: Evaluated, other: Evaluated) -> dict[str, Any]:
     """Why ``best`` beats ``other``: the knobs that differ, and the time and memory terms in
     order of how much they differ (other − best)."""
     a, b = best.as_dict(), other.as_dict()
-    knobs = {k: (a[k], b[k]) for k in ("tp", "cp", "pp", "dp", "vpp", "micro_batch", "recompute", "zero",
-                                        "schedule") if a[k] != b[k]}
+    knobs = {k: (a[k], b[k]) for k in ("tp", "cp", "ep", "cp_kind", "pp", "dp", "vpp", "micro_batch", "recompute",
+                                        "zero", "schedule") if a[k] != b[k]}
     time_terms = []
     if best.prediction is not None and other.prediction is not None:
         for k in BREAKDOWN_TERMS:

@@ -39,17 +39,25 @@ and the backward gathers the inputs of QKV and MLP-up once more for their weight
 (only their sharded copies are kept; Korthikanti et al. 2022 §4.2.2). Where the framework
 runs them asynchronously, a column-parallel product's backward collectives hide behind its
 own gradient products and only the excess is paid.
-**Context parallelism** (all-gather kind, Grattafiori et al. 2024 §3.3.2): K and V of the
-whole sequence gathered in the forward, their gradients reduce-scattered in the backward,
-(cp − 1)/cp · s·2·(kv/t)·2 bytes each, per layer. Ring costs from :mod:`.comm` at η_net of
-the link each group uses.
+**Context parallelism** (``LayerSetup.cp_kind``), all-gather form (Grattafiori et al. 2024
+§3.3.2): K and V of the whole sequence gathered in the forward, their gradients
+reduce-scattered in the backward, (cp − 1)/cp · s·2·(kv/t)·2 bytes each, per layer; ring form
+(Liu et al. 2023): what the ring leaves exposed, :func:`.context.cp_attention` with the
+attention kernel's own rate (its FLOPs over the time :func:`.kernels.attention_time` gives).
+Ring costs from :mod:`.comm` at η_net of the link each group uses.
+
+**Mixture-of-experts layers**: the MLP's products are :func:`.moe.moe_gemms` on the busiest
+device (the router, the E/ep local experts as products of their received rows at width
+f_e/etp, the shared experts at width f_e/t); the MoE block's tensor-parallel collectives are its
+token dispatcher's, counted with the all-to-alls by the caller (:func:`.moe.moe_comm`), so
+only attention's remain here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import comm
+from . import comm, context, moe as moe_mod
 from .errors import ModelcutError
 from .kernels import ATTENTION_KINDS, BYTES, Efficiency, attention_time, gemm_fwd_bwd, mem_time
 from .specs import Hardware, ModelSpec
@@ -74,7 +82,9 @@ class LayerSetup:
     weight gradient is computed (and the input re-gather while its data gradient is),
     Megatron-LM's ``async_tensor_model_parallel_allreduce`` (on by default since late 2021)
     and its sequence-parallel form (``LinearWithGradAccumulationAndAsyncCommunication``);
-    ``tp_bw``/``cp_bw``: link bandwidth (bytes/s each way) of the tp and cp groups."""
+    ``tp_bw``/``cp_bw``: link bandwidth (bytes/s each way) of the tp and cp groups;
+    ``cp_kind``: context parallelism's form, "allgather" or "ring"; ``etp``: expert tensor
+    parallelism (default tp)."""
 
     micro_batch: int
     seq_len: int
@@ -88,6 +98,8 @@ class LayerSetup:
     tp_async_backward: bool = False
     tp_bw: float = 0.0
     cp_bw: float = 0.0
+    cp_kind: str = "allgather"
+    etp: int | None = None
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -155,47 +167,45 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     kv_t = max(kv // t, d)          # kv heads are replicated when t exceeds them
     gated = model.gated_mlp
     if moe:
-        f_loc = (model.expert_ffn_hidden or model.ffn_hidden) // t
-        T_mlp = T * model.top_k
+        mlp = moe_mod.moe_gemms(model, T, tp=t, ep=ep, etp=setup.etp)
     else:
-        f_loc = model.ffn_hidden // t
-        T_mlp = T
-    n_up = 2 * f_loc if gated else f_loc
+        mlp = moe_mod.dense_mlp_gemms(model, T, t)
+    ups = [g for g in mlp if g.name.endswith(" up")]
+    # rows × local width of the MLP's activation (each up product's output, halved when gated)
+    act_elems = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups)
+    up_out = sum(g.m * g.count * g.n for g in ups)
     drop = model.dropout
     rope = not model.learned_positions
 
-    # Matrix products: (m, n, k) of each linear layer on this device.
-    linears = [(T, (q // t) + 2 * kv_t, h), (T, h, q // t), (T_mlp, n_up, h), (T_mlp, h, f_loc)]
+    # Matrix products: (m, n, k, count) of each linear layer on this device.
+    linears = [(T, (q // t) + 2 * kv_t, h, 1), (T, h, q // t, 1)] + [(g.m, g.n, g.k, g.count) for g in mlp]
     fwd_g = bwd_g = wgrad = 0.0
     per_linear = []
-    for m_, n_, k_ in linears:
+    for m_, n_, k_, c_ in linears:
         f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff)
-        per_linear.append((dg, wg))
-        fwd_g += f_
-        bwd_g += dg + wg
-        wgrad += wg
-    if moe:  # router: T×E×h, tiny
-        f_, dg, wg = gemm_fwd_bwd(T, model.experts, h, hw, eff)
-        fwd_g += f_
-        bwd_g += dg + wg
-        wgrad += wg
+        per_linear.append((c_ * dg, c_ * wg))
+        fwd_g += c_ * f_
+        bwd_g += c_ * (dg + wg)
+        wgrad += c_ * wg
+    # the MLP-up product of a dense layer (column-parallel, like QKV)
+    mlp_up = per_linear[2] if not moe else None
 
     att = attention_time(setup.attention, b, heads, s // cp, s, d, True, drop, hw, eff)
 
     # Memory-bound kernels, bytes.
     nb = NORM_BYTES
     resid_f = (6.0 + (1.0 if drop else 0.0)) * Tn * h       # bias+dropout+residual, fused
-    act_f = (6.0 if gated else 4.0) * T_mlp * f_loc
+    act_f = (6.0 if gated else 4.0) * act_elems
     rope_f = 4.0 * T * (q // t + kv_t) if rope else 0.0
     mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
-    act_b = (10.0 if gated else 6.0) * T_mlp * f_loc
+    act_b = (10.0 if gated else 6.0) * act_elems
     bias_b = 0.0
     if model.bias:
-        bias_b = BYTES * (T * (q // t + 2 * kv_t) + T_mlp * n_up + 2 * Tn * h)
+        bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + 2 * Tn * h)
     mem_b = 2 * 6.0 * Tn * h + 2 * resid_b + act_b + rope_f + bias_b
     if not setup.grad_accum_fusion:
-        local_params = h * (q // t + 2 * kv_t) + (q // t) * h + (n_up + f_loc) * h
+        local_params = sum(n_ * k_ * c_ for _, n_, k_, c_ in linears)
         mem_b += 6.0 * local_params
 
     # Communication.
@@ -205,28 +215,38 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
         bw = setup.tp_bw * eff.net
         # Column-parallel products (QKV, MLP up) are linears 0 and 2: their backward
         # collectives may run behind their own gradient products (``tp_async_backward``).
-        col = [per_linear[0], per_linear[2]]
+        # An MoE block's collectives are its dispatcher's (module doc): attention's only.
+        col = [per_linear[0]] + ([mlp_up] if mlp_up is not None else [])
+        blocks = len(col)
         if setup.sequence_parallel:
             ag, rs = comm.all_gather(t, msg, bw), comm.reduce_scatter(t, msg, bw)
-            tp_f = 2 * (ag + rs)
+            tp_f = blocks * (ag + rs)
             # Only the sharded input of QKV and MLP-up is kept; the backward gathers it again
             # for their weight gradients (Korthikanti et al. 2022 §4.2.2). Backward: the
             # gradient all-gather before each row-parallel product, the re-gather and the
             # reduce-scatter of each column-parallel one's input gradient.
             if setup.tp_async_backward:
-                tp_b = 2 * ag + sum(max(ag - dg, 0.0) + max(rs - wg, 0.0) for dg, wg in col)
+                tp_b = blocks * ag + sum(max(ag - dg, 0.0) + max(rs - wg, 0.0) for dg, wg in col)
             else:
-                tp_b = 2 * (ag + rs) + 2 * ag
+                tp_b = blocks * (ag + rs) + blocks * ag
         else:
             ar = comm.ring_allreduce(t, msg, bw)
-            tp_f = 2 * ar
-            tp_b = sum(max(ar - wg, 0.0) for _, wg in col) if setup.tp_async_backward else 2 * ar
+            tp_f = blocks * ar
+            tp_b = sum(max(ar - wg, 0.0) for _, wg in col) if setup.tp_async_backward else blocks * ar
     cp_f = cp_b = 0.0
     if cp > 1:
         kv_bytes = b * s * 2 * kv_t * BYTES       # K and V of the whole sequence
         bw = setup.cp_bw * eff.net
-        cp_f = comm.all_gather(cp, kv_bytes, bw)
-        cp_b = comm.reduce_scatter(cp, kv_bytes, bw)
+        if setup.cp_kind == "ring":
+            rate_of = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="allgather", bw=bw,
+                                           attention_flops_per_s=1.0, t=t)
+            rate = rate_of.flops_fwd / att.fwd_math if att.fwd_math > 0 else eff.gemm * hw.peak_flops_16
+            ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=bw,
+                                        attention_flops_per_s=rate, t=t)
+            cp_f, cp_b = ring.exposed_fwd_s, ring.exposed_bwd_s
+        else:
+            cp_f = comm.all_gather(cp, kv_bytes, bw)
+            cp_b = comm.reduce_scatter(cp, kv_bytes, bw)
 
     fwd = PassTime(gemm=fwd_g, attention=att.fwd_math, memory=mem_time(mem_f, hw, eff) + att.fwd_mem,
                    tp=tp_f, cp=cp_f)

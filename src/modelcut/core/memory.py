@@ -49,6 +49,27 @@ sequence parallelism), plus, while one layer is recomputed in the backward, that
 layer's activations. Mixture-of-experts layers hold the routed tokens' expert MLP
 activations top_k times (times the capacity factor, if any), plus the permuted input 2h·top_k.
 
+**Context parallelism** (:mod:`.context`, the per-token terms above are on n = b·s/cp
+tokens). The all-gather form (Llama 3 §3.3.2) keeps the gathered K and V of the whole
+sequence for the backward: cp blocks where the local K and V above are one, so
+(cp − 1)·block more per layer per micro-batch in flight, block = b·(s/cp)·2·kv_t·2 bytes
+(:func:`.context.block_bytes`); its backward's dK, dV of the whole sequence, cp blocks, exist
+until reduce-scattered. The ring form keeps only the local block; two blocks are in flight in
+its forward and four in its backward (K, V, dK, dV of the current and the next step). Those
+transient buffers (``CPAttention.transient_fwd_bytes``/``transient_bwd_bytes``) belong to the
+one layer being computed: each device adds the larger once, like full recomputation's
+working set. Full recomputation keeps neither copy of K and V.
+
+**DualPipe** (DeepSeek-V3 report, arXiv 2412.19437 §3.2.1, Table 2) holds two copies of the
+model's p pipeline stages, one per direction: device d holds stage d of one and stage
+p − 1 − d of the other, so every device holds two stages' weights, gradients and optimizer
+states (2× parameters) and devices 0 and p − 1 hold both an embedding and an output layer.
+DualPipeV holds one V of 2p stages, two chunks per device, as ZB-V.
+
+**Expert parameters** (:mod:`.moe`): an MoE layer's routed experts are cut over ep·etp ranks
+(:func:`layer_params`) and sharded by ZeRO over the expert-data-parallel group,
+tp·cp·dp/(ep·etp) ranks (:func:`shard_groups`); everything else as the dense model's.
+
 **First and last stages.** The first stage also keeps the token ids (int64, 8 bytes a
 token, for the embedding's backward) and, with dropout, the embedding dropout mask h. The
 last keeps the final norm's input and output, 2h + 2h (divided by t with sequence
@@ -92,7 +113,7 @@ from typing import Any
 
 import numpy as np
 
-from . import flops
+from . import context, flops
 from .errors import ModelcutError
 from .metrics import W_FRACTION
 from .schedules import DEFAULT_CHUNKS, build, interleaved
@@ -232,7 +253,7 @@ def layer_params(model: ModelSpec, t: int, moe: bool, ep: int = 1, etp: int | No
     experts over ep·etp (etp default t), its router h·E on every rank, shared experts over t.
     """
     h = model.hidden
-    norms = 2 * flops._norm_params(model)
+    norms = 2 * flops.norm_params(model)
     out_bias = h if model.bias else 0
     attn = flops.attention_params(model)
     dense = (attn - out_bias) / t + out_bias + norms + _kv_extra(model, t)
@@ -257,7 +278,7 @@ def embedding_params(model: ModelSpec, t: int) -> float:
 
 def output_params(model: ModelSpec, t: int) -> float:
     """Last stage: the final norm (every rank) and the vocab-parallel output layer V·h/t."""
-    return flops._norm_params(model) + model.vocab * model.hidden / t
+    return flops.norm_params(model) + model.vocab * model.hidden / t
 
 
 # --------------------------------------------------------------------------- activations
@@ -266,18 +287,21 @@ def output_params(model: ModelSpec, t: int) -> float:
 def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = True, moe: bool = False, etp: int | None = None,
-                           recomputing: bool = False) -> float:
+                           recomputing: bool = False, cp_kind: str = "ring") -> float:
     """Bytes one transformer layer keeps for its backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 Table 2 generalized (module docstring). ``recompute``: none,
     selective or full; ``recomputing`` gives the full activations of a layer being
     recomputed (the working set of full recomputation) whatever ``recompute`` says.
+    ``cp_kind``: with cp > 1, ``"allgather"`` also keeps the gathered K and V of the other
+    cp − 1 ranks, :func:`cp_kept_extra_bytes`; ``"ring"`` only the local ones.
     """
     n = micro_batch * seq / cp            # tokens of the micro-batch on this rank
     h, q, a = model.hidden, model.q_dim, model.heads
     sp = t if sequence_parallel else 1
     if recompute == "full" and not recomputing:
         return n * 2 * h / sp
+    gathered = cp_kept_extra_bytes(model, micro_batch=micro_batch, seq=seq, t=t, cp=cp, cp_kind=cp_kind)
     kv_heads_per_rank = max(model.kv_heads / t, 1)
     replicated = 8 * h + (2 * h if model.dropout else 0)
     # Q, K, V (K and V replicated when t exceeds the KV heads) and the attention output
@@ -299,7 +323,36 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     else:
         f = model.ffn_hidden
         mlp = (6 * f if model.gated_mlp else 4 * f) / t
-    return n * (replicated / sp + attn + core + mlp)
+    return n * (replicated / sp + attn + core + mlp) + gathered
+
+
+def _cp_check(cp: int, cp_kind: str) -> None:
+    if cp_kind not in context.CP_KINDS:
+        raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {cp_kind!r}")
+
+
+def cp_kept_extra_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
+                        cp_kind: str = "ring") -> float:
+    """K and V one layer keeps for its backward beyond the rank's own, per micro-batch: the
+    all-gather form's gathered copy, ``kv_kept_bytes`` − block = (cp − 1)·block
+    (:func:`.context.cp_attention`); none for the ring form or without context parallelism."""
+    _cp_check(cp, cp_kind)
+    if cp == 1 or cp_kind == "ring":
+        return 0.0
+    return (cp - 1) * context.block_bytes(model, micro_batch, seq, cp, t)
+
+
+def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
+                       cp_kind: str = "ring") -> float:
+    """The context-parallel buffers alive while one layer's attention runs, beyond what it
+    keeps: max(forward, backward) of ``CPAttention.transient_*_bytes`` — ring: 4 blocks in the
+    backward (K, V, dK, dV of this step and the next); all-gather: the whole sequence's dK, dV,
+    cp blocks, until reduce-scattered."""
+    _cp_check(cp, cp_kind)
+    if cp == 1:
+        return 0.0
+    blk = context.block_bytes(model, micro_batch, seq, cp, t)
+    return 4 * blk if cp_kind == "ring" else cp * blk   # ring: 2 blocks forward, 4 backward
 
 
 def embedding_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
@@ -334,13 +387,17 @@ def equivalent_microbatches(name: str, p: int, m: int, group: int | None = None)
     micro-batch (per group of N micro-batches for the interleaved schedule), and the
     drain only frees; so beyond a few micro-batches more, removing whole groups changes
     no candidate: past p + 1 for 1F1B and ZB-H1, 2p + 1 for ZB-V, 2N + 2p for the
-    interleaved schedule, keeping m mod N (tests/test_memory.py checks these against the
+    interleaved schedule, keeping m mod N, 2p + 2 for DualPipeV and 2p + 4 for DualPipe (tests/test_memory.py checks these against the
     full count). GPipe and the looped breadth-first schedule hold all m: never shortened."""
     if name in ("gpipe", "looped-bfs"):
         return m
     if name == "interleaved":
         n = group or p
         cap = 2 * n + 2 * p
+    elif name in ("dualpipe", "dualpipev"):
+        # DualPipeV's main loop repeats one F&B pair per micro-batch (DualPipe: per two, one
+        # from each end); m must stay at least 2p, and even for DualPipe
+        n, cap = (2, 2 * p + 4) if name == "dualpipe" else (1, 2 * p + 2)
     else:
         n = 1
         cap = 2 * p + 1 if name == "zbv" else p + 1
@@ -426,13 +483,23 @@ def device_peaks(name: str, p: int, m: int, v: int, stage_bytes: list[float],
     return [float((cands @ w[list(stages)]).max()) if len(stages) else 0.0 for stages, cands in prof]
 
 
-def _coefficients(prof, split: tuple[int, ...], moe: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], np.ndarray], ...]:
+def end_stages(name: str, S: int) -> tuple[frozenset[int], frozenset[int]]:
+    """(virtual stages holding an embedding, those holding the output layer and loss): the
+    first and the last, and for DualPipe the reverse copy's too (stages p and p − 1)."""
+    if name == "dualpipe":
+        p = S // 2
+        return frozenset((0, p)), frozenset((p - 1, S - 1))
+    return frozenset((0,)), frozenset((S - 1,))
+
+
+def _coefficients(prof, split: tuple[int, ...], moe: tuple[int, ...], name: str = ""
+                  ) -> tuple[tuple[tuple[int, ...], np.ndarray], ...]:
     """Per device: its stages and, per in-flight candidate, the micro-batch-weighted counts
     (dense layers, MoE layers, embedding, loss), so that a peak is one matrix product."""
-    S = len(split)
+    emb, loss = end_stages(name, len(split))
     out = []
     for stages, cands in prof:
-        basis = np.array([[split[s] - moe[s], moe[s], s == 0, s == S - 1] for s in stages], dtype=float)
+        basis = np.array([[split[s] - moe[s], moe[s], s in emb, s in loss] for s in stages], dtype=float)
         coef = cands @ basis if len(stages) else np.zeros((0, 4))
         out.append((stages, np.unique(coef, axis=0)))
     return tuple(out)
@@ -441,7 +508,7 @@ def _coefficients(prof, split: tuple[int, ...], moe: tuple[int, ...]) -> tuple[t
 @lru_cache(maxsize=8192)
 def _cached_coefficients(name: str, p: int, m: int, v: int, group: int | None, split: tuple[int, ...],
                          moe: tuple[int, ...]):
-    return _coefficients(inflight_profile(name, p, m, v, group), split, moe)
+    return _coefficients(inflight_profile(name, p, m, v, group), split, moe, name)
 
 
 def stage_coefficients(name: str, p: int, m: int, v: int, group: int | None, split: tuple[int, ...],
@@ -450,7 +517,7 @@ def stage_coefficients(name: str, p: int, m: int, v: int, group: int | None, spl
     micro-batch count; ``cached=False`` rebuilds the full schedule."""
     if cached:
         return _cached_coefficients(name, p, equivalent_microbatches(name, p, m, group), v, group, split, moe)
-    return _coefficients(profile_uncached(name, p, m, v, group), split, moe)
+    return _coefficients(profile_uncached(name, p, m, v, group), split, moe, name)
 
 
 def device_stages(name: str, p: int, m: int, v: int, group: int | None = None) -> list[tuple[int, ...]]:
@@ -515,20 +582,24 @@ def _pipe(run: Run, options: MemoryOptions, vpp: int | None, schedule: str | Non
     """The pipeline a run's memory describes: schedule, chunks, split, in-flight profile."""
     model, lay, tr = run.model, run.layout, run.training
     p = lay.pp
-    v = vpp or lay.vpp or 1
-    name = schedule or lay.schedule or default_schedule(p, v)
+    name = schedule or lay.schedule
+    # schedules with two chunks per device by construction take v = 2 unless told otherwise
+    v = vpp or lay.vpp or (2 if name in ("zbv", "dualpipe", "dualpipev") else 1)
+    name = name or default_schedule(p, v)
     if name not in DEFAULT_CHUNKS:
         raise ModelcutError(f"unknown schedule {name!r}; choose one of {', '.join(DEFAULT_CHUNKS)}")
     if name in ("1f1b", "gpipe", "zb-h1") and v != 1:
         raise ModelcutError(f"{name} runs one chunk per device, got vpp = {v}")
-    if name == "zbv" and v != 2:
-        raise ModelcutError(f"zbv runs two chunks per device, got vpp = {v}")
+    if name in ("zbv", "dualpipe", "dualpipev") and v != 2:
+        raise ModelcutError(f"{name} runs two chunks per device, got vpp = {v}")
     if tr.seq_len % lay.cp:
         raise ModelcutError(f"sequence {tr.seq_len} is not divisible by cp = {lay.cp}")
     m = microbatches(run)
-    if name == "zbv" and (options.first_layers is not None or options.last_layers is not None):
-        raise ModelcutError("first/last pipeline-stage layers assume Megatron-LM's placement, not zbv's V")
-    if stage_layers is not None:
+    if name in ("zbv", "dualpipev") and (options.first_layers is not None or options.last_layers is not None):
+        raise ModelcutError(f"first/last pipeline-stage layers assume Megatron-LM's placement, not {name}'s V")
+    if name == "dualpipe":
+        split = _dualpipe_split(model.layers, p, stage_layers, options)
+    elif stage_layers is not None:
         split = tuple(stage_layers)
         if len(split) != p * v or sum(split) != model.layers or min(split) < 0:
             raise ModelcutError(f"stage_layers must give {p * v} stages summing to {model.layers} layers")
@@ -537,15 +608,34 @@ def _pipe(run: Run, options: MemoryOptions, vpp: int | None, schedule: str | Non
     group = options.microbatch_group if name == "interleaved" else None
     if name == "interleaved" and v > 1 and m < (group or p):
         raise ModelcutError(f"the interleaved schedule needs at least {group or p} micro-batches, got {m}")
-    moe = [0] * len(split)
+    # MoE layers per stage, along the model (DualPipe: along one copy, then the other)
+    copies = 2 if name == "dualpipe" else 1
+    model_split = split[:len(split) // copies]
+    moe = [0] * len(model_split)
     if model.is_moe:
         start = 0
-        for s, n in enumerate(split):
+        for s, n in enumerate(model_split):
             moe[s] = max(0, start + n - max(start, model.dense_layers))
             start += n
-    moe_t = tuple(moe)
+    moe_t = tuple(moe) * copies
     coefs = stage_coefficients(name, p, m, v, group, split, moe_t, cached)
     return _Pipe(name, p, v, m, group, split, moe_t, tuple(st for st, _ in coefs), tuple(c for _, c in coefs))
+
+
+def _dualpipe_split(layers: int, p: int, stage_layers: tuple[int, ...] | None,
+                    options: MemoryOptions) -> tuple[int, ...]:
+    """DualPipe's 2p stages: the model's p-stage split, once per direction (stage p + s is
+    model stage s). ``stage_layers`` may give the model's p stages or all 2p (equal halves)."""
+    if stage_layers is None:
+        base = layer_split(layers, p, 1, options.first_layers, options.last_layers)
+    else:
+        base = tuple(stage_layers)
+        if len(base) == 2 * p and base[:p] == base[p:]:
+            base = base[:p]
+        if len(base) != p or sum(base) != layers or min(base) < 0:
+            raise ModelcutError(f"dualpipe's stage_layers must give the model's {p} stages summing to "
+                                f"{layers} layers (each device holds one of each direction's copy)")
+    return base + base
 
 
 def _activations(run: Run, options: MemoryOptions, pipe: _Pipe, recompute: str) -> tuple[np.ndarray, np.ndarray]:
@@ -554,15 +644,21 @@ def _activations(run: Run, options: MemoryOptions, pipe: _Pipe, recompute: str) 
     model, lay, tr = run.model, run.layout, run.training
     sp = lay.sequence_parallel and lay.tp > 1
     kw = dict(micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp, sequence_parallel=sp)
-    akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp)
+    akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_kind)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw), loss_activation_bytes(model, **kw)])
     peaks = np.array([float((c @ unit).max()) if len(c) else 0.0 for c in pipe.coefs])
-    S = len(pipe.split)
+    emb, loss = end_stages(pipe.name, len(pipe.split))
     share = np.array([sum((pipe.split[s] - pipe.moe[s]) * unit[0] + pipe.moe[s] * unit[1]
-                          + (unit[2] if s == 0 else 0.0) + (unit[3] if s == S - 1 else 0.0) for s in sts)
+                          + (unit[2] if s in emb else 0.0) + (unit[3] if s in loss else 0.0) for s in sts)
                       for sts in pipe.stages_of])
+    # the context-parallel buffers of the one layer being computed
+    transient = cp_transient_bytes(model, micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp,
+                                   cp_kind=lay.cp_kind)
+    for d, sts in enumerate(pipe.stages_of):
+        if any(pipe.split[s] for s in sts):
+            peaks[d] += transient
     if recompute == "full":
         work_d = layer_activation_bytes(model, **dict(akw, recomputing=True))
         work_m = layer_activation_bytes(model, moe=True, **dict(akw, recomputing=True)) if model.is_moe else 0.0
@@ -582,13 +678,13 @@ def _device_params(run: Run, pipe: _Pipe) -> list[tuple[float, float, float, dic
     dense_m, exp_m = layer_params(model, t, True, lay.ep, lay.etp) if model.is_moe else (0.0, 0.0)
     emb = embedding_params(model, t)
     out_p = output_params(model, t)
-    S = len(pipe.split)
+    emb_st, out_st = end_stages(pipe.name, len(pipe.split))
     out = []
     for sts in pipe.stages_of:
         nl = sum(pipe.split[s] for s in sts)
         nm = sum(pipe.moe[s] for s in sts)
         params = (nl - nm) * dense_l + nm * dense_m
-        has_emb, has_out = 0 in sts, (S - 1) in sts
+        has_emb, has_out = bool(emb_st & set(sts)), bool(out_st & set(sts))
         if has_emb:
             params += emb
         if has_out:

@@ -22,17 +22,26 @@ docs/systems-model.md):
 * tensor-parallel all-reduce: ring, message b·(s/cp)·h·2 bytes (BF16), α = 5 µs per ring step,
   4 per layer per micro-batch (2 forward, 2 backward), 6 with full recomputation; on NVLink
   when the tp group stays in a node;
-* context parallelism (all-gather kind): K and V all-gathered forward and their gradients
+* context parallelism, all-gather form: K and V all-gathered forward and their gradients
   reduce-scattered backward, (cp − 1)/cp · s·2·(kv_dim/t)·2 bytes each per layer per micro-batch
-  (a third time in the recomputed forward);
-* expert all-to-all (MoE layers): dispatch and combine, b·(s/cp)·h·top_k·2 bytes per GPU
-  (÷ t with sequence parallelism), counted like the tp all-reduces;
+  (a third time in the recomputed forward); ring form: what the ring leaves exposed,
+  :func:`.context.cp_attention` with the attention computed at η·peak (its forward again
+  with full recomputation);
+* expert all-to-all (MoE layers): dispatch and combine over the ep group, T·top_k·h·2 bytes
+  per GPU with T = b·(s/cp)/t (Megatron-LM's MoE needs sequence parallelism with t > 1), the
+  node-mates' share over the node's links and the rest over the network at once
+  (:func:`.moe.moe_comm`), in the forward and again in the backward (and the recomputed
+  forward), plus expert tensor parallelism's all-gather and reduce-scatter of the received
+  rows when etp > 1;
 * pipeline point-to-point: Megatron's scatter/gather, b·(s/cp)·h·2/t bytes per transfer,
   (v − 1/p) transfers each way per micro-batch per device, spread evenly over its chunks;
 * each chunk's per-micro-batch time (compute + tp + cp + all-to-all + p2p) split forward :
   backward as the FLOPs are, 1 : 2 (1 : 3 with full recomputation; a split backward halves B
   into B and W); the pipeline time T_pipe is the discrete-event simulation of the schedule
-  (default: interleaved when v > 1, else 1F1B) over those per-stage durations. For uniform
+  (default: interleaved when v > 1, else 1F1B; where Megatron-LM's interleaved schedule
+  refuses the default v, m not a multiple of p, 1F1B, said in the notes; DualPipe runs two
+  copies of the p-stage split, each micro-batch through one) over those per-stage durations.
+  For uniform
   stages this equals (m + (p − 1)/v)·(t_f + t_b), the closed form, which is then used directly
   (the tests check both agree);
 * data-parallel gradient all-reduce after the flush: ring over the d·cp group, BF16, of the
@@ -49,10 +58,10 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Callable
 
-from . import closed_forms, comm, flops
+from . import closed_forms, comm, context, flops, moe as moe_mod
 from .engine import Timing, simulate as _simulate
 from .errors import ModelcutError
-from .schedules import DEFAULT_CHUNKS, SCHEDULES, build
+from .schedules import ALL_SCHEDULES, DEFAULT_CHUNKS, build
 from .specs import Hardware, Run
 
 #: Bytes per element on the wire and in gradients: BF16 (the deck: "BF16 on the wire").
@@ -150,16 +159,10 @@ def check_run(run: Run) -> None:
     if T.global_batch % (L.dp * T.micro_batch):
         raise ModelcutError(f"global_batch ({T.global_batch}) must be divisible by dp × micro_batch "
                             f"({L.dp} × {T.micro_batch})")
-    if L.ep > 1 or m.is_moe:
-        if not m.is_moe and L.ep > 1:
-            raise ModelcutError(f"ep ({L.ep}) needs a mixture-of-experts model; {m.name or 'the model'} is dense")
-        if m.experts % L.ep:
-            raise ModelcutError(f"ep ({L.ep}) must divide the experts ({m.experts})")
-        if L.dp % L.ep:
-            raise ModelcutError(f"ep ({L.ep}) must divide dp ({L.dp})")
-    if L.schedule is not None and L.schedule not in SCHEDULES:
-        raise ModelcutError(f"unknown schedule {L.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-    if L.vpp is not None and L.pp * L.vpp > m.layers + 2:
+    moe_mod.check_moe_layout(m, L)
+    if L.schedule is not None and L.schedule not in ALL_SCHEDULES:
+        raise ModelcutError(f"unknown schedule {L.schedule!r}; choose one of {', '.join(ALL_SCHEDULES)}")
+    if L.vpp is not None and L.pp * L.vpp > m.layers + 2 and L.schedule != "dualpipe":   # DualPipe: 2 copies of pp
         raise ModelcutError(f"pp × vpp = {L.pp * L.vpp} chunks for {m.layers} layers: at most layers + 2 "
                             "(the embedding and the output layer may take a chunk each)")
     mb = T.global_batch // (L.dp * T.micro_batch)
@@ -187,6 +190,16 @@ def stage_slots(layers: int, stages: int) -> tuple[tuple[int, ...], tuple[int, .
         return (k - 1,) + (k,) * (stages - 2) + (k - 1,), slots
     lay = stage_layers(layers, stages)
     return lay, lay
+
+
+def pipeline_slots(name: str, layers: int, p: int, v: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(layers, slots) of each of the schedule's p·v stages: :func:`stage_slots` over p·v
+    stages, except DualPipe, whose 2p stages are two copies of the model's p-stage split
+    (stage p + s is model stage s; DeepSeek-V3 report §3.2.1)."""
+    if name == "dualpipe":
+        lay, slots = stage_slots(layers, p)
+        return lay + lay, slots + slots
+    return stage_slots(layers, p * v)
 
 
 def stage_layers(layers: int, stages: int) -> tuple[int, ...]:
@@ -282,8 +295,13 @@ def _seed(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) ->
         v = seed_chunks(l, p, m)
         if p > 1 and m < p:
             notes.append(f"m = {m} < p = {p}: no interleaving (Megatron-LM's interleaved schedule needs m ≥ p)")
+        elif v > 1 and m % p:
+            notes.append(f"m = {m} is not a multiple of p = {p}, which Megatron-LM's interleaved schedule "
+                         f"needs (its default micro-batch group N = p): 1F1B instead of v = {v}")
+            v = 1
     name = L.schedule or ("interleaved" if v > 1 else "1f1b")
-    layers_of, slots_of = stage_slots(l, p * v)
+    copies = 2 if name == "dualpipe" else 1
+    layers_of, slots_of = pipeline_slots(name, l, p, v)
     if slots_of != layers_of:
         notes.append("the embedding and the output layer take a layer's slot on the first and last stage")
     elif len(set(layers_of)) > 1:
@@ -293,7 +311,8 @@ def _seed(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) ->
     # in its own slot) costs a layer: its share of F and a layer's TP and CP communication.
     convention = "megatron" if tr.recompute == "full" else "palm"
     F = flops.executed_flops(model, tr, convention)
-    per_slot_compute = F * p / (n * m * sum(slots_of)) / (eta * hw.peak_flops_16)
+    # (DualPipe: each micro-batch passes one of the two copies, sum(slots)/2 slots)
+    per_slot_compute = F * p * copies / (n * m * sum(slots_of)) / (eta * hw.peak_flops_16)
 
     # Communication per layer per micro-batch.
     n_passes = 6 if tr.recompute == "full" else 4   # 2 forward + 2 backward (+ 2 recomputed)
@@ -302,14 +321,20 @@ def _seed(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) ->
     cp_layer = 0.0
     if cp > 1:
         cp_bw = comm.group_bandwidth(L, "cp", hw, gpn)
-        kv_per_rank = model.d_head * max(model.kv_heads // t, 1)
-        kv_bytes = b * s * 2 * kv_per_rank * BYTES   # K and V of the whole sequence
-        cp_layer = (3 if tr.recompute == "full" else 2) * comm.all_gather(cp, kv_bytes, cp_bw)
+        if L.cp_kind == "ring":
+            att = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=cp_bw,
+                                       attention_flops_per_s=eta * hw.peak_flops_16, t=t)
+            cp_layer = att.exposed_s + (att.exposed_fwd_s if tr.recompute == "full" else 0.0)
+        else:
+            kv_per_rank = model.d_head * max(model.kv_heads // t, 1)
+            kv_bytes = b * s * 2 * kv_per_rank * BYTES   # K and V of the whole sequence
+            cp_layer = (3 if tr.recompute == "full" else 2) * comm.all_gather(cp, kv_bytes, cp_bw)
     a2a_layer = 0.0
     if model.is_moe and L.ep > 1:
-        ep_bw = comm.group_bandwidth(L, "ep", hw, gpn)
-        tokens = b * (s / cp) / (t if L.sequence_parallel else 1)
-        a2a_layer = n_passes * comm.all_to_all(L.ep, tokens * h * model.top_k * BYTES, ep_bw)
+        mc = moe_mod.moe_comm(model, b * s / cp, ep=L.ep, tp=t, etp=L.etp, link_bw=hw.link_bw, net_bw=hw.net_bw,
+                              local=comm.group_members_in_node(L, "ep", gpn))
+        passes = 3 if tr.recompute == "full" else 2   # forward, backward (and the recomputed forward)
+        a2a_layer = passes * (mc.a2a_fwd_s + mc.etp_s)
     p2p_chunk = 0.0
     if p > 1:
         pp_bw = comm.group_bandwidth(L, "pp", hw, gpn)
@@ -321,7 +346,9 @@ def _seed(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) ->
     split = name in ("zb-h1", "zbv")
     first_moe = model.dense_layers if model.is_moe else l
     parts, durations, start = [], [], 0
-    for L_c, S_c in zip(layers_of, slots_of):
+    for c, (L_c, S_c) in enumerate(zip(layers_of, slots_of)):
+        if copies == 2 and c == p:
+            start = 0   # DualPipe's second copy starts the model again
         moe_c = max(0, start + L_c - max(start, first_moe))
         part = (S_c * per_slot_compute, S_c * tp_layer, S_c * cp_layer, moe_c * a2a_layer, p2p_chunk)
         parts.append(part)
@@ -344,11 +371,11 @@ def _seed(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) ->
         T_dp += comm.ring_allreduce(max(dp_group // L.ep, 1), expert / (p * L.ep * etp) * BYTES, dp_bw)
 
     T = T_pipe + T_dp
-    # Breakdown on the busiest device.
+    # Breakdown on the busiest device (DualPipe: m/2 micro-batches pass each stage).
     k = max(range(p), key=lambda i: busy[i])
     home = _stage_devices(name, p, m, v) if method == "simulation" else [c % p for c in range(p * v)]
     mine = [parts[c] for c in range(p * v) if home[c] == k]
-    sums = [m * sum(x[i] for x in mine) for i in range(5)]
+    sums = [m / copies * sum(x[i] for x in mine) for i in range(5)]
     bd = Breakdown(compute_s=sums[0], tp_s=sums[1], cp_s=sums[2], p2p_s=sums[4],
                    bubble_s=max(T_pipe - busy[k], 0.0), dp_s=T_dp, a2a_s=sums[3])
     tflops = F / (n * T) / 1e12
