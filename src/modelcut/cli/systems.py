@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import typer
@@ -15,7 +14,7 @@ from ..core.pipeline import bubble_table
 from ..core.stepmodel import ASSUMPTIONS, MODES, predict as predict_run
 from ..core.validate import validate as validate_runs
 from ..faces import report as report_face
-from ..faces.runfile import load_run, run_from_dict
+from ..faces.runfile import load_run_with_settings as load_runfile
 from . import app, fail
 
 _MODE_HELP = f"model mode: {', '.join(MODES)}"
@@ -70,29 +69,6 @@ def validate(
 
 #: Keys of a RUN.toml's optional [settings] table: how the run was run, beyond its shape
 #: (the default mode's inputs; ``--framework`` and ``--overlap`` override them).
-SETTINGS_KEYS = ("framework", "overlap")
-
-
-def load_runfile(path: Path):
-    """A RUN.toml and its optional [settings] table (framework = a preset of ``modelcut predict
-    --framework``, overlap = overrides as ``--overlap`` takes them)."""
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return load_run(path), {}        # its one-line error
-    st = doc.pop("settings", None)
-    if st is None:
-        return load_run(path), {}
-    if not isinstance(st, dict):
-        fail(f"{path.name}: [settings] must be a table")
-    for k, v in st.items():
-        if k not in SETTINGS_KEYS:
-            fail(f"{path.name} [settings]: unknown key {k!r} (allowed: {', '.join(SETTINGS_KEYS)})")
-        if not isinstance(v, str):
-            fail(f"{path.name} [settings]: {k} must be a string, got {v!r}")
-    return run_from_dict(doc, path.name, path.parent), dict(st)
-
-
 def _catalog_run(run_id: str, mode: str):
     """A published run of the catalog as ``validate`` runs it: the seed mode the run as
     runs.toml records it; the default mode with the settings of runs_dev.toml (framework,

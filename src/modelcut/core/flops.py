@@ -94,10 +94,6 @@ def mla_core_flops_per_pair(heads: int, qk_nope_head_dim: int, qk_rope_head_dim:
     return 2 * heads * (qk_nope_head_dim + qk_rope_head_dim) + 2 * heads * v_head_dim
 
 
-#: Earlier private names, kept for callers written against them.
-_norm_params = norm_params
-_mlp_params = mlp_params
-
 
 def expert_width(model: ModelSpec) -> int:
     return model.expert_ffn_hidden or model.ffn_hidden

@@ -6,7 +6,7 @@ raises :class:`ModelcutError` with one line naming the problem.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from .errors import ModelcutError

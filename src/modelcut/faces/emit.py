@@ -80,6 +80,9 @@ def megatron_args(e: Evaluated) -> str:
     if s.cp > 1:
         lines += [f"--context-parallel-size {s.cp}", f"--cp-comm-type {_CP_KIND.get(lay.cp_kind, 'p2p')}"]
     lines.append(f"--pipeline-model-parallel-size {s.pp}")
+    ep = getattr(s, "ep", 1) or 1
+    if ep > 1:
+        lines.append(f"--expert-model-parallel-size {ep}")
     split = _split(e)
     uneven = len(set(split)) > 1
     if uneven:
@@ -100,7 +103,7 @@ def megatron_args(e: Evaluated) -> str:
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     lines.append("--bf16")
     notes = [f"# data-parallel size {s.dp} follows from the world size {run.layout.gpus} (launch that many ranks)"]
-    if s.schedule in ("zb-h1", "zbv", "gpipe", "looped-bfs"):
+    if s.schedule in ("zb-h1", "zbv", "gpipe", "looped-bfs", "dualpipe", "dualpipev"):
         notes.append(f"# schedule {s.schedule}: modelcut knows no Megatron-LM flag for it; Megatron-LM runs "
                      f"{'1F1B' if s.vpp == 1 else 'its interleaved schedule'} with these arguments")
     return "\n".join(notes + lines)

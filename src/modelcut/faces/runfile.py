@@ -140,3 +140,27 @@ def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None) 
     except ModelcutError as exc:
         raise ModelcutError(f"{where}: {exc}") from None
     return run
+
+
+SETTINGS_KEYS = ("framework", "overlap")
+
+
+def load_run_with_settings(path: str | Path) -> tuple[Run, dict]:
+    """A RUN.toml and its optional [settings] table (framework = a preset of ``modelcut predict
+    --framework``, overlap = overrides as ``--overlap`` takes them)."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return load_run(path), {}        # its one-line error
+    st = doc.pop("settings", None)
+    if st is None:
+        return load_run(path), {}
+    if not isinstance(st, dict):
+        raise ModelcutError(f"{path.name}: [settings] must be a table")
+    for k, v in st.items():
+        if k not in SETTINGS_KEYS:
+            raise ModelcutError(f"{path.name} [settings]: unknown key {k!r} (allowed: {', '.join(SETTINGS_KEYS)})")
+        if not isinstance(v, str):
+            raise ModelcutError(f"{path.name} [settings]: {k} must be a string, got {v!r}")
+    return run_from_dict(doc, path.name, path.parent), dict(st)
