@@ -147,7 +147,7 @@ def test_predict_default_from_a_run_file(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["mode"] == "default" and d["budget"]["dominant"] == "compute_s"
     assert main(["predict", f, "--mode", "default", "--framework", "jax"]) == 2
-    assert main(["predict", f, "--framework", "nemo"]) == 2               # seed mode takes no framework
+    assert main(["predict", f, "--mode", "seed", "--framework", "nemo"]) == 2  # seed mode takes no framework
     assert main(["validate", "--budget"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(e.startswith("modelcut: error") for e in err)

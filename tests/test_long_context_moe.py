@@ -91,7 +91,7 @@ def test_catalog_run_predicts_as_validate_does(capsys):
     by_file = cli_json(capsys, "predict", LONG, "--mode", "default")
     assert by_file["step_time_s"] == pytest.approx(by_run["step_time_s"], rel=1e-12)
     assert "framework llama3" in by_file["notes"]
-    seed = cli_json(capsys, "predict", "--run", "llama3-405b-128k-16384")
+    seed = cli_json(capsys, "predict", "--run", "llama3-405b-128k-16384", "--mode", "seed")
     seed_row = next(r for r in cli_json(capsys, "validate")["runs"] if r["id"] == "llama3-405b-128k-16384")
     assert seed["step_time_s"] == pytest.approx(seed_row["step_time_s"], rel=1e-12)
 

@@ -348,7 +348,7 @@ def test_explore_answers_the_core_s_ranking(client):
     assert r.status_code == 200, r.text
     ans = r.json()
     core = ex.explore(catalog.model("gpt-1.7b"), catalog.hardware("a100"), gpus=8, seq=2048,
-                      global_batch_tokens=128 * 1024)
+                      global_batch_tokens=128 * 1024, mode="default")
     want = [e.as_dict() for e in core.layouts[:10]]
     assert [{k: v for k, v in x.items() if k not in ("rank", "microbatches", "stage_layers")}
             for x in ans["layouts"]] == want

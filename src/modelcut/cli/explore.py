@@ -91,7 +91,8 @@ def explore(
     as_json: bool = typer.Option(False, "--json", help="print JSON: {layouts: [...]} sorted by step time"),
     emit: Optional[str] = typer.Option(None, "--emit", help="print the chosen layout as megatron or torchtitan"),
     pick: int = typer.Option(1, "--pick", help="which ranked layout --emit prints (1 = the best)"),
-    mode: str = typer.Option("seed", "--mode", help="step-time model mode"),
+    mode: str = typer.Option("default", "--mode", help="step-time model: default (the physics model) or seed "
+                             "(the deck's model, faster)"),
     allow_tp_across_nodes: bool = typer.Option(False, "--allow-tp-across-nodes",
                                                help="let tensor parallelism span nodes"),
     margin: float = typer.Option(DEFAULT_MARGIN, "--margin", help="fraction of memory kept free"),

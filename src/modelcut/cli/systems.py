@@ -119,7 +119,8 @@ def predict(
     runfile: Path = typer.Argument(None, help="a RUN.toml file (or --run ID)", dir_okay=False),
     run_id: str = typer.Option(None, "--run", help="a published run of the catalog (the ids validate prints), "
                                                    "predicted as validate predicts it"),
-    mode: str = typer.Option("seed", "--mode", help=_MODE_HELP),
+    mode: str = typer.Option("default", "--mode", help=_MODE_HELP + " (default: the default physics model; "
+                             "seed: the deck's model)"),
     eta: float = typer.Option(None, "--eta", help="fraction of peak the matrix products reach (default: fitted)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON: step_time_s, tflops_per_gpu, mfu, breakdown, "
                                                        "memory, …"),

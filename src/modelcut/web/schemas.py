@@ -149,7 +149,7 @@ class PredictRequest(ModelChoice):
     gpus_per_node: int | None = Field(None, ge=1, le=4096)
     layout: LayoutIn
     training: TrainingIn
-    mode: str = Field("seed", min_length=1, max_length=32)
+    mode: str = Field("default", min_length=1, max_length=32)
     eta: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
                               description="fraction of peak the matrix products reach (default: fitted)")
 
@@ -183,7 +183,7 @@ class ExploreRequest(ModelChoice):
         description="tokens per optimizer step: an integer, or with a binary suffix, 16M = 16·2^20",
         json_schema_extra={"examples": [16777216, "16M"]})
     gpus_per_node: int | None = Field(None, ge=1, le=4096)
-    mode: str = Field("seed", min_length=1, max_length=32)
+    mode: str = Field("default", min_length=1, max_length=32)
     margin: float = Field(0.02, ge=0, lt=1, allow_inf_nan=False,
                           description="fraction of the accelerator's memory kept free")
     top: int = Field(20, ge=1, le=500, description="how many ranked layouts to return")
