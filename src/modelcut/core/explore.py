@@ -296,7 +296,8 @@ def parse_tokens(text: str | int) -> int:
         val = float(num) * mult
     except ValueError:
         raise ModelcutError(f"cannot read a token count from {text!r} (e.g. 16777216 or 16M)") from None
-    if val != int(val) or val < 1:
+    import math
+    if not math.isfinite(val) or val != int(val) or val < 1:
         raise ModelcutError(f"token count must be a positive whole number, got {text!r}")
     return int(val)
 
