@@ -249,23 +249,11 @@ def predict_default(run, eta=None, as_json: bool = False, framework: str | None 
                                      for ln in b.lines]}
         print(json.dumps(d))
         return
+    from .systems import extra_lines, show_prediction
+    show_prediction(run, pred, "mode default",
+                    extra_lines(more.get("memory", {"error": "not computed"}), more.get("published"), hw)
+                    if more else [])
     con = _console()
-    L = run.layout
-    con.print(f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}; "
-              f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}; mode default)")
-    con.print(f"step time        {pred.step_time_s:.4f} s")
-    con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}")
-    con.print(f"MFU              {pred.mfu * 100:.1f} %")
-    table = Table("Term", "Seconds", "Share")
-    for k, x in pred.breakdown.as_dict().items():
-        table.add_row(k.removesuffix("_s"), f"{x:.4f}", f"{x / pred.step_time_s * 100:.1f} %")
-    con.print(table)
-    for n in pred.notes:
-        con.print(f"note: {n}")
-    if more:
-        from .systems import extra_lines
-        for line in extra_lines(more.get("memory", {"error": "not computed"}), more.get("published"), hw):
-            con.print(line)
     if b is not None:
         con.print(f"dominant term: {b.dominant.removesuffix('_s')} ({b.dominant_share * 100:.0f} % of the step)")
         for ln in b.lines:

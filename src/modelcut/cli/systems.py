@@ -163,10 +163,15 @@ def predict(
             d["published"] = pub
         print(json.dumps(d))
         return
+    show_prediction(run, pred, f"mode {pred.mode}, η = {pred.eta:.4f}", extra_lines(mem, pub, hw))
+
+
+def show_prediction(run, pred, label: str, lines: list[str]) -> None:
+    """A prediction as text: header, step time, TFLOP/s, MFU, the breakdown table, notes, then ``lines``."""
     con = _console()
     L = run.layout
     con.print(f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}; "
-              f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}; mode {pred.mode}, η = {pred.eta:.4f})")
+              f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}; {label})")
     con.print(f"step time        {pred.step_time_s:.4f} s")
     con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}")
     con.print(f"MFU              {pred.mfu * 100:.1f} %")
@@ -176,7 +181,7 @@ def predict(
     con.print(table)
     for n in pred.notes:
         con.print(f"note: {n}")
-    for line in extra_lines(mem, pub, hw):
+    for line in lines:
         con.print(line)
 
 
