@@ -59,10 +59,10 @@ from functools import lru_cache
 
 from . import comm
 from .errors import ModelcutError
-from .specs import ModelSpec
+from .specs import BF16_BYTES, ModelSpec
 
 #: Bytes per element on the wire and in activations: BF16.
-BYTES = 2
+BYTES = BF16_BYTES
 #: Backward attention work over forward (Narayanan et al. 2021 §5.1: the backward pass is twice
 #: the forward's matrix products).
 BWD_RATIO = 2.0

@@ -166,7 +166,6 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
     ov = framework.overlap
     model, L, tr = run.model, run.layout, run.training
     t, cp, p, d = L.tp, L.cp, L.pp, L.dp
-    n = L.gpus
     b, s, l = tr.micro_batch, tr.seq_len, model.layers
     m = microbatches(run)
     v = _choose_v(run)
@@ -278,7 +277,6 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
     unit = _overlapped_unit(durations, a2a_fb) if sched.units and any(a or b for a, b in a2a_fb) else None
     trace = simulate(sched, Timing(stage_durations=durations, p2p=tau if ov.p2p_async else 0.0, overlap=unit),
                      validate=False)
-    T_pipe = float(trace.makespan)
     home = _homes(name, p, m, v)
 
     # Data-parallel gradient reduction, per device, from the trace.
@@ -416,7 +414,7 @@ def _zero3(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, setup: LayerS
     weights' all-gather on one communication stream that prefetches the next module's
     (``param_gather``) and reduce-scatters each module's gradients after its backward, every
     micro-batch (DeepSpeed ZeRO-3 always; FSDP unless ``no_sync`` is used)."""
-    model, L, tr = run.model, run.layout, run.training
+    model, L = run.model, run.layout
     t = L.tp
     ov = fw.overlap
     dp_group = L.dp * L.cp

@@ -44,10 +44,10 @@ import math
 from dataclasses import dataclass
 
 from .errors import ModelcutError
-from .specs import Hardware
+from .specs import BF16_BYTES, Hardware
 
 #: 16-bit operands and activations.
-BYTES = 2
+BYTES = BF16_BYTES
 
 #: Output tiles cuBLAS/CUTLASS use for large 16-bit tensor-core products on Ampere and Hopper
 #: (CUTLASS default threadblock shapes 128×256 and 256×128; 128×128 is the tile of NVIDIA's

@@ -117,14 +117,14 @@ from . import context, flops
 from .errors import ModelcutError
 from .metrics import W_FRACTION
 from .schedules import DEFAULT_CHUNKS, build, interleaved
-from .specs import Hardware, ModelSpec, Run
+from .specs import BF16_BYTES, Hardware, ModelSpec, Run
 
 GiB = 1 << 30
 
 #: Bytes per parameter, mixed-precision Adam as Megatron-LM keeps it (BF16 weights; FP32
 #: main gradients; FP32 main parameters + Adam m + Adam v), matching the 18 bytes of
 #: megatron/training/theoretical_memory_usage.py.
-WEIGHT_BYTES = 2
+WEIGHT_BYTES = BF16_BYTES
 GRAD_BYTES = 4
 OPTIMIZER_BYTES = 12
 #: Token ids are int64 (the 8·s·b "input to embedding" of theoretical_memory_usage.py).

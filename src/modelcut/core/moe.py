@@ -47,10 +47,10 @@ from dataclasses import dataclass
 
 from . import comm, flops
 from .errors import ModelcutError
-from .specs import Layout, ModelSpec
+from .specs import BF16_BYTES, Layout, ModelSpec
 
 #: Bytes per element of BF16 activations on the wire.
-BYTES = 2
+BYTES = BF16_BYTES
 
 
 @dataclass(frozen=True)

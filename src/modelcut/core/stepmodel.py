@@ -62,10 +62,10 @@ from . import closed_forms, comm, context, flops, moe as moe_mod
 from .engine import Timing, simulate as _simulate
 from .errors import ModelcutError
 from .schedules import ALL_SCHEDULES, DEFAULT_CHUNKS, build
-from .specs import Hardware, Run
+from .specs import BF16_BYTES, Hardware, Run
 
 #: Bytes per element on the wire and in gradients: BF16 (the deck: "BF16 on the wire").
-BYTES = 2
+BYTES = BF16_BYTES
 #: Seed mode: latency per ring step of the tensor-parallel all-reduce (70 µs per all-reduce at
 #: t = 8). The deck's 1.67 s of TP time in a 10.61 s step together with its 18.6 % largest
 #: error pins it; no bandwidth alone gives both (shared/reference/seed-systems-model.md).
