@@ -370,3 +370,42 @@ def test_expert_states_shard_over_the_expert_data_parallel_group():
     dense = st0.weights_bytes / 2 - expert
     assert st0.optimizer_bytes == pytest.approx(12 * (dense / d + expert / de))
     assert st0.gradients_bytes == pytest.approx(4 * (dense + expert))
+
+
+def test_memory_report_counts_the_framework_stack():
+    """A stack with Megatron's distributed optimizer shards the optimizer states as ZeRO-1 does
+    (6 + 12/D bytes per parameter), whatever the layout's zero says; unfused attention keeps
+    the score matrix; FSDP's resharding changes what ZeRO-3 holds."""
+    run = make_run(GPT3, tp=4, pp=8, dp=16, vpp=6, sp=True, schedule="interleaved", gb=2048)
+    plain = memory_report(run)
+    nemo = memory_report(run, framework="nemo")
+    assert nemo["assumptions"]["zero"] == 1 and plain["assumptions"]["zero"] == 0
+    for a, b in zip(plain["stages"], nemo["stages"]):
+        assert b["optimizer_bytes"] == pytest.approx(a["optimizer_bytes"] / 16)
+        assert b["gradients_bytes"] == pytest.approx(a["gradients_bytes"])
+        assert b["weights_bytes"] == pytest.approx(a["weights_bytes"])
+    assert nemo["peak_bytes"] < plain["peak_bytes"]
+    unfused = memory_report(run, framework="megatron-2021")
+    assert unfused["assumptions"]["zero"] == 0
+    assert unfused["stages"][0]["activations_bytes"] > plain["stages"][0]["activations_bytes"]
+    z3 = make_run(GPT3, dp=8, zero=3, gb=16)
+    keep = memory_report(z3, framework="llama3")["stages"][0]["weights_bytes"]
+    free = memory_report(z3, framework="fsdp")["stages"][0]["weights_bytes"]
+    assert keep > free
+    with pytest.raises(ModelcutError, match="unknown framework"):
+        memory_report(run, framework="nope")
+
+
+def test_predict_reports_memory_of_the_stack_it_timed(tmp_path, capsys):
+    """`modelcut predict` (default mode) counts memory for the framework it predicted with."""
+    from modelcut.cli import main
+    f = tmp_path / "run.toml"
+    f.write_text('[model]\nname = "gpt3-175b"\n[hardware]\ngpu = "h100"\ngpus = 512\n'
+                 '[layout]\ntp = 4\npp = 8\ndp = 16\nvpp = 6\nsequence_parallel = true\nschedule = "interleaved"\n'
+                 '[training]\nseq_len = 2048\nglobal_batch = 2048\nmicro_batch = 1\nrecompute = "none"\n'
+                 '[settings]\nframework = "nemo"\n')
+    assert main(["predict", str(f), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory"]["assumptions"]["framework"] == "nemo"
+    assert out["memory"]["assumptions"]["zero"] == 1
+    assert out["memory"]["fits"]

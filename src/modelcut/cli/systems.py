@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import catalog
+from ..core.overlap import DEFAULT_FRAMEWORK
 from ..core.pipeline import bubble_table
 from ..core.stepmodel import ASSUMPTIONS, MODES, predict as predict_run
 from ..core.validate import validate as validate_runs
@@ -103,13 +104,13 @@ def _published(pr, counted: float, pred, run) -> dict:
     return out
 
 
-def _memory(run, hw, pred) -> dict:
-    """``memory_report`` of the pipeline the prediction simulated; a layout memory cannot
-    describe gives its one-line reason instead."""
+def _memory(run, hw, pred, framework=None) -> dict:
+    """``memory_report`` of the pipeline the prediction simulated, under the training stack it
+    assumed (default mode); a layout memory cannot describe gives its one-line reason instead."""
     from ..core.errors import ModelcutError
     from ..core.memory import memory_report
     try:
-        return memory_report(run, hw, prediction=pred)
+        return memory_report(run, hw, prediction=pred, framework=framework)
     except ModelcutError as exc:
         return {"error": str(exc)}
 
@@ -144,7 +145,7 @@ def predict(
         extra = {}
 
         def more(pred):
-            extra["memory"] = _memory(run, hw, pred)
+            extra["memory"] = _memory(run, hw, pred, framework or settings.get("framework") or DEFAULT_FRAMEWORK)
             if pr is not None:
                 extra["published"] = _published(pr, counted, pred, run)
             return extra

@@ -106,7 +106,7 @@ the CUDA context, cuBLAS/cuDNN workspaces and NCCL communicator buffers, and
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from operator import attrgetter
 from typing import Any
@@ -759,15 +759,43 @@ def peak_bytes(stages: list[StageMemory]) -> float:
     return max(s.total_bytes for s in stages)
 
 
+def for_framework(run: Run, framework: Any, options: MemoryOptions = DEFAULT_OPTIONS) -> tuple[Run, MemoryOptions]:
+    """The run and memory assumptions a training stack implies (``framework``: a preset name or
+    :class:`.overlap.Framework`).
+
+    * Megatron-LM's distributed optimizer (``--use-distributed-optimizer``, on in Megatron-core's
+      and NeMo's recipes) shards the FP32 main parameters and Adam moments over dp·cp and keeps
+      the whole FP32 gradient buffer: ZeRO-1's row of the module table, 6 + 12/D bytes per
+      parameter (megatron/training/theoretical_memory_usage.py), so the run is counted with
+      zero ≥ 1;
+    * FlashAttention (no s² score matrix) unless the stack runs the unfused softmax attention;
+    * ZeRO-3/FSDP keep or free the gathered weights after the forward as the stack does."""
+    from .overlap import framework as get_framework  # the presets live with the overlap options
+    fw = get_framework(framework)
+    lay = run.layout
+    zero = max(lay.zero, 1) if fw.dist_optimizer else lay.zero
+    if zero != lay.zero:
+        run = replace(run, layout=replace(lay, zero=zero))
+    opts = replace(options, flash_attention=fw.attention != "unfused",
+                   reshard_after_forward=fw.reshard_after_forward)
+    return run, opts
+
+
 def memory_report(run: Run, hw: Hardware | None = None, *, options: MemoryOptions = DEFAULT_OPTIONS,
                   vpp: int | None = None, schedule: str | None = None,
-                  stage_layers: tuple[int, ...] | None = None, prediction: Any = None) -> dict[str, Any]:
+                  stage_layers: tuple[int, ...] | None = None, prediction: Any = None,
+                  framework: Any = None) -> dict[str, Any]:
     """The JSON piece for ``predict --json``: ``{"stages": [{"stage", "layers", "weights_bytes",
     "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "total_bytes",
     ...}, ...], "peak_bytes", "assumptions", "capacity_bytes", "fits"}``.
 
     Pass the step-time ``prediction`` (anything with ``vpp``, ``schedule`` and
-    ``stage_layers``) so memory describes the pipeline the prediction simulated."""
+    ``stage_layers``) so memory describes the pipeline the prediction simulated, and the
+    ``framework`` it assumed (:func:`for_framework`) so memory describes the same stack."""
+    fw_name = None
+    if framework is not None:
+        run, options = for_framework(run, framework, options)
+        fw_name = getattr(framework, "name", framework)
     if prediction is not None:
         vpp = vpp or prediction.vpp
         schedule = schedule or prediction.schedule
@@ -782,6 +810,8 @@ def memory_report(run: Run, hw: Hardware | None = None, *, options: MemoryOption
             "reshard_after_forward": options.reshard_after_forward,
             "buffer_fixed_bytes": options.buffer_fixed_bytes,
             "fragmentation": options.fragmentation,
+            "zero": run.layout.zero,
+            "framework": fw_name,
         },
     }
     if hw is not None:

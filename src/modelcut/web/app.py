@@ -29,6 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from ..core.engine import Timing
 from ..core.errors import ModelcutError
 from ..core.pipeline import exact_timing, run
+from ..core.overlap import DEFAULT_FRAMEWORK
 from ..core import schedules as _schedules
 from ..core.schedules import DEFAULT_CHUNKS, build
 from ..faces import pipeline_json
@@ -357,7 +358,10 @@ def predict_request(req: schemas.PredictRequest, max_ops: int = MAX_OPS) -> dict
     pred = stepmodel.predict(run, hw, req.mode, req.eta)
     out = pred.as_dict()
     memory = _optional("modelcut.core.memory")
-    out["memory"] = (memory.memory_report(run, hw, vpp=pred.vpp, schedule=pred.schedule)
+    # The default mode predicts a Megatron-core-style stack (overlap.DEFAULT_FRAMEWORK): count
+    # memory for the same stack (its distributed optimizer, FlashAttention).
+    fw = DEFAULT_FRAMEWORK if req.mode == "default" else None
+    out["memory"] = (memory.memory_report(run, hw, vpp=pred.vpp, schedule=pred.schedule, framework=fw)
                      if memory is not None else None)
     return out
 
