@@ -109,3 +109,29 @@ def test_bad_dimension_and_node_size():
         comm.group_spans_nodes(Layout(), "xp", 8)
     with pytest.raises(ModelcutError, match="gpus_per_node"):
         comm.group_spans_nodes(Layout(), "tp", 0)
+
+
+def test_collective_bandwidth_uses_the_members_ports():
+    """A data-parallel ring over whole nodes uses every member's network port (NCCL's rings:
+    192 GB/s bus bandwidth on 8 × 25 GB/s DGX A100 nodes); one member per node uses one; inside
+    a node, the links; one port per member when multi_nic is off."""
+    a100 = catalog.hardware("a100")
+    whole = Layout(tp=1, dp=64)                       # 8 nodes, 8 members in each
+    half = Layout(tp=2, dp=32)                        # 4 members in each node
+    one = Layout(tp=8, dp=8)                          # 1 member in each node
+    inside = Layout(tp=1, dp=8)
+    dp = ("cp", "dp")
+    assert comm.collective_bandwidth(whole, dp, a100, 8) == min(a100.link_bw, 8 * a100.net_bw)
+    assert comm.collective_bandwidth(half, dp, a100, 8) == 4 * a100.net_bw
+    assert comm.collective_bandwidth(one, dp, a100, 8) == a100.net_bw
+    assert comm.collective_bandwidth(inside, dp, a100, 8) == a100.link_bw
+    assert comm.collective_bandwidth(whole, dp, a100, 8, multi_nic=False) == a100.net_bw
+
+
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([2, 4, 8, 16, 32]))
+def test_collective_bandwidth_between_one_port_and_the_links(tp, nodes):
+    h100 = catalog.hardware("h100")
+    lay = Layout(tp=tp, dp=8 * nodes // tp)
+    bw = comm.collective_bandwidth(lay, ("cp", "dp"), h100, 8)
+    assert h100.net_bw <= bw <= h100.link_bw
+    assert bw == min(h100.link_bw, 8 // tp * h100.net_bw)

@@ -177,3 +177,21 @@ def test_zero3_step_grows_with_ring_latency_at_fixed_work_per_rank():
     t1 = predict(r, base.hw, eff, base.framework).step_time_s
     t2 = predict(big, base.hw, eff, base.framework).step_time_s
     assert t2 > t1
+
+
+def test_fsdp_over_whole_nodes_uses_every_port():
+    """FSDP with no model parallelism over 16 whole nodes: its rings use the eight ports of each
+    node (comm.collective_bandwidth), so the step is far shorter than with one port per GPU,
+    and the data-parallel time is what ~8× the bandwidth makes it."""
+    r = Run(model=catalog.model("gpt3-175b"), gpu=A100.name, layout=Layout(tp=1, pp=1, dp=128, zero=3),
+            training=Training(seq_len=2048, global_batch=256, micro_batch=2, recompute="full"))
+    fsdp = FRAMEWORKS["fsdp"]
+    many = predict(r, A100, EFF, fsdp)
+    one = predict(r, A100, EFF, replace(fsdp, multi_nic_rings=False))
+    assert many.step_time_s < one.step_time_s
+    assert one.breakdown.dp_s > one.breakdown.compute_s       # one port: bound by the gathers
+    assert many.breakdown.dp_s < 0.2 * many.breakdown.compute_s  # eight: hidden behind compute
+    # Tensor parallelism filling the node leaves one member per node: the ports do not help.
+    tp8 = replace(r, layout=Layout(tp=8, pp=1, dp=16, zero=3, sequence_parallel=True))
+    assert predict(tp8, A100, EFF, fsdp).step_time_s == pytest.approx(
+        predict(tp8, A100, EFF, replace(fsdp, multi_nic_rings=False)).step_time_s)

@@ -132,6 +132,27 @@ def group_members_in_node(layout: Layout, dim: str | Iterable[str], gpus_per_nod
     return members_in_node(layout, dim, gpus_per_node)
 
 
+def collective_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int, *,
+                         multi_nic: bool = True) -> float:
+    """Bus bandwidth per accelerator, each way, of a ring collective (all-reduce, reduce-scatter,
+    all-gather) over a group along ``dim``.
+
+    Inside a node: the node's links, ``link_bw``. Across nodes, with k members of the group in
+    each node: NCCL runs the collective as several rings (channels), each entering and leaving
+    every node once, and spreads the channels over the network ports of the k members, so the
+    group's inter-node traffic uses k ports at once while its intra-node hops ride the links:
+    min(link_bw, k · net_bw) (NCCL's developers measure an all-reduce bus bandwidth of 192 GB/s
+    on DGX A100 nodes with 8 × 200 Gb/s InfiniBand, 8 × 25 GB/s less about 4 %: NVIDIA/nccl
+    issue 812, comment by the NCCL team, quoted in issue 1576). k = 1 (tensor parallelism
+    filling the node, each data-parallel group one member per node) gives ``net_bw``.
+    ``multi_nic`` off: one port per member whatever k (:data:`.overlap.FRAMEWORKS` says which
+    stack that is)."""
+    if not group_spans_nodes(layout, dim, gpus_per_node):
+        return hw.link_bw
+    k = group_members_in_node(layout, dim, gpus_per_node) if multi_nic else 1
+    return min(hw.link_bw, k * hw.net_bw)
+
+
 def group_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int) -> float:
     """Bandwidth per accelerator each way for a group: the node's links when the group stays
     inside a node, the network otherwise (the slowest hop bounds a ring)."""

@@ -117,11 +117,15 @@ def _layer_params_local(run: Run, moe: bool) -> float:
     return p / L.tp
 
 
-def _bandwidths(run: Run, hw: Hardware) -> dict[str, float]:
+def _bandwidths(run: Run, hw: Hardware, fw: Framework) -> dict[str, float]:
+    """Per-accelerator bandwidth each way of each group's traffic: tp, cp and pp exchanges are
+    bounded by one hop (:func:`.comm.group_bandwidth`); the data-parallel collectives are rings
+    over all the group's network ports (:func:`.comm.collective_bandwidth`)."""
     gpn = run.gpus_per_node or hw.per_node
     L = run.layout
-    return {dim: comm.group_bandwidth(L, grp, hw, gpn)
-            for dim, grp in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", ("cp", "dp")))}
+    out = {dim: comm.group_bandwidth(L, dim, hw, gpn) for dim in ("tp", "cp", "pp")}
+    out["dp"] = comm.collective_bandwidth(L, ("cp", "dp"), hw, gpn, multi_nic=fw.multi_nic_rings)
+    return out
 
 
 def _dp_alpha(run: Run, hw: Hardware) -> float:
@@ -180,7 +184,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
         raise ModelcutError(f"pp × vpp = {S} chunks for {l} layers: more than layers + 2")
     if (s // cp) * cp != s:
         raise ModelcutError(f"cp ({cp}) must divide seq_len ({s})")
-    bw = _bandwidths(run, hw)
+    bw = _bandwidths(run, hw, framework)
     attention = framework.attention
     if attention == "auto":
         attention = "cudnn" if generation(hw) == "hopper" else "flash2"

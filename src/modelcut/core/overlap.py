@@ -95,7 +95,10 @@ class Framework:
     backward gathers them again (once: the recomputed forward and the backward share it);
     ``prefetch_backward``: the ``param_gather`` overlap also prefetches in the backward;
     ``tp_async_backward``: tensor-parallel backward collectives of the column-parallel products
-    run behind their gradient products (Megatron-LM's async all-reduce, from late 2021)."""
+    run behind their gradient products (Megatron-LM's async all-reduce, from late 2021);
+    ``multi_nic_rings``: data-parallel collectives of a group with several members per node
+    use all those members' network ports (NCCL's rings, :func:`.comm.collective_bandwidth`);
+    off, each member moves its bytes through its own port only (see the deepspeed-zero3 preset)."""
 
     name: str
     overlap: Overlap
@@ -107,6 +110,7 @@ class Framework:
     reshard_after_forward: bool = True
     prefetch_backward: bool = True
     tp_async_backward: bool = True
+    multi_nic_rings: bool = True
     source: str = ""
 
 
@@ -145,11 +149,15 @@ FRAMEWORKS: dict[str, Framework] = {
     "deepspeed-zero3": Framework(
         "deepspeed-zero3", Overlap(grad_reduce=True, param_gather=True, p2p_async=False, tp_comm=False),
         attention="unfused", grad_accum_fusion=False, fused_cross_entropy=False, grad_bytes=2,
-        reshard_after_forward=True, tp_async_backward=False,
+        reshard_after_forward=True, tp_async_backward=False, multi_nic_rings=False,
         source="DeepSpeed ZeRO-3 of 2021 (Rajbhandari et al. 2021, ZeRO-Infinity §6-7): prefetch of the "
                "next modules' weights along the recorded module trace, overlap_comm reduce-scatter of "
                "every micro-batch's gradients; weights gathered for the recomputed forward kept for "
-               "the backward (stage3_max_reuse_distance)"),
+               "the backward (stage3_max_reuse_distance). Its per-parameter gathers over the whole "
+               "job moved bytes at about one 200 Gb/s port per GPU (16-21 GB/s: Narayanan et al. "
+               "2021, Table 2, throughput halving with each doubling of GPUs at a fixed batch), an "
+               "eighth of what NCCL rings reach over the same nodes' eight ports; the mechanism is "
+               "not documented, so this preset keeps the observed one-port-per-GPU limit"),
     "fsdp": Framework(
         "fsdp", Overlap(grad_reduce=True, param_gather=True, p2p_async=True, tp_comm=False),
         attention="flash2", grad_accum_fusion=False, fused_cross_entropy=False, grad_bytes=4,
