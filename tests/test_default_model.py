@@ -195,3 +195,20 @@ def test_fsdp_over_whole_nodes_uses_every_port():
     tp8 = replace(r, layout=Layout(tp=8, pp=1, dp=16, zero=3, sequence_parallel=True))
     assert predict(tp8, A100, EFF, fsdp).step_time_s == pytest.approx(
         predict(tp8, A100, EFF, replace(fsdp, multi_nic_rings=False)).step_time_s)
+
+
+def test_context_parallel_form_defaults_to_the_frameworks():
+    """A layout that names no cp_kind takes the stack's: the ring for megatron-core and nemo
+    (--cp-comm-type p2p), the all-gather for llama3; a named form always wins."""
+    model = catalog.model("llama3-8b")
+
+    def r(kind):
+        return Run(model=model, gpu=H100.name, layout=Layout(tp=4, cp=8, sequence_parallel=True, cp_kind=kind),
+                   training=Training(seq_len=131072, global_batch=8, micro_batch=1, recompute="none"))
+
+    for fw, form in (("megatron-core", "ring"), ("nemo", "ring"), ("llama3", "allgather"), ("fsdp", "allgather")):
+        assert FRAMEWORKS[fw].cp_kind == form
+        assert predict(r(None), H100, EFF, fw).step_time_s == pytest.approx(predict(r(form), H100, EFF, fw).step_time_s)
+    ring, gather = (predict(r(k), H100, EFF, "nemo") for k in ("ring", "allgather"))
+    assert ring.breakdown.cp_s < gather.breakdown.cp_s
+    assert r(None).layout.cp_form == "allgather"        # seed mode and memory without a framework

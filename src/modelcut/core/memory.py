@@ -644,7 +644,7 @@ def _activations(run: Run, options: MemoryOptions, pipe: _Pipe, recompute: str) 
     model, lay, tr = run.model, run.layout, run.training
     sp = lay.sequence_parallel and lay.tp > 1
     kw = dict(micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp, sequence_parallel=sp)
-    akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_kind)
+    akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw), loss_activation_bytes(model, **kw)])
@@ -655,7 +655,7 @@ def _activations(run: Run, options: MemoryOptions, pipe: _Pipe, recompute: str) 
                       for sts in pipe.stages_of])
     # the context-parallel buffers of the one layer being computed
     transient = cp_transient_bytes(model, micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp,
-                                   cp_kind=lay.cp_kind)
+                                   cp_kind=lay.cp_form)
     for d, sts in enumerate(pipe.stages_of):
         if any(pipe.split[s] for s in sts):
             peaks[d] += transient
@@ -769,13 +769,14 @@ def for_framework(run: Run, framework: Any, options: MemoryOptions = DEFAULT_OPT
       parameter (megatron/training/theoretical_memory_usage.py), so the run is counted with
       zero ≥ 1;
     * FlashAttention (no s² score matrix) unless the stack runs the unfused softmax attention;
-    * ZeRO-3/FSDP keep or free the gathered weights after the forward as the stack does."""
+    * ZeRO-3/FSDP keep or free the gathered weights after the forward as the stack does;
+    * context parallelism in the stack's form when the layout leaves it open."""
     from .overlap import framework as get_framework  # the presets live with the overlap options
     fw = get_framework(framework)
     lay = run.layout
     zero = max(lay.zero, 1) if fw.dist_optimizer else lay.zero
-    if zero != lay.zero:
-        run = replace(run, layout=replace(lay, zero=zero))
+    if zero != lay.zero or lay.cp_kind is None:
+        run = replace(run, layout=replace(lay, zero=zero, cp_kind=lay.cp_kind or fw.cp_kind))
     opts = replace(options, flash_attention=fw.attention != "unfused",
                    reshard_after_forward=fw.reshard_after_forward)
     return run, opts

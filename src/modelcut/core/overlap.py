@@ -98,7 +98,12 @@ class Framework:
     run behind their gradient products (Megatron-LM's async all-reduce, from late 2021);
     ``multi_nic_rings``: data-parallel collectives of a group with several members per node
     use all those members' network ports (NCCL's rings, :func:`.comm.collective_bandwidth`);
-    off, each member moves its bytes through its own port only (see the deepspeed-zero3 preset)."""
+    off, each member moves its bytes through its own port only (see the deepspeed-zero3 preset);
+    ``cp_kind``: the stack's context-parallel form when the layout names none: "ring" for
+    Megatron-core and NeMo (``--cp-comm-type`` defaults to ``p2p``, Transformer Engine's ring
+    attention with the K/V exchange overlapped with the attention blocks), "allgather" for
+    Llama 3 (Grattafiori et al. 2024 §3.3.2) and PyTorch's context parallelism (its default
+    rotation, ``set_rotate_method("allgather")``)."""
 
     name: str
     overlap: Overlap
@@ -111,6 +116,7 @@ class Framework:
     prefetch_backward: bool = True
     tp_async_backward: bool = True
     multi_nic_rings: bool = True
+    cp_kind: str = "allgather"
     source: str = ""
 
 
@@ -136,14 +142,14 @@ FRAMEWORKS: dict[str, Framework] = {
     "megatron-core": Framework(
         "megatron-core", Overlap(grad_reduce=True, param_gather=True, p2p_async=True, tp_comm=False),
         attention="auto", grad_accum_fusion=True, fused_cross_entropy=False, grad_bytes=4,
-        dist_optimizer=True,
+        dist_optimizer=True, cp_kind="ring",
         source="Megatron-LM/Megatron-core 2023-2024 as its performance recipes run it: distributed "
                "optimizer, --overlap-grad-reduce, --overlap-param-gather, overlapped p2p, "
                "FlashAttention, gradient-accumulation fusion"),
     "nemo": Framework(
         "nemo", Overlap(grad_reduce=True, param_gather=True, p2p_async=True, tp_comm=True),
         attention="auto", grad_accum_fusion=True, fused_cross_entropy=False, grad_bytes=4,
-        dist_optimizer=True,
+        dist_optimizer=True, cp_kind="ring",
         source="NeMo 2.0 pretraining recipes (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap "
                "with sequence parallelism, distributed optimizer; Transformer Engine fused attention)"),
     "deepspeed-zero3": Framework(

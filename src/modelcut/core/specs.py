@@ -103,6 +103,9 @@ class Layout:
     ``vpp`` is chunks per device (None: the mode's default). ``zero`` is the data-parallel
     sharding stage: 0 none, 1 optimizer states (Megatron's distributed optimizer),
     2 + gradients, 3 + weights (FSDP). ``order`` is the rank order, innermost first.
+    ``cp_kind`` is context parallelism's form, "ring" or "allgather"; None leaves it to the
+    training stack (the default model's framework preset) and otherwise means the all-gather
+    form (:attr:`cp_form`).
     """
 
     tp: int = 1
@@ -115,19 +118,24 @@ class Layout:
     sequence_parallel: bool = False
     zero: int = 0
     schedule: str | None = None
-    cp_kind: str = "allgather"
+    cp_kind: str | None = None
     order: tuple[str, ...] = ("tp", "cp", "pp", "dp")
 
     def __post_init__(self) -> None:
         _positive(self, "tp", "cp", "pp", "dp", "ep", "etp", "vpp")
         if self.zero not in (0, 1, 2, 3):
             raise ModelcutError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.cp_kind not in ("ring", "allgather"):
+        if self.cp_kind not in (None, "ring", "allgather"):
             raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {self.cp_kind!r}")
 
     @property
     def gpus(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def cp_form(self) -> str:
+        """``cp_kind``, or the all-gather form when the layout leaves it open."""
+        return self.cp_kind or "allgather"
 
 
 @dataclass(frozen=True)

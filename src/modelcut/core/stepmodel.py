@@ -321,7 +321,7 @@ def _seed(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) ->
     cp_layer = 0.0
     if cp > 1:
         cp_bw = comm.group_bandwidth(L, "cp", hw, gpn)
-        if L.cp_kind == "ring":
+        if L.cp_form == "ring":
             att = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=cp_bw,
                                        attention_flops_per_s=eta * hw.peak_flops_16, t=t)
             cp_layer = att.exposed_s + (att.exposed_fwd_s if tr.recompute == "full" else 0.0)

@@ -78,7 +78,7 @@ def megatron_args(e: Evaluated) -> str:
     if s.tp > 1:
         lines.append("--sequence-parallel")
     if s.cp > 1:
-        lines += [f"--context-parallel-size {s.cp}", f"--cp-comm-type {_CP_KIND.get(lay.cp_kind, 'p2p')}"]
+        lines += [f"--context-parallel-size {s.cp}", f"--cp-comm-type {_CP_KIND.get(lay.cp_kind or 'ring', 'p2p')}"]
     lines.append(f"--pipeline-model-parallel-size {s.pp}")
     ep = getattr(s, "ep", 1) or 1
     if ep > 1:
@@ -128,7 +128,7 @@ def torchtitan_toml(e: Evaluated) -> str:
         out.append('fsdp_reshard_after_forward = "always"')
     out += [f"tensor_parallel_degree = {s.tp}", f"context_parallel_degree = {s.cp}"]
     if s.cp > 1:
-        rotate = "allgather" if lay.cp_kind == "allgather" else "alltoall"
+        rotate = "allgather" if lay.cp_form == "allgather" else "alltoall"
         out.append(f"context_parallel_rotate_method = {_toml_str(rotate)}")
     out.append(f"pipeline_parallel_degree = {s.pp}")
     if s.pp > 1:

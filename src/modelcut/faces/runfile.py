@@ -22,7 +22,8 @@ pp = 8
 dp = 1
 # ep = 8                 # expert parallelism (an MoE model; divides the experts and dp)
 # etp = 1                # expert tensor parallelism (default tp)
-# cp_kind = "allgather"  # or "ring": context parallelism's form (with cp > 1)
+# cp_kind = "ring"       # or "allgather": context parallelism's form (with cp > 1; default: the
+#                        # framework's, ring for megatron-core/nemo, all-gather otherwise)
 [training]
 seq_len = 2048
 global_batch = 64        # sequences per step
