@@ -153,6 +153,15 @@ def collective_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware,
     return min(hw.link_bw, k * hw.net_bw)
 
 
+def achievable(bw: float, hw: Hardware) -> float:
+    """A bandwidth from :func:`group_bandwidth` or :func:`collective_bandwidth` at the share of
+    line rate NCCL's tests reach on that kind of link: ``hw.link_busbw_frac`` when it is the
+    node's links (``bw >= hw.link_bw``), ``hw.net_busbw_frac`` otherwise (figures and sources
+    in the hardware catalog: NVLink loses about a fifth to NCCL's protocol, InfiniBand about
+    4 %)."""
+    return bw * (hw.link_busbw_frac if bw >= hw.link_bw else hw.net_busbw_frac)
+
+
 def group_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int) -> float:
     """Bandwidth per accelerator each way for a group: the node's links when the group stays
     inside a node, the network otherwise (the slowest hop bounds a ring)."""

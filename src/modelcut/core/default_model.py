@@ -120,11 +120,13 @@ def _layer_params_local(run: Run, moe: bool) -> float:
 def _bandwidths(run: Run, hw: Hardware, fw: Framework) -> dict[str, float]:
     """Per-accelerator bandwidth each way of each group's traffic: tp, cp and pp exchanges are
     bounded by one hop (:func:`.comm.group_bandwidth`); the data-parallel collectives are rings
-    over all the group's network ports (:func:`.comm.collective_bandwidth`)."""
+    over all the group's network ports (:func:`.comm.collective_bandwidth`); each at the share
+    of line rate NCCL's own tests reach on that kind of link (:func:`.comm.achievable`), which
+    the fitted ``net`` then scales."""
     gpn = run.gpus_per_node or hw.per_node
     L = run.layout
-    out = {dim: comm.group_bandwidth(L, dim, hw, gpn) for dim in ("tp", "cp", "pp")}
-    out["dp"] = comm.collective_bandwidth(L, ("cp", "dp"), hw, gpn, multi_nic=fw.multi_nic_rings)
+    out = {dim: comm.achievable(comm.group_bandwidth(L, dim, hw, gpn), hw) for dim in ("tp", "cp", "pp")}
+    out["dp"] = comm.achievable(comm.collective_bandwidth(L, ("cp", "dp"), hw, gpn, multi_nic=fw.multi_nic_rings), hw)
     return out
 
 
@@ -212,8 +214,10 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
     a2a = 0.0
     if model.is_moe:
         gpn = run.gpus_per_node or hw.per_node
-        mc = moe_mod.moe_comm(model, b * s / cp, ep=L.ep, tp=t, etp=L.etp, link_bw=hw.link_bw * eff.net,
-                              net_bw=hw.net_bw * eff.net, local=comm.group_members_in_node(L, "ep", gpn))
+        mc = moe_mod.moe_comm(model, b * s / cp, ep=L.ep, tp=t, etp=L.etp,
+                              link_bw=comm.achievable(hw.link_bw, hw) * eff.net,
+                              net_bw=comm.achievable(hw.net_bw, hw) * eff.net,
+                              local=comm.group_members_in_node(L, "ep", gpn))
         a2a = mc.a2a_fwd_s + mc.etp_s
 
     def layer_cost(lt: LayerTime, is_moe: bool) -> tuple[tuple[float, ...], tuple[float, ...], float]:
@@ -440,6 +444,31 @@ def _zero3(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, setup: LayerS
     def exposed(pt: PassTime) -> float:
         return pt.compute + exposed_tp(pt.tp, pt.gemm, ov.tp_comm) + pt.cp
 
+    if fw.zero3_runtime == "deepspeed-0.3":
+        T_c, compute_total = _deepspeed_replay(run, fw, setup, dense, moe_lt, emb, loss, m, gather, rs, exposed)
+        notes.append("ZeRO-3: DeepSpeed v0.3 hooks replayed (per-weight gathers, device syncs, reuse distance)")
+    else:
+        T_c, compute_total = _unit_prefetch(run, fw, dense, moe_lt, emb, loss, m, gather, rs, exposed,
+                                            p_dense, p_emb, p_moe, first_moe)
+        notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
+    P_dev = model.layers * p_dense + p_emb
+    opt = mem_time(P_dev * ((OPTIMIZER_BYTES - OPTIMIZER_SHARDED_BYTES) / dp_group
+                            + OPTIMIZER_SHARDED_BYTES / dp_group), hw, eff)
+    T = T_c + opt
+    bd = DefaultBreakdown(compute_s=compute_total, tp_s=0.0, cp_s=0.0, p2p_s=0.0, bubble_s=0.0,
+                          dp_s=T - compute_total - opt, optimizer_s=opt)
+    return _finish(run, hw, eff, T, bd, m, 1, "1f1b", notes, (model.layers,), fw)
+
+
+def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
+                   emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
+                   p_dense: float, p_emb: float, p_moe: float, first_moe: int) -> tuple[float, float]:
+    """FSDP-style units (one layer each): a compute stream waiting on one communication stream
+    that prefetches the next unit's weights and reduce-scatters each unit's gradients after
+    its backward (:func:`.overlap.prefetch_timeline`). Returns (seconds to the end of the
+    last collective, compute seconds)."""
+    model = run.model
+    ov = fw.overlap
     pf_f = ov.param_gather
     pf_b = ov.param_gather and fw.prefetch_backward
     tasks: list[tuple[float, float, bool]] = []
@@ -470,14 +499,81 @@ def _zero3(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, setup: LayerS
     else:
         rs_total = 0.0
     end_c, end_comm = prefetch_timeline(tasks, after)
-    P_dev = model.layers * p_dense + p_emb
-    opt = mem_time(P_dev * ((OPTIMIZER_BYTES - OPTIMIZER_SHARDED_BYTES) / dp_group
-                            + OPTIMIZER_SHARDED_BYTES / dp_group), hw, eff)
-    T = max(end_c, end_comm) + rs_total + opt
-    bd = DefaultBreakdown(compute_s=compute_total, tp_s=0.0, cp_s=0.0, p2p_s=0.0, bubble_s=0.0,
-                          dp_s=T - compute_total - opt, optimizer_s=opt)
-    notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
-    return _finish(run, hw, eff, T, bd, m, 1, "1f1b", notes, (model.layers,), fw)
+    return max(end_c, end_comm) + rs_total, compute_total
+
+
+def _deepspeed_replay(run: Run, fw: Framework, setup: LayerSetup, dense: LayerTime, moe_lt: LayerTime | None,
+                      emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs,
+                      exposed) -> tuple[float, float]:
+    """DeepSpeed v0.3's ZeRO-3 hooks replayed sub-module by sub-module (:mod:`.deepspeed_stage3`).
+
+    A layer's sub-modules with weights are its four linears (QKV, output projection, MLP up
+    (gate and up fused when gated), MLP down); each linear's share of the layer's
+    matrix-product time is its share of the weights (its products' FLOPs are 2·tokens·weights);
+    the attention core, the norms and the other memory-bound kernels run between QKV and
+    the projection, where the parameterless attention sub-modules sit. Norms and biases
+    (under 1e5 elements) stay whole (``stage3_param_persistence_threshold``). The tied output
+    layer re-uses the word embeddings (gathered for it, its gradient reduced once, with the
+    embedding's). Returns (seconds to the end of the epilogue, compute seconds)."""
+    from . import deepspeed_stage3 as ds
+    model, L = run.model, run.layout
+    if model.is_moe:
+        raise ModelcutError("the deepspeed-zero3 (2021) runtime replays dense models only; "
+                            "use --framework fsdp for a mixture-of-experts ZeRO-3 run")
+    t = L.tp
+    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
+    linears = (("qkv", h * (q + 2 * kv) / t), ("proj", q * h / t),
+               ("up", h * f * (2 if model.gated_mlp else 1) / t), ("down", f * h / t))
+    lin_total = sum(n for _, n in linears)
+    weights: dict[str, ds.Weight] = {}
+
+    def weight(name: str, numel: float) -> str:
+        weights[name] = ds.Weight(name, numel, gather(numel), rs(numel))
+        return name
+
+    emb_w = [weight("embedding", model.vocab * h / t)]
+    if model.learned_positions and (model.max_seq or 0) * h >= ds.PERSISTENCE_THRESHOLD_NUMEL:
+        emb_w.append(weight("positions", (model.max_seq or 0) * h))
+    out_w = emb_w[:1] if model.tied_embeddings else [weight("output", model.vocab * h / t)]
+    layer_w = [[weight(f"{i}.{n}", numel) for n, numel in linears] for i in range(model.layers)]
+
+    def split(pt: PassTime) -> list[float]:
+        """(qkv, core, proj, up, down) seconds of one pass."""
+        g = [pt.gemm * numel / lin_total for _, numel in linears]
+        core = exposed(pt) - pt.gemm
+        return [g[0], core, g[1], g[2], g[3]]
+
+    f_s, r_s, b_s = split(dense.fwd), split(dense.recompute), split(dense.bwd)
+    recomputes = run.training.recompute == "full"
+
+    def forward(i: int, secs: list[float]) -> list[ds.Step]:
+        w = layer_w[i]
+        return [ds.Step(w[0], (w[0],), secs[0]), ds.Step(f"{i}.core", (), secs[1]), ds.Step(w[1], (w[1],), secs[2]),
+                ds.Step(w[2], (w[2],), secs[3]), ds.Step(w[3], (w[3],), secs[4])]
+
+    def backward(i: int) -> list[ds.Step]:
+        w = layer_w[i]
+        core = b_s[1] + (0.0 if recomputes else r_s[1])   # selective: the core's forward again
+        return [ds.Step(w[3], (w[3],), b_s[4], True), ds.Step(w[2], (w[2],), b_s[3], True),
+                ds.Step(w[1], (w[1],), b_s[2], True), ds.Step(f"{i}.core", (), core, True),
+                ds.Step(w[0], (w[0],), b_s[0], True)]
+
+    trace: list[ds.Step] = []
+    for _ in range(m):
+        trace.append(ds.Step("embedding", tuple(emb_w), exposed(emb[0])))
+        for i in range(model.layers):
+            trace += forward(i, f_s)
+        trace.append(ds.Step("output", tuple(out_w), exposed(loss[0])))
+        trace.append(ds.Step("output", tuple(out_w), exposed(loss[1]), True,
+                             grads=() if model.tied_embeddings else tuple(out_w)))
+        for i in reversed(range(model.layers)):
+            if recomputes:
+                trace += forward(i, r_s)
+            trace += backward(i)
+        trace.append(ds.Step("embedding", tuple(emb_w), exposed(emb[1]), True))
+    pf = ds.PREFETCH_BUCKET_NUMEL if fw.overlap.param_gather else 0.0
+    res = ds.replay(trace, weights, prefetch_numel=pf)
+    return res.step_s, res.compute_s
 
 
 def predict_default(run: Run, hw: Hardware, eta: float | None = None, *, framework: str | Framework | None = None,

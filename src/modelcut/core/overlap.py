@@ -103,7 +103,11 @@ class Framework:
     Megatron-core and NeMo (``--cp-comm-type`` defaults to ``p2p``, Transformer Engine's ring
     attention with the K/V exchange overlapped with the attention blocks), "allgather" for
     Llama 3 (Grattafiori et al. 2024 §3.3.2) and PyTorch's context parallelism (its default
-    rotation, ``set_rotate_method("allgather")``)."""
+    rotation, ``set_rotate_method("allgather")``);
+    ``zero3_runtime``: how ZeRO-3 without a pipeline fetches weights: "unit", FSDP's wrapped
+    units (one transformer layer each) prefetched one ahead on a communication stream;
+    "deepspeed-0.3", DeepSpeed's 2021 hooks replayed weight by weight
+    (:mod:`.deepspeed_stage3`)."""
 
     name: str
     overlap: Overlap
@@ -117,6 +121,7 @@ class Framework:
     tp_async_backward: bool = True
     multi_nic_rings: bool = True
     cp_kind: str = "allgather"
+    zero3_runtime: str = "unit"
     source: str = ""
 
 
@@ -155,7 +160,7 @@ FRAMEWORKS: dict[str, Framework] = {
     "deepspeed-zero3": Framework(
         "deepspeed-zero3", Overlap(grad_reduce=True, param_gather=True, p2p_async=False, tp_comm=False),
         attention="unfused", grad_accum_fusion=False, fused_cross_entropy=False, grad_bytes=2,
-        reshard_after_forward=True, tp_async_backward=False, multi_nic_rings=False,
+        reshard_after_forward=True, tp_async_backward=False, multi_nic_rings=False, zero3_runtime="deepspeed-0.3",
         source="DeepSpeed ZeRO-3 of 2021 (Rajbhandari et al. 2021, ZeRO-Infinity §6-7): prefetch of the "
                "next modules' weights along the recorded module trace, overlap_comm reduce-scatter of "
                "every micro-batch's gradients; weights gathered for the recomputed forward kept for "

@@ -186,5 +186,13 @@ class Hardware:
     net_bw: float
     per_node: int
     sms: int | None = None     # streaming multiprocessors (or TPU cores) for wave quantization
+    link_busbw_frac: float = 1.0  # NCCL-measured ring bus bandwidth / line rate, intra-node links
+    net_busbw_frac: float = 1.0   # the same over the scale-out network
     aliases: tuple[str, ...] = ()
     source: str = ""
+
+    def __post_init__(self) -> None:
+        for k in ("link_busbw_frac", "net_busbw_frac"):
+            x = getattr(self, k)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x <= 1:
+                raise ModelcutError(f"hardware {self.name}: {k} must be in (0, 1], got {x!r}")
