@@ -124,3 +124,22 @@ def test_bad_setups():
         LayerSetup(micro_batch=1, seq_len=2048, attention="ring")
     with pytest.raises(ModelcutError):
         LayerSetup(micro_batch=1, seq_len=2048, recompute="some")
+
+
+def test_eager_elementwise_costs_more_memory_time_where_pytorch_splits_ops():
+    """PyTorch's eager RMSNorm, SwiGLU and rotary embedding run one kernel per op: more HBM
+    traffic than the fused kernels, the products untouched. LayerNorm and GeLU are single
+    native kernels either way (GPT without dropout: no difference)."""
+    from dataclasses import replace as _replace
+    from modelcut import catalog as _cat
+    from modelcut.catalog.profiles import profile_for as _pf
+    from modelcut.core.layer_time import LayerSetup as _LS, layer_time as _lt
+    hw = _cat.hardware("a100")
+    eff = _pf(hw).efficiency
+    base = _LS(micro_batch=2, seq_len=4096, recompute="none", attention="flash2")
+    llama = _cat.model("llama3-8b")
+    fused, eager = _lt(llama, base, hw, eff), _lt(llama, _replace(base, fused_elementwise=False), hw, eff)
+    assert eager.fwd.memory > fused.fwd.memory and eager.bwd.memory > fused.bwd.memory
+    assert eager.fwd.gemm == fused.fwd.gemm and eager.bwd.gemm == fused.bwd.gemm
+    gpt = _replace(_cat.model("gpt3-175b"), dropout=False)
+    assert _lt(gpt, _replace(base, fused_elementwise=False), hw, eff).fwd.memory == _lt(gpt, base, hw, eff).fwd.memory

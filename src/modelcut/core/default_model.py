@@ -195,7 +195,8 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
                        grad_accum_fusion=framework.grad_accum_fusion,
                        fused_cross_entropy=framework.fused_cross_entropy,
                        tp_async_backward=framework.tp_async_backward, tp_bw=bw["tp"], cp_bw=bw["cp"],
-                       cp_kind=L.cp_kind or framework.cp_kind, etp=L.etp)
+                       cp_kind=L.cp_kind or framework.cp_kind, etp=L.etp,
+                       fused_elementwise=framework.fused_elementwise)
     dense = layer_time(model, setup, hw, eff)
     moe_lt = layer_time(model, setup, hw, eff, moe=True, ep=L.ep) if model.is_moe else None
     emb_f, emb_b = embedding_time(model, setup, hw, eff)

@@ -72,6 +72,26 @@ CE_BYTES_UNFUSED = 52.0
 CE_BYTES_FUSED = 6.0
 
 
+#: Bytes per element of PyTorch's eager (one kernel per op) elementwise code, bf16 activations,
+#: as the reference implementations write it (a framework that fuses nothing: plain PyTorch
+#: modules under FSDP without ``torch.compile``). RMSNorm, Meta's ``llama/model.py``
+#: ``self._norm(x.float()).type_as(x) * self.weight`` with ``x * rsqrt(x.pow(2).mean(-1) + eps)``:
+#: cast 2 + 4, pow 4 + 4, mean 4, scale 4 + 4, cast back 4 + 2, weight 2 + 2 = 36 forward;
+#: backward through the same ops (weight 8, cast 6, scale 8 + 8, pow 12, sum of the two
+#: input gradients 12, cast 6) = 60. SwiGLU, ``F.silu(w1(x)) * w3(x)``, per element of the
+#: f-wide output: silu 2 + 2, product 2 + 2 + 2 = 10 forward; product backward 6 + 6, silu
+#: backward 6 = 18. Rotary embedding (``apply_rotary_emb``: cast to fp32, complex product,
+#: cast back), per element of Q and K: 6 + 8 + 6 = 20 each way. Dropout, when the model has
+#: it, a kernel of its own: read 2, write 2 and a 1-byte mask = 5. LayerNorm and GeLU are
+#: single native kernels in PyTorch (``torch.nn.LayerNorm``, ``F.gelu``): as fused.
+EAGER_RMSNORM_FWD = 36.0
+EAGER_RMSNORM_BWD = 60.0
+EAGER_SWIGLU_FWD = 10.0
+EAGER_SWIGLU_BWD = 18.0
+EAGER_ROPE = 20.0
+EAGER_DROPOUT = 5.0
+
+
 @dataclass(frozen=True)
 class LayerSetup:
     """What one device computes for one micro-batch: sizes and the framework's kernels.
@@ -84,7 +104,9 @@ class LayerSetup:
     and its sequence-parallel form (``LinearWithGradAccumulationAndAsyncCommunication``);
     ``tp_bw``/``cp_bw``: link bandwidth (bytes/s each way) of the tp and cp groups;
     ``cp_kind``: context parallelism's form, "allgather" or "ring"; ``etp``: expert tensor
-    parallelism (default tp)."""
+    parallelism (default tp); ``fused_elementwise``: norms, activation, rotary embedding and
+    bias-dropout-residual run as fused kernels (Megatron-LM, Transformer Engine, compiled
+    code); off, as PyTorch's eager ops (:data:`EAGER_RMSNORM_FWD` and the rest)."""
 
     micro_batch: int
     seq_len: int
@@ -100,6 +122,7 @@ class LayerSetup:
     cp_bw: float = 0.0
     cp_kind: str = "allgather"
     etp: int | None = None
+    fused_elementwise: bool = True
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -193,17 +216,24 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     att = attention_time(setup.attention, b, heads, s // cp, s, d, True, drop, hw, eff)
 
     # Memory-bound kernels, bytes.
-    nb = NORM_BYTES
-    resid_f = (6.0 + (1.0 if drop else 0.0)) * Tn * h       # bias+dropout+residual, fused
-    act_f = (6.0 if gated else 4.0) * act_elems
-    rope_f = 4.0 * T * (q // t + kv_t) if rope else 0.0
+    fused = setup.fused_elementwise
+    eager_rms = not fused and model.norm == "rmsnorm"
+    nb = EAGER_RMSNORM_FWD if eager_rms else NORM_BYTES
+    nb_b = EAGER_RMSNORM_BWD if eager_rms else 6.0
+    if fused:
+        resid_f = (6.0 + (1.0 if drop else 0.0)) * Tn * h       # bias+dropout+residual, fused
+    else:
+        resid_f = (6.0 + (EAGER_DROPOUT if drop else 0.0)) * Tn * h
+    act_f = ((6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0) * act_elems
+    rope_bytes = 4.0 if fused else EAGER_ROPE
+    rope_f = rope_bytes * T * (q // t + kv_t) if rope else 0.0
     mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
-    act_b = (10.0 if gated else 6.0) * act_elems
+    act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
     bias_b = 0.0
     if model.bias:
         bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + 2 * Tn * h)
-    mem_b = 2 * 6.0 * Tn * h + 2 * resid_b + act_b + rope_f + bias_b
+    mem_b = 2 * nb_b * Tn * h + 2 * resid_b + act_b + rope_f + bias_b
     if not setup.grad_accum_fusion:
         local_params = sum(n_ * k_ * c_ for _, n_, k_, c_ in linears)
         mem_b += 6.0 * local_params

@@ -107,7 +107,9 @@ class Framework:
     ``zero3_runtime``: how ZeRO-3 without a pipeline fetches weights: "unit", FSDP's wrapped
     units (one transformer layer each) prefetched one ahead on a communication stream;
     "deepspeed-0.3", DeepSpeed's 2021 hooks replayed weight by weight
-    (:mod:`.deepspeed_stage3`)."""
+    (:mod:`.deepspeed_stage3`); ``fused_elementwise``: norms, activations, rotary embedding and
+    residual adds as fused kernels (Megatron-LM, Transformer Engine); off, PyTorch's eager ops,
+    one kernel each (:data:`.layer_time.EAGER_RMSNORM_FWD`)."""
 
     name: str
     overlap: Overlap
@@ -122,6 +124,7 @@ class Framework:
     multi_nic_rings: bool = True
     cp_kind: str = "allgather"
     zero3_runtime: str = "unit"
+    fused_elementwise: bool = True
     source: str = ""
 
 
@@ -172,9 +175,16 @@ FRAMEWORKS: dict[str, Framework] = {
     "fsdp": Framework(
         "fsdp", Overlap(grad_reduce=True, param_gather=True, p2p_async=True, tp_comm=False),
         attention="flash2", grad_accum_fusion=False, fused_cross_entropy=False, grad_bytes=4,
-        reshard_after_forward=True,
+        reshard_after_forward=True, fused_elementwise=False,
         source="PyTorch FSDP (Zhao et al. 2023, VLDB, §3.3-3.4): backward and forward prefetch, "
-               "reshard after forward, reduce-scatter behind the backward"),
+               "reshard after forward, reduce-scatter behind the backward; the wrapped model in eager "
+               "PyTorch (no torch.compile): its elementwise ops one kernel each"),
+    "fsdp-compile": Framework(
+        "fsdp-compile", Overlap(grad_reduce=True, param_gather=True, p2p_async=True, tp_comm=False),
+        attention="flash2", grad_accum_fusion=False, fused_cross_entropy=False, grad_bytes=4,
+        reshard_after_forward=True,
+        source="PyTorch FSDP as the fsdp preset, the model under torch.compile (TorchInductor fuses "
+               "the elementwise ops around the products: norms, activations, rotary embedding)"),
     "llama3": Framework(
         "llama3", Overlap(grad_reduce=True, param_gather=True, p2p_async=True, tp_comm=False),
         attention="flash2", grad_accum_fusion=True, fused_cross_entropy=False, grad_bytes=4,
