@@ -116,6 +116,19 @@ def test_every_catalog_run_has_settings_and_a_prediction():
     assert all(s.framework in FRAMEWORKS for s in run_settings().values())
 
 
+def test_validation_set_meets_the_bars():
+    """Every published run of the catalog under the shipped profiles: mean |error| at most 5 %,
+    largest at most 10 %, errors of both signs (issue: a systems model within a few percent)."""
+    errs = []
+    for hw_name in ("a100-sxm4-80gb", "h100-sxm5-80gb"):
+        for m in catalog_measured(hw_name):
+            errs.append(error_pct(m, predict(m.run, m.hw, profile_for(m.hw).efficiency, m.framework)))
+    assert len(errs) == len(catalog.published_runs())
+    assert sum(abs(e) for e in errs) / len(errs) <= 5.0
+    assert max(abs(e) for e in errs) <= 10.0
+    assert min(errs) < 0 < max(errs)
+
+
 @pytest.mark.parametrize("rid", [pr.id for pr in catalog.published_runs("deck")])
 def test_deck_runs_within_five_percent(rid):
     m = next(x for x in catalog_measured() if x.id == rid)
