@@ -261,6 +261,8 @@ def error_budget(run: Run, hw: Hardware, eff: Efficiency, framework: str | None 
     dominant = max(terms, key=lambda k: terms[k])
     fw = get_fw(framework)
     ov = fw.overlap.with_options(**(overlap or {})).as_dict()
+    if fw.zero3_runtime == "deepspeed-0.3" and run.layout.zero == 3 and run.layout.pp == 1:
+        ov.pop("grad_reduce", None)   # the replayed hooks decide when gradients are reduced
     lines = []
     for name, alt, r2, ov2 in alternatives(run, ov):
         try:
