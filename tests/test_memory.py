@@ -396,14 +396,11 @@ def test_memory_report_counts_the_framework_stack():
         memory_report(run, framework="nope")
 
 
-def test_predict_reports_memory_of_the_stack_it_timed(tmp_path, capsys):
+def test_predict_reports_memory_of_the_stack_it_timed(capsys):
     """`modelcut predict` (default mode) counts memory for the framework it predicted with."""
     from modelcut.cli import main
-    f = tmp_path / "run.toml"
-    f.write_text('[model]\nname = "gpt3-175b"\n[hardware]\ngpu = "h100"\ngpus = 512\n'
-                 '[layout]\ntp = 4\npp = 8\ndp = 16\nvpp = 6\nsequence_parallel = true\nschedule = "interleaved"\n'
-                 '[training]\nseq_len = 2048\nglobal_batch = 2048\nmicro_batch = 1\nrecompute = "none"\n'
-                 '[settings]\nframework = "nemo"\n')
+    from pathlib import Path
+    f = Path(__file__).parent / "data" / "gpt3-175b-nemo-h100.toml"
     assert main(["predict", str(f), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["memory"]["assumptions"]["framework"] == "nemo"
