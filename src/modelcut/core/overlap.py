@@ -164,10 +164,11 @@ FRAMEWORKS: dict[str, Framework] = {
         "deepspeed-zero3", Overlap(grad_reduce=True, param_gather=True, p2p_async=False, tp_comm=False),
         attention="unfused", grad_accum_fusion=False, fused_cross_entropy=False, grad_bytes=2,
         reshard_after_forward=True, tp_async_backward=False, multi_nic_rings=False, zero3_runtime="deepspeed-0.3",
-        source="DeepSpeed ZeRO-3 of 2021 (Rajbhandari et al. 2021, ZeRO-Infinity §6-7): prefetch of the "
-               "next modules' weights along the recorded module trace, overlap_comm reduce-scatter of "
-               "every micro-batch's gradients; weights gathered for the recomputed forward kept for "
-               "the backward (stage3_max_reuse_distance). Its per-parameter gathers over the whole "
+        source="DeepSpeed ZeRO-3 as released in 2021 (v0.3.13, the release of Narayanan et al. 2021's "
+               "Table 2 ZeRO-3 rows), its hooks replayed weight by weight (deepspeed_stage3.py: a "
+               "device synchronize at every fetch, one weight prefetched, weights freed beyond "
+               "stage3_max_reuse_distance, fp16 reduce-scatters in 5e8-element buckets that no later "
+               "compute runs under). Its per-parameter gathers over the whole "
                "job moved bytes at about one 200 Gb/s port per GPU (16-21 GB/s: Narayanan et al. "
                "2021, Table 2, throughput halving with each doubling of GPUs at a fixed batch), an "
                "eighth of what NCCL rings reach over the same nodes' eight ports; the mechanism is "
@@ -179,12 +180,6 @@ FRAMEWORKS: dict[str, Framework] = {
         source="PyTorch FSDP (Zhao et al. 2023, VLDB, §3.3-3.4): backward and forward prefetch, "
                "reshard after forward, reduce-scatter behind the backward; the wrapped model in eager "
                "PyTorch (no torch.compile): its elementwise ops one kernel each"),
-    "fsdp-compile": Framework(
-        "fsdp-compile", Overlap(grad_reduce=True, param_gather=True, p2p_async=True, tp_comm=False),
-        attention="flash2", grad_accum_fusion=False, fused_cross_entropy=False, grad_bytes=4,
-        reshard_after_forward=True,
-        source="PyTorch FSDP as the fsdp preset, the model under torch.compile (TorchInductor fuses "
-               "the elementwise ops around the products: norms, activations, rotary embedding)"),
     "llama3": Framework(
         "llama3", Overlap(grad_reduce=True, param_gather=True, p2p_async=True, tp_comm=False),
         attention="flash2", grad_accum_fusion=True, fused_cross_entropy=False, grad_bytes=4,
@@ -192,6 +187,11 @@ FRAMEWORKS: dict[str, Framework] = {
         source="Grattafiori et al. 2024 §3.3.2: FSDP sharding optimizer states and gradients, weights "
                "not resharded after the forward, gradients reduce-scattered in FP32, asynchronous p2p"),
 }
+
+FRAMEWORKS["fsdp-compile"] = replace(
+    FRAMEWORKS["fsdp"], name="fsdp-compile", fused_elementwise=True,
+    source="PyTorch FSDP as the fsdp preset, the model under torch.compile (TorchInductor fuses the "
+           "elementwise ops around the products: norms, activations, rotary embedding)")
 
 #: Framework assumed when a run names none: a current Megatron-core-style stack.
 DEFAULT_FRAMEWORK = "megatron-core"
