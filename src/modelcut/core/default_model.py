@@ -40,7 +40,7 @@ from . import comm, flops, moe as moe_mod
 from .engine import Timing, simulate
 from .errors import ModelcutError
 from .kernels import BYTES, Efficiency, generation, mem_time
-from .layer_time import LayerSetup, LayerTime, PassTime, embedding_time, layer_time, loss_time
+from .layer_time import LayerSetup, LayerTime, PassTime, dense_linears, embedding_time, layer_time, loss_time
 from .overlap import Framework, exposed_after, exposed_tp, framework as get_framework, prefetch_timeline
 from .schedules import DEFAULT_CHUNKS, build
 from .specs import Hardware, Run
@@ -203,7 +203,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, fw: str | Framework | None 
     loss_f, loss_b = loss_time(model, setup, hw, eff)
 
     if L.zero == 3 and p == 1:
-        return _zero3(run, hw, eff, framework, setup, dense, moe_lt, (emb_f, emb_b), (loss_f, loss_b), m, bw, notes)
+        return _zero3(run, hw, eff, framework, dense, moe_lt, (emb_f, emb_b), (loss_f, loss_b), m, bw, notes)
 
     # Per-pass exposed time: compute + the communication the framework leaves on the path.
     def cost(pt: PassTime) -> tuple[float, float, float]:
@@ -416,7 +416,7 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: Breakdown, m:
     return pred
 
 
-def _zero3(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, setup: LayerSetup, dense: LayerTime,
+def _zero3(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, dense: LayerTime,
            moe_lt: LayerTime | None, emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int,
            bw: dict, notes: list[str]) -> Prediction:
     """ZeRO-3 / FSDP without a pipeline: a compute stream of modules, each waiting for its
@@ -446,7 +446,7 @@ def _zero3(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, setup: LayerS
         return pt.compute + exposed_tp(pt.tp, pt.gemm, ov.tp_comm) + pt.cp
 
     if fw.zero3_runtime == "deepspeed-0.3":
-        T_c, compute_total = _deepspeed_replay(run, fw, setup, dense, moe_lt, emb, loss, m, gather, rs, exposed)
+        T_c, compute_total = _deepspeed_replay(run, fw, dense, emb, loss, m, gather, rs, exposed)
         notes.append("ZeRO-3: DeepSpeed v0.3 hooks replayed (per-weight gathers, device syncs, reuse distance)")
     else:
         T_c, compute_total = _unit_prefetch(run, fw, dense, moe_lt, emb, loss, m, gather, rs, exposed,
@@ -474,7 +474,6 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     pf_b = ov.param_gather and fw.prefetch_backward
     tasks: list[tuple[float, float, bool]] = []
     after: list[tuple[int, float]] = []
-    compute_total = 0.0
     for mb in range(m):
         gather_fwd = mb == 0 or fw.reshard_after_forward
         # Forward: embedding, layers, loss (the loss uses the (tied) output weights).
@@ -503,9 +502,8 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     return max(end_c, end_comm) + rs_total, compute_total
 
 
-def _deepspeed_replay(run: Run, fw: Framework, setup: LayerSetup, dense: LayerTime, moe_lt: LayerTime | None,
-                      emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs,
-                      exposed) -> tuple[float, float]:
+def _deepspeed_replay(run: Run, fw: Framework, dense: LayerTime, emb: tuple[PassTime, PassTime],
+                      loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed) -> tuple[float, float]:
     """DeepSpeed v0.3's ZeRO-3 hooks replayed sub-module by sub-module (:mod:`.deepspeed_stage3`).
 
     A layer's sub-modules with weights are its four linears (QKV, output projection, MLP up
@@ -517,14 +515,13 @@ def _deepspeed_replay(run: Run, fw: Framework, setup: LayerSetup, dense: LayerTi
     layer re-uses the word embeddings (gathered for it, its gradient reduced once, with the
     embedding's). Returns (seconds to the end of the epilogue, compute seconds)."""
     from . import deepspeed_stage3 as ds
-    model, L = run.model, run.layout
+    model = run.model
     if model.is_moe:
         raise ModelcutError("the deepspeed-zero3 (2021) runtime replays dense models only; "
                             "use --framework fsdp for a mixture-of-experts ZeRO-3 run")
-    t = L.tp
-    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
-    linears = (("qkv", h * (q + 2 * kv) / t), ("proj", q * h / t),
-               ("up", h * f * (2 if model.gated_mlp else 1) / t), ("down", f * h / t))
+    t, h = run.layout.tp, model.hidden
+    linears = [(name, n * k * c) for name, (_, n, k, c) in
+               zip(("qkv", "proj", "up", "down"), dense_linears(model, 1, t))]
     lin_total = sum(n for _, n in linears)
     weights: dict[str, ds.Weight] = {}
 

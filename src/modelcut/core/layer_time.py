@@ -179,6 +179,22 @@ class LayerTime:
 NORM_BYTES = 4.0
 
 
+def attention_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
+    """The attention block's products on one tensor-parallel rank, (m, n, k, count): QKV
+    [T, h] × [h, q/t + 2·kv_t] and the output projection [T, q/t] × [q/t, h], with
+    kv_t = max(kv/t, head_dim) (K and V heads replicated when t exceeds them)."""
+    h, q, kv, d = model.hidden, model.q_dim, model.kv_dim, model.d_head
+    kv_t = max(kv // t, d)
+    return [(tokens, (q // t) + 2 * kv_t, h, 1), (tokens, h, q // t, 1)]
+
+
+def dense_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
+    """A dense layer's four products on one rank, (m, n, k, count): QKV, output projection,
+    MLP up (gate and up fused when gated), MLP down; a weight is n·k of them."""
+    return attention_linears(model, tokens, t) + [(g.m, g.n, g.k, g.count)
+                                                  for g in moe_mod.dense_mlp_gemms(model, tokens, t)]
+
+
 def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,
                ep: int = 1) -> LayerTime:
     """Forward, backward and recomputation of one transformer layer (module doc)."""
@@ -201,7 +217,7 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     rope = not model.learned_positions
 
     # Matrix products: (m, n, k, count) of each linear layer on this device.
-    linears = [(T, (q // t) + 2 * kv_t, h, 1), (T, h, q // t, 1)] + [(g.m, g.n, g.k, g.count) for g in mlp]
+    linears = attention_linears(model, T, t) + [(g.m, g.n, g.k, g.count) for g in mlp]
     fwd_g = bwd_g = wgrad = 0.0
     per_linear = []
     for m_, n_, k_, c_ in linears:
