@@ -22,8 +22,8 @@ import time
 
 import simpy
 
-from modelcut.core.engine import Timing, simulate
-from modelcut.core.schedules import build
+from modelcut.core.sim.engine import Timing, simulate
+from modelcut.core.sim.registry import build
 
 
 def simpy_makespan(schedule, timing: Timing) -> float:

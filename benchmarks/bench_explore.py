@@ -30,22 +30,26 @@ import sys
 import time
 
 from modelcut import catalog
-from modelcut.core import memory, stepmodel
-from modelcut.core.explore import (RECOMPUTE_ORDER, ZERO_ORDER, Space, default_predictor, explore, find, make_run,
-                                   structures)
+from modelcut.core import memory, plan
+from modelcut.core.explore import RECOMPUTE_ORDER, ZERO_ORDER, Space, explore as core_explore, find, make_run, structures
+from modelcut.core.sim import inflight
+from modelcut.core.step import pipeline_time
+from modelcut.service.explore import predictor
 
 
 def clear_caches() -> None:
-    for fn in (memory._profile, memory._cached_coefficients, getattr(stepmodel, "_simulated", None),
-               getattr(stepmodel, "_stage_devices", None)):
-        if fn is not None and hasattr(fn, "cache_clear"):
-            fn.cache_clear()
+    for fn in (inflight._profile, inflight._orders, plan._coefficients, plan._build, pipeline_time._simulated):
+        fn.cache_clear()
+
+
+def explore(model, hw, **kw):
+    return core_explore(model, hw, predictor("seed", hw), **kw)
 
 
 def baseline(model, hw, gpus, seq, tokens, every: int):
     """The straightforward search over every ``every``-th structure."""
     gb = tokens // seq
-    predict = default_predictor("seed")
+    predict = predictor("seed", hw)
     limit = hw.mem_bytes * 0.98
     structs = list(structures(model, gpus, seq, gb, hw.per_node, Space()))[::every]
     best: dict = {}

@@ -8,19 +8,21 @@ import tomllib
 import pytest
 
 from modelcut import catalog
-from modelcut.catalog import profiles
+from modelcut.analysis import calibrate as cal
+from modelcut.analysis.budget import error_budget
+from modelcut.analysis.measured import Measured, counted_flops, error_pct
+from modelcut.service.runs_csv import read_runs_csv
 from modelcut.cli import main
-from modelcut.core import calibrate as cal
-from modelcut.core.default_model import predict
+from helpers import predict_default as predict
 from modelcut.core.errors import ModelcutError
-from modelcut.core.kernels import Efficiency
+from modelcut.core.costs.kernels import Efficiency
 from modelcut.core.specs import Layout, Run, Training
 
 A100 = catalog.hardware("a100")
 TRUE = Efficiency(0.71, 0.58, 0.66)
 
 
-def small_runs() -> list[cal.Measured]:
+def small_runs() -> list[Measured]:
     """Measured runs made by the model itself with known constants: a fit must recover them.
     Small layouts (no or short pipelines) keep the fit fast; they differ in what bounds them
     (products, memory-bound kernels, collectives) so each constant is pinned."""
@@ -38,7 +40,7 @@ def small_runs() -> list[cal.Measured]:
         run = Run(model=catalog.model(name), gpu=A100.name, layout=Layout(tp=tp, pp=pp, dp=dp, zero=zero),
                   training=Training(seq_len=2048, global_batch=gb, micro_batch=b, recompute=rec))
         t = predict(run, A100, TRUE, fw).step_time_s
-        out.append(cal.Measured(f"r{i}", grp, run, A100, fw, {}, step_time_s=t))
+        out.append(Measured(f"r{i}", grp, run, A100, fw, {}, step_time_s=t))
     return out
 
 
@@ -72,19 +74,19 @@ def test_leave_one_group_out_predicts_each_group_unseen():
 def test_error_is_signed_by_throughput():
     m = small_runs()[0]
     p = predict(m.run, A100, TRUE, m.framework)
-    slow = cal.Measured("x", "g", m.run, A100, m.framework, step_time_s=2 * p.step_time_s)
-    assert cal.error_pct(slow, p) == pytest.approx(100.0)        # predicted twice as fast
-    f = cal.counted_flops(m.run)
-    by_tflops = cal.Measured("y", "g", m.run, A100, m.framework,
+    slow = Measured("x", "g", m.run, A100, m.framework, step_time_s=2 * p.step_time_s)
+    assert error_pct(slow, p) == pytest.approx(100.0)        # predicted twice as fast
+    f = counted_flops(m.run)
+    by_tflops = Measured("y", "g", m.run, A100, m.framework,
                              tflops=f / (m.run.layout.gpus * p.step_time_s * 1e12))
-    assert cal.error_pct(by_tflops, p) == pytest.approx(0.0, abs=1e-9)
+    assert error_pct(by_tflops, p) == pytest.approx(0.0, abs=1e-9)
     with pytest.raises(ModelcutError):
-        cal.Measured("z", "g", m.run, A100)
+        Measured("z", "g", m.run, A100)
 
 
 def test_error_budget_names_the_dominant_term_and_moves():
     m = small_runs()[1]                       # t = 2, d = 4, no pipeline
-    b = cal.error_budget(m.run, A100, TRUE, m.framework)
+    b = error_budget(m.run, A100, TRUE, m.framework)
     assert b.dominant in b.terms and 0 < b.dominant_share <= 1
     inputs = {ln.input for ln in b.lines}
     assert {"micro-batch", "recompute", "overlap grad_reduce", "overlap tp_comm"} <= inputs
@@ -105,14 +107,14 @@ def test_csv_runs_and_the_calibrate_command(tmp_path, capsys):
     text = CSV.format(a=runs[0].step_time_s, b=runs[1].step_time_s, c=runs[2].step_time_s)
     path = tmp_path / "mine.csv"
     path.write_text(text)
-    got = profiles.read_runs_csv(path)
+    got = read_runs_csv(path)
     assert [m.id for m in got] == ["a", "b", "c"] and got[2].run.training.recompute == "selective"
     out = tmp_path / "prof.toml"
     assert main(["calibrate", "--runs", str(path), "--fit", "gemm", "--base", "a100", "--out", str(out),
                  "--no-cv", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["hardware"] == "a100-sxm4-80gb" and data["fitted"] == ["gemm"]
-    prof = profiles.load_profile(out)
+    prof = catalog.load_profile(out)
     assert prof.fitted == ("gemm",) and prof.runs == ("a", "b", "c")
     assert tomllib.loads(out.read_text())["errors_pct"]["a"] == pytest.approx(data["runs"]["a"], abs=0.01)
 
@@ -129,19 +131,19 @@ def test_bad_csv_rows_are_one_line_errors(tmp_path, body, word, capsys):
     path = tmp_path / "bad.csv"
     path.write_text(body)
     with pytest.raises(ModelcutError, match=word):
-        profiles.read_runs_csv(path)
+        read_runs_csv(path)
     assert main(["calibrate", "--runs", str(path), "--no-cv"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("modelcut: error:")
 
 
 def test_shipped_profiles_and_settings():
-    a100 = profiles.profile_for(A100)
+    a100 = catalog.profile_for(A100)
     assert set(a100.fitted) == {"gemm", "mem", "net"} and len(a100.runs) >= 20 and a100.cv
-    h100 = profiles.profile_for(catalog.hardware("h100"))
+    h100 = catalog.profile_for(catalog.hardware("h100"))
     assert h100.fitted == ("gemm",) and h100.inherits == "a100-sxm4-80gb"
     assert h100.efficiency.mem == a100.efficiency.mem
-    other = profiles.profile_for(catalog.hardware("b200"))
+    other = catalog.profile_for(catalog.hardware("b200"))
     assert other.efficiency == a100.efficiency and "a100" in other.source
     with pytest.raises(ModelcutError):
-        profiles.load_profile("/nonexistent/profile.toml")
+        catalog.load_profile("/nonexistent/profile.toml")

@@ -12,11 +12,12 @@ import pytest
 from rich.console import Console
 
 from modelcut.cli import main
-from modelcut.core import closed_forms
-from modelcut.core.engine import Timing
-from modelcut.core.pipeline import DECK_BUBBLE_TABLE, run_named
-from modelcut.core.schedules import SCHEDULES, build
-from modelcut.faces import chrome_trace, gantt, timeline_text
+from modelcut.core.sim import closed_forms, registry
+from modelcut.core.sim.engine import Timing
+from modelcut.core.sim.run import DECK_BUBBLE_TABLE, run_named
+from modelcut.core.sim.registry import build
+from helpers import SCHEDULES
+from modelcut.export import chrome_trace, gantt, timeline_text
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -296,7 +297,7 @@ def test_bubble_table_reproduces_the_deck(capsys):
     rows = doc["rows"]
     assert [(r["schedule"], r["devices"], r["microbatches"], r["chunks"]) for r in rows] == DECK_BUBBLE_TABLE
     for r in rows:
-        cf = closed_forms.bubble(r["schedule"], r["devices"], r["microbatches"], r["chunks"])
+        cf = registry.closed_form(r["schedule"], r["devices"], r["microbatches"], r["chunks"])
         assert r["closed_form_bubble"] == float(cf) == float(Fr(r["devices"] - 1, r["chunks"] * r["microbatches"]))
         assert r["simulated_bubble"] == float(run_named(r["schedule"], r["devices"], r["microbatches"],
                                                         r["chunks"], exact=True).metrics.bubble)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from modelcut import catalog
-from modelcut.core import comm
+from modelcut.core.costs import comm
 from modelcut.core.errors import ModelcutError
 from modelcut.core.specs import Layout
 

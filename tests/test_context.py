@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from modelcut import catalog
-from modelcut.core import comm, context
+from modelcut.core.costs import comm, context
 from modelcut.core.errors import ModelcutError
 from modelcut.core.specs import ModelSpec
 

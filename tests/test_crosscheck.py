@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from modelcut.cli import main  # noqa: E402
 from modelcut.core.errors import ModelcutError  # noqa: E402
-from modelcut.torchx import runner  # noqa: E402
+from modelcut.analysis.torchcheck import runner  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
-from modelcut.catalog.profiles import profile_for
-from modelcut.core import deepspeed_stage3 as ds
-from modelcut.core.default_model import predict
+from modelcut.catalog import profile_for
+from modelcut.core.step import deepspeed_stage3 as ds
+from helpers import predict_default as predict
 from modelcut.core.errors import ModelcutError
 
 BIG = 1e8      # elements: above the 5e7 prefetch bucket, below the 1e9 reuse distance
@@ -91,8 +91,7 @@ def test_step_is_between_the_busiest_resource_and_everything_in_series(spec, gs,
 def test_zero3_rows_replay_the_2021_hooks(rid):
     """The deepspeed-zero3 preset replays the hooks and lands within 10 % of the published
     throughput with the shipped constants."""
-    from modelcut.catalog.profiles import catalog_measured
-    from modelcut.core.calibrate import error_pct
+    from modelcut.analysis.measured import catalog_measured, error_pct
     meas = next(m for m in catalog_measured("a100-sxm4-80gb") if m.id == rid)
     assert meas.framework == "deepspeed-zero3"
     p = predict(meas.run, meas.hw, profile_for(meas.hw).efficiency, meas.framework)

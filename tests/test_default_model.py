@@ -8,13 +8,17 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
-from modelcut.catalog.profiles import catalog_measured, profile_for, run_settings
-from modelcut.core import stepmodel
-from modelcut.core.calibrate import error_pct
-from modelcut.core.default_model import predict
+from modelcut.analysis.measured import catalog_measured, error_pct
+from modelcut.catalog import profile_for, run_settings
+from modelcut.core import step as stepmodel
 from modelcut.core.errors import ModelcutError
-from modelcut.core.kernels import Efficiency
-from modelcut.core.overlap import FRAMEWORKS, Overlap, exposed_after, parse_overlap, prefetch_timeline, serve_in_order
+from modelcut.core.costs.kernels import Efficiency
+from modelcut.core.step.exposure import exposed_after, prefetch_timeline, serve_in_order
+from modelcut.core.step.frameworks import Overlap
+from modelcut.service.inputs import parse_overlap
+from helpers import predict_default as predict
+
+FRAMEWORKS = {n: catalog.framework(n) for n in catalog.framework_names()}
 from modelcut.core.specs import Layout, Run, Training
 
 A100 = catalog.hardware("a100")
@@ -38,18 +42,22 @@ def test_breakdown_sums_to_the_step():
 
 def test_stepmodel_dispatches_the_default_mode():
     r = run()
-    direct = predict(r, A100, profile_for(A100).efficiency, None)
-    via = stepmodel.predict(r, A100, "default")
+    eff, fw = profile_for(A100).efficiency, catalog.framework(None)
+    direct = predict(r, A100, eff, None)
+    via = stepmodel.predict(r, A100, "default", efficiency=eff, framework=fw)
     assert via.step_time_s == pytest.approx(direct.step_time_s)
-    faster = stepmodel.predict(r, A100, "default", eta=0.95)
+    faster = stepmodel.predict(r, A100, "default", eta=0.95, efficiency=eff, framework=fw)
     assert faster.step_time_s < via.step_time_s
     with pytest.raises(ModelcutError):
-        stepmodel.predict(r, A100, "seed", framework="nemo")       # seed takes no options
+        stepmodel.predict(r, A100, "seed")        # the seed needs its η
+    with pytest.raises(ModelcutError):
+        stepmodel.predict(r, A100, "default", efficiency=eff)        # and the default model a stack
 
 
 def test_seed_mode_is_untouched():
+    from modelcut.analysis.validation import seed_eta
     pr = catalog.published_run("megatron-18.4b")
-    p = stepmodel.predict(pr.run, A100, "seed")
+    p = stepmodel.predict(pr.run, A100, "seed", eta=seed_eta())
     assert p.mode == "seed" and p.breakdown.tp_s == pytest.approx(1.665, abs=0.01)   # the deck's 1.67 s
     assert p.step_time_s == pytest.approx(10.61, abs=0.01)
 
@@ -168,7 +176,7 @@ def test_predict_default_from_a_run_file(capsys):
 
 def test_ring_latency_follows_nccls_model():
     """(n − 1)·α is NCCL's ring latency: base + intra-node steps + inter-node steps."""
-    from modelcut.core import default_model as dm
+    from modelcut.core.costs import comm as dm
     assert dm.ring_alpha(1, 8) == 0.0
     n, k = 64, 8
     total = (n - 1) * dm.ring_alpha(n, k)

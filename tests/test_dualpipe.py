@@ -6,11 +6,13 @@ from fractions import Fraction as Fr
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from modelcut.core import closed_forms, metrics
-from modelcut.core.engine import Timing, check_complete, simulate
+from modelcut.core.sim import closed_forms, metrics, registry
+from modelcut.core.sim.checks import check_complete
+from modelcut.core.sim.engine import Timing, simulate
 from modelcut.core.errors import ModelcutError
-from modelcut.core.ops import B, F, Schedule, W
-from modelcut.core.schedules import ALL_SCHEDULES, DEFAULT_CHUNKS, OVERLAPPED, SCHEDULES, build
+from modelcut.core.sim.ops import B, F, Schedule, W
+from modelcut.core.sim.registry import build
+from helpers import ALL_SCHEDULES, DEFAULT_CHUNKS, OVERLAPPED, SCHEDULES
 
 
 def uniform(x=Fr(1), fb=None):
@@ -140,8 +142,15 @@ def test_refusals(call, msg):
 
 def test_registry():
     assert set(OVERLAPPED) == {"dualpipe", "dualpipev"} and not set(OVERLAPPED) & set(SCHEDULES)
-    assert ALL_SCHEDULES.keys() == SCHEDULES.keys() | OVERLAPPED.keys()
+    assert set(ALL_SCHEDULES) == set(SCHEDULES) | set(OVERLAPPED)
     assert all(build(n, 4, 8).chunks == DEFAULT_CHUNKS[n] == 2 for n in OVERLAPPED)
+    # the registry's placement is where the lists put each stage
+    for n in ALL_SCHEDULES:
+        spec = registry.get(n)
+        p = 4
+        s = build(n, p, 8)
+        where = s.stage_device()
+        assert all(spec.device_of(c, p) == where[c] for c in range(s.stages)), n
 
 
 def test_floats_agree_with_fractions():

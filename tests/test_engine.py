@@ -7,11 +7,12 @@ from fractions import Fraction as Fr
 
 import pytest
 
-from modelcut.core.engine import Timing, check_complete, simulate
+from modelcut.core.sim.checks import check_complete
+from modelcut.core.sim.engine import Timing, simulate
 from modelcut.core.errors import DeadlockError, ModelcutError
-from modelcut.core.ops import B, F, Op, Schedule, W
-from modelcut.core.pipeline import run, run_named
-from modelcut.core.schedules import build
+from modelcut.core.sim.ops import B, F, Op, Schedule, W
+from modelcut.core.sim.run import run, run_named
+from modelcut.core.sim.registry import build
 
 
 def sched(orders, m, v=1, name="custom") -> Schedule:

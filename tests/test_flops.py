@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
-from modelcut.core import flops
+from modelcut.core.costs import flops
 from modelcut.core.errors import ModelcutError
 from modelcut.core.specs import ModelSpec, Training
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
 from modelcut.core.errors import ModelcutError
-from modelcut.core.kernels import (FLASH_FRACTION, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, generation,
+from modelcut.core.costs.kernels import (FLASH_FRACTION, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, generation,
                                    mem_time, quantization)
 
 A100 = catalog.hardware("a100")

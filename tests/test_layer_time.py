@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
-from modelcut.core import comm
+from modelcut.core.costs import comm
 from modelcut.core.errors import ModelcutError
-from modelcut.core.kernels import Efficiency, attention_time, gemm_fwd_bwd
-from modelcut.core.layer_time import LayerSetup, embedding_time, layer_time, loss_time
+from modelcut.core.costs.kernels import Efficiency, attention_time, gemm_fwd_bwd
+from modelcut.core.step.layers import LayerSetup, embedding_time, layer_time, loss_time
 
 A100 = catalog.hardware("a100")
 H100 = catalog.hardware("h100")
@@ -133,7 +133,7 @@ def test_eager_elementwise_costs_more_memory_time_where_pytorch_splits_ops():
     from dataclasses import replace as _replace
     from modelcut import catalog as _cat
     from modelcut.catalog.profiles import profile_for as _pf
-    from modelcut.core.layer_time import LayerSetup as _LS, layer_time as _lt
+    from modelcut.core.step.layers import LayerSetup as _LS, layer_time as _lt
     hw = _cat.hardware("a100")
     eff = _pf(hw).efficiency
     base = _LS(micro_batch=2, seq_len=4096, recompute="none", attention="flash2")

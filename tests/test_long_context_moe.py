@@ -12,11 +12,28 @@ import pytest
 
 from modelcut import catalog
 from modelcut.cli import main
-from modelcut.core import comm, context, moe, stepmodel
+from modelcut.core.costs import comm, context, moe
 from modelcut.core.errors import ModelcutError
 from modelcut.core.memory import memory_report
-from modelcut.cli.systems import load_runfile
-from modelcut.faces.runfile import load_run
+from modelcut.core.step.checks import check_run
+from modelcut.service.runfile import load_run, load_run_with_settings as load_runfile
+from helpers import predict_default, predict_seed
+
+
+class stepmodel:
+    """The step models as the CLI runs them: the seed with its fitted η, the default model with the
+    shipped profile and the default preset."""
+
+    check_run = staticmethod(check_run)
+
+    @staticmethod
+    def predict(run, hw, mode="seed"):
+        return predict_seed(run, hw) if mode == "seed" else predict_default(run, hw)
+
+    @staticmethod
+    def default_eta():
+        from modelcut.analysis.validation import seed_eta
+        return seed_eta()
 
 LONG = "tests/data/llama3-405b-128k.toml"
 DSV3 = "tests/data/deepseek-v3-2048.toml"
@@ -148,8 +165,8 @@ def test_dualpipe_runs_two_copies(mode):
         assert dual.breakdown.a2a_s < one.breakdown.a2a_s and dual.step_time_s < one.step_time_s
     else:   # the seed overlaps nothing
         assert dual.breakdown.a2a_s == pytest.approx(one.breakdown.a2a_s, rel=1e-9)
-    mem = memory_report(run.with_layout(schedule="dualpipe"), H100, prediction=dual)
-    one_mem = memory_report(run.with_layout(schedule="1f1b"), H100, prediction=one)
+    mem = memory_report(run.with_layout(schedule="dualpipe"), H100, plan=dual.plan)
+    one_mem = memory_report(run.with_layout(schedule="1f1b"), H100, plan=one.plan)
     w = [s["weights_bytes"] for s in one_mem["stages"]]
     assert [s["weights_bytes"] for s in mem["stages"]] == pytest.approx([w[d] + w[15 - d] for d in range(16)])
     v = stepmodel.predict(run.with_layout(schedule="dualpipev"), H100, mode)

@@ -8,14 +8,30 @@ import json
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from modelcut.core import flops
+from modelcut import catalog
+from modelcut.core.costs import flops
 from modelcut.core.errors import ModelcutError
-from modelcut.core.memory import (MemoryOptions, device_peaks, equivalent_microbatches, layer_activation_bytes,
-                                  layer_split, memory_report, peak_bytes, profile_uncached, stage_memory,
-                                  variant_peaks)
-from modelcut.core.pipeline import run as run_pipeline
-from modelcut.core.schedules import build
+from modelcut.core.memory import (MemoryOptions, layer_activation_bytes, memory_plan, memory_report, peak_bytes,
+                                  stage_memory, variant_peaks)
+from modelcut.core.plan import even_split, first_last_split
+from modelcut.core.sim import registry
+from modelcut.core.sim.inflight import device_peaks, profile_uncached
+from modelcut.core.sim.run import run as run_pipeline
+from modelcut.core.sim.registry import build
 from modelcut.core.specs import Layout, ModelSpec, Run, Training
+
+def equivalent_microbatches(name, p, m, group=None):
+    return registry.get(name).equivalent_microbatches(p, m, group)
+
+
+def layer_split(layers, p, v=1, first=None, last=None):
+    """The plan's split of ``layers`` over p·v stages (with first/last layers on the end ranks)."""
+    if first is not None or last is not None:
+        return first_last_split(layers, p, v, first, last)
+    if p * v > layers + 2:
+        raise ModelcutError(f"{p * v} stages exceed {layers} layers plus embedding and loss")
+    return even_split(layers, p * v)
+
 
 SCHEDULE_V = {"gpipe": [1], "1f1b": [1], "zb-h1": [1], "zbv": [2], "interleaved": [2, 3], "looped-bfs": [2, 3]}
 
@@ -215,7 +231,7 @@ def test_variant_peaks_agree_with_stage_memory():
     m = gpt(8, 1024, 16)
     variants = [(r, z) for r in ("none", "selective", "full") for z in range(4)]
     base = make_run(m, tp=2, pp=4, dp=2, vpp=2, sp=True, schedule="interleaved", gb=32)
-    fast = variant_peaks(base, variants)
+    fast = variant_peaks(base, memory_plan(base), variants)
     for r, z in variants:
         run = make_run(m, tp=2, pp=4, dp=2, vpp=2, sp=True, schedule="interleaved", gb=32, zero=z, recompute=r)
         assert fast[(r, z)] == pytest.approx(peak_bytes(stage_memory(run)))
@@ -255,8 +271,8 @@ def test_memory_report_is_json():
     (dict(pp=2, vpp=2, schedule="1f1b"), "one chunk"),
     (dict(pp=2, vpp=3, schedule="zbv"), "two chunks"),
     (dict(pp=2, schedule="nope"), "unknown schedule"),
-    (dict(pp=2, dp=2, gb=3), "not divisible"),
-    (dict(cp=3), "not divisible by cp"),
+    (dict(pp=2, dp=2, gb=3), "must be divisible by dp"),
+    (dict(cp=3), "must divide seq_len"),
 ])
 def test_bad_input_is_one_line(kw, needle):
     with pytest.raises(ModelcutError, match=needle):
@@ -272,7 +288,7 @@ def test_bad_stage_layers():
 
 from dataclasses import replace  # noqa: E402
 
-from modelcut.core import context, moe as moe_mod  # noqa: E402
+from modelcut.core.costs import context, moe as moe_mod  # noqa: E402
 from modelcut.core.memory import cp_kept_extra_bytes, cp_transient_bytes, shard_groups  # noqa: E402
 
 
@@ -338,7 +354,7 @@ def test_dualpipe_holds_two_stages_per_device():
     split = layer_split(16, p)
     again = stage_memory(make_run(m, pp=p, gb=4 * p, schedule="dualpipe"), stage_layers=split + split)
     assert [x.total_bytes for x in again] == pytest.approx([x.total_bytes for x in dual])
-    with pytest.raises(ModelcutError, match="dualpipe's stage_layers"):
+    with pytest.raises(ModelcutError, match="each direction's copy"):
         stage_memory(make_run(m, pp=p, gb=4 * p, schedule="dualpipe"), stage_layers=layer_split(16, 2 * p))
 
 
@@ -378,22 +394,22 @@ def test_memory_report_counts_the_framework_stack():
     the score matrix; FSDP's resharding changes what ZeRO-3 holds."""
     run = make_run(GPT3, tp=4, pp=8, dp=16, vpp=6, sp=True, schedule="interleaved", gb=2048)
     plain = memory_report(run)
-    nemo = memory_report(run, framework="nemo")
+    nemo = memory_report(run, framework=catalog.framework("nemo"))
     assert nemo["assumptions"]["zero"] == 1 and plain["assumptions"]["zero"] == 0
     for a, b in zip(plain["stages"], nemo["stages"]):
         assert b["optimizer_bytes"] == pytest.approx(a["optimizer_bytes"] / 16)
         assert b["gradients_bytes"] == pytest.approx(a["gradients_bytes"])
         assert b["weights_bytes"] == pytest.approx(a["weights_bytes"])
     assert nemo["peak_bytes"] < plain["peak_bytes"]
-    unfused = memory_report(run, framework="megatron-2021")
+    unfused = memory_report(run, framework=catalog.framework("megatron-2021"))
     assert unfused["assumptions"]["zero"] == 0
     assert unfused["stages"][0]["activations_bytes"] > plain["stages"][0]["activations_bytes"]
     z3 = make_run(GPT3, dp=8, zero=3, gb=16)
-    keep = memory_report(z3, framework="llama3")["stages"][0]["weights_bytes"]
-    free = memory_report(z3, framework="fsdp")["stages"][0]["weights_bytes"]
+    keep = memory_report(z3, framework=catalog.framework("llama3"))["stages"][0]["weights_bytes"]
+    free = memory_report(z3, framework=catalog.framework("fsdp"))["stages"][0]["weights_bytes"]
     assert keep > free
     with pytest.raises(ModelcutError, match="unknown framework"):
-        memory_report(run, framework="nope")
+        catalog.framework("nope")
 
 
 def test_predict_reports_memory_of_the_stack_it_timed(capsys):

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from modelcut.cli import main
-from modelcut.core import comm
+from modelcut.core.costs import comm
 from modelcut.core.errors import ModelcutError
-from modelcut.core.mesh import (DIMS, MEGATRON_ORDER, Mesh, crossing_fraction, dims_in_node, group_crosses_nodes,
+from modelcut.core.costs.mesh import (DIMS, MEGATRON_ORDER, Mesh, crossing_fraction, dims_in_node, group_crosses_nodes,
                                 members_in_node, node_ranks, nodes_spanned, parse_order)
 from modelcut.core.specs import Layout
 

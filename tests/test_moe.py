@@ -9,10 +9,11 @@ from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
 from modelcut.catalog.hf_config import mla_equivalent_shape
-from modelcut.core import comm, flops, memory, moe
+from modelcut.core import memory
+from modelcut.core.costs import comm, flops, moe, params
 from modelcut.core.errors import ModelcutError
 from modelcut.core.specs import Layout, ModelSpec
-from modelcut.faces.runfile import run_from_dict
+from modelcut.service.runfile import run_from_dict
 
 MOE_MODELS = ("mixtral-8x7b", "deepseek-v3", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b")
 
@@ -43,7 +44,7 @@ def test_one_expert_is_the_dense_layer_exactly(h, f_mult, gated, bias, tp, token
 
 def test_one_expert_model_predicts_as_the_dense_model():
     """A model declaring one expert (top-1, expert width = ffn) is not an MoE model anywhere."""
-    from modelcut.core.stepmodel import predict
+    from helpers import predict_seed as predict
     pr = catalog.published_run("megatron-18.4b")
     m = pr.run.model
     one = replace(pr.run, model=replace(m, experts=1, top_k=1, expert_ffn_hidden=m.ffn_hidden))
@@ -162,7 +163,7 @@ def test_expert_sharding_matches_memory(name, tp, ep, etp):
     lay = Layout(tp=tp, pp=1, dp=2 * ep, ep=ep, etp=etp)
     sh = moe.expert_sharding(m, lay)
     assert sh.local_experts * ep == m.experts
-    assert sh.params_per_layer == pytest.approx(memory.layer_params(m, tp, True, ep, etp)[1])
+    assert sh.params_per_layer == pytest.approx(params.layer_params(m, tp, True, ep, etp)[1])
     assert sh.data_parallel == tp * 2 * ep // (ep * (etp or tp))
     expert, rest = moe.expert_param_counts(m)
     assert expert + rest == flops.param_count(m)

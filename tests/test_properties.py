@@ -13,13 +13,13 @@ from fractions import Fraction as Fr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modelcut.core import closed_forms
-from modelcut.core.actions import from_csv, to_csv
-from modelcut.core.engine import Timing, Trace, simulate
+from modelcut.core.sim import closed_forms, registry
+from modelcut.core.sim.actions import from_csv, to_csv
+from modelcut.core.sim.engine import Timing, Trace, simulate
 from modelcut.core.errors import DeadlockError
-from modelcut.core.ops import Schedule
-from modelcut.core.pipeline import run, run_named
-from modelcut.core.schedules import build
+from modelcut.core.sim.ops import Schedule
+from modelcut.core.sim.run import run, run_named
+from modelcut.core.sim.registry import build
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -155,7 +155,7 @@ def test_zbv_bubble_when_m_at_least_2p_minus_1(p, extra):
 def test_simulation_equals_closed_form_wherever_there_is_one(case):
     name, p, m, v = case
     r = run_named(name, p, m, v, exact=True)
-    cf = closed_forms.bubble(name, p, m, v, Fr(1), Fr(2))
+    cf = registry.closed_form(name, p, m, v, Fr(1), Fr(2))
     assert r.closed_form_bubble == cf
     if cf is not None:
         assert r.metrics.bubble == cf

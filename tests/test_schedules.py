@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from modelcut.core.engine import check_complete
+from modelcut.core.sim.checks import check_complete
 from modelcut.core.errors import ModelcutError
-from modelcut.core.schedules import DEFAULT_CHUNKS, SCHEDULES, build, interleaved, megatron_schedule_table
+from modelcut.core.sim.registry import build
+from modelcut.core.sim.schedules.basic import interleaved, megatron_schedule_table
+from helpers import DEFAULT_CHUNKS, SCHEDULES
 
 GRID = [(p, m) for p in (1, 2, 3, 4, 5) for m in (1, 2, 3, 4, 5, 7, 8, 12)]
 
@@ -77,7 +79,7 @@ def test_interleaved_accepts_what_megatron_accepts_and_never_deadlocks():
     # Megatron-LM: p <= N <= m and m mod N in {0} or >= p (plus a single group N = m < p,
     # as torch runs it). Every accepted order completes; every refused one is a one-line
     # ModelcutError, not a deadlock.
-    from modelcut.core.engine import simulate
+    from modelcut.core.sim.engine import simulate
 
     accepted = refused = 0
     for p in range(1, 6):

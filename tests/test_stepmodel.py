@@ -7,13 +7,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from modelcut import catalog
-from modelcut.core import stepmodel
+from modelcut.analysis.validation import fit_eta, seed_eta, validate
+from modelcut.core import step
 from modelcut.core.errors import ModelcutError
+from modelcut.core.plan import even_split as stage_layers, slot_split as stage_slots
 from modelcut.core.specs import Layout, ModelSpec, Run, Training
-from modelcut.core.stepmodel import fit_eta, predict, stage_layers, stage_slots
-from modelcut.core.validate import validate
 
 A100 = catalog.hardware("a100-sxm4-80gb")
+
+
+def predict(run, hw, mode="seed", eta=None, force_simulation=False):
+    """The seed model (η fitted on the deck's calibration run unless given)."""
+    return step.predict(run, hw, mode, eta=seed_eta() if eta is None and mode == "seed" else eta,
+                        force_simulation=force_simulation)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +32,7 @@ def deck():
 def test_eta_is_fitted_on_the_smallest_run(deck):
     assert deck.calibration == "megatron-1.7b"
     assert deck.eta == pytest.approx(0.473, abs=0.001)
-    assert stepmodel.default_eta("seed") == deck.eta
+    assert seed_eta() == deck.eta
 
 
 def test_18_4b_step_and_tp_time(deck):
@@ -192,8 +198,8 @@ def test_context_parallel_and_experts_cost_communication():
     (dict(layout=Layout(tp=5, dp=1)), "must divide the attention heads"),
     (dict(layout=Layout(pp=40, dp=1)), "exceeds the layers"),
     (dict(training=Training(2048, 10, 3)), "must be divisible by dp"),
-    (dict(layout=Layout(pp=2, dp=1, vpp=16)), "chunks for 16 layers"),
-    (dict(layout=Layout(pp=4, dp=1, vpp=2), training=Training(2048, 2)), "needs at least pp"),
+    (dict(layout=Layout(pp=2, dp=1, vpp=16)), "stages for 16 layers"),
+    (dict(layout=Layout(pp=4, dp=1, vpp=2), training=Training(2048, 2)), "interleaved needs m >= N"),
     (dict(layout=Layout(dp=2, ep=2)), "needs a mixture-of-experts model"),
     (dict(layout=Layout(pp=2, schedule="wavy")), "unknown schedule"),
 ])

@@ -10,15 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelcut.core.engine import Timing, check_complete, simulate
+from modelcut.core.sim.checks import check_complete
+from modelcut.core.sim.engine import Timing, simulate
 from modelcut.core.errors import ModelcutError
-from modelcut.core.ops import Op, Schedule
-from modelcut.core.schedules import build, interleaved
+from modelcut.core.sim.ops import Op, Schedule
+from modelcut.core.sim.registry import build
+from modelcut.core.sim.schedules.basic import interleaved
 
 
 def test_torchx_and_cli_import_without_torch():
-    code = ("import sys; import modelcut.torchx, modelcut.torchx.orders, modelcut.torchx.runner, "
-            "modelcut.torchx.fit, modelcut.torchx.report, modelcut.cli.crosscheck; "
+    code = ("import sys; import modelcut.analysis.torchcheck, modelcut.analysis.torchcheck.orders, modelcut.analysis.torchcheck.runner, "
+            "modelcut.analysis.torchcheck.fit, modelcut.analysis.torchcheck.report, modelcut.cli.crosscheck; "
             "assert 'torch' not in sys.modules, 'torch imported eagerly'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -34,7 +36,7 @@ def test_missing_torch_is_a_one_line_error():
 
 
 torch = pytest.importorskip("torch")
-from modelcut.torchx import orders  # noqa: E402
+from modelcut.analysis.torchcheck import orders  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -16,14 +16,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from modelcut.cli import main
-from modelcut.core import closed_forms
-from modelcut.core.engine import Timing
+from modelcut.core.sim import closed_forms, registry
+from modelcut.core.sim.engine import Timing
 from modelcut.core.errors import ModelcutError
-from modelcut.core.ops import Schedule
-from modelcut.core.pipeline import run, run_named
-from modelcut.core.schedules import DEFAULT_CHUNKS, SCHEDULES, build
-from modelcut.faces import html_export, pipeline_json
+from modelcut.core.sim.ops import Schedule
+from modelcut.core.sim.run import run, run_named
+from modelcut.core.sim.registry import build
+from helpers import DEFAULT_CHUNKS, SCHEDULES
+from modelcut.export import html_export, pipeline_json
 from modelcut.web import app as webapp
+from modelcut.web import requests as webrequests
 from modelcut.web.schemas import CatalogResponse, SimulateResponse
 
 STATIC = Path(webapp.STATIC)
@@ -47,7 +49,7 @@ def test_interleaved_4_8_2_answers_the_deck_bubble(client):
     ans = r.json()
     # The deck's row (results.md §12): (p − 1)/(v·m) = 3/16.
     assert ans["bubble"] == float(Fraction(3, 16)) == 0.1875
-    assert ans["closed_form_bubble"] == float(closed_forms.bubble("interleaved", 4, 8, 2))
+    assert ans["closed_form_bubble"] == float(registry.closed_form("interleaved", 4, 8, 2))
     SimulateResponse.model_validate(ans)
 
 
@@ -76,7 +78,7 @@ def test_same_answer_as_cli_json(client, capsys, args):
 
 
 def test_default_chunks_and_schema(client):
-    for name in webapp.all_schedules():
+    for name in registry.names():
         r = simulate(client, schedule=name, devices=2, microbatches=4)
         assert r.status_code == 200, r.text
         ans = SimulateResponse.model_validate(r.json())
@@ -88,7 +90,7 @@ def test_floats_beyond_the_exact_threshold_agree_with_exact(client, monkeypatch)
     body = {"schedule": "interleaved", "devices": 4, "microbatches": 12, "chunks": 3, "forward": 1.1,
             "backward": 2.3, "p2p": 0.05}
     exact = simulate(client, **body).json()
-    monkeypatch.setattr(webapp, "EXACT_MAX_OPS", 1)
+    monkeypatch.setattr(webrequests, "EXACT_MAX_OPS", 1)
     fast = simulate(client, **body).json()
     assert fast["makespan"] == pytest.approx(exact["makespan"], rel=1e-12)
     assert fast["bubble"] == pytest.approx(exact["bubble"], rel=1e-12)
@@ -164,7 +166,7 @@ def test_catalog_lists_the_schedules(client):
     r = client.get("/api/catalog")
     assert r.status_code == 200
     cat = CatalogResponse.model_validate(r.json())
-    assert [s.name for s in cat.schedules] == list(webapp.all_schedules())
+    assert [s.name for s in cat.schedules] == list(registry.names())
     assert set(SCHEDULES) <= {s.name for s in cat.schedules}
     for s in cat.schedules:
         assert s.default_chunks == DEFAULT_CHUNKS[s.name]
@@ -343,12 +345,14 @@ EXPLORE = {"model": "gpt-1.7b", "gpu": "a100", "gpus": 8, "seq": 2048, "global_b
 def test_explore_answers_the_core_s_ranking(client):
     from modelcut import catalog
     from modelcut.core import explore as ex
+    from modelcut.service.explore import predictor
 
     r = client.post("/api/explore", json=EXPLORE)
     assert r.status_code == 200, r.text
     ans = r.json()
-    core = ex.explore(catalog.model("gpt-1.7b"), catalog.hardware("a100"), gpus=8, seq=2048,
-                      global_batch_tokens=128 * 1024, mode="default")
+    a100 = catalog.hardware("a100")
+    core = ex.explore(catalog.model("gpt-1.7b"), a100, predictor("default", a100), gpus=8, seq=2048,
+                      global_batch_tokens=128 * 1024)
     want = [e.as_dict() for e in core.layouts[:10]]
     assert [{k: v for k, v in x.items() if k not in ("rank", "microbatches", "stage_layers")}
             for x in ans["layouts"]] == want
@@ -389,7 +393,7 @@ def test_mesh_answers_as_the_cli_does(client, capsys):
 
 def test_runs_are_the_validation_table(client):
     from modelcut import catalog
-    from modelcut.core.validate import validate
+    from modelcut.analysis.validation import validate
 
     ans = client.get("/api/runs").json()
     val = validate(catalog.published_runs("deck"), catalog.hardware, "seed").as_dict()

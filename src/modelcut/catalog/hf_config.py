@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core import flops
+from ..core.costs import flops
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
 
@@ -50,7 +50,7 @@ _FAMILIES = {
 def mla_equivalent_shape(hidden: int, heads: int, q_lora_rank: int | None, kv_lora_rank: int,
                          qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> tuple[int, int]:
     """(kv_heads, head_dim) of the grouped-query layer with ``heads`` heads whose projections hold
-    as many weights as the multi-head latent attention layer (:func:`~modelcut.core.flops.
+    as many weights as the multi-head latent attention layer (:func:`~modelcut.core.costs.flops.
     mla_attention_params`): 2·h·head_dim·(heads + kv_heads) closest to it, kv_heads a divisor of
     heads; among equally close shapes the widest head_dim, nearest MLA's attention core
     ((d_nope + d_rope + d_v)/2 per head). DeepSeek-V3: 8 KV heads of 96 (187,170,816 weights

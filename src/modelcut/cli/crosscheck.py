@@ -13,8 +13,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..analysis.torchcheck.report import crosscheck as run_check
 from ..core.errors import ModelcutError
-from . import app
+from ..export.chrome_trace import to_trace_multi
+from .app import app
 
 
 def _ms(x: float | None) -> str:
@@ -52,7 +54,6 @@ def crosscheck(
     trace: Optional[Path] = typer.Option(None, "--trace", help="write measured and simulated timelines as one Chrome trace"),
 ) -> None:
     """Check schedules and timing against torch.distributed.pipelining: orders, then real runs."""
-    from ..torchx.report import crosscheck as run_check
 
     names = list(dict.fromkeys(n.strip() for n in schedule.split(",") if n.strip()))
     if not names:
@@ -64,7 +65,6 @@ def crosscheck(
                         steps=steps, fit_on=fit_on, timeout_s=timeout, order_only=order_only)
     dicts = [e.as_dict() for e in entries]
     if trace is not None:
-        from ..faces.chrome_trace import to_trace_multi
         trace.write_text(json.dumps(to_trace_multi([tl for e in entries for tl in e.timelines()],
                                                    metadata={"crosscheck": dicts})))
     if as_json:

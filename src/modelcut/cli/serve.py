@@ -8,7 +8,7 @@ import socket
 import typer
 
 from ..core.errors import ModelcutError
-from . import app
+from .app import app
 
 
 def _loopback(host: str) -> bool:
@@ -26,7 +26,7 @@ def serve(
     port: int = typer.Option(8000, "--port", help="TCP port (0 picks a free one)", min=0, max=65535),
 ) -> None:
     """Start the web app: pipeline animation, layout explorer and published runs. Needs no network."""
-    import uvicorn
+    import uvicorn   # the server and the app load only when one is started: every other command starts faster
 
     from ..web.app import create_app
 

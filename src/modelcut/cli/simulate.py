@@ -10,37 +10,21 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..core.actions import from_csv, to_csv
-from ..core.engine import Timing
-from ..core.errors import ModelcutError
-from ..core.pipeline import bubble_table, exact_timing, run
-from ..core.schedules import build
-from ..faces import pipeline_json, timeline_text
-from . import app
-
-
-#: Ops up to which ``simulate`` runs in exact Fractions; beyond, floats (about 4x faster).
-EXACT_UP_TO = 100_000
+from ..core.sim.actions import to_csv
+from ..core.sim.engine import Timing
+from ..export import pipeline_json, timeline_text
+from ..service import catalog_info
+from ..service import simulate as simulation
+from .app import app
 
 
 def _fmt(x) -> str:
     return "—" if x is None else f"{float(x):.4f}"
 
 
-def _named_schedule(name: str, p: int, m: int, v: int | None):
-    """A modelcut schedule, or with ``torch:ClassName`` the order torch executes (needs modelcut[torch])."""
-    if name.startswith("torch:"):
-        try:
-            from ..torchx.orders import torch_schedule
-        except ImportError as exc:
-            raise ModelcutError(f"torch schedules need torch (pip install 'modelcut[torch]'): {exc}") from None
-        return torch_schedule(name.removeprefix("torch:"), p, m, v)
-    return build(name, p, m, v)
-
-
 @app.command()
 def simulate(
-    schedule: str = typer.Option("1f1b", "--schedule", "-s", help="gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zbv"),
+    schedule: str = typer.Option("1f1b", "--schedule", "-s", help=catalog_info.schedule_help()),
     devices: int = typer.Option(4, "--devices", "-p", help="pipeline devices p"),
     microbatches: int = typer.Option(8, "--microbatches", "-m", help="micro-batches m"),
     chunks: Optional[int] = typer.Option(None, "--chunks", "-v", help="chunks per device v (schedule's default)"),
@@ -63,26 +47,22 @@ def simulate(
     --weight is given.
     """
     if plot is not None:
-        from ..faces import gantt
+        from ..export import gantt
         gantt.check_path(plot)
     if schedule_csv is not None:
-        # named by its file, so that no built-in closed form is claimed for a custom order
-        sched = from_csv(schedule_csv.read_text(), name=schedule_csv.name)
+        sched = simulation.csv_schedule(schedule_csv.read_text(), schedule_csv.name)
     else:
-        sched = _named_schedule(schedule, devices, microbatches, chunks)
-    timing = Timing(forward, backward, weight, p2p)
-    if sched.num_ops <= EXACT_UP_TO:
-        timing = exact_timing(timing)
-    result = run(sched, timing)
+        sched = simulation.named_schedule(schedule, devices, microbatches, chunks)
+    result = simulation.simulate(sched, Timing(forward, backward, weight, p2p))
     if export_csv is not None:
         export_csv.write_text(to_csv(sched))
     if trace is not None:
-        from ..faces import chrome_trace
+        from ..export import chrome_trace
         trace.write_text(json.dumps(chrome_trace.to_trace(result)))
     if plot is not None:
         gantt.save(result, plot)
     if html is not None:
-        from ..faces import html_export
+        from ..export import html_export
         html.write_text(html_export.render(result))
     if as_json:
         print(json.dumps(pipeline_json.to_dict(result)))
@@ -108,7 +88,7 @@ def simulate(
 @app.command("bubble-table")
 def bubble_table_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """The deck's bubble table: each row simulated in exact arithmetic beside its closed form."""
-    rows = bubble_table()
+    rows = simulation.bubble_table()
     largest = max(abs(sim - cf) for *_, sim, cf in rows)
     if as_json:
         print(json.dumps({

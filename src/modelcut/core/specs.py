@@ -13,10 +13,6 @@ from .errors import ModelcutError
 
 Recompute = Literal["none", "selective", "full"]
 
-#: Bytes of one 16-bit element (BF16 or FP16: 16 bits, IEEE 754 half / bfloat16): activations,
-#: weights and what travels on the wire in mixed-precision training. The one definition.
-BF16_BYTES = 2
-
 
 def _positive(obj, *names: str) -> None:
     for n in names:

@@ -1,6 +1,6 @@
 """Request and response models of the JSON API (pydantic v2); FastAPI turns them into ``/openapi.json``.
 
-The simulate answer is exactly ``modelcut simulate --json`` (``modelcut.faces.pipeline_json.to_dict``);
+The simulate answer is exactly ``modelcut simulate --json`` (``modelcut.export.pipeline_json.to_dict``);
 the models here document it and let tests check the answers against the schema.
 """
 
@@ -54,7 +54,7 @@ class TimingOut(BaseModel):
 
 
 class SimulateResponse(BaseModel):
-    """``modelcut simulate --json``: see ``modelcut.faces.pipeline_json``."""
+    """``modelcut simulate --json``: see ``modelcut.export.pipeline_json``."""
 
     schedule: str
     devices: int
@@ -149,12 +149,18 @@ class PredictRequest(ModelChoice):
     gpus_per_node: int | None = Field(None, ge=1, le=4096)
     layout: LayoutIn
     training: TrainingIn
-    mode: str = Field("default", min_length=1, max_length=32)
+    mode: Literal["default", "seed"] = "default"
     eta: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
                               description="fraction of peak the matrix products reach (default: fitted)")
+    framework: str | None = Field(None, min_length=1, max_length=64,
+                                  description="default mode: the training stack, a preset (default megatron-core)")
+    overlap: dict[str, bool] | None = Field(None, description="default mode: overlap overrides, e.g. "
+                                                               "{\"tp_comm\": true}")
 
 
 class PredictResponse(BaseModel):
+    """``modelcut predict --json``: see ``modelcut.service.predict``."""
+
     step_time_s: float
     tflops_per_gpu: float
     mfu: float
@@ -183,7 +189,11 @@ class ExploreRequest(ModelChoice):
         description="tokens per optimizer step: an integer, or with a binary suffix, 16M = 16·2^20",
         json_schema_extra={"examples": [16777216, "16M"]})
     gpus_per_node: int | None = Field(None, ge=1, le=4096)
-    mode: str = Field("default", min_length=1, max_length=32)
+    mode: Literal["default", "seed"] = "default"
+    framework: str | None = Field(None, min_length=1, max_length=64,
+                                  description="default mode: the training stack, a preset (default megatron-core)")
+    check: dict[str, int | str] | None = Field(None, description="a layout to find among the ranked ones, e.g. "
+                                                                  "{\"tp\": 8, \"pp\": 16}")
     margin: float = Field(0.02, ge=0, lt=1, allow_inf_nan=False,
                           description="fraction of the accelerator's memory kept free")
     top: int = Field(20, ge=1, le=500, description="how many ranked layouts to return")
@@ -194,12 +204,20 @@ class ExploreRequest(ModelChoice):
 
 
 class ExploreResponse(BaseModel):
+    """``modelcut explore --json``: see ``modelcut.service.explore``."""
+
     layouts: list[dict[str, Any]] = Field(description="ranked feasible layouts, fastest first (top K)")
     summary: dict[str, Any]
     why: dict[str, Any] | None = Field(description="why the best beats the runner-up")
     notes: list[str]
     model: dict[str, Any]
     hardware: dict[str, Any]
+    seq: int
+    global_batch: int
+    mode: str
+    framework: str | None
+    memory_assumptions: dict[str, Any]
+    check: dict[str, Any] | None = None
 
 
 class MeshRequest(BaseModel):
@@ -212,7 +230,9 @@ class MeshRequest(BaseModel):
     ep: int = Field(1, ge=1, le=MAX_GPUS)
     gpus_per_node: int = Field(8, ge=1, le=4096)
     rank: int = Field(0, ge=0)
-    order: list[Literal["tp", "cp", "pp", "dp"]] = Field(["tp", "cp", "pp", "dp"], min_length=4, max_length=4)
+    order: list[Literal["tp", "cp", "pp", "dp", "ep"]] | None = Field(
+        None, min_length=4, max_length=5, description="rank order, innermost first (default tp, cp, pp, dp; "
+                                                       "with ep > 1 Megatron-core's tp, cp, ep, dp, pp)")
 
 
 class MeshResponse(BaseModel):
@@ -235,7 +255,10 @@ class RunRow(BaseModel):
     gpu: str
     gpus: int
     layout: dict[str, Any]
-    published_tflops: float
+    unit: Literal["TFLOP/s", "s"] = Field(description="what the source published: TFLOP/s per GPU or seconds a step")
+    published: float
+    predicted: float = Field(description="the prediction in the published unit")
+    published_tflops: float | None
     predicted_tflops: float
     error_pct: float
     fitted: bool
@@ -247,8 +270,8 @@ class RunRow(BaseModel):
 
 class RunsResponse(BaseModel):
     mode: str
-    eta: float
-    calibration: str
+    eta: float | None = Field(description="seed mode: η, fitted on the calibration run")
+    calibration: str | None
     runs: list[RunRow]
     summary: dict[str, Any]
 

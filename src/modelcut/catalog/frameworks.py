@@ -1,0 +1,68 @@
+"""Training-stack presets (frameworks.toml, each with its source) as
+:class:`~modelcut.core.step.frameworks.Framework` objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from functools import lru_cache
+from importlib import resources
+
+from ..core.errors import ModelcutError
+from ..core.step.frameworks import OPTIONS, Framework, Overlap
+
+_FIELDS = {f.name for f in dataclasses.fields(Framework)}
+
+
+def _overlap(row: dict, where: str) -> Overlap:
+    table = row.get("overlap", {})
+    for k, val in table.items():
+        if k not in OPTIONS or not isinstance(val, bool):
+            raise ModelcutError(f"{where}: overlap {k!r} must be one of {', '.join(OPTIONS)} set to true or false")
+    return Overlap(**table)
+
+
+@lru_cache(maxsize=None)
+def _presets() -> tuple[dict[str, Framework], str]:
+    data = tomllib.loads(resources.files("modelcut.catalog").joinpath("frameworks.toml").read_text(encoding="utf-8"))
+    out: dict[str, Framework] = {}
+    for row in data["framework"]:
+        row = dict(row)
+        name = row.get("name")
+        where = f"frameworks.toml {name!r}"
+        if name in out:
+            raise ModelcutError(f"{where}: named twice")
+        base = row.pop("base", None)
+        if base is not None:
+            if base not in out:
+                raise ModelcutError(f"{where}: base {base!r} must come before it")
+            out[name] = dataclasses.replace(out[base], **row)
+            continue
+        unknown = set(row) - _FIELDS
+        if unknown:
+            raise ModelcutError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+        row["overlap"] = _overlap(row, where)
+        out[name] = Framework(**row)
+    default = data["defaults"]["framework"]
+    if default not in out:
+        raise ModelcutError(f"frameworks.toml: the default framework {default!r} is not a preset")
+    return out, default
+
+
+def framework_names() -> tuple[str, ...]:
+    return tuple(_presets()[0])
+
+
+def default_framework() -> str:
+    """The preset a run gets when it names none: a current Megatron-core-style stack."""
+    return _presets()[1]
+
+
+def framework(name: str | None) -> Framework:
+    """A preset by name (case-insensitive); None: the default."""
+    presets, default = _presets()
+    key = default if name is None else str(name).lower()
+    fw = presets.get(key)
+    if fw is None:
+        raise ModelcutError(f"unknown framework {name!r}; choose one of {', '.join(presets)}")
+    return fw

@@ -1,0 +1,39 @@
+"""The accelerator catalog (hardware.toml, every figure with its source)."""
+
+from __future__ import annotations
+
+import tomllib
+from functools import lru_cache
+from importlib import resources
+
+from ..core.errors import ModelcutError
+from ..core.specs import Hardware
+
+
+@lru_cache(maxsize=None)
+def _hardware_index() -> tuple[dict[str, Hardware], tuple[Hardware, ...]]:
+    index: dict[str, Hardware] = {}
+    items = []
+    for row in tomllib.loads(resources.files("modelcut.catalog").joinpath("hardware.toml").read_text(encoding="utf-8"))["hardware"]:
+        row = dict(row)
+        row["aliases"] = tuple(row.get("aliases", ()))
+        hw = Hardware(**row)
+        items.append(hw)
+        for key in (hw.name, *hw.aliases):
+            if key.lower() in index:
+                raise ModelcutError(f"hardware catalog: {key!r} names two entries")
+            index[key.lower()] = hw
+    return index, tuple(items)
+
+
+def hardware(name_or_alias: str) -> Hardware:
+    """A catalog accelerator by name or alias (case-insensitive)."""
+    index, items = _hardware_index()
+    hw = index.get(str(name_or_alias).lower())
+    if hw is None:
+        raise ModelcutError(f"unknown GPU {name_or_alias!r}; choose one of {', '.join(h.name for h in items)}")
+    return hw
+
+
+def all_hardware() -> list[Hardware]:
+    return list(_hardware_index()[1])

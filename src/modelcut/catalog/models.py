@@ -1,0 +1,66 @@
+"""The model catalog (models.toml, every shape with its source) and Hugging Face config.json files."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from ..core.errors import ModelcutError
+from ..core.specs import ModelSpec
+from .hf_config import model_from_hf_config
+from .tables import model_from_table
+
+
+@lru_cache(maxsize=None)
+def _model_index() -> tuple[dict[str, ModelSpec], tuple[ModelSpec, ...]]:
+    data = tomllib.loads(resources.files("modelcut.catalog").joinpath("models.toml").read_text(encoding="utf-8"))
+    defaults = data.get("defaults", {})
+    index: dict[str, ModelSpec] = {}
+    items = []
+    for row in data["model"]:
+        row = dict(row)
+        aliases = row.pop("aliases", [])
+        base = defaults[row.pop("defaults")] if "defaults" in row else {}
+        spec = model_from_table({**base, **row}, where=f"models.toml {row.get('name')!r}")
+        items.append(spec)
+        for key in (spec.name, *aliases):
+            if key.lower() in index:
+                raise ModelcutError(f"model catalog: {key!r} names two entries")
+            index[key.lower()] = spec
+    return index, tuple(items)
+
+
+def model(name: str) -> ModelSpec:
+    """A catalog model by name or alias (case-insensitive), e.g. "gpt-18.4b", "llama3.1-405b"."""
+    index, items = _model_index()
+    spec = index.get(str(name).lower())
+    if spec is None:
+        raise ModelcutError(f"unknown model {name!r}; choose one of {', '.join(m.name for m in items)}")
+    return spec
+
+
+def all_models() -> list[ModelSpec]:
+    return list(_model_index()[1])
+
+
+def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
+    """A ModelSpec from a Hugging Face ``config.json`` file."""
+    p = Path(path)
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelcutError(f"{p}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ModelcutError(f"{p}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(cfg, dict):
+        raise ModelcutError(f"{p}: a config.json must hold a JSON object")
+    default = p.parent.name if p.stem == "config" and p.parent.name else p.stem
+    try:
+        return model_from_hf_config(cfg, name or default)
+    except ModelcutError as exc:
+        msg = str(exc)
+        raise ModelcutError(p.name + msg[len("config.json"):] if msg.startswith("config.json")
+                            else f"{p.name}: {msg}") from None

@@ -1,0 +1,209 @@
+"""Collective costs in α–β form, and which link a parallel group's traffic uses.
+
+A ring of n ranks moving a buffer of ``nbytes`` over links of bandwidth ``bw`` (bytes/s, each
+way) with latency ``alpha`` (s per step) costs (Thakur, Rabenseifner & Gropp 2005, "Optimization
+of Collective Communication Operations in MPICH", §4; Patarasuk & Yuan 2009 for the ring
+all-reduce):
+
+* all-reduce:      2(n − 1)/n · nbytes/bw + 2(n − 1)·α
+* reduce-scatter:  (n − 1)/n · nbytes/bw + (n − 1)·α   (nbytes: the whole buffer before scattering)
+* all-gather:      (n − 1)/n · nbytes/bw + (n − 1)·α   (nbytes: the whole gathered buffer)
+* all-to-all:      (n − 1)/n · nbytes/bw + (n − 1)·α   (nbytes: one rank's send buffer, 1/n to each)
+* point-to-point:  nbytes/bw + α
+
+A group of one rank costs nothing. Ranks are numbered from the layout's order, innermost
+first, by default [tp, cp, pp, dp]: rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)) (Llama 3's
+order, Grattafiori et al. 2024 §3.3.2; Megatron-core's default, tp-cp-ep-dp-pp, puts the pipeline
+outermost: :mod:`.mesh`). Ranks ``k·g … k·g + g − 1`` share a node
+(g accelerators per node); a group whose members sit in different nodes uses the network.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..errors import ModelcutError
+from .mesh import group_crosses_nodes, members_in_node
+from ..specs import Hardware, Layout
+
+
+def _check(n: int, nbytes: float, bw: float, alpha: float) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ModelcutError(f"group size must be a positive integer, got {n!r}")
+    if nbytes < 0:
+        raise ModelcutError(f"message size must be non-negative, got {nbytes}")
+    if not bw > 0:
+        raise ModelcutError(f"bandwidth must be positive, got {bw}")
+    if alpha < 0:
+        raise ModelcutError(f"latency must be non-negative, got {alpha}")
+
+
+def ring_allreduce(n: int, nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """Ring all-reduce: 2(n − 1)/n · nbytes/bw + 2(n − 1)·α (a reduce-scatter then an all-gather)."""
+    _check(n, nbytes, bw, alpha)
+    if n == 1:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * alpha
+
+
+def reduce_scatter(n: int, nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """Ring reduce-scatter of an nbytes buffer: (n − 1)/n · nbytes/bw + (n − 1)·α."""
+    _check(n, nbytes, bw, alpha)
+    if n == 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bw + (n - 1) * alpha
+
+
+def all_gather(n: int, nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """Ring all-gather into an nbytes buffer: (n − 1)/n · nbytes/bw + (n − 1)·α."""
+    _check(n, nbytes, bw, alpha)
+    if n == 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bw + (n - 1) * alpha
+
+
+def all_to_all(n: int, nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """All-to-all, each rank sending nbytes in n equal parts (one kept): (n − 1)/n · nbytes/bw
+    + (n − 1)·α (pairwise exchange)."""
+    _check(n, nbytes, bw, alpha)
+    if n == 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bw + (n - 1) * alpha
+
+
+def p2p(nbytes: float, bw: float, alpha: float = 0.0) -> float:
+    """One point-to-point send: nbytes/bw + α."""
+    _check(1, nbytes, bw, alpha)
+    return nbytes / bw + alpha
+
+
+#: The bytes one rank puts on the wire, as a fraction of ``nbytes``, for a group of n (the bandwidth
+#: terms above): all-reduce 2(n − 1)/n, reduce-scatter, all-gather and all-to-all (n − 1)/n each.
+_WIRE = {"all-reduce": 2.0, "reduce-scatter": 1.0, "all-gather": 1.0, "all-to-all": 1.0}
+
+
+def wire_bytes(kind: str, n: int, nbytes: float) -> float:
+    """Bytes each rank sends in one collective over n ranks (the numerators of the formulas above):
+    all-reduce 2(n − 1)/n · nbytes; reduce-scatter, all-gather, all-to-all (n − 1)/n · nbytes;
+    "p2p" nbytes. So reduce-scatter + all-gather of one buffer put exactly the all-reduce's bytes
+    on the wire (sequence parallelism, Korthikanti et al. 2022 §4.2.2)."""
+    if kind == "p2p":
+        _check(1, nbytes, 1.0, 0.0)
+        return float(nbytes)
+    if kind not in _WIRE:
+        raise ModelcutError(f"unknown collective {kind!r}; use {', '.join((*_WIRE, 'p2p'))}")
+    _check(n, nbytes, 1.0, 0.0)
+    return _WIRE[kind] * (n - 1) / n * nbytes
+
+
+def all_to_all_two_level(n: int, nbytes: float, local: int, link_bw: float, net_bw: float,
+                         alpha: float = 0.0) -> float:
+    """All-to-all over n ranks of which ``local`` (this rank included) share its node: the
+    (local − 1)/n of the buffer bound for node-mates crosses the node's links, the (n − local)/n
+    bound for other nodes the network, both at once; the slower sets the time,
+    max((local − 1)/n · nbytes/link_bw, (n − local)/n · nbytes/net_bw) + (n − 1)·α.
+    ``local = 1`` is :func:`all_to_all` at ``net_bw``; ``local = n`` at ``link_bw``."""
+    _check(n, nbytes, link_bw, alpha)
+    _check(n, nbytes, net_bw, alpha)
+    if isinstance(local, bool) or not isinstance(local, int) or not 1 <= local <= n:
+        raise ModelcutError(f"ranks in a node must be between 1 and the group size {n}, got {local!r}")
+    if n == 1:
+        return 0.0
+    inside = (local - 1) / n * nbytes / link_bw
+    across = (n - local) / n * nbytes / net_bw
+    return max(inside, across) + (n - 1) * alpha
+
+
+# ---------------------------------------------------------------- which link a group uses
+# One definition of "does a group cross nodes" and "how many of its members share a node":
+# the device mesh's (:mod:`.mesh`, which also places ep where the layout's order names it).
+
+
+def group_spans_nodes(layout: Layout, dim: str | Iterable[str], gpus_per_node: int) -> bool:
+    """Whether a group along ``dim`` (a name, or several names for a combined group such as
+    ("cp", "dp")) has members in different nodes, with ranks numbered in ``layout.order``
+    (:func:`.mesh.group_crosses_nodes`)."""
+    return group_crosses_nodes(layout, dim, gpus_per_node)
+
+
+def group_members_in_node(layout: Layout, dim: str | Iterable[str], gpus_per_node: int) -> int:
+    """How many members of a group along ``dim`` share a node with its first rank (rank 0's group;
+    nodes are blocks of ``gpus_per_node`` consecutive ranks): :func:`.mesh.members_in_node`."""
+    return members_in_node(layout, dim, gpus_per_node)
+
+
+def collective_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int, *,
+                         multi_nic: bool = True) -> float:
+    """Bus bandwidth per accelerator, each way, of a ring collective (all-reduce, reduce-scatter,
+    all-gather) over a group along ``dim``.
+
+    Inside a node: the node's links, ``link_bw``. Across nodes, with k members of the group in
+    each node: NCCL runs the collective as several rings (channels), each entering and leaving
+    every node once, and spreads the channels over the network ports of the k members, so the
+    group's inter-node traffic uses k ports at once while its intra-node hops ride the links:
+    min(link_bw, k · net_bw) (NCCL's developers measure an all-reduce bus bandwidth of 192 GB/s
+    on DGX A100 nodes with 8 × 200 Gb/s InfiniBand, 8 × 25 GB/s less about 4 %: NVIDIA/nccl
+    issue 812, comment by the NCCL team, quoted in issue 1576). k = 1 (tensor parallelism
+    filling the node, each data-parallel group one member per node) gives ``net_bw``.
+    ``multi_nic`` off: one port per member whatever k (a framework preset says which stack does
+    that: the deepspeed-zero3 preset)."""
+    if not group_spans_nodes(layout, dim, gpus_per_node):
+        return hw.link_bw
+    k = group_members_in_node(layout, dim, gpus_per_node) if multi_nic else 1
+    return min(hw.link_bw, k * hw.net_bw)
+
+
+def achievable(bw: float, hw: Hardware) -> float:
+    """A bandwidth from :func:`group_bandwidth` or :func:`collective_bandwidth` at the share of
+    line rate NCCL's tests reach on that kind of link: ``hw.link_busbw_frac`` when it is the
+    node's links (``bw >= hw.link_bw``), ``hw.net_busbw_frac`` otherwise (figures and sources
+    in the hardware catalog: NVLink loses about a fifth to NCCL's protocol, InfiniBand about
+    4 %)."""
+    return bw * (hw.link_busbw_frac if bw >= hw.link_bw else hw.net_busbw_frac)
+
+
+def group_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int) -> float:
+    """Bandwidth per accelerator each way for a group: the node's links when the group stays
+    inside a node, the network otherwise (the slowest hop bounds a ring)."""
+    return hw.net_bw if group_spans_nodes(layout, dim, gpus_per_node) else hw.link_bw
+
+
+# ---------------------------------------------------------------- NCCL's latency, and each group's bandwidth
+
+#: NCCL's own latency model for ring collectives (NCCL 2.8-2.9, ``src/graph/tuning.cc``, the
+#: release of the 2021 runs; Ring/Simple, the protocol of large messages): a base latency of
+#: 8.4 µs per collective plus, per ring step, 3.4 µs over NVLink or 9.6 µs over the network
+#: (``baseLat`` and ``hwLat``; ``latencies = baseLat + (nsteps − nInterSteps)·intraLat +
+#: nInterSteps·interLat`` with nsteps = n − 1 and nInterSteps = nodes − 1 for an all-gather or
+#: reduce-scatter). Documented figures, not fitted.
+NCCL_RING_BASE_S = 8.4e-6
+NCCL_RING_STEP_NVLINK_S = 3.4e-6
+NCCL_RING_STEP_NET_S = 9.6e-6
+
+
+def ring_alpha(n: int, members_per_node: int) -> float:
+    """Per-step latency α of an n-rank ring with ``members_per_node`` ranks in each node, such
+    that (n − 1)·α is NCCL's latency of one all-gather or reduce-scatter
+    (:data:`NCCL_RING_BASE_S`): α = (base + (n − nodes)·α_nvlink + (nodes − 1)·α_net)/(n − 1),
+    nodes = ⌈n / members_per_node⌉. An all-reduce (2(n − 1) steps) pays it twice."""
+    if n <= 1:
+        return 0.0
+    k = max(1, min(members_per_node, n))
+    nodes = -(-n // k)
+    return (NCCL_RING_BASE_S + (n - nodes) * NCCL_RING_STEP_NVLINK_S
+            + (nodes - 1) * NCCL_RING_STEP_NET_S) / (n - 1)
+
+
+def dp_ring_alpha(layout: Layout, gpus_per_node: int) -> float:
+    """:func:`ring_alpha` of the data-parallel (× context-parallel) group."""
+    return ring_alpha(layout.dp * layout.cp, group_members_in_node(layout, ("cp", "dp"), gpus_per_node))
+
+
+def group_bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic: bool = True) -> dict[str, float]:
+    """Per-accelerator bandwidth each way of each group's traffic: tp, cp and pp exchanges are
+    bounded by one hop (:func:`group_bandwidth`); the data-parallel collectives are rings over
+    all the group's network ports (:func:`collective_bandwidth`); each at the share of line rate
+    NCCL's own tests reach on that kind of link (:func:`achievable`)."""
+    out = {dim: achievable(group_bandwidth(layout, dim, hw, gpus_per_node), hw) for dim in ("tp", "cp", "pp")}
+    out["dp"] = achievable(collective_bandwidth(layout, ("cp", "dp"), hw, gpus_per_node, multi_nic=multi_nic), hw)
+    return out

@@ -1,0 +1,279 @@
+"""Splitting by position: sequence parallelism and context parallelism.
+
+**Sequence parallelism** (Korthikanti et al. 2022, arXiv 2205.05198, §4.2.2): inside a tensor-
+parallel group of t ranks, the LayerNorm and dropout regions are split along the sequence, so
+each of the layer's all-reduces becomes a reduce-scatter (entering the sequence-parallel region)
+and an all-gather (leaving it) of the same buffer. A ring reduce-scatter plus a ring all-gather
+put exactly the all-reduce's 2(t − 1)/t · nbytes on the wire and take its 2(t − 1) latency steps
+(:func:`~modelcut.core.costs.comm.wire_bytes`), so the communication time is unchanged; what changes
+is memory: those regions' activations are divided by t (:mod:`.memory`, Korthikanti et al.
+Table 2).
+
+**Context parallelism** splits the sequence itself across cp ranks for attention too: each rank
+keeps the queries of its own s/cp positions and needs every earlier position's keys and values.
+Two forms, chosen per run (``Layout.cp_kind``):
+
+* ``"ring"`` (ring attention, Liu, Zaharia & Abbeel 2023, arXiv 2310.01889 §3): K/V blocks of
+  s/cp positions pass round the ring of cp ranks while each rank computes attention of its
+  queries against the block it holds. Forward: cp steps, the first cp − 1 of them each sending
+  one block, b·(s/cp)·2·kv_t·2 bytes (K and V, BF16), to the next rank. Every step waits for its
+  slowest rank, so step k takes max(max_i compute(i, k), transfer) and the exposed time is
+  Σ_k max(0, transfer − max_i compute(i, k)): zero whenever a block's compute outlasts its
+  transfer. Backward: the K/V block travels with its partial gradients dK, dV (twice the bytes
+  per hop) while each rank computes its share of the backward, and a last hop of dK, dV takes
+  the finished gradients home, exposed.
+* ``"allgather"`` (Llama 3, Grattafiori et al. 2024, arXiv 2407.21783 §3.3.2): K and V of the
+  whole sequence are all-gathered before the attention, (cp − 1)/cp · b·s·2·kv_t·2 bytes, and
+  the gradients dK, dV reduce-scattered after the backward; both exposed ("the all-gather
+  communication latency is exposed in the critical path").
+
+Both put the same (cp − 1) · block bytes on the wire in the forward and compute the same
+attention: they agree on FLOPs and differ in what is exposed and in memory.
+
+Here kv_t = kv_heads·head_dim/t, the K (or V) width on one tensor-parallel rank; with more ranks
+than KV heads each rank keeps one head (Megatron-LM replicates KV heads), kv_t = head_dim.
+
+**The load-balanced causal split.** A causal mask makes late positions attend to more keys than
+early ones. Cutting the sequence into cp contiguous pieces gives the last rank almost twice the
+mean work; cutting it into 2·cp chunks and giving rank i chunks i and 2·cp − 1 − i (Llama 3
+§3.3.2; Megatron-LM's context parallelism) gives every rank the same number of (query, key)
+pairs exactly: with n = s/(2·cp) positions per chunk, n²·(2·cp − 1) + n·(n + 1) each
+(:func:`causal_pairs`).
+
+**Memory per layer.** All-gather: the gathered K and V of the whole sequence, b·s·2·kv_t·2
+bytes, are kept for the backward (the attention's saved inputs), cp times the local K and V;
+the backward's dK, dV of the whole sequence, as large again, exist until reduce-scattered.
+Ring: only the local K and V are kept; two blocks are in flight while computing (the one in use
+and the one arriving), four in the backward (K, V, dK, dV of the current and the next block).
+
+Attention work is counted as executed: 2·d per (query, key) pair per head for QKᵀ and 2·d for
+A·V, over the causally unmasked pairs (FlashAttention skips fully masked blocks; Dao 2023, arXiv
+2307.08691 §3.1), and the backward as ``bwd_ratio`` times the forward (default 2, the
+convention of :mod:`.flops`, Narayanan et al. 2021 §5.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from . import comm
+from ..errors import ModelcutError
+from ..specs import ModelSpec
+from ..units import BF16_BYTES
+
+#: Bytes per element on the wire and in activations: BF16.
+BYTES = BF16_BYTES
+#: Backward attention work over forward (Narayanan et al. 2021 §5.1: the backward pass is twice
+#: the forward's matrix products).
+BWD_RATIO = 2.0
+CP_KINDS = ("ring", "allgather")
+
+
+def _pos_int(name: str, x) -> None:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise ModelcutError(f"{name} must be a positive integer, got {x!r}")
+
+
+# ---------------------------------------------------------------- sequence parallelism
+
+def tp_collectives(t: int, nbytes: float, sequence_parallel: bool) -> tuple[tuple[str, int, float], ...]:
+    """The tensor-parallel collectives of one layer's forward pass, (kind, group size, buffer
+    bytes): two all-reduces of the layer's activations (after attention and after the MLP,
+    Shoeybi et al. 2019 §3), or with sequence parallelism an all-gather and a reduce-scatter in
+    place of each (Korthikanti et al. 2022 §4.2.2). The backward mirrors them. ``nbytes``: the
+    full b·s·h activation buffer of the micro-batch on this rank's context-parallel share."""
+    _pos_int("t", t)
+    if nbytes < 0:
+        raise ModelcutError(f"message size must be non-negative, got {nbytes}")
+    if sequence_parallel:
+        return (("all-gather", t, nbytes), ("reduce-scatter", t, nbytes)) * 2
+    return (("all-reduce", t, nbytes),) * 2
+
+
+def collectives_time(collectives, bw: float, alpha: float = 0.0) -> float:
+    """Time of a sequence of (kind, n, nbytes) ring collectives (:mod:`.comm`), one after another."""
+    f = {"all-reduce": comm.ring_allreduce, "reduce-scatter": comm.reduce_scatter,
+         "all-gather": comm.all_gather, "all-to-all": comm.all_to_all}
+    return sum(f[k](n, b, bw, alpha) for k, n, b in collectives)
+
+
+def collectives_wire_bytes(collectives) -> float:
+    """Bytes one rank sends for a sequence of (kind, n, nbytes) collectives."""
+    return sum(comm.wire_bytes(k, n, b) for k, n, b in collectives)
+
+
+# ---------------------------------------------------------------- the causal split
+
+@lru_cache(maxsize=1024)
+def causal_chunks(cp: int, balanced: bool = True) -> tuple[tuple[int, ...], ...]:
+    """Chunk indices per rank. Balanced: 2·cp chunks, rank i takes i and 2·cp − 1 − i (Llama 3
+    §3.3.2). Naive: cp chunks, rank i takes chunk i."""
+    _pos_int("cp", cp)
+    if balanced:
+        return tuple((i, 2 * cp - 1 - i) for i in range(cp))
+    return tuple((i,) for i in range(cp))
+
+
+def _chunk_len(seq: int, cp: int, balanced: bool) -> int:
+    _pos_int("seq_len", seq)
+    parts = 2 * cp if balanced else cp
+    if seq % parts:
+        raise ModelcutError(f"seq_len ({seq}) must be a multiple of {'2·cp' if balanced else 'cp'} = {parts} "
+                            f"for the {'load-balanced' if balanced else 'contiguous'} causal split")
+    return seq // parts
+
+
+def _pairs(q_chunk: int, k_chunk: int, n: int) -> int:
+    """Unmasked (query, key) pairs between two chunks of n positions under a causal mask."""
+    if k_chunk < q_chunk:
+        return n * n
+    if k_chunk == q_chunk:
+        return n * (n + 1) // 2
+    return 0
+
+
+def block_pairs(seq: int, cp: int, rank: int, source: int, balanced: bool = True) -> int:
+    """Unmasked pairs between rank ``rank``'s queries and rank ``source``'s keys."""
+    n = _chunk_len(seq, cp, balanced)
+    chunks = causal_chunks(cp, balanced)
+    return sum(_pairs(a, b, n) for a in chunks[rank] for b in chunks[source])
+
+
+@lru_cache(maxsize=1024)
+def causal_pairs(seq: int, cp: int, balanced: bool = True) -> tuple[int, ...]:
+    """Unmasked (query, key) pairs each rank computes, for one sequence and one head. Balanced:
+    n²·(2·cp − 1) + n·(n + 1) on every rank, n = s/(2·cp); naive: N²·i + N·(N + 1)/2 on rank i,
+    N = s/cp. Either way they sum to s·(s + 1)/2."""
+    return tuple(sum(block_pairs(seq, cp, r, j, balanced) for j in range(cp)) for r in range(cp))
+
+
+def causal_imbalance(seq: int, cp: int, balanced: bool = True) -> float:
+    """The busiest rank's attention work over the mean: exactly 1 for the balanced split; for
+    the naive one (N·(2·cp − 1) + 1)/(cp·N + 1), N = s/cp, which tends to (2·cp − 1)/cp."""
+    pairs = causal_pairs(seq, cp, balanced)
+    return max(pairs) * cp / sum(pairs)
+
+
+@lru_cache(maxsize=1024)
+def ring_step_pairs(seq: int, cp: int, balanced: bool = True) -> tuple[int, ...]:
+    """The busiest rank's unmasked pairs at each ring step k (rank i holds rank (i − k) mod cp's
+    block): max_i :func:`block_pairs`; cached, the step model asks for the same (s, cp) often."""
+    return tuple(max(block_pairs(seq, cp, i, (i - k) % cp, balanced) for i in range(cp)) for k in range(cp))
+
+
+# ---------------------------------------------------------------- context-parallel attention
+
+def kv_width_per_rank(model: ModelSpec, t: int = 1) -> int:
+    """K (or V) width held by one tensor-parallel rank: kv_heads·head_dim/t, at least one head."""
+    _pos_int("t", t)
+    return model.d_head * max(model.kv_heads // t, 1)
+
+
+def attention_flops_per_pair(model: ModelSpec, t: int = 1) -> float:
+    """Forward FLOPs of one (query, key) pair on one tensor-parallel rank: QKᵀ and A·V, 2·d each,
+    over the rank's heads/t query heads."""
+    _pos_int("t", t)
+    return 4.0 * model.d_head * model.heads / t
+
+
+@dataclass(frozen=True)
+class CPAttention:
+    """One layer's attention for one micro-batch on the busiest context-parallel rank.
+
+    ``attention_fwd_s``/``_bwd_s``: compute time at the pace of the slowest rank; ``comm_*_s``:
+    the whole communication time, hidden or not; ``exposed_*_s``: what compute does not hide;
+    ``wire_*_bytes``: bytes each rank sends; ``kv_kept_bytes``: K/V kept for the backward;
+    ``transient_*_bytes``: K/V (and gradient) buffers alive during the pass beyond those."""
+
+    kind: str
+    cp: int
+    flops_fwd: float
+    flops_bwd: float
+    attention_fwd_s: float
+    attention_bwd_s: float
+    comm_fwd_s: float
+    comm_bwd_s: float
+    exposed_fwd_s: float
+    exposed_bwd_s: float
+    wire_fwd_bytes: float
+    wire_bwd_bytes: float
+    kv_kept_bytes: float
+    transient_fwd_bytes: float
+    transient_bwd_bytes: float
+
+    @property
+    def exposed_s(self) -> float:
+        return self.exposed_fwd_s + self.exposed_bwd_s
+
+    @property
+    def fwd_s(self) -> float:
+        return self.attention_fwd_s + self.exposed_fwd_s
+
+    @property
+    def bwd_s(self) -> float:
+        return self.attention_bwd_s + self.exposed_bwd_s
+
+
+def block_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int = 1) -> float:
+    """One rank's K and V, b·(s/cp)·2·kv_t·2 bytes: what a ring step passes on."""
+    _pos_int("micro_batch", micro_batch)
+    return micro_batch * (seq / cp) * 2 * kv_width_per_rank(model, t) * BYTES
+
+
+def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind: str, bw: float,
+                 attention_flops_per_s: float, t: int = 1, alpha: float = 0.0, balanced: bool = True,
+                 bwd_ratio: float = BWD_RATIO) -> CPAttention:
+    """One layer's context-parallel attention for one micro-batch (module docstring).
+
+    ``bw``: the cp group's bandwidth each way (:func:`.comm.group_bandwidth`);
+    ``attention_flops_per_s``: the rate the attention kernel reaches on one rank; ``alpha``: the
+    latency of one ring step or point-to-point send."""
+    if kind not in CP_KINDS:
+        raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {kind!r}")
+    _pos_int("cp", cp)
+    if not attention_flops_per_s > 0:
+        raise ModelcutError(f"attention FLOP rate must be positive, got {attention_flops_per_s}")
+    if not bwd_ratio > 0:
+        raise ModelcutError(f"bwd_ratio must be positive, got {bwd_ratio}")
+    if not bw > 0:
+        raise ModelcutError(f"bandwidth must be positive, got {bw}")
+    per_pair = micro_batch * attention_flops_per_pair(model, t)
+    pairs = causal_pairs(seq, cp, balanced)
+    blk = block_bytes(model, micro_batch, seq, cp, t)
+    flops_fwd = max(pairs) * per_pair
+    flops_bwd = bwd_ratio * flops_fwd
+    kv_local = blk
+
+    if kind == "allgather":
+        att_f = flops_fwd / attention_flops_per_s
+        ag = comm.all_gather(cp, cp * blk, bw, alpha)
+        rs = comm.reduce_scatter(cp, cp * blk, bw, alpha)
+        return CPAttention(
+            kind=kind, cp=cp, flops_fwd=flops_fwd, flops_bwd=flops_bwd, attention_fwd_s=att_f,
+            attention_bwd_s=bwd_ratio * att_f, comm_fwd_s=ag, comm_bwd_s=rs, exposed_fwd_s=ag, exposed_bwd_s=rs,
+            wire_fwd_bytes=comm.wire_bytes("all-gather", cp, cp * blk),
+            wire_bwd_bytes=comm.wire_bytes("reduce-scatter", cp, cp * blk),
+            kv_kept_bytes=cp * kv_local, transient_fwd_bytes=0.0,
+            transient_bwd_bytes=cp * kv_local if cp > 1 else 0.0)
+
+    # Ring: step k, rank i holds the block of rank (i − k) mod cp.
+    hop = comm.p2p(blk, bw, alpha) if cp > 1 else 0.0
+    hop_b = comm.p2p(2 * blk, bw, alpha) if cp > 1 else 0.0
+    att_f = att_b = exp_f = exp_b = 0.0
+    for k, busiest in enumerate(ring_step_pairs(seq, cp, balanced)):
+        step = busiest * per_pair
+        c_f, c_b = step / attention_flops_per_s, bwd_ratio * step / attention_flops_per_s
+        att_f += c_f
+        att_b += c_b
+        if k < cp - 1:
+            exp_f += max(0.0, hop - c_f)
+            exp_b += max(0.0, hop_b - c_b)
+    last = comm.p2p(blk, bw, alpha) if cp > 1 else 0.0   # dK, dV home
+    exp_b += last
+    return CPAttention(
+        kind=kind, cp=cp, flops_fwd=flops_fwd, flops_bwd=flops_bwd, attention_fwd_s=att_f, attention_bwd_s=att_b,
+        comm_fwd_s=(cp - 1) * hop, comm_bwd_s=(cp - 1) * hop_b + last, exposed_fwd_s=exp_f, exposed_bwd_s=exp_b,
+        wire_fwd_bytes=(cp - 1) * blk, wire_bwd_bytes=(cp - 1) * 2 * blk + (blk if cp > 1 else 0.0),
+        kv_kept_bytes=kv_local, transient_fwd_bytes=2 * blk if cp > 1 else 0.0,
+        transient_bwd_bytes=4 * blk if cp > 1 else 0.0)

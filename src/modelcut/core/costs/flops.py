@@ -1,0 +1,228 @@
+"""FLOP and parameter counts for decoder-only transformers, with named conventions.
+
+Conventions (``CONVENTIONS``):
+
+* ``"megatron"``: Narayanan et al. 2021 (arXiv 2104.04473) eq. 3,
+  F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)), which counts the recomputed forward pass of full
+  activation recomputation. :func:`megatron_flops` generalises it to any layer (GQA, gated MLP,
+  experts) and reduces to eq. 3 exactly for a GPT with a 4h MLP and multi-head attention; with no
+  recomputation it is Korthikanti et al. 2022 (arXiv 2205.05198) §6's model FLOPs,
+  72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)).
+* ``"palm"``: Chowdhery et al. 2022 (PaLM, arXiv 2204.02311) Appendix B, model FLOPs per token
+  6N + 12·l·s·d (N all parameters, d = heads · head_dim, attention not causal-masked);
+  ``"palm-causal"`` halves the attention term (6·l·s·d).
+
+All counts are multiply-adds × 2 for matrix products only (norms, softmax, activations are
+ignored, as in both papers). ``tokens`` = global batch × sequence length.
+"""
+
+from __future__ import annotations
+
+from ..errors import ModelcutError
+from ..specs import ModelSpec, Training
+
+CONVENTIONS = ("megatron", "palm", "palm-causal")
+
+
+# ---------------------------------------------------------------- closed forms of the papers
+
+def megatron_eq3(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """Narayanan et al. 2021, eq. 3: FLOPs per iteration with full recomputation,
+    F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))."""
+    B, s, l, h, V = batch, seq, layers, hidden, vocab
+    return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+def megatron_eq2(layers: int, hidden: int, vocab: int, seq: int) -> float:
+    """Narayanan et al. 2021, eq. 2: parameters of a GPT,
+    P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h))."""
+    l, h, V, s = layers, hidden, vocab, seq
+    return 12.0 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+
+
+def palm_flops(tokens: float, params: float, layers: int, seq: int, width: int, causal: bool = False) -> float:
+    """PaLM (Chowdhery et al. 2022, Appendix B): tokens · (6N + 12·l·s·d); with ``causal`` the
+    attention term counts only the unmasked half, 6·l·s·d."""
+    return float(tokens) * (6.0 * params + (6.0 if causal else 12.0) * layers * seq * width)
+
+
+# ---------------------------------------------------------------- exact parameter counts
+
+def norm_params(model: ModelSpec) -> int:
+    """One norm's parameters: LayerNorm has a weight and a bias (2h), RMSNorm a weight (h)."""
+    return (2 if model.norm == "layernorm" else 1) * model.hidden
+
+
+def mlp_params(model: ModelSpec, width: int) -> int:
+    """One MLP of inner width ``width``: gated (SwiGLU: gate, up, down) 3·h·f, else 2·h·f;
+    biases f per input projection plus h on the output."""
+    h = model.hidden
+    n_in = 2 if model.gated_mlp else 1
+    weights = (n_in + 1) * h * width
+    biases = (n_in * width + h) if model.bias else 0
+    return weights + biases
+
+
+def attention_params(model: ModelSpec) -> int:
+    """Q, K, V and output projections: h·(q + 2·kv) + q·h, with Q/K/V biases when ``qkv_bias``
+    (default ``bias``) and the output bias when ``bias``."""
+    h, q, kv = model.hidden, model.q_dim, model.kv_dim
+    qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias
+    return h * (q + 2 * kv) + q * h + ((q + 2 * kv) if qkv_bias else 0) + (h if model.bias else 0)
+
+
+def mla_attention_params(hidden: int, heads: int, q_lora_rank: int | None, kv_lora_rank: int,
+                         qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> int:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 §2.1.2; DeepSeek-V3, arXiv
+    2412.19437 §2.1.1), without biases: queries through a rank-``q_lora_rank`` bottleneck,
+    h·r_q + r_q + r_q·H·(d_nope + d_rope) (with no bottleneck, h·H·(d_nope + d_rope)); keys and
+    values from one compressed latent plus a shared RoPE key, h·(r_kv + d_rope) + r_kv
+    + r_kv·H·(d_nope + d_v); the output H·d_v·h. The r_q and r_kv terms are the two RMSNorms on
+    the latents. DeepSeek-V3 (h 7168, H 128, r_q 1536, r_kv 512, d_nope 128, d_rope 64, d_v 128):
+    187,107,328 per layer."""
+    h, H = hidden, heads
+    qk = qk_nope_head_dim + qk_rope_head_dim
+    q = (h * q_lora_rank + q_lora_rank + q_lora_rank * H * qk) if q_lora_rank else h * H * qk
+    kv = h * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank + kv_lora_rank * H * (qk_nope_head_dim + v_head_dim)
+    return q + kv + H * v_head_dim * h
+
+
+def mla_core_flops_per_pair(heads: int, qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> int:
+    """Forward FLOPs of MLA's attention core per (query, key) pair as trained (keys and values
+    up-projected per head): QKᵀ 2·H·(d_nope + d_rope) plus A·V 2·H·d_v. A multi-head layer of
+    head_dim d does 4·H·d, the term :func:`_layer_forward_flops_per_token` counts."""
+    return 2 * heads * (qk_nope_head_dim + qk_rope_head_dim) + 2 * heads * v_head_dim
+
+
+
+def expert_width(model: ModelSpec) -> int:
+    return model.expert_ffn_hidden or model.ffn_hidden
+
+
+def layer_params(model: ModelSpec, moe: bool, active: bool = False) -> int:
+    """One transformer layer: attention, MLP (or experts and router), two norms.
+
+    An MoE layer holds ``experts`` routed experts and ``shared_experts`` shared ones plus a
+    router (:func:`router_params`); ``active`` counts only the top_k routed experts a token uses.
+    With one expert, top_k 1 and no shared expert an MoE layer is exactly a dense one."""
+    p = attention_params(model) + 2 * norm_params(model)
+    if moe:
+        routed = model.top_k if active else model.experts
+        p += (routed + model.shared_experts) * mlp_params(model, expert_width(model))
+        p += router_params(model)
+    else:
+        p += mlp_params(model, model.ffn_hidden)
+    return p
+
+
+def router_params(model: ModelSpec) -> int:
+    """The gating network of an MoE layer, one h × E linear layer without bias (GShard, Lepikhin
+    et al. 2020 §2.2; Switch Transformers, Fedus et al. 2021 §2.1); none with a single expert,
+    which needs no routing."""
+    return model.hidden * model.experts if model.experts > 1 else 0
+
+
+def moe_layer_count(model: ModelSpec) -> int:
+    """Layers with experts: all but the first ``dense_layers`` (none for a dense model)."""
+    return model.layers - model.dense_layers if model.is_moe else 0
+
+
+def embedding_params(model: ModelSpec) -> int:
+    """Input embedding V·h, learned positions max_seq·h, and the output head V·h unless tied."""
+    p = model.vocab * model.hidden
+    if model.learned_positions:
+        p += model.max_seq * model.hidden
+    if not model.tied_embeddings:
+        p += model.vocab * model.hidden
+    return p
+
+
+def param_count(model: ModelSpec, active: bool = False) -> int:
+    """Every parameter, exactly: embeddings (+ learned positions, + untied head), each layer
+    (:func:`layer_params`) and the final norm. ``active`` counts the experts one token uses.
+
+    For a GPT with learned positions this is eq. 2 of Narayanan et al. 2021 plus the final
+    LayerNorm's 2h (eq. 2 omits it). Llama 3 405B: 405.8 B (Grattafiori et al. 2024, Table 3)."""
+    moe = moe_layer_count(model)
+    return (embedding_params(model) + (model.layers - moe) * layer_params(model, False, active)
+            + moe * layer_params(model, True, active) + norm_params(model))
+
+
+def layer_matmul_params(model: ModelSpec, moe: bool) -> int:
+    """Weights of one layer's matrix products that one token passes through: attention
+    projections, the MLP (top_k routed + shared experts and the router in an MoE layer)."""
+    h, q, kv = model.hidden, model.q_dim, model.kv_dim
+    n_mat = 3 if model.gated_mlp else 2
+    attn = 2 * h * q + 2 * h * kv
+    if moe:
+        return (attn + (model.top_k + model.shared_experts) * n_mat * h * expert_width(model)
+                + router_params(model))
+    return attn + n_mat * h * model.ffn_hidden
+
+
+def _layer_forward_flops_per_token(model: ModelSpec, seq: int, moe: bool) -> float:
+    """Forward FLOPs of one layer for one token: 2 per matrix weight, plus QKᵀ and A·V,
+    2·2·s·q (no causal saving, as eq. 3 counts it)."""
+    return 2.0 * layer_matmul_params(model, moe) + 4.0 * seq * model.q_dim
+
+
+# ---------------------------------------------------------------- per-step counts
+
+def _tokens(batch: int, seq: int) -> float:
+    return float(batch) * seq
+
+
+def megatron_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
+    """Model FLOPs per step without recomputation, eq. 3's way: forward + backward = 3 × the
+    forward of every layer, plus the logits 6·h·V per token (Korthikanti et al. 2022 §6:
+    72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) for a GPT)."""
+    moe = moe_layer_count(model)
+    per_token = 3.0 * ((model.layers - moe) * _layer_forward_flops_per_token(model, seq, False)
+                       + moe * _layer_forward_flops_per_token(model, seq, True))
+    return _tokens(batch, seq) * (per_token + 6.0 * model.hidden * model.vocab)
+
+
+def recompute_flops(model: ModelSpec, batch: int, seq: int, recompute: str) -> float:
+    """Extra forward work of activation recomputation per step: ``full`` re-runs every layer's
+    forward; ``selective`` only the attention core QKᵀ, softmax, A·V (Korthikanti et al. 2022
+    §5), 4·s·q per layer per token; ``none`` nothing."""
+    if recompute == "none":
+        return 0.0
+    tokens = _tokens(batch, seq)
+    if recompute == "selective":
+        return tokens * model.layers * 4.0 * seq * model.q_dim
+    if recompute == "full":
+        moe = moe_layer_count(model)
+        return tokens * ((model.layers - moe) * _layer_forward_flops_per_token(model, seq, False)
+                         + moe * _layer_forward_flops_per_token(model, seq, True))
+    raise ModelcutError(f"recompute must be none, selective or full, got {recompute!r}")
+
+
+def megatron_flops(model: ModelSpec, batch: int, seq: int, recompute: str = "full") -> float:
+    """Eq. 3 of Narayanan et al. 2021 generalised: model FLOPs plus the recomputation's.
+
+    For a GPT (4h MLP, multi-head attention, tied embeddings) with ``recompute="full"`` this
+    is exactly 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))."""
+    return megatron_model_flops(model, batch, seq) + recompute_flops(model, batch, seq, recompute)
+
+
+def palm_model_flops(model: ModelSpec, batch: int, seq: int, causal: bool = False) -> float:
+    """PaLM's model FLOPs per step, tokens · (6N + 12·l·s·d), N = :func:`param_count` with the
+    active experts only, d = heads · head_dim."""
+    return palm_flops(_tokens(batch, seq), param_count(model, active=True), model.layers, seq,
+                      model.q_dim, causal)
+
+
+def model_flops(model: ModelSpec, training: Training, convention: str) -> float:
+    """Model FLOPs per step (no recomputation) under a named convention."""
+    if convention == "megatron":
+        return megatron_model_flops(model, training.global_batch, training.seq_len)
+    if convention in ("palm", "palm-causal"):
+        return palm_model_flops(model, training.global_batch, training.seq_len, convention == "palm-causal")
+    raise ModelcutError(f"unknown FLOP convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
+
+
+def executed_flops(model: ModelSpec, training: Training, convention: str) -> float:
+    """Work actually executed per step: the convention's model FLOPs plus recomputation."""
+    return model_flops(model, training, convention) + recompute_flops(
+        model, training.global_batch, training.seq_len, training.recompute)

@@ -1,0 +1,270 @@
+"""Mixture-of-experts layers: their work, their all-to-alls and how their weights are cut.
+
+An MoE layer (GShard, Lepikhin et al. 2020, arXiv 2006.16668 §2; Switch Transformers, Fedus et
+al. 2021, arXiv 2101.03961 §2) replaces the MLP by E routed experts, each an MLP of width
+f_e (``expert_ffn_hidden``), a router (an h × E linear layer) sending each token to its top_k
+experts, and optionally ``shared_experts`` experts every token passes through (DeepSeekMoE, Dai
+et al. 2024, arXiv 2401.06066 §3.2). Models may keep their first ``dense_layers`` layers dense
+(DeepSeek-V3: 3, arXiv 2412.19437 §4.2).
+
+**Work.** FLOPs count active parameters: a token passes through top_k + shared experts and the
+router (:func:`.flops.layer_matmul_params`), so model FLOPs are 6 × active parameters per token
+plus attention (:mod:`.flops`). The *executed* expert work on a device differs: with expert
+parallelism over ``ep`` ranks each holds E/ep experts and receives the tokens routed to them.
+
+* Tokens: the functions take the micro-batch's tokens on one context-parallel rank, b·s/cp (what
+  the tensor-parallel group's dense MLP sees). Megatron-LM requires sequence parallelism for an
+  MoE model with t > 1 (megatron/training/arguments.py: "When using MoE and tensor parallelism,
+  sequence parallelism must be used"), so each tensor-parallel rank routes its own share,
+  T = b·s/(cp·t): the set its token dispatcher sends.
+* Routed rows: each token goes to top_k experts, so a rank sends T·top_k rows and, on average,
+  receives as many. The ``imbalance`` factor (≥ 1) is the busiest rank's received rows over the
+  mean: the busiest expert (device) sets the pace of both the all-to-all and the expert GEMMs.
+* Capacity factor C (GShard §2.2; Switch §2.2): each expert's buffer holds C·(tokens·top_k/E)
+  rows, padded; tokens beyond it are dropped. With C set, every rank sends and computes exactly
+  C·T·top_k rows whatever the imbalance; without it (dropless, Megatron-LM's default) the
+  busiest rank computes imbalance·T·top_k rows.
+* Expert tensor parallelism (etp, Megatron-LM's ``--expert-tensor-parallel-size``): each expert's
+  width is split over etp ranks, which first all-gather the rows they received (so each sees
+  etp times as many) and reduce-scatter the outputs: the FLOPs per device do not change with
+  etp, the GEMM shapes do, and two etp collectives of the received rows are added.
+
+**All-to-all.** Per MoE layer per micro-batch: dispatch and combine in the forward, and their
+transposes in the backward (the gradient of a combine is a dispatch and vice versa), four
+all-to-alls over the ep group, each moving rows·h values per rank (Lepikhin et al. §3.2: "two
+all-to-all per MoE layer" forward). A full recomputation repeats the forward's two. DeepSeek-V3
+dispatches in FP8 and combines in BF16 (arXiv 2412.19437 §3.3.2; ``dispatch_bytes``).
+
+**Weights.** Routed experts are cut over ep·etp ranks (E/ep experts per rank, width f_e/etp),
+shared experts and the router like the dense MLP (shared over t, the router replicated).
+Expert gradients are reduced over the expert-data-parallel group, tp·cp·dp/(ep·etp) ranks
+(Megatron-LM's expert data parallelism).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import comm, flops
+from ..errors import ModelcutError
+from ..specs import Layout, ModelSpec
+from ..units import BF16_BYTES
+
+#: Bytes per element of BF16 activations on the wire.
+BYTES = BF16_BYTES
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """``count`` matrix products of (m × k) · (k × n) on one device: 2·m·n·k FLOPs each."""
+
+    name: str
+    m: float
+    n: int
+    k: int
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+def _pos(name: str, x, integer: bool = True) -> None:
+    if integer and (isinstance(x, bool) or not isinstance(x, int) or x < 1):
+        raise ModelcutError(f"{name} must be a positive integer, got {x!r}")
+    if not integer and (isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0):
+        raise ModelcutError(f"{name} must be a positive number, got {x!r}")
+
+
+def check_moe_layout(model: ModelSpec, layout: Layout) -> None:
+    """Refuse an expert layout no framework would start, in one line: ep needs experts and must
+    divide them (and dp: the ep group is carved from the data-parallel ranks); etp must divide the
+    expert width."""
+    ep, etp = layout.ep, layout.etp or layout.tp
+    if ep > 1 and not model.is_moe:
+        raise ModelcutError(f"ep ({ep}) needs a mixture-of-experts model; {model.name or 'the model'} is dense")
+    if model.is_moe:
+        if model.experts % ep:
+            raise ModelcutError(f"ep ({ep}) must divide the experts ({model.experts})")
+        if layout.dp % ep:
+            raise ModelcutError(f"ep ({ep}) must divide dp ({layout.dp})")
+        if flops.expert_width(model) % etp:
+            raise ModelcutError(f"etp ({etp}) must divide expert_ffn_hidden ({flops.expert_width(model)})")
+        if model.shared_experts and flops.expert_width(model) % layout.tp:
+            raise ModelcutError(f"tp ({layout.tp}) must divide the shared experts' width "
+                                f"({flops.expert_width(model)})")
+    if model.capacity_factor is not None and not model.capacity_factor > 0:
+        raise ModelcutError(f"capacity_factor must be positive, got {model.capacity_factor}")
+
+
+def routed_rows(model: ModelSpec, tokens: float, imbalance: float = 1.0,
+                capacity_factor: float | None = None) -> float:
+    """Rows the busiest rank's experts process (and its all-to-all receives) for ``tokens``
+    routed per rank: C·T·top_k with a capacity factor C (padded buffers), else
+    imbalance·T·top_k (module docstring)."""
+    _pos("imbalance", imbalance, integer=False)
+    if imbalance < 1:
+        raise ModelcutError(f"imbalance is the busiest rank's load over the mean, at least 1, got {imbalance}")
+    if tokens < 0:
+        raise ModelcutError(f"tokens must be non-negative, got {tokens}")
+    cf = model.capacity_factor if capacity_factor is None else capacity_factor
+    if cf is not None:
+        _pos("capacity_factor", cf, integer=False)
+        return cf * tokens * model.top_k
+    return imbalance * tokens * model.top_k
+
+
+def mlp_gemms(model: ModelSpec, rows: float, width: int, split: int, name: str, count: int = 1) -> tuple[Gemm, ...]:
+    """Forward GEMMs of ``count`` MLPs of inner width ``width`` split over ``split`` ranks on
+    ``rows`` tokens: gated (SwiGLU) [rows, h] × [h, 2·width/split] then [rows, width/split] ×
+    [width/split, h]; ungated one input projection of width/split. Shapes (m, n, k)."""
+    _pos("split", split)
+    if width % split:
+        raise ModelcutError(f"{split} ranks cannot split an MLP of width {width}")
+    w = width // split
+    h = model.hidden
+    up = Gemm(f"{name} up", rows, (2 if model.gated_mlp else 1) * w, h, count)
+    down = Gemm(f"{name} down", rows, h, w, count)
+    return up, down
+
+
+def moe_gemms(model: ModelSpec, tokens: float, *, tp: int = 1, ep: int = 1, etp: int | None = None,
+              imbalance: float = 1.0, capacity_factor: float | None = None) -> tuple[Gemm, ...]:
+    """Forward GEMMs of one MoE layer on the busiest device, ``tokens`` = b·s/cp (module
+    docstring): the router [T, h] × [h, E] on the rank's T = tokens/tp (none with one expert),
+    the E/ep local experts as a grouped product of etp·rows/(E/ep) rows each at width f_e/etp
+    (rows: :func:`routed_rows` of T), and the shared experts on all ``tokens`` at width f_e/tp,
+    the dense MLP's cut. ``etp`` defaults to tp.
+
+    With E = 1, top_k = 1, ep = 1, etp = tp and no shared expert this is :func:`dense_mlp_gemms`
+    of an MLP of width f_e, exactly."""
+    etp = etp or tp
+    for n, x in (("ep", ep), ("etp", etp), ("tp", tp)):
+        _pos(n, x)
+    if model.experts % ep:
+        raise ModelcutError(f"ep ({ep}) must divide the experts ({model.experts})")
+    local = model.experts // ep
+    T = tokens / tp
+    rows = routed_rows(model, T, imbalance, capacity_factor) * etp
+    f = flops.expert_width(model)
+    out: list[Gemm] = []
+    if flops.router_params(model):
+        out.append(Gemm("router", T, model.experts, model.hidden))
+    out += mlp_gemms(model, rows / local, f, etp, "expert", local)
+    if model.shared_experts:
+        out += mlp_gemms(model, tokens, f, tp, "shared expert", model.shared_experts)
+    return tuple(out)
+
+
+def dense_mlp_gemms(model: ModelSpec, tokens: float, tp: int = 1, width: int | None = None) -> tuple[Gemm, ...]:
+    """Forward GEMMs of a dense MLP (``width``, default ffn_hidden) on one tensor-parallel rank:
+    all ``tokens`` = b·s/cp rows (gathered, with sequence parallelism), width/tp wide."""
+    return mlp_gemms(model, tokens, width or model.ffn_hidden, tp, "mlp")
+
+
+def gemm_flops(gemms) -> float:
+    return sum(g.flops for g in gemms)
+
+
+# ---------------------------------------------------------------- all-to-all
+
+@dataclass(frozen=True)
+class MoEComm:
+    """One MoE layer's expert communication for one micro-batch on the busiest rank.
+
+    ``dispatch_s``/``combine_s``: one forward all-to-all each; ``etp_s``: the expert-tensor-
+    parallel all-gather and reduce-scatter of the received rows (forward); ``forward_s`` and
+    ``backward_s`` the totals per pass (the backward mirrors the forward);
+    ``wire_bytes_fwd``: bytes one rank sends in the forward."""
+
+    dispatch_s: float
+    combine_s: float
+    etp_s: float
+    wire_bytes_fwd: float
+
+    @property
+    def forward_s(self) -> float:
+        return self.dispatch_s + self.combine_s + self.etp_s
+
+    @property
+    def backward_s(self) -> float:
+        return self.forward_s
+
+    @property
+    def a2a_fwd_s(self) -> float:
+        return self.dispatch_s + self.combine_s
+
+
+def a2a_bytes(model: ModelSpec, tokens: float, *, tp: int = 1, imbalance: float = 1.0,
+              capacity_factor: float | None = None, bytes_per_value: float = BYTES) -> float:
+    """The busiest rank's all-to-all buffer, ``tokens`` = b·s/cp: rows · h · bytes, rows the
+    :func:`routed_rows` of the rank's T = tokens/tp; it exchanges (ep − 1)/ep of it with the
+    other ranks (:func:`.comm.all_to_all`)."""
+    _pos("tp", tp)
+    return routed_rows(model, tokens / tp, imbalance, capacity_factor) * model.hidden * bytes_per_value
+
+
+def moe_comm(model: ModelSpec, tokens: float, *, ep: int, link_bw: float, net_bw: float, local: int = 1,
+             tp: int = 1, etp: int | None = None, etp_bw: float | None = None, alpha: float = 0.0,
+             imbalance: float = 1.0, capacity_factor: float | None = None, dispatch_bytes: float = BYTES,
+             combine_bytes: float = BYTES) -> MoEComm:
+    """Dispatch and combine all-to-alls over ep ranks, ``local`` of which share a node
+    (:func:`.comm.group_members_in_node`): the node-mates' part over the links, the rest over the
+    network (:func:`.comm.all_to_all_two_level`); then, with etp > 1, the all-gather and
+    reduce-scatter of the received rows in the etp group (``etp_bw``, default ``link_bw``).
+    ``tokens`` = b·s/cp; ``etp`` defaults to tp."""
+    etp = etp or tp
+    _pos("ep", ep)
+    _pos("etp", etp)
+    if not 1 <= local <= ep:
+        raise ModelcutError(f"ranks in a node must be between 1 and ep = {ep}, got {local}")
+    kw = dict(tp=tp, imbalance=imbalance, capacity_factor=capacity_factor)
+    d_b = a2a_bytes(model, tokens, bytes_per_value=dispatch_bytes, **kw)
+    c_b = a2a_bytes(model, tokens, bytes_per_value=combine_bytes, **kw)
+    disp = comm.all_to_all_two_level(ep, d_b, local, link_bw, net_bw, alpha)
+    comb = comm.all_to_all_two_level(ep, c_b, local, link_bw, net_bw, alpha)
+    etp_s = 0.0
+    wire = comm.wire_bytes("all-to-all", ep, d_b) + comm.wire_bytes("all-to-all", ep, c_b)
+    if etp > 1:
+        gathered = a2a_bytes(model, tokens, bytes_per_value=BYTES, **kw) * etp
+        bw = etp_bw or link_bw
+        etp_s = comm.all_gather(etp, gathered, bw, alpha) + comm.reduce_scatter(etp, gathered, bw, alpha)
+        wire += comm.wire_bytes("all-gather", etp, gathered) + comm.wire_bytes("reduce-scatter", etp, gathered)
+    return MoEComm(dispatch_s=disp, combine_s=comb, etp_s=etp_s, wire_bytes_fwd=wire)
+
+
+# ---------------------------------------------------------------- weights
+
+@dataclass(frozen=True)
+class ExpertSharding:
+    """How a layout cuts the routed experts: ``local_experts`` E/ep per device, each
+    ``width`` = f_e/etp wide; ``params_per_layer`` the routed-expert weights one device holds
+    in one MoE layer, E·P_e/(ep·etp) (P_e: :func:`.flops.mlp_params` of one expert);
+    ``data_parallel`` the ranks sharing those weights and reducing their gradients,
+    tp·cp·dp/(ep·etp) (Megatron-LM's expert data-parallel group). Everything else in an MoE
+    layer (attention, norms, router, shared experts) is cut like the dense model's
+    (:func:`.memory.layer_params` holds the per-device bytes of both)."""
+
+    local_experts: int
+    width: int
+    params_per_layer: float
+    data_parallel: int
+
+
+def expert_sharding(model: ModelSpec, layout: Layout) -> ExpertSharding:
+    """The routed experts' cut under ``layout`` (:class:`ExpertSharding`)."""
+    check_moe_layout(model, layout)
+    etp = layout.etp or layout.tp
+    f = flops.expert_width(model)
+    one = flops.mlp_params(model, f)
+    dp = max(1, layout.tp * layout.cp * layout.dp // (layout.ep * etp))
+    return ExpertSharding(local_experts=model.experts // layout.ep, width=f // etp,
+                          params_per_layer=model.experts * one / (layout.ep * etp) if model.is_moe else 0.0,
+                          data_parallel=dp)
+
+
+def expert_param_counts(model: ModelSpec) -> tuple[int, int]:
+    """(all routed-expert weights, the rest) of the whole model: what is cut over ep·etp and what
+    like a dense model's weights."""
+    expert = flops.moe_layer_count(model) * model.experts * flops.mlp_params(model, flops.expert_width(model))
+    return expert, flops.param_count(model) - expert

@@ -1,0 +1,57 @@
+"""Parameters one device holds: the one count that memory stores and data-parallel collectives
+move.
+
+The layer's exact count (:func:`.flops.layer_params`) split as Megatron-LM splits it: the
+projections and the input biases over the t tensor-parallel ranks (column and row parallel),
+the two norms and the output biases of attention and MLP on every rank; K and V replicated when
+t exceeds the KV heads; an MoE layer's routed experts over ep·etp (etp default t), its router
+h·E on every rank, shared experts over t. The first pipeline stage adds the vocab-parallel
+embedding (and learned positions), the last the final norm and the vocab-parallel output layer.
+"""
+
+from __future__ import annotations
+
+from ..specs import ModelSpec
+from . import flops
+
+
+def _kv_extra(model: ModelSpec, t: int) -> float:
+    """Parameters a tensor-parallel rank holds beyond kv/t when t exceeds the KV heads: each
+    rank then keeps one whole K and V head (replicated), Megatron-LM's and vLLM's practice."""
+    if model.kv_heads >= t:
+        return 0.0
+    qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias
+    extra = model.d_head - model.kv_dim / t
+    return 2 * extra * (model.hidden + (1 if qkv_bias else 0))
+
+
+def layer_params(model: ModelSpec, t: int, moe: bool, ep: int = 1, etp: int | None = None) -> tuple[float, float]:
+    """(dense, expert) parameters of one transformer layer held by one tensor-parallel rank
+    (module doc)."""
+    h = model.hidden
+    norms = 2 * flops.norm_params(model)
+    out_bias = h if model.bias else 0
+    attn = flops.attention_params(model)
+    dense = (attn - out_bias) / t + out_bias + norms + _kv_extra(model, t)
+    if not moe:
+        mlp = flops.mlp_params(model, model.ffn_hidden)
+        return dense + (mlp - out_bias) / t + out_bias, 0.0
+    one = flops.mlp_params(model, flops.expert_width(model))
+    expert = model.experts * one / (ep * (etp or t))
+    dense += h * model.experts + model.shared_experts * (one - out_bias) / t + (out_bias if model.shared_experts else 0)
+    return dense, expert
+
+
+def embedding_params(model: ModelSpec, t: int) -> float:
+    """First stage: the vocab-parallel embedding table V·h/t (Megatron-LM's
+    VocabParallelEmbedding) and, for GPT-2/3, the learned position table max_seq·h (on every
+    tensor-parallel rank)."""
+    p = model.vocab * model.hidden / t
+    if model.learned_positions:
+        p += model.max_seq * model.hidden
+    return p
+
+
+def output_params(model: ModelSpec, t: int) -> float:
+    """Last stage: the final norm (every rank) and the vocab-parallel output layer V·h/t."""
+    return flops.norm_params(model) + model.vocab * model.hidden / t

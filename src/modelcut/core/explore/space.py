@@ -1,0 +1,126 @@
+"""What the explorer enumerates: every (t, c, e, p, d, b, schedule, v, form) that divides the GPUs,
+the heads, the sequence and the batch (the package docstring, **Space**)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..costs import flops
+from ..costs.context import CP_KINDS
+from ..costs.mesh import DIMS, MEGATRON_ORDER, Mesh, group_crosses_nodes
+from ..sim import registry
+from ..specs import Layout, ModelSpec, Run, Training
+
+RECOMPUTE_ORDER = ("none", "selective", "full")
+ZERO_ORDER = (0, 1, 2, 3)
+#: The schedules searched unless the caller names others (the registry's ``explored_by_default``).
+DEFAULT_SCHEDULES = registry.explored_by_default()
+
+
+@dataclass(frozen=True)
+class Space:
+    """What the explorer enumerates (module docstring)."""
+
+    micro_batches: tuple[int, ...] = (1, 2, 4)
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES
+    recomputes: tuple[str, ...] = RECOMPUTE_ORDER
+    zeros: tuple[int, ...] = ZERO_ORDER
+    allow_tp_across_nodes: bool = False
+    min_tokens_per_cp_rank: int = 1024
+    balanced_vpp_only: bool = True
+    eps: tuple[int, ...] | None = None       # None: every divisor of the experts dividing d
+    cp_kinds: tuple[str, ...] = CP_KINDS      # tried when c > 1
+
+
+@dataclass(frozen=True)
+class Structure:
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    schedule: str
+    vpp: int
+    ep: int = 1
+    cp_kind: str = "allgather"   # Layout's default; the form only matters when cp > 1
+
+
+def divisors(n: int) -> list[int]:
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def tp_ok(model: ModelSpec, t: int) -> bool:
+    """t divides the heads and the MLP width (and an MoE model's expert width: expert tensor
+    parallelism is t); t and the KV heads divide one another."""
+    return (model.heads % t == 0 and model.ffn_hidden % t == 0
+            and (model.kv_heads % t == 0 or t % model.kv_heads == 0)
+            and (not model.is_moe or flops.expert_width(model) % t == 0))
+
+
+def ep_choices(model: ModelSpec, d: int, space: "Space") -> list[int]:
+    """Expert-parallel sizes for d data-parallel ranks: 1 for a dense model; otherwise the
+    divisors of the experts that divide d (``space.eps`` narrows them)."""
+    if not model.is_moe:
+        return [1]
+    return [e for e in divisors(model.experts) if d % e == 0 and (space.eps is None or e in space.eps)]
+
+
+def vpp_choices(model: ModelSpec, p: int, schedule: str, m: int, balanced_only: bool = True) -> list[int]:
+    """Chunks per device the explorer tries for a schedule (the registry's
+    :attr:`~..sim.registry.ScheduleSpec.chunk_choices`: 1 for one-chunk schedules, 2 for the V
+    schedules where they fit, and for the interleaved schedule every v ≥ 2 with p·v ≤ l + 2 and m
+    a multiple of p, only those where p·v divides l or l + 2 when ``balanced_only``)."""
+    return registry.get(schedule).chunk_choices(p, m, model.layers, balanced_only)
+
+
+def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_per_node: int,
+               space: Space = Space()) -> Iterator[Structure]:
+    """Every (t, c, e, p, d, b, schedule, v, form) with t·c·p·d = gpus (module docstring); without
+    a pipeline only the registry's one-stage default is tried."""
+    single = registry.default_schedule(1)
+    for t in divisors(gpus):
+        if not tp_ok(model, t):
+            continue
+        if not space.allow_tp_across_nodes and group_crosses_nodes(Mesh.build(tp=t, dp=gpus // t), "tp",
+                                                                   gpus_per_node):
+            continue
+        for c in divisors(gpus // t):
+            if c > 1 and (seq % (2 * c) or seq // c < space.min_tokens_per_cp_rank):
+                continue
+            for p in divisors(gpus // (t * c)):
+                if p > model.layers:
+                    continue
+                d = gpus // (t * c * p)
+                if global_batch % d:
+                    continue
+                kinds = space.cp_kinds if c > 1 else ("allgather",)
+                for e in ep_choices(model, d, space):
+                    for b in space.micro_batches:
+                        if (global_batch // d) % b:
+                            continue
+                        m = global_batch // (d * b)
+                        for sched in space.schedules:
+                            if p == 1 and registry.get(sched) is not single:
+                                continue
+                            for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only):
+                                for kind in kinds:
+                                    yield Structure(t, c, p, d, b, sched, v, e, kind)
+
+
+def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
+             gpus_per_node: int | None = None) -> Run:
+    """The run of one layout: sequence parallelism with t > 1; with e > 1 Megatron-core's rank
+    order (ep next to tp and cp, the pipeline outermost), else Llama 3's [tp, cp, pp, dp]."""
+    lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.tp > 1, zero=zero,
+                 schedule=s.schedule, cp_kind=s.cp_kind, order=MEGATRON_ORDER if s.ep > 1 else DIMS)
+    return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
+                                         recompute=recompute), gpus_per_node=gpus_per_node)

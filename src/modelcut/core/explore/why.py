@@ -1,0 +1,31 @@
+"""Why one ranked layout beats another: the knobs that differ and the time and memory terms that
+differ most."""
+
+from __future__ import annotations
+
+from typing import Any
+
+BREAKDOWN_TERMS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "a2a_s")
+MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes")
+
+
+def why(best, other) -> dict[str, Any]:
+    """Why ``best`` beats ``other``: the knobs that differ, and the time and memory terms in
+    order of how much they differ (other − best)."""
+    a, b = best.as_dict(), other.as_dict()
+    knobs = {k: (a[k], b[k]) for k in ("tp", "cp", "ep", "cp_kind", "pp", "dp", "vpp", "micro_batch", "recompute",
+                                        "zero", "schedule") if a[k] != b[k]}
+    time_terms = []
+    if best.prediction is not None and other.prediction is not None:
+        for k in BREAKDOWN_TERMS:
+            x, y = getattr(best.prediction.breakdown, k), getattr(other.prediction.breakdown, k)
+            time_terms.append((k, x, y, y - x))
+        time_terms.sort(key=lambda t: -abs(t[3]))
+    mem_terms = []
+    pa, pb = best.peak_stage, other.peak_stage
+    for k in MEMORY_TERMS:
+        x, y = getattr(pa, k), getattr(pb, k)
+        mem_terms.append((k, x, y, y - x))
+    mem_terms.sort(key=lambda t: -abs(t[3]))
+    return {"knobs": knobs, "step_time_s": (best.step_time_s, other.step_time_s),
+            "time_terms": time_terms, "memory_terms": mem_terms}

@@ -1,0 +1,104 @@
+"""Activation bytes per layer, embedding and loss, per micro-batch on one rank (the terms of
+:mod:`modelcut.core.memory` 's module doc: Korthikanti et al. 2022 Table 2 generalized, context
+parallelism's kept and transient K/V, mixture-of-experts routed rows)."""
+
+from __future__ import annotations
+
+from ..costs import context
+from ..errors import ModelcutError
+from ..specs import ModelSpec
+from ..units import FP32_BYTES, TOKEN_ID_BYTES
+
+#: FP32 logits/softmax kept by the vocab-parallel cross-entropy (see the package docstring).
+LOGIT_BYTES = FP32_BYTES
+#: FP32 log-sum-exp per head and token saved by FlashAttention's forward (Dao et al. 2022, Alg. 2).
+LSE_BYTES = FP32_BYTES
+
+
+def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
+                           sequence_parallel: bool = False, recompute: str = "none",
+                           flash_attention: bool = True, moe: bool = False, etp: int | None = None,
+                           recomputing: bool = False, cp_kind: str = "ring") -> float:
+    """Bytes one transformer layer keeps for its backward, for one micro-batch, on one rank.
+
+    Korthikanti et al. 2022 Table 2 generalized (module docstring). ``recompute``: none,
+    selective or full; ``recomputing`` gives the full activations of a layer being
+    recomputed (the working set of full recomputation) whatever ``recompute`` says.
+    ``cp_kind``: with cp > 1, ``"allgather"`` also keeps the gathered K and V of the other
+    cp − 1 ranks, :func:`cp_kept_extra_bytes`; ``"ring"`` only the local ones.
+    """
+    n = micro_batch * seq / cp            # tokens of the micro-batch on this rank
+    h, q, a = model.hidden, model.q_dim, model.heads
+    sp = t if sequence_parallel else 1
+    if recompute == "full" and not recomputing:
+        return n * 2 * h / sp
+    gathered = cp_kept_extra_bytes(model, micro_batch=micro_batch, seq=seq, t=t, cp=cp, cp_kind=cp_kind)
+    kv_heads_per_rank = max(model.kv_heads / t, 1)
+    replicated = 8 * h + (2 * h if model.dropout else 0)
+    # Q, K, V (K and V replicated when t exceeds the KV heads) and the attention output
+    attn = 2 * q / t + 4 * kv_heads_per_rank * model.d_head + 2 * q / t
+    if flash_attention:
+        core = LSE_BYTES * a / t
+    else:
+        core = a * seq * (5 if model.dropout else 2) / t
+        if recompute == "selective" and not recomputing:
+            core = 0.0
+    if moe:
+        fe = model.expert_ffn_hidden or model.ffn_hidden
+        et = etp or t
+        per = 6 * fe if model.gated_mlp else 4 * fe
+        routed = model.top_k * (model.capacity_factor or 1.0)
+        mlp = routed * (per / et + 2 * h / sp) + 4 * model.experts  # + FP32 router logits
+        if model.shared_experts:
+            mlp += model.shared_experts * per / t
+    else:
+        f = model.ffn_hidden
+        mlp = (6 * f if model.gated_mlp else 4 * f) / t
+    return n * (replicated / sp + attn + core + mlp) + gathered
+
+
+def _cp_check(cp: int, cp_kind: str) -> None:
+    if cp_kind not in context.CP_KINDS:
+        raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {cp_kind!r}")
+
+
+def cp_kept_extra_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
+                        cp_kind: str = "ring") -> float:
+    """K and V one layer keeps for its backward beyond the rank's own, per micro-batch: the
+    all-gather form's gathered copy, ``kv_kept_bytes`` − block = (cp − 1)·block
+    (:func:`.context.cp_attention`); none for the ring form or without context parallelism."""
+    _cp_check(cp, cp_kind)
+    if cp == 1 or cp_kind == "ring":
+        return 0.0
+    return (cp - 1) * context.block_bytes(model, micro_batch, seq, cp, t)
+
+
+def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
+                       cp_kind: str = "ring") -> float:
+    """The context-parallel buffers alive while one layer's attention runs, beyond what it
+    keeps: max(forward, backward) of ``CPAttention.transient_*_bytes`` — ring: 4 blocks in the
+    backward (K, V, dK, dV of this step and the next); all-gather: the whole sequence's dK, dV,
+    cp blocks, until reduce-scattered."""
+    _cp_check(cp, cp_kind)
+    if cp == 1:
+        return 0.0
+    blk = context.block_bytes(model, micro_batch, seq, cp, t)
+    return 4 * blk if cp_kind == "ring" else cp * blk   # ring: 2 blocks forward, 4 backward
+
+
+def embedding_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
+                               sequence_parallel: bool = False) -> float:
+    """First stage: int64 token ids (8 bytes a token) and, with dropout, the embedding's
+    dropout mask (h bytes a token, /t with sequence parallelism)."""
+    n = micro_batch * seq / cp
+    sp = t if sequence_parallel else 1
+    return n * (TOKEN_ID_BYTES + (model.hidden / sp if model.dropout else 0))
+
+
+def loss_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
+                          sequence_parallel: bool = False) -> float:
+    """Last stage: the final norm's input and output (2h + 2h, /t with sequence parallelism)
+    and the FP32 softmax of the vocab-parallel logits, 4·V/t a token."""
+    n = micro_batch * seq / cp
+    sp = t if sequence_parallel else 1
+    return n * (4 * model.hidden / sp + LOGIT_BYTES * model.vocab / t)

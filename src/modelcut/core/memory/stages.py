@@ -1,0 +1,277 @@
+"""Memory per device of each pipeline rank (the package docstring gives every term)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from .. import plan as plans
+from ..costs import params as counts
+from ..plan import PipelinePlan
+from ..sim import registry
+from ..specs import Hardware, Run
+from ..step.frameworks import Framework
+from ..units import GRAD_BYTES, GiB, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
+from .activations import (cp_transient_bytes, embedding_activation_bytes, layer_activation_bytes,
+                          loss_activation_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """Assumptions the memory model does not read off the run.
+
+    ``flash_attention``: no s² score matrix (default on; Korthikanti et al.'s Table 2 is
+    without it). ``reshard_after_forward``: ZeRO-3 frees gathered weights after each
+    layer's forward (FSDP's default); off, as Llama 3 ran, it keeps the stage's BF16 weights.
+    ``microbatch_group``: the interleaved schedule's N (Megatron-LM's
+    ``--microbatch-group-size-per-virtual-pipeline-stage``; default p).
+    ``first_layers``/``last_layers``: Megatron-LM's ``--decoder-first/last-pipeline-num-layers``.
+    ``buffer_fixed_bytes``: allowance for the CUDA context and library workspaces (about
+    0.5–1 GiB on current GPUs) and NCCL communicator buffers (NCCL_BUFFSIZE, 4 MiB, per
+    channel and peer, over the tp, cp, pp and dp communicators): 2 GiB in all, an allowance,
+    not a measurement. ``fragmentation``: the caching allocator's reserved-but-unused share,
+    as a fraction of the tensors (5 %, an allowance).
+    """
+
+    flash_attention: bool = True
+    reshard_after_forward: bool = True
+    microbatch_group: int | None = None
+    first_layers: int | None = None
+    last_layers: int | None = None
+    buffer_fixed_bytes: float = 2 * GiB
+    fragmentation: float = 0.05
+
+
+DEFAULT_OPTIONS = MemoryOptions()
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """One pipeline rank's device: its chunks' layers and the bytes it holds at its peak."""
+
+    stage: int                    # pipeline rank
+    layers: int                   # transformer layers on this device (all its chunks)
+    chunk_layers: tuple[int, ...]  # layers in each of its chunks, forward order
+    embedding: bool
+    output: bool
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    total_bytes: float
+    microbatches_in_flight: float  # peak, in micro-batches of this device's whole share
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["chunk_layers"] = list(self.chunk_layers)
+        return d
+
+def memory_plan(run: Run, options: MemoryOptions = DEFAULT_OPTIONS, vpp: int | None = None,
+                schedule: str | None = None, stage_layers: tuple[int, ...] | None = None) -> PipelinePlan:
+    """The pipeline a run's memory describes when no step model has resolved one: ``vpp`` (or the
+    layout's, or the schedule's fixed chunk count, else 1) chunks under ``schedule`` (or the
+    layout's, or the registry's default), the even split unless ``stage_layers`` or the options'
+    first/last layers say otherwise, the options' micro-batch group."""
+    lay = run.layout
+    name = schedule or lay.schedule
+    spec = registry.get(name) if name is not None else None
+    v = vpp or lay.vpp or (spec.default_chunks if spec is not None and spec.fixed_chunks else 1)
+    return plans.resolve(run.model, lay, run.training, v=v, schedule=name, stage_layers=stage_layers,
+                         first_layers=options.first_layers, last_layers=options.last_layers,
+                         group=options.microbatch_group)
+
+
+def shard_groups(run: Run) -> tuple[int, int]:
+    """(D, D_expert): how many ranks share a ZeRO shard of dense and of expert parameters.
+    Dense: dp·cp, as Megatron-LM's distributed optimizer shards over the data-parallel group
+    with context parallelism. Experts: tp·cp·dp/(ep·etp), Megatron-LM's expert data-parallel group."""
+    lay = run.layout
+    d = lay.dp * lay.cp
+    etp = lay.etp or lay.tp
+    de = max(1, lay.tp * lay.cp * lay.dp // (lay.ep * etp))
+    return d, de
+
+
+def state_bytes(params: float, expert_params: float, zero: int, d: int, de: int,
+                gathered_params: float) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes for a device's parameters (module table).
+
+    ``gathered_params``: parameters ZeRO-3 holds unsharded while computing (one layer being
+    used and one prefetched, or the whole stage without resharding)."""
+    def one(n: float, D: int) -> tuple[float, float, float]:
+        w = WEIGHT_BYTES * n / (D if zero >= 3 else 1)
+        g = GRAD_BYTES * n / (D if zero >= 2 else 1)
+        o = OPTIMIZER_STATE_BYTES * n / (D if zero >= 1 else 1)
+        return w, g, o
+    a, b = one(params, d), one(expert_params, de)
+    w = a[0] + b[0] + (WEIGHT_BYTES * gathered_params if zero >= 3 else 0.0)
+    return w, a[1] + b[1], a[2] + b[2]
+
+
+def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute: str,
+                 cached: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Per device: peak activation bytes (with full recomputation's one-layer working set and the
+    context-parallel buffers of the one layer being computed) and the bytes of one micro-batch
+    through all its chunks."""
+    model, lay, tr = run.model, run.layout, run.training
+    sp = lay.sequence_parallel and lay.tp > 1
+    kw = dict(micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp, sequence_parallel=sp)
+    akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form)
+    unit = np.array([layer_activation_bytes(model, **akw),
+                     layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
+                     embedding_activation_bytes(model, **kw), loss_activation_bytes(model, **kw)])
+    coefs = plan.in_flight(cached)
+    peaks = np.array([float((c @ unit).max()) if len(c) else 0.0 for _, c in coefs])
+    share = np.array([sum(st.dense_layers * unit[0] + st.moe_layers * unit[1] + (unit[2] if st.embedding else 0.0)
+                          + (unit[3] if st.loss else 0.0) for st in plan.on_device(d)) for d in range(plan.p)])
+    transient = cp_transient_bytes(model, micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp,
+                                   cp_kind=lay.cp_form)
+    work_d = work_m = 0.0
+    if recompute == "full":
+        work_d = layer_activation_bytes(model, **dict(akw, recomputing=True))
+        work_m = layer_activation_bytes(model, moe=True, **dict(akw, recomputing=True)) if model.is_moe else 0.0
+    for d in range(plan.p):
+        mine = plan.on_device(d)
+        if any(st.layers for st in mine):
+            peaks[d] += transient
+            if recompute == "full":
+                peaks[d] += work_m if any(st.moe_layers for st in mine) else work_d
+    return peaks, share
+
+
+def _device_params(run: Run, plan: PipelinePlan) -> list[tuple[float, float, float, dict[str, Any]]]:
+    """Per device: (dense parameters, expert parameters, largest unit ZeRO-3 gathers, info)."""
+    model, lay = run.model, run.layout
+    t = lay.tp
+    dense_l, _ = counts.layer_params(model, t, False, lay.ep, lay.etp)
+    dense_m, exp_m = counts.layer_params(model, t, True, lay.ep, lay.etp) if model.is_moe else (0.0, 0.0)
+    emb = counts.embedding_params(model, t)
+    out_p = counts.output_params(model, t)
+    out = []
+    for d in range(plan.p):
+        mine = plan.on_device(d)
+        nl = sum(st.layers for st in mine)
+        nm = sum(st.moe_layers for st in mine)
+        params = (nl - nm) * dense_l + nm * dense_m
+        has_emb, has_out = any(st.embedding for st in mine), any(st.loss for st in mine)
+        if has_emb:
+            params += emb
+        if has_out:
+            # untied: the output layer; tied with pp > 1: Megatron-LM keeps a copy of the
+            # word embeddings on the last stage (megatron/core/models/common/language_module)
+            params += out_p if (not model.tied_embeddings or not has_emb) else out_p - model.vocab * model.hidden / t
+        unit = max(dense_m + exp_m if nm else 0.0, dense_l if nl > nm else 0.0,
+                   emb if has_emb else 0.0, out_p if has_out else 0.0)
+        info = dict(layers=nl, chunk_layers=tuple(st.layers for st in mine), embedding=has_emb, output=has_out)
+        out.append((params, nm * exp_m, unit, info))
+    return out
+
+
+def _states(run: Run, options: MemoryOptions, params, zero: int) -> np.ndarray:
+    """Per device: (weights, gradients, optimizer) bytes under a ZeRO stage."""
+    d, de = shard_groups(run)
+    rows = []
+    for dense, expert, unit, _ in params:
+        if zero >= 3:
+            gathered = min(2 * unit, dense + expert) if options.reshard_after_forward else dense + expert
+        else:
+            gathered = 0.0
+        rows.append(state_bytes(dense, expert, zero, d, de, gathered))
+    return np.array(rows).reshape(len(rows), 3)
+
+
+def _total(options: MemoryOptions, tensors: np.ndarray) -> np.ndarray:
+    return tensors + options.buffer_fixed_bytes + options.fragmentation * tensors
+
+
+def stage_memory(run: Run, hw: Hardware | None = None, *, options: MemoryOptions = DEFAULT_OPTIONS,
+                 plan: PipelinePlan | None = None, vpp: int | None = None, schedule: str | None = None,
+                 stage_layers: tuple[int, ...] | None = None, cached: bool = True) -> list[StageMemory]:
+    """Memory of one device of each pipeline rank (the package docstring gives every term), for
+    ``plan`` (pass a prediction's, so memory and time describe the same pipeline), or for the
+    plan :func:`memory_plan` resolves from ``vpp``, ``schedule`` and ``stage_layers``."""
+    plan = plan or memory_plan(run, options, vpp, schedule, stage_layers)
+    acts, share = _activations(run, options, plan, run.training.recompute, cached)
+    params = _device_params(run, plan)
+    states = _states(run, options, params, run.layout.zero)
+    totals = _total(options, states.sum(axis=1) + acts)
+    out = []
+    for dev in range(plan.p):
+        w, g, o = (float(x) for x in states[dev])
+        tensors = w + g + o + float(acts[dev])
+        out.append(StageMemory(
+            stage=dev, **params[dev][3], weights_bytes=w, gradients_bytes=g, optimizer_bytes=o,
+            activations_bytes=float(acts[dev]), buffers_bytes=float(totals[dev]) - tensors,
+            total_bytes=float(totals[dev]),
+            microbatches_in_flight=float(acts[dev] / share[dev]) if share[dev] else 0.0))
+    return out
+
+
+def variant_peaks(run: Run, plan: PipelinePlan, variants: list[tuple[str, int]], *,
+                  options: MemoryOptions = DEFAULT_OPTIONS) -> dict[tuple[str, int], float]:
+    """Peak device bytes of the run under each (recompute, zero) variant, sharing the pipeline,
+    activation and parameter work between variants (the explorer's fast path; the same numbers
+    as :func:`stage_memory`)."""
+    params = _device_params(run, plan)
+    acts = {r: _activations(run, options, plan, r)[0] for r in {r for r, _ in variants}}
+    states = {z: _states(run, options, params, z).sum(axis=1) for z in {z for _, z in variants}}
+    return {(r, z): float(_total(options, acts[r] + states[z]).max()) for r, z in variants}
+
+
+def peak_bytes(stages: list[StageMemory]) -> float:
+    """The largest device total: what the accelerator must hold."""
+    return max(s.total_bytes for s in stages)
+
+
+def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS
+                  ) -> tuple[Run, MemoryOptions]:
+    """The run and memory assumptions a training stack implies.
+
+    * Megatron-LM's distributed optimizer (``--use-distributed-optimizer``, on in Megatron-core's
+      and NeMo's recipes) shards the FP32 main parameters and Adam moments over dp·cp and keeps
+      the whole FP32 gradient buffer: ZeRO-1's row of the package table, 6 + 12/D bytes per
+      parameter (megatron/training/theoretical_memory_usage.py), so the run is counted with
+      zero ≥ 1;
+    * FlashAttention (no s² score matrix) unless the stack runs the unfused softmax attention;
+    * ZeRO-3/FSDP keep or free the gathered weights after the forward as the stack does;
+    * context parallelism in the stack's form when the layout leaves it open."""
+    lay = run.layout
+    zero = max(lay.zero, 1) if framework.dist_optimizer else lay.zero
+    if zero != lay.zero or lay.cp_kind is None:
+        run = replace(run, layout=replace(lay, zero=zero, cp_kind=lay.cp_kind or framework.cp_kind))
+    opts = replace(options, flash_attention=framework.attention != "unfused",
+                   reshard_after_forward=framework.reshard_after_forward)
+    return run, opts
+
+
+def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | None = None,
+                  options: MemoryOptions = DEFAULT_OPTIONS, framework: Framework | None = None) -> dict[str, Any]:
+    """The JSON piece for ``predict --json``: ``{"stages": [{"stage", "layers", "weights_bytes",
+    "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "total_bytes",
+    ...}, ...], "peak_bytes", "assumptions", "capacity_bytes", "fits"}``, for ``plan`` (a
+    prediction's) under the ``framework`` it assumed (:func:`for_framework`)."""
+    fw_name = None
+    if framework is not None:
+        run, options = for_framework(run, framework, options)
+        fw_name = framework.name
+    stages = stage_memory(run, hw, options=options, plan=plan)
+    peak = peak_bytes(stages)
+    rep: dict[str, Any] = {
+        "stages": [s.as_dict() for s in stages],
+        "peak_bytes": peak,
+        "assumptions": {
+            "flash_attention": options.flash_attention,
+            "reshard_after_forward": options.reshard_after_forward,
+            "buffer_fixed_bytes": options.buffer_fixed_bytes,
+            "fragmentation": options.fragmentation,
+            "zero": run.layout.zero,
+            "framework": fw_name,
+        },
+    }
+    if hw is not None:
+        rep["capacity_bytes"] = hw.mem_bytes
+        rep["fits"] = peak <= hw.mem_bytes
+    return rep

@@ -1,0 +1,112 @@
+"""What data parallelism adds to each pipeline device's step in the default model, read off the
+simulated trace: the gradient reduction (behind the backward where the framework overlaps it,
+after the flush where not), the tied embedding's all-reduce between the end stages, the
+optimizer step, and sharded weights' all-gather."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..costs import comm, flops
+from ..costs.kernels import Efficiency, mem_time
+from ..plan import PipelinePlan
+from ..sim.engine import Trace
+from ..specs import Hardware, Run
+from ..units import BF16_BYTES, optimizer_step_bytes
+from .exposure import exposed_after
+from .frameworks import Framework
+
+
+def traffic_layer_params(run: Run, moe: bool) -> float:
+    """Weights of one layer on one device as the gradient reduction moves them (tensor-parallel
+    cut; experts cut over ep)."""
+    model, L = run.model, run.layout
+    p = flops.layer_params(model, moe)
+    if moe:
+        expert = model.experts * flops.mlp_params(model, flops.expert_width(model))
+        return (p - expert) / L.tp + expert / (L.ep * (L.etp or L.tp))
+    return p / L.tp
+
+
+@dataclass
+class DeviceEnd:
+    """One pipeline device's end of step and what its data parallelism exposed."""
+
+    end: float
+    exposed: float     # gradient reduction, tied-embedding all-reduce, weight gathers
+    optimizer: float
+
+
+def last_backwards(plan: PipelinePlan, trace: Trace) -> dict[int, tuple[float, float]]:
+    """Each stage's last backward (B, or W when split): its start and end. A device's list runs
+    in time order."""
+    out: dict[int, tuple[float, float]] = {}
+    sched = plan.schedule
+    for dev, order in enumerate(sched.orders):
+        starts, stops = trace.starts[dev], trace.ends[dev]
+        for i in range(len(order) - 1, -1, -1):
+            op = order[i]
+            if op.kind != "F" and op.stage not in out:
+                out[op.stage] = (float(starts[i]), float(stops[i]))
+                if len(out) == len(plan.stages):
+                    return out
+    return out
+
+
+def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan,
+                trace: Trace, bw: dict[str, float]) -> list[DeviceEnd]:
+    """Per pipeline device (module doc). A stage's gradients become ready through its last
+    backward, last layer first; they are reduce-scattered (sharded optimizer states) or
+    all-reduced over dp·cp on one stream; the optimizer step is memory-bound over the device's
+    parameters; with sharded states the weights are all-gathered, ahead of use where the
+    framework prefetches."""
+    model, L = run.model, run.layout
+    ov = framework.overlap
+    t, p = L.tp, L.pp
+    dp_group = L.dp * L.cp
+    sharded = L.zero >= 1 or framework.dist_optimizer
+    dp_bw = bw["dp"] * eff.net
+    grad_b = framework.grad_bytes
+    alpha = comm.dp_ring_alpha(L, run.gpus_per_node or hw.per_node)
+
+    def reduce_time(params: float) -> float:
+        nbytes = params * grad_b
+        if sharded:
+            return comm.reduce_scatter(dp_group, nbytes, dp_bw, alpha)
+        return comm.ring_allreduce(dp_group, nbytes, dp_bw, alpha)
+
+    p_dense = traffic_layer_params(run, False)
+    p_moe = traffic_layer_params(run, True) if model.is_moe else 0.0
+    p_emb = model.vocab * model.hidden / t
+    p_pos = (model.max_seq or 0) * model.hidden if model.learned_positions else 0.0
+    tied_extra = 0.0
+    if model.tied_embeddings and p > 1:
+        tied_extra = comm.ring_allreduce(2, p_emb * grad_b, bw["pp"] * eff.net)
+    first_moe = model.dense_layers if model.is_moe else model.layers
+    ends = [float(e[-1]) if e else 0.0 for e in trace.ends]
+    last_b = last_backwards(plan, trace)
+    out = []
+    for dev in range(p):
+        requests, params_dev, layers_dev = [], 0.0, 0
+        for st in plan.on_device(dev):
+            b_start, b_end = last_b[st.index]
+            units = [p_moe if (model.is_moe and st.first_layer + j >= first_moe) else p_dense
+                     for j in range(st.layers)]
+            if st.loss and (not model.tied_embeddings or p > 1):
+                units.append(p_emb)   # untied output layer; tied: Megatron keeps a copy on the last stage
+            if st.embedding:
+                units.append(p_emb + p_pos)
+            params_dev += sum(units)
+            layers_dev += st.layers
+            for j, u in enumerate(reversed(units)):
+                requests.append((b_start + (b_end - b_start) * (j + 1) / len(units), reduce_time(u)))
+        exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
+        tied = tied_extra if (dev in (0, p - 1) and p > 1) else 0.0
+        opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1), hw, eff)
+        gather = 0.0
+        if sharded and dp_group > 1:
+            g = comm.all_gather(dp_group, params_dev * BF16_BYTES, dp_bw, alpha)
+            # gathered ahead of use: only the first layer's share waits, the rest hides behind the forward
+            gather = g / max(1, layers_dev) if ov.param_gather else g
+        out.append(DeviceEnd(ends[dev] + exp_dp + tied + opt + gather, exp_dp + tied + gather, opt))
+    return out

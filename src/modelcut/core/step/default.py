@@ -1,0 +1,141 @@
+"""modelcut's default training-step model: kernels from their shapes, the pipeline simulated,
+communication exposed only where the framework does not overlap it.
+
+One optimizer step of a run on some hardware, built bottom-up:
+
+1. **Per layer, per micro-batch, per device** (:mod:`.layer_time`): every matrix product from
+   its (m, n, k) with tile and wave quantization, memory-bound kernels from their bytes,
+   the attention kernel the framework runs, recomputation as what it re-executes, the
+   tensor- and context-parallel collectives; the embedding on the first virtual stage, the
+   logits and loss on the last.
+2. **Pipeline**: each virtual stage's forward and backward durations (whole layers per stage
+   as the pipeline plan lays them out (:mod:`..plan`), so the first and last stages are
+   heavier or lighter as they really are) go through the discrete-event engine for the
+   run's schedule (interleaved when v > 1, else 1F1B). Pipeline sends either hold both
+   devices (blocking, added to the ops) or travel as latency between them (asynchronous).
+3. **Data parallelism**: each layer's gradients become ready when its last backward ends (read
+   off the simulated trace); they are all-reduced (reduce-scattered with sharded optimizer
+   states) on one communication stream, behind the backward when the framework overlaps it,
+   after the flush when not (:mod:`.data_parallel`). ZeRO-3/FSDP without a pipeline runs the
+   layers as a compute stream waiting on a prefetching all-gather stream (:mod:`.zero3`).
+4. **Optimizer step**: memory-bound over the parameters this device updates
+   (:data:`..units.OPTIMIZER_STEP_TRAFFIC_BYTES` per parameter).
+
+Step time T = the slowest device's end of compute + its exposed communication + the
+optimizer. Reported TFLOP/s per GPU = F / (n·T) with F counted as the seed mode counts it
+(:func:`.flops.executed_flops`: eq. 3 with full recomputation, PaLM's 6N + 12·l·s·d
+otherwise), so the two modes compare on the same scale.
+
+The three constants (:class:`..costs.kernels.Efficiency`) are passed in (the catalog's fitted
+hardware profiles, ``modelcut calibrate``); the framework preset (:class:`.frameworks.Framework`,
+catalog data) says what is overlapped and which kernels run.
+"""
+
+from __future__ import annotations
+
+from .. import plan as plans
+from ..costs import comm, flops
+from ..costs.kernels import Efficiency
+from ..plan import PipelinePlan
+from ..sim import registry
+from ..sim.engine import Timing, simulate
+from ..specs import Hardware, Run
+from .checks import check_run
+from .data_parallel import device_ends
+from .frameworks import Framework
+from .result import DefaultBreakdown, Prediction
+from .stage_costs import StageCosts, kernels, stage_costs
+from .zero3 import zero3_step
+
+
+def chunks(run: Run) -> int:
+    """Chunks per device: the layout's ``vpp``, else the named schedule's default, else 1; 1
+    without a pipeline."""
+    L = run.layout
+    if L.pp == 1:
+        return 1
+    if L.vpp is not None:
+        return L.vpp
+    if L.schedule is not None:
+        return registry.get(L.schedule).default_chunks
+    return 1
+
+
+def default_plan(run: Run) -> PipelinePlan:
+    """The pipeline the default model times: :func:`chunks` per device, layers spread evenly
+    (:func:`..plan.even_split`)."""
+    return plans.resolve(run.model, run.layout, run.training, v=chunks(run), schedule=run.layout.schedule)
+
+
+def _overlapped_unit(durations: list[tuple[float, float, float]], a2a_fb: list[tuple[float, float]]):
+    """Duration of DualPipe's overlapped F&B unit (DeepSeek-V3 report §3.2.1, Fig. 4: one chunk's
+    dispatch and combine run while the other chunk computes, on separate SMs): the compute of the
+    pair and the all-to-alls of the pair as two streams, max(compute, all-to-all). The engine passes
+    the unit's op durations (F, B, W); each op's all-to-all is looked up by its stage's duration."""
+    f_a2a = {d[0]: a for d, (a, _) in zip(durations, a2a_fb)}
+    b_a2a = {d[1]: a for d, (_, a) in zip(durations, a2a_fb)}
+
+    def unit(*d: float) -> float:
+        comm_s = f_a2a.get(d[0], 0.0) + (b_a2a.get(d[1], 0.0) if len(d) > 1 else 0.0)
+        total = sum(d)
+        return max(total - comm_s, comm_s)
+    return unit
+
+
+def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: list[str]) -> DefaultBreakdown:
+    """The busiest device's terms (the most op time; with uneven stages, e.g. an MoE model's dense
+    first layers, the device that ends last may be a light one that mostly waits); its idle time
+    until the step ends is the bubble."""
+    step_ends = [e.end for e in ends]
+    crit = max(range(plan.p), key=lambda i: (float(trace.busy(i)), step_ends[i]))
+    mine = [costs.parts[st.index] for st in plan.on_device(crit)]
+    sums = [plan.passes * sum(x[i] for x in mine) for i in range(5)]
+    hidden = 0.0   # all-to-all hidden inside the device's overlapped F&B units
+    if unit is not None:
+        sched = plan.schedule
+        kind = {"F": 0, "B": 1, "W": 2}
+        for i, k in sched.units[crit]:
+            d = [costs.durations[op.stage][kind[op.kind]] for op in sched.orders[crit][i:i + k]]
+            hidden += sum(d) - unit(*d)
+        notes.append(f"{plan.name}: all-to-all hidden behind the paired chunk's compute, "
+                     f"{hidden / max(sums[3], 1e-30):.0%} of the busiest device's")
+    bd = DefaultBreakdown(compute_s=sums[0], tp_s=sums[1], cp_s=sums[2], p2p_s=sums[4], bubble_s=0.0,
+                          dp_s=ends[crit].exposed, a2a_s=max(sums[3] - hidden, 0.0), optimizer_s=ends[crit].optimizer)
+    bd.bubble_s = max(max(step_ends) - bd.total_s, 0.0)
+    return bd
+
+
+def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: DefaultBreakdown, plan: PipelinePlan,
+            notes: list[str], stage_layers: tuple[int, ...]) -> Prediction:
+    tr = run.training
+    F = flops.executed_flops(run.model, tr, "megatron" if tr.recompute == "full" else "palm")
+    n = run.layout.gpus
+    return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=F / (n * T * hw.peak_flops_16),
+                      breakdown=bd, flops_per_step=F, microbatches=plan.m, vpp=plan.v, schedule=plan.name,
+                      notes=notes, mode="default", eta=eff.gemm, stage_layers=stage_layers,
+                      pipeline_method="simulation", plan=plan)
+
+
+def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Prediction:
+    """One run's step time under the default model (module doc), on the stack ``framework``
+    (a :class:`.frameworks.Framework`, its overlap overrides applied)."""
+    check_run(run)
+    L = run.layout
+    notes: list[str] = [f"framework {framework.name}"]
+    plan = default_plan(run)
+    bw = comm.group_bandwidths(L, hw, run.gpus_per_node or hw.per_node, framework.multi_nic_rings)
+    k = kernels(run, hw, eff, framework, bw)
+    if L.zero == 3 and L.pp == 1:
+        T, bd = zero3_step(run, hw, eff, framework, k, plan.m, bw, notes)
+        return _finish(run, hw, eff, T, bd, plan, notes, (run.model.layers,))
+    costs = stage_costs(run, hw, eff, framework, plan, k, bw)
+    sched = plan.schedule
+    unit = (_overlapped_unit(costs.durations, costs.a2a_fb) if sched.units and any(a or b for a, b in costs.a2a_fb)
+            else None)
+    trace = simulate(sched, Timing(stage_durations=costs.durations, p2p=costs.tau if framework.overlap.p2p_async
+                                   else 0.0, overlap=unit), validate=False)
+    ends = device_ends(run, hw, eff, framework, plan, trace, bw)
+    bd = _breakdown(plan, trace, costs, unit, ends, notes)
+    if len(set(plan.layers)) > 1:
+        notes.append(f"uneven stages: {min(plan.layers)} to {max(plan.layers)} layers per chunk")
+    return _finish(run, hw, eff, max(e.end for e in ends), bd, plan, notes, plan.layers)

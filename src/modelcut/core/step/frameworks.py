@@ -1,0 +1,115 @@
+"""What a training stack does: which communication it overlaps with compute, which kernels it
+runs, how it keeps and moves gradients and weights.
+
+Each overlap is a named option (:data:`OPTIONS`); a :class:`Framework` gives the defaults of one
+stack and era. The presets themselves are catalog data with their sources
+(``modelcut/catalog/frameworks.toml``), so a user can say what their run did (``--framework``,
+``--overlap grad_reduce=off``).
+
+* ``grad_reduce``: the data-parallel gradient all-reduce (or reduce-scatter) runs in buckets
+  while the backward is still going: a bucket starts when the last backward touching it ends.
+  PyTorch DDP does this by default (Li et al. 2020, "PyTorch Distributed", §3.2.3, 25 MB
+  buckets); Megatron-LM's own ``LocalDDP`` of 2021-2022 did not (``--DDP-impl local``: one
+  all-reduce after the pipeline flush, ``megatron/model/distributed.py``); Megatron-core added
+  ``--overlap-grad-reduce`` in 2023 (off by default; NeMo turns it on); FSDP and DeepSpeed
+  ZeRO-2/3 (``overlap_comm``) reduce-scatter behind the backward.
+* ``param_gather``: sharded weights are all-gathered ahead of use (ZeRO-3 prefetch; FSDP
+  ``forward_prefetch``/``backward_prefetch``; Megatron-core ``--overlap-param-gather`` with the
+  distributed optimizer); off, each gather waits for the layer that needs it.
+* ``p2p_async``: pipeline sends and receives run on their own stream and do not hold the
+  device (Llama 3, Grattafiori et al. 2024 §3.3.2; Megatron-core ``--overlap-p2p-comm``);
+  off, as in Megatron-LM 2021-2022 (``batch_isend_irecv`` then a device synchronize in
+  ``megatron/p2p_communication.py``), each transfer holds both devices.
+* ``tp_comm``: tensor-parallel collectives hidden behind the neighbouring products
+  (Transformer Engine userbuffers, NeMo's ``tp_comm_overlap``; Wang et al. 2023 "Overlap
+  communication with dependent computation"); off, every one is on the critical path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import ModelcutError
+
+#: Option name -> what it means (shown by the CLI).
+OPTIONS: dict[str, str] = {
+    "grad_reduce": "data-parallel gradient reduction in buckets behind the backward",
+    "param_gather": "ZeRO-3/FSDP/distributed-optimizer weight all-gather ahead of use",
+    "p2p_async": "pipeline sends on their own stream, not holding the device",
+    "tp_comm": "tensor-parallel collectives hidden behind the neighbouring matrix products",
+}
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Which communication a framework overlaps with compute (module doc)."""
+
+    grad_reduce: bool = True
+    param_gather: bool = True
+    p2p_async: bool = True
+    tp_comm: bool = False
+
+    def with_options(self, **kw: bool) -> "Overlap":
+        for k, val in kw.items():
+            if k not in OPTIONS:
+                raise ModelcutError(f"unknown overlap option {k!r}; choose one of {', '.join(OPTIONS)}")
+            if not isinstance(val, bool):
+                raise ModelcutError(f"overlap option {k} must be on or off, got {val!r}")
+        return replace(self, **kw)
+
+    def as_dict(self) -> dict[str, bool]:
+        return {k: getattr(self, k) for k in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One training stack's defaults: what it overlaps, which kernels it runs, how it keeps
+    and moves gradients.
+
+    ``attention``: the attention kernel (:data:`.kernels.ATTENTION_KINDS`), or "auto":
+    Transformer Engine's choice, cuDNN fused attention on Hopper, FlashAttention-2 before it;
+    ``grad_accum_fusion``: weight gradients accumulated inside the product;
+    ``fused_cross_entropy``: one fused loss kernel; ``grad_bytes``: bytes per gradient element
+    on the data-parallel wire (2: fp16/bf16, 4: fp32); ``dist_optimizer``: optimizer states
+    sharded over data parallelism even at zero = 0 (Megatron's distributed optimizer);
+    ``reshard_after_forward``: ZeRO-3/FSDP frees gathered weights after the forward, so the
+    backward gathers them again (once: the recomputed forward and the backward share it);
+    ``prefetch_backward``: the ``param_gather`` overlap also prefetches in the backward;
+    ``tp_async_backward``: tensor-parallel backward collectives of the column-parallel products
+    run behind their gradient products (Megatron-LM's async all-reduce, from late 2021);
+    ``multi_nic_rings``: data-parallel collectives of a group with several members per node
+    use all those members' network ports (NCCL's rings, :func:`..costs.comm.collective_bandwidth`);
+    off, each member moves its bytes through its own port only (see the deepspeed-zero3 preset);
+    ``cp_kind``: the stack's context-parallel form when the layout names none: "ring" for
+    Megatron-core and NeMo (``--cp-comm-type`` defaults to ``p2p``, Transformer Engine's ring
+    attention with the K/V exchange overlapped with the attention blocks), "allgather" for
+    Llama 3 (Grattafiori et al. 2024 §3.3.2) and PyTorch's context parallelism (its default
+    rotation, ``set_rotate_method("allgather")``);
+    ``zero3_runtime``: how ZeRO-3 without a pipeline fetches weights: "unit", FSDP's wrapped
+    units (one transformer layer each) prefetched one ahead on a communication stream;
+    "deepspeed-0.3", DeepSpeed's 2021 hooks replayed weight by weight
+    (:mod:`.deepspeed_stage3`); ``fused_elementwise``: norms, activations, rotary embedding and
+    residual adds as fused kernels (Megatron-LM, Transformer Engine); off, PyTorch's eager ops,
+    one kernel each (:data:`.layer_time.EAGER_RMSNORM_FWD`)."""
+
+    name: str
+    overlap: Overlap
+    attention: str
+    grad_accum_fusion: bool
+    fused_cross_entropy: bool
+    grad_bytes: int
+    dist_optimizer: bool = False
+    reshard_after_forward: bool = True
+    prefetch_backward: bool = True
+    tp_async_backward: bool = True
+    multi_nic_rings: bool = True
+    cp_kind: str = "allgather"
+    zero3_runtime: str = "unit"
+    fused_elementwise: bool = True
+    source: str = ""
+
+    def with_overlap(self, overrides: dict[str, bool] | None) -> "Framework":
+        """This stack with some overlap options switched (``--overlap``)."""
+        if not overrides:
+            return self
+        return replace(self, overlap=self.overlap.with_options(**overrides))

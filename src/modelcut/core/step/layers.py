@@ -1,0 +1,357 @@
+"""Time of one transformer layer, the embedding and the loss, for one micro-batch on one device.
+
+Built kernel by kernel from :mod:`.kernels`; every matrix product is timed from its own
+(m, n, k) after the tensor-parallel (t) and context-parallel (cp) cuts, every memory-bound
+kernel from the bytes it moves. Tokens on the device: T = b·s/cp; with sequence parallelism
+the norms, dropouts and residual adds see T/t of them (Korthikanti et al. 2022, §4.2.2).
+
+**Forward of a layer** (Megatron-LM's ``ParallelTransformerLayer``; Llama-style layers drop
+biases and dropout and use RMSNorm, RoPE and a gated MLP):
+
+* norm 1: read and write T_n·h (T_n = T/t with sequence parallelism, else T), 4·T_n·h bytes;
+* QKV product: m = T, n = (q + 2·kv)/t, k = h; with RoPE, Q and K are read and written once
+  more, 4·T·(q + kv)/t bytes;
+* attention core over the local heads (:func:`.kernels.attention_time`);
+* output projection: m = T, n = h, k = q/t;
+* bias + dropout + residual add, fused (Megatron-LM's ``bias_dropout_add_fused_train``):
+  read the branch and the residual, write the sum (+ a 1-byte dropout mask), 6·T_n·h (+ T_n·h);
+* norm 2, then MLP up: m = T, n = f/t (2·f/t gated), k = h; the activation fused with its
+  bias (``bias_gelu``; SwiGLU reads two halves, writes one): 4·T·f/t bytes (6·T·f/t gated);
+  MLP down: m = T, n = h, k = f/t; bias + dropout + residual add again.
+
+**Backward**: each product's data gradient and weight gradient (:func:`.kernels.gemm_fwd_bwd`),
+the attention core's backward, and the memory-bound backward kernels: norm 6·T_n·h each
+(read input and gradient, write gradient), dropout 5·T_n·h each, the residual gradient sums
+6·T_n·h each, the activation 6·T·f/t (10·T·f/t gated), bias gradients a read of each
+biased output's gradient. With ``grad_accum_fusion`` off (Megatron-LM before its fused
+weight-gradient accumulation), each weight gradient is then added into the fp32/fp16 main
+gradient, a read of the new gradient and a read and write of the accumulator: 6 bytes per
+local parameter per micro-batch (``megatron/model/distributed.py``, ``param.main_grad.add_``).
+
+**Recomputation** re-executes (Korthikanti et al. 2022 §5): ``selective``, the attention
+core's forward (QKᵀ, softmax, dropout, A·V); ``full``, the layer's whole forward, its
+tensor-parallel communication included.
+
+**Tensor-parallel communication** per layer (Shoeybi et al. 2019, Fig. 3): two all-reduces
+of T·h·2 bytes in the forward (after attention and after the MLP), two in the backward; with
+sequence parallelism each becomes an all-gather plus a reduce-scatter moving the same bytes,
+and the backward gathers the inputs of QKV and MLP-up once more for their weight gradients
+(only their sharded copies are kept; Korthikanti et al. 2022 §4.2.2). Where the framework
+runs them asynchronously, a column-parallel product's backward collectives hide behind its
+own gradient products and only the excess is paid.
+**Context parallelism** (``LayerSetup.cp_kind``), all-gather form (Grattafiori et al. 2024
+§3.3.2): K and V of the whole sequence gathered in the forward, their gradients
+reduce-scattered in the backward, (cp − 1)/cp · s·2·(kv/t)·2 bytes each, per layer; ring form
+(Liu et al. 2023): what the ring leaves exposed, :func:`.context.cp_attention` with the
+attention kernel's own rate (its FLOPs over the time :func:`.kernels.attention_time` gives).
+Ring costs from :mod:`.comm` at η_net of the link each group uses.
+
+**Mixture-of-experts layers**: the MLP's products are :func:`.moe.moe_gemms` on the busiest
+device (the router, the E/ep local experts as products of their received rows at width
+f_e/etp, the shared experts at width f_e/t); the MoE block's tensor-parallel collectives are its
+token dispatcher's, counted with the all-to-alls by the caller (:func:`.moe.moe_comm`), so
+only attention's remain here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..costs import comm, context
+from ..costs import moe as moe_mod
+from ..costs.kernels import ATTENTION_KINDS, BYTES, Efficiency, attention_time, gemm_fwd_bwd, mem_time
+from ..errors import ModelcutError
+from ..specs import Hardware, ModelSpec
+
+#: Bytes per element the fused vocab-parallel cross-entropy moves, forward + backward, per logit.
+#: Megatron-LM (2021-2022) casts the logits to fp32 and runs max, subtract, exp, sum, divide as
+#: separate passes (``megatron/mpu/cross_entropy.py``): convert 2 + 4, max 4, subtract 8, exp 8,
+#: sum 4, divide 8 forward; scale 8 and the cast back 6 backward = 52.
+CE_BYTES_UNFUSED = 52.0
+#: A fused cross-entropy (Megatron-core ``cross_entropy_loss_fusion``, 2024): read the logits
+#: twice, write the gradient: 2 + 2 + 2.
+CE_BYTES_FUSED = 6.0
+
+
+#: Bytes per element of PyTorch's eager (one kernel per op) elementwise code, bf16 activations,
+#: as the reference implementations write it (a framework that fuses nothing: plain PyTorch
+#: modules under FSDP without ``torch.compile``). RMSNorm, Meta's ``llama/model.py``
+#: ``self._norm(x.float()).type_as(x) * self.weight`` with ``x * rsqrt(x.pow(2).mean(-1) + eps)``:
+#: cast 2 + 4, pow 4 + 4, mean 4, scale 4 + 4, cast back 4 + 2, weight 2 + 2 = 36 forward;
+#: backward through the same ops (weight 8, cast 6, scale 8 + 8, pow 12, sum of the two
+#: input gradients 12, cast 6) = 60. SwiGLU, ``F.silu(w1(x)) * w3(x)``, per element of the
+#: f-wide output: silu 2 + 2, product 2 + 2 + 2 = 10 forward; product backward 6 + 6, silu
+#: backward 6 = 18. Rotary embedding (``apply_rotary_emb``: cast to fp32, complex product,
+#: cast back), per element of Q and K: 6 + 8 + 6 = 20 each way. Dropout, when the model has
+#: it, a kernel of its own: read 2, write 2 and a 1-byte mask = 5. LayerNorm and GeLU are
+#: single native kernels in PyTorch (``torch.nn.LayerNorm``, ``F.gelu``): as fused.
+EAGER_RMSNORM_FWD = 36.0
+EAGER_RMSNORM_BWD = 60.0
+EAGER_SWIGLU_FWD = 10.0
+EAGER_SWIGLU_BWD = 18.0
+EAGER_ROPE = 20.0
+EAGER_DROPOUT = 5.0
+
+
+@dataclass(frozen=True)
+class LayerSetup:
+    """What one device computes for one micro-batch: sizes and the framework's kernels.
+
+    ``attention``: "unfused", "flash2" or "flash3" (:data:`.kernels.ATTENTION_KINDS`);
+    ``grad_accum_fusion``: weight gradients accumulated inside the product (no extra pass);
+    ``tp_async_backward``: a column-parallel product's input-gradient collective runs while its
+    weight gradient is computed (and the input re-gather while its data gradient is),
+    Megatron-LM's ``async_tensor_model_parallel_allreduce`` (on by default since late 2021)
+    and its sequence-parallel form (``LinearWithGradAccumulationAndAsyncCommunication``);
+    ``tp_bw``/``cp_bw``: link bandwidth (bytes/s each way) of the tp and cp groups;
+    ``cp_kind``: context parallelism's form, "allgather" or "ring"; ``etp``: expert tensor
+    parallelism (default tp); ``fused_elementwise``: norms, activation, rotary embedding and
+    bias-dropout-residual run as fused kernels (Megatron-LM, Transformer Engine, compiled
+    code); off, as PyTorch's eager ops (:data:`EAGER_RMSNORM_FWD` and the rest)."""
+
+    micro_batch: int
+    seq_len: int
+    tp: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    attention: str = "flash2"
+    grad_accum_fusion: bool = True
+    fused_cross_entropy: bool = False
+    tp_async_backward: bool = False
+    tp_bw: float = 0.0
+    cp_bw: float = 0.0
+    cp_kind: str = "allgather"
+    etp: int | None = None
+    fused_elementwise: bool = True
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTION_KINDS:
+            raise ModelcutError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}")
+        if self.recompute not in ("none", "selective", "full"):
+            raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
+
+
+@dataclass
+class PassTime:
+    """Seconds of one pass, split by what bounds it."""
+
+    gemm: float = 0.0        # matrix products (tensor cores or their operands' traffic)
+    attention: float = 0.0   # the attention core's products / fused kernel
+    memory: float = 0.0      # memory-bound kernels
+    tp: float = 0.0          # tensor-parallel collectives
+    cp: float = 0.0          # context-parallel collectives
+
+    @property
+    def compute(self) -> float:
+        return self.gemm + self.attention + self.memory
+
+    @property
+    def comm(self) -> float:
+        return self.tp + self.cp
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.comm
+
+    def __add__(self, other: "PassTime") -> "PassTime":
+        return PassTime(self.gemm + other.gemm, self.attention + other.attention, self.memory + other.memory,
+                        self.tp + other.tp, self.cp + other.cp)
+
+    def scaled(self, k: float) -> "PassTime":
+        return PassTime(self.gemm * k, self.attention * k, self.memory * k, self.tp * k, self.cp * k)
+
+
+@dataclass
+class LayerTime:
+    """One layer, one micro-batch, one device: forward, backward (data + weight gradients),
+    the recomputed forward, and the weight-gradient share of the backward (for schedules
+    that split it)."""
+
+    fwd: PassTime
+    bwd: PassTime
+    recompute: PassTime
+    wgrad: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+#: A norm's forward moves its input in and its output out, 2 + 2 bytes per element, LayerNorm
+#: and RMSNorm alike (the statistics are per token, negligible).
+NORM_BYTES = 4.0
+
+
+def attention_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
+    """The attention block's products on one tensor-parallel rank, (m, n, k, count): QKV
+    [T, h] × [h, q/t + 2·kv_t] and the output projection [T, q/t] × [q/t, h], with
+    kv_t = max(kv/t, head_dim) (K and V heads replicated when t exceeds them)."""
+    h, q, kv, d = model.hidden, model.q_dim, model.kv_dim, model.d_head
+    kv_t = max(kv // t, d)
+    return [(tokens, (q // t) + 2 * kv_t, h, 1), (tokens, h, q // t, 1)]
+
+
+def dense_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
+    """A dense layer's four products on one rank, (m, n, k, count): QKV, output projection,
+    MLP up (gate and up fused when gated), MLP down; a weight is n·k of them."""
+    return attention_linears(model, tokens, t) + [(g.m, g.n, g.k, g.count)
+                                                  for g in moe_mod.dense_mlp_gemms(model, tokens, t)]
+
+
+def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,
+               ep: int = 1) -> LayerTime:
+    """Forward, backward and recomputation of one transformer layer (module doc)."""
+    b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
+    h, q, kv, d = model.hidden, model.q_dim, model.kv_dim, model.d_head
+    T = b * s // cp
+    Tn = T // t if setup.sequence_parallel else T
+    heads = model.heads // t
+    kv_t = max(kv // t, d)          # kv heads are replicated when t exceeds them
+    gated = model.gated_mlp
+    if moe:
+        mlp = moe_mod.moe_gemms(model, T, tp=t, ep=ep, etp=setup.etp)
+    else:
+        mlp = moe_mod.dense_mlp_gemms(model, T, t)
+    ups = [g for g in mlp if g.name.endswith(" up")]
+    # rows × local width of the MLP's activation (each up product's output, halved when gated)
+    act_elems = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups)
+    up_out = sum(g.m * g.count * g.n for g in ups)
+    drop = model.dropout
+    rope = not model.learned_positions
+
+    # Matrix products: (m, n, k, count) of each linear layer on this device.
+    linears = attention_linears(model, T, t) + [(g.m, g.n, g.k, g.count) for g in mlp]
+    fwd_g = bwd_g = wgrad = 0.0
+    per_linear = []
+    for m_, n_, k_, c_ in linears:
+        f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff)
+        per_linear.append((c_ * dg, c_ * wg))
+        fwd_g += c_ * f_
+        bwd_g += c_ * (dg + wg)
+        wgrad += c_ * wg
+    # the MLP-up product of a dense layer (column-parallel, like QKV)
+    mlp_up = per_linear[2] if not moe else None
+
+    att = attention_time(setup.attention, b, heads, s // cp, s, d, True, drop, hw, eff)
+
+    # Memory-bound kernels, bytes.
+    fused = setup.fused_elementwise
+    eager_rms = not fused and model.norm == "rmsnorm"
+    nb = EAGER_RMSNORM_FWD if eager_rms else NORM_BYTES
+    nb_b = EAGER_RMSNORM_BWD if eager_rms else 6.0
+    if fused:
+        resid_f = (6.0 + (1.0 if drop else 0.0)) * Tn * h       # bias+dropout+residual, fused
+    else:
+        resid_f = (6.0 + (EAGER_DROPOUT if drop else 0.0)) * Tn * h
+    act_f = ((6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0) * act_elems
+    rope_bytes = 4.0 if fused else EAGER_ROPE
+    rope_f = rope_bytes * T * (q // t + kv_t) if rope else 0.0
+    mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f
+    resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
+    act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
+    bias_b = 0.0
+    if model.bias:
+        bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + 2 * Tn * h)
+    mem_b = 2 * nb_b * Tn * h + 2 * resid_b + act_b + rope_f + bias_b
+    if not setup.grad_accum_fusion:
+        local_params = sum(n_ * k_ * c_ for _, n_, k_, c_ in linears)
+        mem_b += 6.0 * local_params
+
+    # Communication.
+    tp_f = tp_b = 0.0
+    if t > 1:
+        msg = T * h * BYTES
+        bw = setup.tp_bw * eff.net
+        # Column-parallel products (QKV, MLP up) are linears 0 and 2: their backward
+        # collectives may run behind their own gradient products (``tp_async_backward``).
+        # An MoE block's collectives are its dispatcher's (module doc): attention's only.
+        col = [per_linear[0]] + ([mlp_up] if mlp_up is not None else [])
+        blocks = len(col)
+        if setup.sequence_parallel:
+            ag, rs = comm.all_gather(t, msg, bw), comm.reduce_scatter(t, msg, bw)
+            tp_f = blocks * (ag + rs)
+            # Only the sharded input of QKV and MLP-up is kept; the backward gathers it again
+            # for their weight gradients (Korthikanti et al. 2022 §4.2.2). Backward: the
+            # gradient all-gather before each row-parallel product, the re-gather and the
+            # reduce-scatter of each column-parallel one's input gradient.
+            if setup.tp_async_backward:
+                tp_b = blocks * ag + sum(max(ag - dg, 0.0) + max(rs - wg, 0.0) for dg, wg in col)
+            else:
+                tp_b = blocks * (ag + rs) + blocks * ag
+        else:
+            ar = comm.ring_allreduce(t, msg, bw)
+            tp_f = blocks * ar
+            tp_b = sum(max(ar - wg, 0.0) for _, wg in col) if setup.tp_async_backward else blocks * ar
+    cp_f = cp_b = 0.0
+    if cp > 1:
+        kv_bytes = b * s * 2 * kv_t * BYTES       # K and V of the whole sequence
+        bw = setup.cp_bw * eff.net
+        if setup.cp_kind == "ring":
+            rate_of = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="allgather", bw=bw,
+                                           attention_flops_per_s=1.0, t=t)
+            rate = rate_of.flops_fwd / att.fwd_math if att.fwd_math > 0 else eff.gemm * hw.peak_flops_16
+            ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=bw,
+                                        attention_flops_per_s=rate, t=t)
+            cp_f, cp_b = ring.exposed_fwd_s, ring.exposed_bwd_s
+        else:
+            cp_f = comm.all_gather(cp, kv_bytes, bw)
+            cp_b = comm.reduce_scatter(cp, kv_bytes, bw)
+
+    fwd = PassTime(gemm=fwd_g, attention=att.fwd_math, memory=mem_time(mem_f, hw, eff) + att.fwd_mem,
+                   tp=tp_f, cp=cp_f)
+    bwd = PassTime(gemm=bwd_g, attention=att.bwd_math, memory=mem_time(mem_b, hw, eff) + att.bwd_mem,
+                   tp=tp_b, cp=cp_b)
+    if setup.recompute == "full":
+        rec = PassTime(fwd.gemm, fwd.attention, fwd.memory, fwd.tp, fwd.cp)
+    elif setup.recompute == "selective":
+        rec = PassTime(attention=att.fwd_math, memory=att.fwd_mem)
+    else:
+        rec = PassTime()
+    return LayerTime(fwd, bwd, rec, wgrad)
+
+
+def embedding_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> tuple[PassTime, PassTime]:
+    """The input embedding for a micro-batch: (forward, backward).
+
+    Forward: the vocab-parallel lookup writes T·h (reads the rows it gathers), plus the learned
+    position add and embedding dropout where the model has them; with t > 1 the partial
+    lookups are all-reduced over the tp group (Megatron-LM ``VocabParallelEmbedding``; a
+    reduce-scatter with sequence parallelism). Backward: the gradient table (V/t·h, zeroed and
+    scattered into: 2 + 2 bytes per entry) and the scatter of T·h gradients (read 2, read and
+    write the row 4)."""
+    b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
+    h, V = model.hidden, model.vocab
+    T = b * s // cp
+    fwd_bytes = 4.0 * T * h
+    if model.learned_positions:
+        fwd_bytes += 6.0 * T * h
+    if model.dropout:
+        fwd_bytes += 5.0 * T * h
+    bwd_bytes = 4.0 * (V // t) * h + 6.0 * T * h
+    tp = 0.0
+    if t > 1:
+        bw = setup.tp_bw * eff.net
+        msg = T * h * BYTES
+        tp = comm.reduce_scatter(t, msg, bw) if setup.sequence_parallel else comm.ring_allreduce(t, msg, bw)
+    fwd = PassTime(memory=mem_time(fwd_bytes, hw, eff), tp=tp)
+    bwd = PassTime(memory=mem_time(bwd_bytes, hw, eff), tp=tp if setup.sequence_parallel else 0.0)
+    return fwd, bwd
+
+
+def loss_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> tuple[PassTime, PassTime]:
+    """Final norm, output projection (logits) and cross-entropy for a micro-batch:
+    (forward, backward). Logits: m = T, n = V/t, k = h; cross-entropy over T·V/t logits
+    (:data:`CE_BYTES_UNFUSED` or :data:`CE_BYTES_FUSED` per logit, split 2 : 1 forward :
+    backward as the passes fall). With sequence parallelism the final norm's output is
+    all-gathered first (and its gradient reduce-scattered)."""
+    b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
+    h, V = model.hidden, model.vocab
+    T = b * s // cp
+    Tn = T // t if setup.sequence_parallel else T
+    f_, dg, wg = gemm_fwd_bwd(T, V // t, h, hw, eff)
+    ce = (CE_BYTES_FUSED if setup.fused_cross_entropy else CE_BYTES_UNFUSED) * T * (V // t)
+    tp = 0.0
+    if t > 1 and setup.sequence_parallel:
+        tp = comm.all_gather(t, T * h * BYTES, setup.tp_bw * eff.net)
+    fwd = PassTime(gemm=f_, memory=mem_time(4.0 * Tn * h + ce * 2 / 3, hw, eff), tp=tp)
+    bwd = PassTime(gemm=dg + wg, memory=mem_time(6.0 * Tn * h + ce / 3, hw, eff), tp=tp)
+    return fwd, bwd
+

@@ -1,0 +1,67 @@
+"""What a step-time model returns: the step time, throughput, MFU, and where the time goes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..plan import PipelinePlan
+
+
+@dataclass
+class Breakdown:
+    """Where the step goes, in seconds, on the pipeline's busiest device; sums to the step."""
+
+    compute_s: float
+    tp_s: float
+    cp_s: float
+    p2p_s: float
+    bubble_s: float
+    dp_s: float
+    a2a_s: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @property
+    def total_s(self) -> float:
+        return (self.compute_s + self.tp_s + self.cp_s + self.p2p_s + self.bubble_s + self.dp_s
+                + self.a2a_s)
+
+
+@dataclass
+class DefaultBreakdown(Breakdown):
+    """The seed's breakdown plus the optimizer step; sums to the step time."""
+
+    optimizer_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return super().total_s + self.optimizer_s
+
+
+@dataclass
+class Prediction:
+    """One run's predicted step. ``plan`` is the pipeline the model timed (memory reads the same
+    one); ``stage_layers`` its layers per virtual stage."""
+
+    step_time_s: float
+    tflops_per_gpu: float
+    mfu: float
+    breakdown: Breakdown
+    flops_per_step: float
+    microbatches: int
+    vpp: int
+    schedule: str
+    notes: list[str] = field(default_factory=list)
+    mode: str = "seed"
+    eta: float = 0.0
+    stage_layers: tuple[int, ...] = ()
+    pipeline_method: str = ""   # "simulation" or "closed form (equal to the simulation)"
+    plan: PipelinePlan | None = field(default=None, repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        return {"step_time_s": self.step_time_s, "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu,
+                "breakdown": self.breakdown.as_dict(), "flops_per_step": self.flops_per_step,
+                "microbatches": self.microbatches, "vpp": self.vpp, "schedule": self.schedule,
+                "mode": self.mode, "eta": self.eta, "stage_layers": list(self.stage_layers),
+                "pipeline_method": self.pipeline_method, "notes": list(self.notes)}

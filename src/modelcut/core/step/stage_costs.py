@@ -1,0 +1,139 @@
+"""The default model's per-stage costs: each virtual stage's forward, backward and weight-gradient
+durations for one micro-batch, built from its layers (:mod:`.layers`), the embedding on the
+first stage of each model copy and the logits and loss on the last, the communication the
+framework leaves on the path, and the pipeline sends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..costs import comm
+from ..costs import moe as moe_mod
+from ..costs.kernels import Efficiency, generation
+from ..plan import PipelinePlan
+from ..specs import Hardware, Run
+from ..units import BF16_BYTES
+from .exposure import exposed_tp
+from .frameworks import Framework
+from .layers import LayerSetup, LayerTime, PassTime, embedding_time, layer_time, loss_time
+
+
+@dataclass
+class Kernels:
+    """One micro-batch's passes on one device: a dense layer, an MoE layer (if any), the
+    embedding and the loss (forward, backward each)."""
+
+    setup: LayerSetup
+    dense: LayerTime
+    moe: LayerTime | None
+    emb: tuple[PassTime, PassTime]
+    loss: tuple[PassTime, PassTime]
+
+
+def attention_kind(framework: Framework, hw: Hardware) -> str:
+    """The attention kernel the stack runs; "auto" is Transformer Engine's choice, cuDNN fused
+    attention on Hopper, FlashAttention-2 before it."""
+    if framework.attention == "auto":
+        return "cudnn" if generation(hw) == "hopper" else "flash2"
+    return framework.attention
+
+
+def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: dict[str, float]) -> Kernels:
+    """Time every pass of one micro-batch (:mod:`.layers`)."""
+    model, L, tr = run.model, run.layout, run.training
+    setup = LayerSetup(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=L.tp, cp=L.cp,
+                       sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
+                       attention=attention_kind(framework, hw), grad_accum_fusion=framework.grad_accum_fusion,
+                       fused_cross_entropy=framework.fused_cross_entropy,
+                       tp_async_backward=framework.tp_async_backward, tp_bw=bw["tp"], cp_bw=bw["cp"],
+                       cp_kind=L.cp_kind or framework.cp_kind, etp=L.etp,
+                       fused_elementwise=framework.fused_elementwise)
+    return Kernels(setup, layer_time(model, setup, hw, eff),
+                   layer_time(model, setup, hw, eff, moe=True, ep=L.ep) if model.is_moe else None,
+                   embedding_time(model, setup, hw, eff), loss_time(model, setup, hw, eff))
+
+
+@dataclass
+class StageCosts:
+    """Per virtual stage: the engine's (F, B, W) durations, the seconds per micro-batch by term
+    (compute, tp, cp, all-to-all, p2p), and the forward's and backward's all-to-all; ``tau`` is
+    one pipeline send."""
+
+    durations: list[tuple[float, float, float]]
+    parts: list[tuple[float, float, float, float, float]]
+    a2a_fb: list[tuple[float, float]]
+    tau: float
+
+
+def _a2a(run: Run, hw: Hardware, eff: Efficiency) -> float:
+    """An MoE layer's dispatch and combine (and expert-tensor-parallel gather and scatter) per
+    pass: the ep group's node-mates over the links, the rest over the network (:func:`.moe.moe_comm`)."""
+    model, L, tr = run.model, run.layout, run.training
+    if not model.is_moe:
+        return 0.0
+    gpn = run.gpus_per_node or hw.per_node
+    mc = moe_mod.moe_comm(model, tr.micro_batch * tr.seq_len / L.cp, ep=L.ep, tp=L.tp, etp=L.etp,
+                          link_bw=comm.achievable(hw.link_bw, hw) * eff.net,
+                          net_bw=comm.achievable(hw.net_bw, hw) * eff.net,
+                          local=comm.group_members_in_node(L, "ep", gpn))
+    return mc.a2a_fwd_s + mc.etp_s
+
+
+def send_time(run: Run, eff: Efficiency, bw: dict[str, float]) -> float:
+    """One pipeline send, Megatron's scatter/gather (Narayanan et al. 2021 §4.1): each tp rank
+    sends 1/t of the activation over its own link, then an all-gather inside the node; with
+    sequence parallelism the activation is already cut t ways."""
+    L, tr = run.layout, run.training
+    if L.pp == 1:
+        return 0.0
+    act = tr.micro_batch * (tr.seq_len // L.cp) * run.model.hidden * BF16_BYTES
+    tau = comm.p2p(act / L.tp, bw["pp"] * eff.net)
+    if L.tp > 1 and not L.sequence_parallel:
+        tau += comm.all_gather(L.tp, act, bw["tp"] * eff.net)
+    return tau
+
+
+def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan,
+                k: Kernels, bw: dict[str, float]) -> StageCosts:
+    """Every stage's durations (module doc). Per pass: compute, plus the tensor-parallel time the
+    framework leaves exposed, plus context parallelism's; MoE layers add their all-to-all (twice
+    in the backward with full recomputation); blocking sends hold both devices."""
+    ov = framework.overlap
+    full = run.training.recompute == "full"
+    a2a = _a2a(run, hw, eff)
+
+    def cost(pt: PassTime) -> tuple[float, float, float]:
+        return pt.compute, exposed_tp(pt.tp, pt.gemm, ov.tp_comm), pt.cp
+
+    def layer_cost(lt: LayerTime, is_moe: bool):
+        fc = cost(lt.fwd)
+        bc = tuple(x + y for x, y in zip(cost(lt.bwd), cost(lt.recompute)))
+        return fc + (a2a if is_moe else 0.0,), bc + ((2 if full else 1) * a2a if is_moe else 0.0,), lt.wgrad
+
+    tau = send_time(run, eff, bw)
+    blocking = plan.p > 1 and not ov.p2p_async
+    out = StageCosts([], [], [], tau)
+    for st in plan.stages:
+        fsum, bsum, w = [0.0] * 4, [0.0] * 4, 0.0
+        for cnt, lt, is_moe in ((st.dense_layers, k.dense, False), (st.moe_layers, k.moe, True)):
+            if cnt == 0 or lt is None:
+                continue
+            fc, bc, wg = layer_cost(lt, is_moe)
+            fsum = [x + cnt * y for x, y in zip(fsum, fc)]
+            bsum = [x + cnt * y for x, y in zip(bsum, bc)]
+            w += cnt * wg
+        for present, (f_pt, b_pt) in ((st.embedding, k.emb), (st.loss, k.loss)):
+            if present:
+                fsum = [x + y for x, y in zip(fsum, cost(f_pt) + (0.0,))]
+                bsum = [x + y for x, y in zip(bsum, cost(b_pt) + (0.0,))]
+        p2p_f = tau if blocking and not st.loss else 0.0
+        p2p_b = tau if blocking and not st.embedding else 0.0
+        F, B = sum(fsum) + p2p_f, sum(bsum) + p2p_b
+        out.parts.append((fsum[0] + bsum[0], fsum[1] + bsum[1], fsum[2] + bsum[2], fsum[3] + bsum[3], p2p_f + p2p_b))
+        out.a2a_fb.append((fsum[3], bsum[3]))
+        if plan.weight_apart:
+            w = min(w, B)
+            out.durations.append((F, B - w, w))
+        else:
+            out.durations.append((F, B, 0.0))
+    return out

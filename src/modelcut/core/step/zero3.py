@@ -1,0 +1,176 @@
+"""ZeRO-3 / FSDP without a pipeline in the default model: a compute stream of modules, each
+waiting for its weights' all-gather on one communication stream that prefetches the next
+module's (``param_gather``) and reduce-scatters each module's gradients after its backward,
+every micro-batch (DeepSpeed ZeRO-3 always; FSDP unless ``no_sync`` is used). DeepSpeed
+v0.3's hooks are replayed weight by weight (:mod:`.deepspeed_stage3`)."""
+
+from __future__ import annotations
+
+from ..costs import comm
+from ..costs.kernels import Efficiency, mem_time
+from ..errors import ModelcutError
+from ..specs import Hardware, Run
+from ..units import BF16_BYTES, optimizer_step_bytes
+from . import deepspeed_stage3 as ds
+from .data_parallel import traffic_layer_params
+from .exposure import exposed_tp, prefetch_timeline
+from .frameworks import Framework
+from .layers import LayerTime, PassTime, dense_linears
+from .result import DefaultBreakdown
+from .stage_costs import Kernels
+
+
+def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernels, m: int,
+               bw: dict[str, float], notes: list[str]) -> tuple[float, DefaultBreakdown]:
+    """ZeRO-3 / FSDP without a pipeline: a compute stream of modules, each waiting for its
+    weights' all-gather on one communication stream that prefetches the next module's
+    (``param_gather``) and reduce-scatters each module's gradients after its backward, every
+    micro-batch (DeepSpeed ZeRO-3 always; FSDP unless ``no_sync`` is used)."""
+    model, L = run.model, run.layout
+    t = L.tp
+    ov = fw.overlap
+    dp_group = L.dp * L.cp
+    dp_bw = bw["dp"] * eff.net
+    grad_b = fw.grad_bytes
+    alpha = comm.dp_ring_alpha(L, run.gpus_per_node or hw.per_node)
+    dense, moe_lt, emb, loss = k.dense, k.moe, k.emb, k.loss
+
+    def gather(params: float) -> float:
+        return comm.all_gather(dp_group, params * BF16_BYTES, dp_bw, alpha)
+
+    def rs(params: float) -> float:
+        return comm.reduce_scatter(dp_group, params * grad_b, dp_bw, alpha)
+
+    p_dense = traffic_layer_params(run, False)
+    p_emb = model.vocab * model.hidden / t + ((model.max_seq or 0) * model.hidden if model.learned_positions else 0)
+    first_moe = model.dense_layers if model.is_moe else model.layers
+    p_moe = traffic_layer_params(run, True) if model.is_moe else 0.0
+
+    def exposed(pt: PassTime) -> float:
+        return pt.compute + exposed_tp(pt.tp, pt.gemm, ov.tp_comm) + pt.cp
+
+    if fw.zero3_runtime == "deepspeed-0.3":
+        T_c, compute_total = _deepspeed_replay(run, fw, dense, emb, loss, m, gather, rs, exposed)
+        notes.append("ZeRO-3: DeepSpeed v0.3 hooks replayed (per-weight gathers, device syncs, reuse distance)")
+    else:
+        T_c, compute_total = _unit_prefetch(run, fw, dense, moe_lt, emb, loss, m, gather, rs, exposed,
+                                            p_dense, p_emb, p_moe, first_moe)
+        notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
+    P_dev = model.layers * p_dense + p_emb
+    opt = mem_time(optimizer_step_bytes(P_dev, dp_group, grads_sharded=True), hw, eff)
+    T = T_c + opt
+    bd = DefaultBreakdown(compute_s=compute_total, tp_s=0.0, cp_s=0.0, p2p_s=0.0, bubble_s=0.0,
+                          dp_s=T - compute_total - opt, optimizer_s=opt)
+    return T, bd
+
+
+def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
+                   emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
+                   p_dense: float, p_emb: float, p_moe: float, first_moe: int) -> tuple[float, float]:
+    """FSDP-style units (one layer each): a compute stream waiting on one communication stream
+    that prefetches the next unit's weights and reduce-scatters each unit's gradients after
+    its backward (:func:`.overlap.prefetch_timeline`). Returns (seconds to the end of the
+    last collective, compute seconds)."""
+    model = run.model
+    ov = fw.overlap
+    pf_f = ov.param_gather
+    pf_b = ov.param_gather and fw.prefetch_backward
+    tasks: list[tuple[float, float, bool]] = []
+    after: list[tuple[int, float]] = []
+    for mb in range(m):
+        gather_fwd = mb == 0 or fw.reshard_after_forward
+        # Forward: embedding, layers, loss (the loss uses the (tied) output weights).
+        tasks.append((gather(p_emb) if gather_fwd else 0.0, exposed(emb[0]), pf_f))
+        for i in range(model.layers):
+            lt, pp_ = (moe_lt, p_moe) if (model.is_moe and i >= first_moe) else (dense, p_dense)
+            tasks.append((gather(pp_) if gather_fwd else 0.0, exposed(lt.fwd), pf_f))
+        tasks.append((0.0, exposed(loss[0]) + exposed(loss[1]), pf_f))
+        for i in reversed(range(model.layers)):
+            lt, pp_ = (moe_lt, p_moe) if (model.is_moe and i >= first_moe) else (dense, p_dense)
+            # One gather serves the recomputed forward and the backward that follows it
+            # (DeepSpeed keeps weights reused within stage3_max_reuse_distance; FSDP recomputes
+            # inside the unit's backward, its weights gathered).
+            g = gather(pp_) if fw.reshard_after_forward else 0.0
+            tasks.append((g, exposed(lt.recompute) + exposed(lt.bwd), pf_b))
+            after.append((len(tasks) - 1, rs(pp_)))
+        tasks.append((gather(p_emb) if fw.reshard_after_forward else 0.0, exposed(emb[1]), pf_b))
+        after.append((len(tasks) - 1, rs(p_emb)))
+    compute_total = sum(c for _, c, _ in tasks)
+    if not ov.grad_reduce:
+        rs_total = sum(d for _, d in after)
+        after = []
+    else:
+        rs_total = 0.0
+    end_c, end_comm = prefetch_timeline(tasks, after)
+    return max(end_c, end_comm) + rs_total, compute_total
+
+
+def _deepspeed_replay(run: Run, fw: Framework, dense: LayerTime, emb: tuple[PassTime, PassTime],
+                      loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed) -> tuple[float, float]:
+    """DeepSpeed v0.3's ZeRO-3 hooks replayed sub-module by sub-module (:mod:`.deepspeed_stage3`).
+
+    A layer's sub-modules with weights are its four linears (QKV, output projection, MLP up
+    (gate and up fused when gated), MLP down); each linear's share of the layer's
+    matrix-product time is its share of the weights (its products' FLOPs are 2·tokens·weights);
+    the attention core, the norms and the other memory-bound kernels run between QKV and
+    the projection, where the parameterless attention sub-modules sit. Norms and biases
+    (under 1e5 elements) stay whole (``stage3_param_persistence_threshold``). The tied output
+    layer re-uses the word embeddings (gathered for it, its gradient reduced once, with the
+    embedding's). Returns (seconds to the end of the epilogue, compute seconds)."""
+    model = run.model
+    if model.is_moe:
+        raise ModelcutError("the deepspeed-zero3 (2021) runtime replays dense models only; "
+                            "use --framework fsdp for a mixture-of-experts ZeRO-3 run")
+    t, h = run.layout.tp, model.hidden
+    linears = [(name, n * k * c) for name, (_, n, k, c) in
+               zip(("qkv", "proj", "up", "down"), dense_linears(model, 1, t))]
+    lin_total = sum(n for _, n in linears)
+    weights: dict[str, ds.Weight] = {}
+
+    def weight(name: str, numel: float) -> str:
+        weights[name] = ds.Weight(name, numel, gather(numel), rs(numel))
+        return name
+
+    emb_w = [weight("embedding", model.vocab * h / t)]
+    if model.learned_positions and (model.max_seq or 0) * h >= ds.PERSISTENCE_THRESHOLD_NUMEL:
+        emb_w.append(weight("positions", (model.max_seq or 0) * h))
+    out_w = emb_w[:1] if model.tied_embeddings else [weight("output", model.vocab * h / t)]
+    layer_w = [[weight(f"{i}.{n}", numel) for n, numel in linears] for i in range(model.layers)]
+
+    def split(pt: PassTime) -> list[float]:
+        """(qkv, core, proj, up, down) seconds of one pass."""
+        g = [pt.gemm * numel / lin_total for _, numel in linears]
+        core = exposed(pt) - pt.gemm
+        return [g[0], core, g[1], g[2], g[3]]
+
+    f_s, r_s, b_s = split(dense.fwd), split(dense.recompute), split(dense.bwd)
+    recomputes = run.training.recompute == "full"
+
+    def forward(i: int, secs: list[float]) -> list[ds.Step]:
+        w = layer_w[i]
+        return [ds.Step(w[0], (w[0],), secs[0]), ds.Step(f"{i}.core", (), secs[1]), ds.Step(w[1], (w[1],), secs[2]),
+                ds.Step(w[2], (w[2],), secs[3]), ds.Step(w[3], (w[3],), secs[4])]
+
+    def backward(i: int) -> list[ds.Step]:
+        w = layer_w[i]
+        core = b_s[1] + (0.0 if recomputes else r_s[1])   # selective: the core's forward again
+        return [ds.Step(w[3], (w[3],), b_s[4], True), ds.Step(w[2], (w[2],), b_s[3], True),
+                ds.Step(w[1], (w[1],), b_s[2], True), ds.Step(f"{i}.core", (), core, True),
+                ds.Step(w[0], (w[0],), b_s[0], True)]
+
+    trace: list[ds.Step] = []
+    for _ in range(m):
+        trace.append(ds.Step("embedding", tuple(emb_w), exposed(emb[0])))
+        for i in range(model.layers):
+            trace += forward(i, f_s)
+        trace.append(ds.Step("output", tuple(out_w), exposed(loss[0])))
+        trace.append(ds.Step("output", tuple(out_w), exposed(loss[1]), True,
+                             grads=() if model.tied_embeddings else tuple(out_w)))
+        for i in reversed(range(model.layers)):
+            if recomputes:
+                trace += forward(i, r_s)
+            trace += backward(i)
+        trace.append(ds.Step("embedding", tuple(emb_w), exposed(emb[1]), True))
+    pf = ds.PREFETCH_BUCKET_NUMEL if fw.overlap.param_gather else 0.0
+    res = ds.replay(trace, weights, prefetch_numel=pf)
+    return res.step_s, res.compute_s

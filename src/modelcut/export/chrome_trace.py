@@ -1,0 +1,134 @@
+"""Chrome trace-event JSON for a pipeline timeline, to open in Perfetto (ui.perfetto.dev)
+or chrome://tracing.
+
+Format: the Trace Event Format's JSON object form, ``{"traceEvents": [...]}``, with
+complete events (``"ph": "X"``, ``ts`` and ``dur`` in microseconds), metadata events
+naming each process and thread (``process_name``, ``thread_name``, ``*_sort_index``) and
+counter events (``"ph": "C"``) for activation memory. Each timeline is one process
+(``pid``); each device is one thread (track) in it.
+
+Colour: chrome://tracing honours ``cname``, which is set by micro-batch from its reserved
+colour names. Perfetto ignores ``cname`` and colours a slice by its name with the digits
+taken out, so there F, B and W each get one colour.
+
+Simulated time is in abstract units; :func:`to_trace` shows one unit as one second
+unless told otherwise (``unit_seconds``).
+"""
+
+from __future__ import annotations
+
+from operator import index
+from typing import Any, Iterable, Sequence
+
+from ..core.errors import ModelcutError
+from ..core.sim.run import PipelineResult
+
+#: Reserved colour names of the legacy trace viewer (catapult
+#: tracing/tracing/base/color_scheme.html), in an order that keeps neighbours distinct.
+CNAMES = ["thread_state_running", "thread_state_iowait", "rail_response", "thread_state_runnable",
+          "rail_animation", "thread_state_uninterruptible", "rail_load", "cq_build_passed", "olive",
+          "rail_idle", "cq_build_failed", "yellow", "good", "terrible", "generic_work", "startup"]
+
+KIND_NAMES = {"F": "forward", "B": "backward", "W": "weight gradient"}
+
+#: One row of a timeline: (device, kind, micro-batch, stage, start in s, end in s).
+Row = tuple[int, str, int, int, float, float]
+
+
+def _us(seconds: Any) -> float:
+    return round(float(seconds) * 1e6, 6)
+
+
+def to_trace_multi(timelines: Sequence[tuple[str, Iterable[Row]]],
+                   counters: Sequence[dict[str, Sequence[tuple[float, float]]] | None] | None = None,
+                   metadata: dict | None = None) -> dict:
+    """Several timelines side by side, one process each, in the order given.
+
+    ``timelines`` is a list of (label, rows), each row (device, kind, micro-batch, stage,
+    start_s, end_s). ``counters``, if given, holds for each timeline a dict from a
+    counter's name to its (time_s, value) points, or None. ``metadata`` goes under
+    ``otherData``.
+    """
+    events: list[dict] = []
+    max_dev = 0
+    checked = []
+    for name, rows in timelines:
+        clean = []
+        for r in rows:
+            if len(r) != 6:
+                raise ModelcutError(f"timeline {name!r}: a row needs (device, kind, micro-batch, stage, "
+                                    f"start_s, end_s), got {r!r}")
+            d, kind, mb, stage, a, b = r
+            try:
+                d, mb, stage = index(d), index(mb), index(stage)
+                a, b = float(a), float(b)
+            except (TypeError, ValueError):
+                raise ModelcutError(f"timeline {name!r}: device, micro-batch and stage must be integers "
+                                    f"and times numbers, got {r!r}") from None
+            if d < 0:
+                raise ModelcutError(f"timeline {name!r}: device must be non-negative, got {d}")
+            if not b >= a:
+                raise ModelcutError(f"timeline {name!r}: op {kind}{mb} on device {d} ends ({b}) "
+                                    f"before it starts ({a})")
+            max_dev = max(max_dev, d)
+            clean.append((d, str(kind), mb, stage, a, b))
+        checked.append((name, clean))
+    stride = 1000
+    while stride <= max_dev:
+        stride *= 10
+    for k, (name, rows) in enumerate(checked):
+        pid = k + 1
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": k}})
+        devices = sorted({r[0] for r in rows})
+        for d in devices:
+            tid = k * stride + d  # thread ids unique across processes
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                           "args": {"name": f"device {d}"}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                           "args": {"sort_index": d}})
+        for d, kind, mb, stage, a, b in rows:
+            events.append({
+                "name": f"{kind}{mb}",
+                "cat": KIND_NAMES.get(kind, kind),
+                "ph": "X",
+                "ts": _us(a),
+                "dur": _us(b) - _us(a),
+                "pid": pid,
+                "tid": k * stride + d,
+                "cname": CNAMES[mb % len(CNAMES)],
+                "args": {"kind": kind, "microbatch": mb, "stage": stage, "device": d},
+            })
+        series = (counters[k] if counters and k < len(counters) else None) or {}
+        for cname, points in series.items():
+            for t, value in points:
+                events.append({"name": cname, "ph": "C", "ts": _us(t), "pid": pid,
+                               "args": {"value": float(value)}})
+    out: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ms"}
+    if metadata:
+        out["otherData"] = metadata
+    return out
+
+
+def rows(result: PipelineResult, unit_seconds: float = 1.0) -> list[Row]:
+    """The simulated ops as timeline rows, ``unit_seconds`` seconds per time unit."""
+    return [(d, op.kind, op.microbatch, op.stage, float(a) * unit_seconds, float(b) * unit_seconds)
+            for d, op, a, b in result.trace.rows()]
+
+
+def to_trace(result: PipelineResult, unit_seconds: float = 1.0, label: str | None = None,
+             memory: bool = True) -> dict:
+    """One simulated pipeline as a trace: a track per device, and (``memory``) a counter
+    per device of its activations, in units of one micro-batch's activations for the
+    device's whole share of layers."""
+    s, m = result.schedule, result.metrics
+    label = label or f"{s.name} p={s.devices} m={s.microbatches} v={s.chunks} (simulated)"
+    counters = None
+    if memory:
+        counters = [{f"activations, device {d}": [(float(t) * unit_seconds, x) for t, x in line]
+                     for d, line in enumerate(m.memory_timeline)}]
+    meta = {"schedule": s.name, "devices": s.devices, "microbatches": s.microbatches, "chunks": s.chunks,
+            "seconds_per_time_unit": unit_seconds, "makespan": float(m.makespan),
+            "bubble": float(m.bubble),
+            "closed_form_bubble": None if result.closed_form_bubble is None else float(result.closed_form_bubble)}
+    return to_trace_multi([(label, rows(result, unit_seconds))], counters, meta)

@@ -1,0 +1,147 @@
+"""A chosen layout as launch settings: Megatron-LM command-line arguments and a torchtitan
+TOML. Mapping only, no formulas.
+
+Megatron-LM flags (megatron/training/arguments.py): ``--tensor-model-parallel-size``,
+``--context-parallel-size`` with ``--cp-comm-type``, ``--pipeline-model-parallel-size``,
+``--num-virtual-stages-per-pipeline-rank``, ``--sequence-parallel``,
+``--micro-batch-size``/``--global-batch-size``/``--seq-length``,
+``--use-distributed-optimizer`` (ZeRO-1), Megatron-FSDP's ``--use-megatron-fsdp
+--data-parallel-sharding-strategy optim_grads|optim_grads_params`` (ZeRO-2/3),
+``--recompute-granularity selective|full`` (full: ``--recompute-method uniform
+--recompute-num-layers 1``), and for an uneven split ``--pipeline-model-parallel-layout``
+("E" embedding, "t" a transformer layer, "L" the loss, "|" between virtual stages in
+pipeline order; docs/source/user-guide/features/pipeline_parallel_layout.md).
+
+torchtitan (torchtitan/config/job_config.py): ``[parallelism]`` with
+``data_parallel_replicate_degree``/``data_parallel_shard_degree`` (FSDP2 shards weights,
+gradients and optimizer states: ZeRO-3; ``fsdp_reshard_after_forward = "never"`` keeps
+the gathered weights through the backward, the memory of ZeRO-2), ``tensor_parallel_degree``,
+``context_parallel_degree``/``context_parallel_rotate_method``, ``pipeline_parallel_degree``,
+``pipeline_parallel_schedule`` (torch.distributed.pipelining names), ``pipeline_parallel_microbatch_size``
+and ``module_fqns_per_model_part`` (the exact split); ``[activation_checkpoint] mode``;
+``[training] local_batch_size, global_batch_size, seq_len``.
+"""
+
+from __future__ import annotations
+
+from ..core.explore import Evaluated
+from ..core.sim import registry
+
+_CP_KIND = {"allgather": "allgather", "ring": "p2p"}
+
+
+def _split(e: Evaluated) -> tuple[int, ...]:
+    """Layers per virtual stage, in pipeline order: the plan the layout was timed with."""
+    if e.prediction is not None and e.prediction.stage_layers:
+        return tuple(e.prediction.stage_layers)
+    return e.plan.layers
+
+
+def megatron_layout(split: tuple[int, ...]) -> str:
+    """Megatron-LM's ``--pipeline-model-parallel-layout`` for a split (virtual stages in
+    order), runs of three or more equal stages written ``(seg|)*k`` as Megatron-LM's
+    examples do: Llama 3 405B on 16 × 8 stages gives "E|(t|)*126L"."""
+    segs = []
+    for s, n in enumerate(split):
+        items = (["E"] if s == 0 else []) + ([("t" if n == 1 else f"t*{n}")] if n else [])
+        if s == len(split) - 1:
+            items.append("L")
+        segs.append(",".join(items))
+    out, i = "", 0
+    while i < len(segs):
+        j = i
+        while j < len(segs) and segs[j] == segs[i]:
+            j += 1
+        k = j - i
+        out += f"({segs[i]}|)*{k}" if k >= 3 else (segs[i] + "|") * k
+        i = j
+    return out[:-1] if out.endswith("|") else out
+
+
+def megatron_args(e: Evaluated) -> str:
+    """Megatron-LM arguments for the layout, one per line, with ``#`` notes where a setting
+    has no Megatron-LM flag."""
+    s, run = e.structure, e.run
+    tr, lay = run.training, run.layout
+    lines = [f"--tensor-model-parallel-size {s.tp}"]
+    if s.tp > 1:
+        lines.append("--sequence-parallel")
+    if s.cp > 1:
+        lines += [f"--context-parallel-size {s.cp}", f"--cp-comm-type {_CP_KIND.get(lay.cp_kind or 'ring', 'p2p')}"]
+    lines.append(f"--pipeline-model-parallel-size {s.pp}")
+    ep = s.ep
+    if ep > 1:
+        lines.append(f"--expert-model-parallel-size {ep}")
+    split = _split(e)
+    uneven = len(set(split)) > 1
+    if uneven:
+        lines.append(f'--pipeline-model-parallel-layout "{megatron_layout(split)}"')
+    elif s.vpp > 1:
+        lines.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
+    lines += [f"--micro-batch-size {tr.micro_batch}", f"--global-batch-size {tr.global_batch}",
+              f"--seq-length {tr.seq_len}"]
+    if e.zero == 1:
+        lines.append("--use-distributed-optimizer")
+    elif e.zero in (2, 3):
+        strategy = "optim_grads" if e.zero == 2 else "optim_grads_params"
+        lines += ["--use-distributed-optimizer", "--use-megatron-fsdp",
+                  f"--data-parallel-sharding-strategy {strategy}"]
+    if e.recompute == "selective":
+        lines.append("--recompute-granularity selective")
+    elif e.recompute == "full":
+        lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    lines.append("--bf16")
+    notes = [f"# data-parallel size {s.dp} follows from the world size {run.layout.gpus} (launch that many ranks)"]
+    if not registry.get(s.schedule).megatron:
+        notes.append(f"# schedule {s.schedule}: modelcut knows no Megatron-LM flag for it; Megatron-LM runs "
+                     f"{'1F1B' if s.vpp == 1 else 'its interleaved schedule'} with these arguments")
+    return "\n".join(notes + lines)
+
+
+def _toml_str(x: str) -> str:
+    return '"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def torchtitan_toml(e: Evaluated) -> str:
+    """A torchtitan job-config fragment: [parallelism], [activation_checkpoint], [training]."""
+    s, run = e.structure, e.run
+    tr, lay = run.training, run.layout
+    out = ["[parallelism]"]
+    replicate, shard = (s.dp, 1) if e.zero == 0 else (1, s.dp)
+    out += [f"data_parallel_replicate_degree = {replicate}", f"data_parallel_shard_degree = {shard}"]
+    if e.zero in (1, 2):
+        out += ['fsdp_reshard_after_forward = "never"',
+                f"# ZeRO-{e.zero}: torchtitan has no optimizer-only sharding; FSDP2 without resharding after "
+                "forward keeps the gathered weights, the memory of ZeRO-2"]
+    elif e.zero == 3:
+        out.append('fsdp_reshard_after_forward = "always"')
+    out += [f"tensor_parallel_degree = {s.tp}", f"context_parallel_degree = {s.cp}"]
+    if s.cp > 1:
+        rotate = "allgather" if lay.cp_form == "allgather" else "alltoall"
+        out.append(f"context_parallel_rotate_method = {_toml_str(rotate)}")
+    out.append(f"pipeline_parallel_degree = {s.pp}")
+    if s.pp > 1:
+        torch_class = registry.get(s.schedule).torch_class
+        if torch_class is not None:
+            out.append(f"pipeline_parallel_schedule = {_toml_str(torch_class.removeprefix('Schedule'))}")
+        else:
+            m = tr.global_batch // (s.dp * tr.micro_batch)
+            out += [f'pipeline_parallel_schedule_csv = "{s.schedule}.csv"',
+                    f"# torch.distributed.pipelining has no single-stage {s.schedule}; write its action CSV with "
+                    f"`modelcut simulate --schedule {s.schedule} -p {s.pp} -m {m} --export-csv {s.schedule}.csv`"]
+        out.append(f"pipeline_parallel_microbatch_size = {tr.micro_batch}")
+        split = _split(e)
+        parts, layer = [], 0
+        for k, n in enumerate(split):
+            names = (["tok_embeddings"] if k == 0 else []) + [f"layers.{layer + i}" for i in range(n)]
+            layer += n
+            if k == len(split) - 1:
+                names += ["norm", "output"]
+            parts.append("  [" + ", ".join(_toml_str(x) for x in names) + "],")
+        out += ["module_fqns_per_model_part = ["] + parts + ["]"]
+    out += ["", "[activation_checkpoint]", f"mode = {_toml_str(e.recompute)}"]
+    if e.recompute == "selective":
+        out.append('selective_ac_option = "op"')
+    out += ["", "[training]", f"local_batch_size = {tr.global_batch // s.dp}",
+            f"global_batch_size = {tr.global_batch}", f"seq_len = {tr.seq_len}"]
+    return "\n".join(out)

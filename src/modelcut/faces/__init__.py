@@ -1,1 +1,0 @@
-"""Faces: turn core results into text, JSON, traces, plots and HTML. No formulas here."""

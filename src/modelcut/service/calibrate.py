@@ -1,0 +1,80 @@
+"""Fitting the default model's constants as ``modelcut calibrate`` does: on the catalog's published
+runs (one accelerator) or a user's CSV, with the leave-one-group-out table and the profile text
+to write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import catalog
+from ..analysis import calibrate as cal
+from ..analysis.measured import Measured, catalog_measured
+from ..analysis.validation import profile_text
+from ..catalog import Profile
+from ..core.costs.kernels import NAMES
+from ..core.errors import ModelcutError
+from .runs_csv import read_runs_csv
+
+
+@dataclass
+class CalibrateResult:
+    hardware: str
+    names: tuple[str, ...]
+    measured: list[Measured]
+    base: Profile
+    fit: cal.Fit
+    folds: dict[str, dict]
+    text: str           # the profile as TOML
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"hardware": self.hardware, "fitted": list(self.names),
+                "efficiency": dict(zip(NAMES, self.fit.efficiency.as_tuple())),
+                "runs": self.fit.errors_pct, "mean_abs_error_pct": self.fit.mean_abs_pct,
+                "max_abs_error_pct": self.fit.max_abs_pct,
+                "cross_validation": {g: {"efficiency": dict(zip(NAMES, f["efficiency"].as_tuple())),
+                                         "errors_pct": f["errors_pct"]} for g, f in self.folds.items()}}
+
+
+def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str = "gemm,mem,net",
+              base: str | None = None, cv: bool = True,
+              progress: Callable[[str], None] | None = None) -> CalibrateResult:
+    """Fit the named constants by least squares (:func:`..analysis.calibrate.fit`)."""
+    names = tuple(x.strip() for x in fit_names.split(",") if x.strip())
+    if not names:
+        raise ModelcutError("--fit names no constant")
+    for k in names:
+        if k not in NAMES:
+            raise ModelcutError(f"unknown constant {k!r} in --fit; choose among {', '.join(NAMES)}")
+    if runs is not None:
+        measured = read_runs_csv(runs)
+        if gpu:
+            want = catalog.hardware(gpu).name
+            measured = [m for m in measured if m.hw.name == want]
+    else:
+        measured = catalog_measured(gpu or "a100-sxm4-80gb")
+    if not measured:
+        raise ModelcutError("no runs on that accelerator")
+    hws = sorted({m.hw.name for m in measured})
+    if len(hws) > 1:
+        raise ModelcutError(f"the runs are on several accelerators ({', '.join(hws)}); choose one with --gpu")
+    hw_name = hws[0]
+    if base is None:
+        base_prof = catalog.profile_for(hw_name)
+    elif base.endswith(".toml"):
+        base_prof = catalog.load_profile(base)
+    else:
+        base_prof = catalog.profile_for(catalog.hardware(base).name)
+    if progress:
+        progress(f"fitting {', '.join(names)} on {len(measured)} runs")
+    result = cal.fit(measured, names, base_prof.efficiency)
+    folds = {}
+    if cv:
+        if progress:
+            progress("leave one group out")
+        folds = cal.leave_one_family_out(measured, names, base_prof.efficiency)
+    inherits = base_prof.hardware if set(names) != set(NAMES) else ""
+    source = f"modelcut calibrate on {len(measured)} runs" + (f" ({runs.name})" if runs is not None else " (catalog)")
+    text = profile_text(hw_name, result, inherits=inherits, source=source, folds=folds)
+    return CalibrateResult(hw_name, names, measured, base_prof, result, folds, text)

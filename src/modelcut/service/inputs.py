@@ -1,0 +1,126 @@
+"""Reading what a user gives: a model by catalog name, config.json path or fields; token counts with
+binary suffixes; lists of integers; a layout to check. Every problem is one
+:class:`~modelcut.core.errors.ModelcutError` line."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from .. import catalog
+from ..core.errors import ModelcutError
+from ..core.specs import ModelSpec
+from ..core.step.frameworks import OPTIONS
+
+#: Keys ``--check`` (and the web's ``check``) may name, with their types.
+CHECK_KEYS = {"tp": int, "cp": int, "ep": int, "pp": int, "dp": int, "vpp": int, "micro_batch": int, "zero": int,
+              "cp_kind": str, "schedule": str, "recompute": str}
+
+
+def model_spec(spec: str) -> ModelSpec:
+    """A catalog model name, or a path to a Hugging Face ``config.json``."""
+    path = Path(spec)
+    if spec.endswith(".json") or path.is_file():
+        if not path.is_file():
+            raise ModelcutError(f"no such config file: {spec}")
+        return catalog.load_hf_config(path)
+    return catalog.model(spec)
+
+
+def model_choice(model: str | None = None, hf_config: dict | None = None, model_spec_table: dict | None = None
+                 ) -> ModelSpec:
+    """The web's model: a catalog name, a config.json object or the fields, exactly one."""
+    given = [k for k, v in (("model", model), ("hf_config", hf_config), ("model_spec", model_spec_table))
+             if v is not None]
+    if len(given) != 1:
+        raise ModelcutError("give exactly one of model (a catalog name), hf_config (a config.json object) "
+                            f"or model_spec (the fields); got {', '.join(given) or 'none'}")
+    try:
+        if model is not None:
+            return catalog.model(model)
+        if hf_config is not None:
+            return catalog.model_from_hf_config(hf_config)
+        return catalog.model_from_table(model_spec_table, name=str(model_spec_table.get("name", "model")),
+                                        where="model_spec")
+    except ModelcutError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        # A field of the wrong type deep inside the file: still the user's input, still one line.
+        what = "config.json" if hf_config is not None else "model_spec"
+        raise ModelcutError(f"{what}: a field has the wrong type ({exc})") from None
+
+
+def parse_tokens(text: str | int) -> int:
+    """Tokens as an integer, or with a binary suffix: 16M = 16·2^20 = 16,777,216 (2048 sequences of
+    8192, Llama 3's "16M tokens")."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 1:
+            raise ModelcutError(f"token count must be a positive whole number, got {text!r}")
+        return text
+    s = str(text).strip().replace("_", "").replace(",", "")
+    if len(s) > 32:
+        raise ModelcutError("a token count is a number such as 16777216 or 16M")
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(s[-1:].lower(), 1)
+    num = s[:-1] if mult > 1 else s
+    try:
+        val = float(num) * mult
+    except (ValueError, OverflowError):
+        raise ModelcutError(f"cannot read a token count from {text!r} (e.g. 16777216 or 16M)") from None
+    if not math.isfinite(val) or val != int(val) or val < 1:
+        raise ModelcutError(f"token count must be a positive whole number, got {text!r}")
+    return int(val)
+
+
+def int_list(text: str, what: str) -> tuple[int, ...]:
+    """Comma-separated positive integers."""
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ModelcutError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise ModelcutError(f"{what} must be positive integers, got {text!r}")
+    return vals
+
+
+def names(text: str) -> tuple[str, ...]:
+    """Comma-separated names, each once, in order."""
+    return tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+
+
+def pairs(text: str, what: str, example: str, keys) -> list[tuple[str, str]]:
+    """``a=1,b=2`` as [("a", "1"), ("b", "2")]; every key one of ``keys``."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if "=" not in part:
+            raise ModelcutError(f"{what}: write key=value pairs such as {example}, got {part!r}")
+        k, v = (x.strip() for x in part.split("=", 1))
+        if k not in keys:
+            raise ModelcutError(f"{what}: unknown key {k!r}; choose one of {', '.join(keys)}")
+        out.append((k, v))
+    return out
+
+
+def parse_overlap(text: str) -> dict[str, bool]:
+    """``"grad_reduce=off,tp_comm=on"`` -> {"grad_reduce": False, "tp_comm": True} (:data:`OPTIONS`)."""
+    out: dict[str, bool] = {}
+    for k, val in pairs(text, "overlap option", "grad_reduce=off,tp_comm=on", OPTIONS):
+        if val.lower() not in ("on", "off", "true", "false", "1", "0", "yes", "no"):
+            raise ModelcutError(f"overlap option {k}: {val!r} is not on or off")
+        out[k] = val.lower() in ("on", "true", "1", "yes")
+    return out
+
+
+def check_spec(text: str) -> dict[str, Any]:
+    """``tp=8,cp=1,pp=16,dp=64`` as {"tp": 8, ...} (keys :data:`CHECK_KEYS`)."""
+    want: dict[str, Any] = {}
+    for k, v in pairs(text, "--check", "tp=8,pp=16", CHECK_KEYS):
+        if CHECK_KEYS[k] is int:
+            if not v.isdigit() or int(v) < 1 and k != "zero":
+                raise ModelcutError(f"--check: {k} must be a positive integer, got {v!r}")
+            want[k] = int(v)
+        else:
+            want[k] = v
+    return want

@@ -1,0 +1,148 @@
+"""One run's prediction with its memory per device, as every face shows it (``modelcut predict``,
+``POST /api/predict``).
+
+:class:`PredictResult.as_dict` is the documented JSON: the prediction's fields
+(``step_time_s, tflops_per_gpu, mfu, breakdown, flops_per_step, microbatches, vpp, schedule, mode,
+eta, stage_layers, pipeline_method, notes``), ``memory`` (:func:`modelcut.core.memory.memory_report`,
+or ``{"error": ...}`` where the memory model cannot describe the layout), and, when asked for,
+``published`` (the catalog run's figure beside the prediction) and ``budget``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import catalog
+from ..analysis.budget import ErrorBudget, error_budget
+from ..analysis.measured import counted_flops
+from ..analysis.validation import seed_eta
+from ..catalog import Profile, PublishedRun
+from ..core.costs.kernels import Efficiency
+from ..core.errors import ModelcutError
+from ..core.memory import memory_report
+from ..core.specs import Hardware, Run
+from ..core.step import MODES, predict as step_predict
+from ..core.step.frameworks import Framework
+from ..core.step.result import Prediction
+from .inputs import parse_overlap
+
+
+def efficiency_for(hw: Hardware, profile: Profile | None = None) -> Efficiency:
+    """The default model's constants on ``hw``: the user's profile where it is for this
+    accelerator, the shipped profile otherwise."""
+    if profile is not None and catalog.hardware(profile.hardware).name == hw.name:
+        return profile.efficiency
+    return catalog.profile_for(hw).efficiency
+
+
+def load_profile(path: str | Path | None) -> Profile | None:
+    return catalog.load_profile(path) if path is not None else None
+
+
+@dataclass
+class PredictRequest:
+    """What to predict: the run and how (``mode``; the default model's ``framework`` preset name,
+    ``overlap`` overrides as text or a dict, a user ``profile``, an ``eta`` override); ``budget``
+    asks for the error budget; ``published`` is the catalog run it came from."""
+
+    run: Run
+    mode: str = "default"
+    eta: float | None = None
+    framework: str | None = None
+    overlap: str | dict[str, bool] | None = None
+    profile: Profile | None = None
+    budget: bool = False
+    published: PublishedRun | None = None
+
+
+@dataclass
+class PredictResult:
+    run: Run
+    hw: Hardware
+    prediction: Prediction
+    framework: Framework | None
+    memory: dict[str, Any]
+    published: dict[str, Any] | None = None
+    budget: ErrorBudget | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = self.prediction.as_dict()
+        d["memory"] = self.memory
+        if self.published is not None:
+            d["published"] = self.published
+        if self.budget is not None:
+            b = self.budget
+            d["budget"] = {"dominant": b.dominant, "dominant_share": b.dominant_share,
+                           "lines": [{"input": ln.input, "alternative": ln.alternative, "change_pct": ln.change_pct}
+                                     for ln in b.lines]}
+        return d
+
+
+def catalog_run(run_id: str, mode: str) -> tuple[PublishedRun, Run, dict[str, str]]:
+    """A published run of the catalog as ``validate`` runs it: the seed mode the run as runs.toml
+    records it; the default mode with the settings of runs_dev.toml (framework, micro-batch,
+    interleaving, recomputation)."""
+    ids = [r.id for r in catalog.published_runs()]
+    if run_id not in ids:
+        raise ModelcutError(f"no published run {run_id!r}; choose one of {', '.join(ids)}")
+    pr = catalog.published_run(run_id)
+    settings: dict[str, str] = {}
+    run = pr.run
+    if mode == "default":
+        st = catalog.run_settings().get(run_id)
+        run = catalog.apply_settings(pr.run, st)
+        if st is not None:
+            settings["framework"] = st.framework
+    return pr, run, settings
+
+
+def published_figure(pr: PublishedRun, pred: Prediction, run: Run) -> dict[str, Any]:
+    """The prediction against what the source published, counted as ``validate`` counts it: the
+    FLOPs of the run as the source describes it over the predicted step time."""
+    tflops = counted_flops(pr.run) / (run.layout.gpus * pred.step_time_s) / 1e12
+    out = {"id": pr.id, "source": pr.source, "published_tflops": pr.published_tflops,
+           "published_step_time_s": pr.published_step_time_s, "predicted_tflops_counted_as_published": tflops}
+    if pr.published_step_time_s is not None:
+        out["error_pct"] = (pr.published_step_time_s / pred.step_time_s - 1) * 100
+    elif pr.published_tflops:
+        out["error_pct"] = (tflops / pr.published_tflops - 1) * 100
+    return out
+
+
+def _memory(run: Run, hw: Hardware, pred: Prediction, framework: Framework | None) -> dict[str, Any]:
+    """Memory of the pipeline the prediction timed, under the stack it assumed; a layout memory
+    cannot describe gives its one-line reason instead."""
+    try:
+        return memory_report(run, hw, plan=pred.plan, framework=framework)
+    except ModelcutError as exc:
+        return {"error": str(exc)}
+
+
+def predict(req: PredictRequest) -> PredictResult:
+    """The prediction, its memory and, when asked, the published figure and the error budget."""
+    if req.mode not in MODES:
+        raise ModelcutError(f"unknown mode {req.mode!r}; choose one of {', '.join(MODES)}")
+    run, hw = req.run, catalog.hardware(req.run.gpu)
+    if req.mode == "seed":
+        if req.framework is not None or req.overlap is not None or req.profile is not None or req.budget:
+            raise ModelcutError("--framework, --overlap, --profile and --budget apply to --mode default")
+        pred = step_predict(run, hw, "seed", eta=seed_eta() if req.eta is None else req.eta)
+        fw = None
+    else:
+        overlap = parse_overlap(req.overlap) if isinstance(req.overlap, str) else req.overlap
+        fw = catalog.framework(req.framework)
+        eff = efficiency_for(hw, req.profile)
+        pred = step_predict(run, hw, "default", eta=req.eta, efficiency=eff, framework=fw.with_overlap(overlap))
+    result = PredictResult(run, hw, pred, fw, _memory(run, hw, pred, fw))
+    if req.published is not None:
+        result.published = published_figure(req.published, pred, run)
+    if req.budget:
+        eff = efficiency_for(hw, req.profile)
+        if req.eta is not None:
+            eff = Efficiency(float(req.eta), eff.mem, eff.net)
+        overlap = parse_overlap(req.overlap) if isinstance(req.overlap, str) else req.overlap
+        result.budget = error_budget(run, hw, eff, fw.name, overlap)
+    return result

@@ -1,0 +1,109 @@
+"""A user's measured runs from a CSV file (``modelcut calibrate --runs``; columns :data:`CSV_COLUMNS`):
+each bad row is a one-line error."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from .. import catalog
+from ..analysis.measured import Measured
+from ..core.errors import ModelcutError
+from ..core.specs import Layout, Run, Training
+from .inputs import parse_overlap
+
+
+# ---------------------------------------------------------------- a user's runs (CSV)
+
+#: Columns of ``modelcut calibrate --runs FILE.csv``: name -> meaning. Required: id, model, gpu,
+#: gpus_per_node may be empty (the hardware's), tp, pp, dp, seq_len, global_batch, micro_batch
+#: and one of tflops_per_gpu / step_time_s.
+CSV_COLUMNS: dict[str, str] = {
+    "id": "a name for the run",
+    "group": "cross-validation group (default: the framework)",
+    "model": "a catalog model name (modelcut models) or a path to a Hugging Face config.json",
+    "gpu": "a catalog accelerator name or alias",
+    "gpus_per_node": "accelerators per node (default: the hardware's)",
+    "tp": "tensor-parallel size", "cp": "context-parallel size (default 1)", "pp": "pipeline stages",
+    "dp": "data-parallel size", "vpp": "interleaved chunks per device (default 1)",
+    "sequence_parallel": "true/false (default false)", "zero": "ZeRO stage 0-3 (default 0)",
+    "seq_len": "tokens per sequence", "global_batch": "sequences per step",
+    "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none)",
+    "framework": "a preset (modelcut predict --help lists them; default megatron-core)",
+    "overlap": "overrides, e.g. grad_reduce=off;tp_comm=on",
+    "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them",
+    "step_time_s": "measured seconds per step (used when given)",
+}
+
+
+def _int(row: dict, key: str, where: str, default: int | None = None) -> int | None:
+    val = (row.get(key) or "").strip()
+    if not val:
+        if default is None:
+            raise ModelcutError(f"{where}: missing {key!r}")
+        return default
+    try:
+        return int(val)
+    except ValueError:
+        raise ModelcutError(f"{where}: {key} must be an integer, got {val!r}") from None
+
+
+def _float(row: dict, key: str, where: str) -> float | None:
+    val = (row.get(key) or "").strip()
+    if not val:
+        return None
+    try:
+        return float(val)
+    except ValueError:
+        raise ModelcutError(f"{where}: {key} must be a number, got {val!r}") from None
+
+
+def read_runs_csv(path: str | Path) -> list[Measured]:
+    """A user's measured runs (columns :data:`CSV_COLUMNS`); each bad row is a one-line error."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ModelcutError(f"{p}: no such file") from None
+    except UnicodeDecodeError:
+        raise ModelcutError(f"{p}: not a UTF-8 text file") from None
+    reader = csv.DictReader(text.splitlines())
+    if reader.fieldnames is None:
+        raise ModelcutError(f"{p}: empty file")
+    unknown = [c for c in reader.fieldnames if c and c.strip() not in CSV_COLUMNS]
+    if unknown:
+        raise ModelcutError(f"{p}: unknown column {unknown[0]!r} (columns: {', '.join(CSV_COLUMNS)})")
+    out = []
+    for i, row in enumerate(reader, start=2):
+        row = {k.strip(): (v or "") for k, v in row.items() if k}
+        where = f"{p}:{i}"
+        rid = row.get("id", "").strip() or f"row{i}"
+        mname = row.get("model", "").strip()
+        if not mname:
+            raise ModelcutError(f"{where}: missing 'model'")
+        spec = catalog.load_hf_config(mname) if mname.endswith(".json") else catalog.model(mname)
+        hw = catalog.hardware(row.get("gpu", "").strip() or "?")
+        sp = row.get("sequence_parallel", "").strip().lower()
+        if sp not in ("", "true", "false", "1", "0", "yes", "no"):
+            raise ModelcutError(f"{where}: sequence_parallel must be true or false, got {sp!r}")
+        vpp = _int(row, "vpp", where, 1)
+        layout = Layout(tp=_int(row, "tp", where), cp=_int(row, "cp", where, 1), pp=_int(row, "pp", where),
+                        dp=_int(row, "dp", where), vpp=vpp if vpp and vpp > 1 else None,
+                        sequence_parallel=sp in ("true", "1", "yes"), zero=_int(row, "zero", where, 0))
+        training = Training(seq_len=_int(row, "seq_len", where), global_batch=_int(row, "global_batch", where),
+                            micro_batch=_int(row, "micro_batch", where),
+                            recompute=(row.get("recompute", "").strip() or "none"))
+        gpn = _int(row, "gpus_per_node", where, 0) or None
+        fw = row.get("framework", "").strip() or None
+        if fw is not None and fw not in catalog.framework_names():
+            raise ModelcutError(f"{where}: unknown framework {fw!r}; choose one of {', '.join(catalog.framework_names())}")
+        ov = parse_overlap(row.get("overlap", "").replace(";", ","))
+        tflops, step = _float(row, "tflops_per_gpu", where), _float(row, "step_time_s", where)
+        if tflops is None and step is None:
+            raise ModelcutError(f"{where}: give tflops_per_gpu or step_time_s")
+        run = Run(model=spec, gpu=hw.name, layout=layout, training=training, gpus_per_node=gpn, name=rid)
+        group = row.get("group", "").strip() or (fw or "megatron-core")
+        out.append(Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, str(p)))
+    if not out:
+        raise ModelcutError(f"{p}: no runs")
+    return out

@@ -1,0 +1,135 @@
+"""The validation tables as every face shows them (``modelcut validate``, ``GET /api/runs``).
+
+* :func:`seed_table`: the deck's table, the seed model with η fitted on Megatron-LM's 1.7B run.
+* :func:`default_table`: every published run (deck and development sets) under the default model
+  beside the seed, per group and overall, with the profiles used and, when asked, each run's
+  error budget. :meth:`DefaultTable.as_dict` is ``validate --mode default --json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import catalog
+from ..analysis import validation as av
+from ..analysis.budget import ErrorBudget, error_budget
+from ..analysis.measured import Measured, catalog_measured
+from ..catalog import Profile
+from ..core.errors import ModelcutError
+from ..core.step import seed
+from .predict import efficiency_for
+
+BREAKDOWN_KEYS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "optimizer_s")
+
+
+def deck_runs() -> list[catalog.PublishedRun]:
+    """The 13 runs of the deck's table."""
+    return catalog.published_runs("deck")
+
+
+def seed_table() -> av.Validation:
+    return av.validate(deck_runs(), catalog.hardware, "seed")
+
+
+@dataclass
+class DefaultTable:
+    rows: list[av.SideBySideRow]
+    summary: dict[str, Any]
+    profiles: dict[str, Profile]
+    budgets: dict[str, ErrorBudget]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mode": "default",
+            "profiles": {h: {"gemm": p.efficiency.gemm, "mem": p.efficiency.mem, "net": p.efficiency.net,
+                             "fitted": list(p.fitted), "runs": list(p.runs), "inherits": p.inherits,
+                             "cv": {c[0]: {"gemm": c[1], "mem": c[2], "net": c[3], "runs": c[4],
+                                           "mean_abs_error_pct": c[5], "max_abs_error_pct": c[6]} for c in p.cv}}
+                         for h, p in self.profiles.items()},
+            "runs": [self._row(r) for r in self.rows],
+            "summary": self.summary,
+        }
+
+    def _row(self, r: av.SideBySideRow) -> dict[str, Any]:
+        out = {"id": r.id, "set": r.set, "group": r.group, "framework": r.framework,
+               "published": r.published, "unit": r.unit,
+               "default": {"predicted": r.value(r.default), "step_time_s": r.default.step_time_s,
+                           "error_pct": r.default_error_pct, "dominant": r.dominant,
+                           "breakdown": {k: getattr(r.default.breakdown, k) for k in BREAKDOWN_KEYS}},
+               "seed": None if r.seed is None else {"predicted": r.value(r.seed), "step_time_s": r.seed.step_time_s,
+                                                    "error_pct": r.seed_error_pct}}
+        if self.budgets:
+            out["budget"] = [{"input": ln.input, "alternative": ln.alternative, "change_pct": ln.change_pct}
+                             for ln in self.budgets[r.id].lines]
+        return out
+
+
+def default_table(profile: Profile | None = None, budget: bool = False) -> DefaultTable:
+    """Every published run under the default model (the user's ``profile`` for its accelerator,
+    the shipped ones elsewhere) beside the seed (the run as runs.toml records it)."""
+    measured = catalog_measured()
+    sets = {pr.id: pr.set for pr in catalog.published_runs()}
+    originals = {pr.id: pr.run for pr in catalog.published_runs()}
+    eta = av.seed_eta()
+
+    def seed_of(m: Measured):
+        try:
+            return seed.predict(originals[m.id], m.hw, eta)
+        except ModelcutError:   # a run the seed mode cannot express
+            return None
+
+    rows = av.side_by_side(measured, sets, lambda hw: efficiency_for(hw, profile), seed_of)
+    budgets = {r.id: error_budget(r.measured.run, r.measured.hw, efficiency_for(r.measured.hw, profile),
+                                  r.measured.framework) for r in rows} if budget else {}
+    used: dict[str, Profile] = {}
+    for m in measured:
+        if m.hw.name not in used:
+            mine = profile is not None and catalog.hardware(profile.hardware).name == m.hw.name
+            used[m.hw.name] = profile if mine else catalog.profile_for(m.hw)
+    return DefaultTable(rows, av.summarize(rows), used, budgets)
+
+
+def runs_page(mode: str = "seed", which: str = "deck") -> dict[str, Any]:
+    """The web's runs page: one row per published run with its layout, the published and
+    predicted throughput (or step time), the error and the breakdown."""
+    if mode == "seed":
+        return _seed_page(which)
+    if mode != "default":
+        raise ModelcutError(f"unknown mode {mode!r}; choose seed or default")
+    table = default_table()
+    by_id = {r.id: r for r in catalog.published_runs()}
+    rows = []
+    for r in table.rows:
+        if which == "deck" and r.set != "deck":
+            continue
+        pr = by_id[r.id]
+        rows.append(_page_row(pr, r.default, r.measured.run, r.published, r.unit, r.value(r.default),
+                              r.default_error_pct, False))
+    st = table.summary["deck" if which == "deck" else "overall"]["default"]
+    summary = {"mean_abs_error_pct": st["mean_abs_pct"], "max_abs_error_pct": st["max_abs_pct"],
+               "predicted": len(rows), "signs": table.summary["signs"]}
+    return {"mode": "default", "eta": None, "calibration": None, "runs": rows, "summary": summary}
+
+
+def _page_row(pr, pred, run, published, unit: str, predicted: float, error: float, fitted: bool) -> dict[str, Any]:
+    lay = run.layout
+    return {"id": pr.id, "family": pr.family, "model": run.model.name, "gpu": run.gpu, "gpus": lay.gpus,
+            "layout": {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp, "vpp": pred.vpp,
+                       "schedule": pred.schedule},
+            "unit": unit, "published": published, "predicted": predicted,
+            "published_tflops": published if unit == "TFLOP/s" else None,
+            "predicted_tflops": predicted if unit == "TFLOP/s" else pred.tflops_per_gpu,
+            "error_pct": error, "fitted": fitted, "step_time_s": pred.step_time_s,
+            "breakdown": pred.breakdown.as_dict(), "source": pr.source, "notes": pr.notes}
+
+
+def _seed_page(which: str) -> dict[str, Any]:
+    runs = catalog.published_runs("deck" if which == "deck" else None)
+    val = av.validate(runs, catalog.hardware, "seed")
+    by_id = {r.id: r for r in runs}
+    rows = [_page_row(by_id[r.id], r.prediction, by_id[r.id].run, r.published_tflops, "TFLOP/s", r.predicted_tflops,
+                      r.error_pct, r.fitted) for r in val.rows]
+    summary = {"max_error_pct": dict(val.max_error_pct), "mean_abs_error_pct": val.mean_abs_error_pct,
+               "all_low": val.all_low, "predicted": sum(not r["fitted"] for r in rows)}
+    return {"mode": "seed", "eta": val.eta, "calibration": val.calibration, "runs": rows, "summary": summary}

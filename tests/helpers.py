@@ -1,0 +1,28 @@
+"""Shorthands the tests share: the registry's names by trait, and the two step models with the
+constants the service would pass (the seed's fitted η; the shipped profile and a preset)."""
+
+from __future__ import annotations
+
+from modelcut import catalog
+from modelcut.analysis.validation import seed_eta
+from modelcut.core.sim import registry
+from modelcut.core.step import default, seed
+
+ALL_SCHEDULES = registry.names()
+#: Schedules without overlapped units (an action CSV can carry them).
+SCHEDULES = tuple(n for n, s in registry.SCHEDULES.items() if not s.overlapped)
+OVERLAPPED = tuple(n for n, s in registry.SCHEDULES.items() if s.overlapped)
+DEFAULT_CHUNKS = {n: s.default_chunks for n, s in registry.SCHEDULES.items()}
+
+
+def predict_seed(run, hw, eta=None, force_simulation=False):
+    """The seed model with η fitted on the deck's calibration run unless given."""
+    return seed.predict(run, hw, seed_eta() if eta is None else eta, force_simulation)
+
+
+def predict_default(run, hw, eff=None, framework=None, overlap=None):
+    """The default model: ``eff`` (default: the shipped profile), ``framework`` a preset name or
+    object (default: the default preset), ``overlap`` overrides."""
+    eff = eff if eff is not None else catalog.profile_for(hw).efficiency
+    fw = framework if hasattr(framework, "overlap") else catalog.framework(framework)
+    return default.predict(run, hw, eff, fw.with_overlap(overlap))
