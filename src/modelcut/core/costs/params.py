@@ -55,3 +55,35 @@ def embedding_params(model: ModelSpec, t: int) -> float:
 def output_params(model: ModelSpec, t: int) -> float:
     """Last stage: the final norm (every rank) and the vocab-parallel output layer V·h/t."""
     return flops.norm_params(model) + model.vocab * model.hidden / t
+
+
+#: One module's parameters on one device: (dense, routed-expert). Experts are kept apart because
+#: ZeRO shards them over another group (the expert data-parallel ranks).
+Module = tuple[float, float]
+
+
+def device_modules(model: ModelSpec, t: int, ep: int, etp: int | None,
+                   stages: list[tuple[int, int, bool, bool]]) -> list[list[Module]]:
+    """The modules each of a device's stages holds, in the order their gradients are finished in
+    the backward: the output layer and final norm first (the loss stage), then the transformer
+    layers last to first, then the embedding. ``stages``: (dense layers, MoE layers, embedding,
+    loss) of each stage the device holds.
+
+    With tied embeddings the output layer reuses the word embeddings: a device that holds both
+    counts the table once (with the final norm); a last stage without the embedding keeps its own
+    copy of the table (Megatron-LM: megatron/core/models/common/language_module)."""
+    dense = layer_params(model, t, False)
+    moe = layer_params(model, t, True, ep, etp) if model.is_moe else (0.0, 0.0)
+    holds_embedding = any(emb for _, _, emb, _ in stages)
+    table = model.vocab * model.hidden / t
+    out = []
+    for n_dense, n_moe, emb, loss in stages:
+        mods: list[Module] = []
+        if loss:
+            shared = model.tied_embeddings and holds_embedding
+            mods.append((output_params(model, t) - (table if shared else 0.0), 0.0))
+        mods += [moe] * n_moe + [(dense[0], 0.0)] * n_dense
+        if emb:
+            mods.append((embedding_params(model, t), 0.0))
+        out.append(mods)
+    return out

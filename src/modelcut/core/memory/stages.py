@@ -143,30 +143,20 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
 
 
 def _device_params(run: Run, plan: PipelinePlan) -> list[tuple[float, float, float, dict[str, Any]]]:
-    """Per device: (dense parameters, expert parameters, largest unit ZeRO-3 gathers, info)."""
+    """Per device: (dense parameters, expert parameters, largest unit ZeRO-3 gathers, info), from the
+    modules its stages hold (:func:`..costs.params.device_modules`, the count the data-parallel
+    collectives move too)."""
     model, lay = run.model, run.layout
-    t = lay.tp
-    dense_l, _ = counts.layer_params(model, t, False, lay.ep, lay.etp)
-    dense_m, exp_m = counts.layer_params(model, t, True, lay.ep, lay.etp) if model.is_moe else (0.0, 0.0)
-    emb = counts.embedding_params(model, t)
-    out_p = counts.output_params(model, t)
     out = []
     for d in range(plan.p):
         mine = plan.on_device(d)
-        nl = sum(st.layers for st in mine)
-        nm = sum(st.moe_layers for st in mine)
-        params = (nl - nm) * dense_l + nm * dense_m
-        has_emb, has_out = any(st.embedding for st in mine), any(st.loss for st in mine)
-        if has_emb:
-            params += emb
-        if has_out:
-            # untied: the output layer; tied with pp > 1: Megatron-LM keeps a copy of the
-            # word embeddings on the last stage (megatron/core/models/common/language_module)
-            params += out_p if (not model.tied_embeddings or not has_emb) else out_p - model.vocab * model.hidden / t
-        unit = max(dense_m + exp_m if nm else 0.0, dense_l if nl > nm else 0.0,
-                   emb if has_emb else 0.0, out_p if has_out else 0.0)
-        info = dict(layers=nl, chunk_layers=tuple(st.layers for st in mine), embedding=has_emb, output=has_out)
-        out.append((params, nm * exp_m, unit, info))
+        mods = [m for ms in counts.device_modules(model, lay.tp, lay.ep, lay.etp,
+                                                  [(st.dense_layers, st.moe_layers, st.embedding, st.loss)
+                                                   for st in mine]) for m in ms]
+        info = dict(layers=sum(st.layers for st in mine), chunk_layers=tuple(st.layers for st in mine),
+                    embedding=any(st.embedding for st in mine), output=any(st.loss for st in mine))
+        out.append((sum(a for a, _ in mods), sum(b for _, b in mods), max((a + b for a, b in mods), default=0.0),
+                    info))
     return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..costs import comm, flops
+from ..costs import comm, params
 from ..costs.kernels import Efficiency, mem_time
 from ..plan import PipelinePlan
 from ..sim.engine import Trace
@@ -15,17 +15,6 @@ from ..specs import Hardware, Run
 from ..units import BF16_BYTES, optimizer_step_bytes
 from .exposure import exposed_after
 from .frameworks import Framework
-
-
-def traffic_layer_params(run: Run, moe: bool) -> float:
-    """Weights of one layer on one device as the gradient reduction moves them (tensor-parallel
-    cut; experts cut over ep)."""
-    model, L = run.model, run.layout
-    p = flops.layer_params(model, moe)
-    if moe:
-        expert = model.experts * flops.mlp_params(model, flops.expert_width(model))
-        return (p - expert) / L.tp + expert / (L.ep * (L.etp or L.tp))
-    return p / L.tp
 
 
 @dataclass
@@ -75,31 +64,23 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
             return comm.reduce_scatter(dp_group, nbytes, dp_bw, alpha)
         return comm.ring_allreduce(dp_group, nbytes, dp_bw, alpha)
 
-    p_dense = traffic_layer_params(run, False)
-    p_moe = traffic_layer_params(run, True) if model.is_moe else 0.0
-    p_emb = model.vocab * model.hidden / t
-    p_pos = (model.max_seq or 0) * model.hidden if model.learned_positions else 0.0
     tied_extra = 0.0
-    if model.tied_embeddings and p > 1:
-        tied_extra = comm.ring_allreduce(2, p_emb * grad_b, bw["pp"] * eff.net)
-    first_moe = model.dense_layers if model.is_moe else model.layers
+    if model.tied_embeddings and p > 1:   # the end stages' two copies of the word embeddings agree
+        tied_extra = comm.ring_allreduce(2, model.vocab * model.hidden / t * grad_b, bw["pp"] * eff.net)
     ends = [float(e[-1]) if e else 0.0 for e in trace.ends]
     last_b = last_backwards(plan, trace)
     out = []
     for dev in range(p):
         requests, params_dev, layers_dev = [], 0.0, 0
-        for st in plan.on_device(dev):
+        mine = plan.on_device(dev)
+        mods = params.device_modules(model, t, L.ep, L.etp,
+                                     [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in mine])
+        for st, units in zip(mine, mods):
             b_start, b_end = last_b[st.index]
-            units = [p_moe if (model.is_moe and st.first_layer + j >= first_moe) else p_dense
-                     for j in range(st.layers)]
-            if st.loss and (not model.tied_embeddings or p > 1):
-                units.append(p_emb)   # untied output layer; tied: Megatron keeps a copy on the last stage
-            if st.embedding:
-                units.append(p_emb + p_pos)
-            params_dev += sum(units)
+            params_dev += sum(a + b for a, b in units)
             layers_dev += st.layers
-            for j, u in enumerate(reversed(units)):
-                requests.append((b_start + (b_end - b_start) * (j + 1) / len(units), reduce_time(u)))
+            for j, (a, b) in enumerate(units):   # finished in this order through the last backward
+                requests.append((b_start + (b_end - b_start) * (j + 1) / len(units), reduce_time(a + b)))
         exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
         tied = tied_extra if (dev in (0, p - 1) and p > 1) else 0.0
         opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1), hw, eff)

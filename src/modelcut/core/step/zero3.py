@@ -6,13 +6,12 @@ v0.3's hooks are replayed weight by weight (:mod:`.deepspeed_stage3`)."""
 
 from __future__ import annotations
 
-from ..costs import comm
+from ..costs import comm, flops, params
 from ..costs.kernels import Efficiency, mem_time
 from ..errors import ModelcutError
 from ..specs import Hardware, Run
 from ..units import BF16_BYTES, optimizer_step_bytes
 from . import deepspeed_stage3 as ds
-from .data_parallel import traffic_layer_params
 from .exposure import exposed_tp, prefetch_timeline
 from .frameworks import Framework
 from .layers import LayerTime, PassTime, dense_linears
@@ -41,10 +40,12 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     def rs(params: float) -> float:
         return comm.reduce_scatter(dp_group, params * grad_b, dp_bw, alpha)
 
-    p_dense = traffic_layer_params(run, False)
-    p_emb = model.vocab * model.hidden / t + ((model.max_seq or 0) * model.hidden if model.learned_positions else 0)
+    n_moe = flops.moe_layer_count(model)
+    mods = params.device_modules(model, t, L.ep, L.etp, [(model.layers - n_moe, n_moe, True, True)])[0]
+    p_out, p_emb = mods[0][0], mods[-1][0]    # readiness order: output first, embedding last
+    p_dense = params.layer_params(model, t, False)[0]
+    p_moe = sum(params.layer_params(model, t, True, L.ep, L.etp)) if model.is_moe else 0.0
     first_moe = model.dense_layers if model.is_moe else model.layers
-    p_moe = traffic_layer_params(run, True) if model.is_moe else 0.0
 
     def exposed(pt: PassTime) -> float:
         return pt.compute + exposed_tp(pt.tp, pt.gemm, ov.tp_comm) + pt.cp
@@ -54,9 +55,9 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
         notes.append("ZeRO-3: DeepSpeed v0.3 hooks replayed (per-weight gathers, device syncs, reuse distance)")
     else:
         T_c, compute_total = _unit_prefetch(run, fw, dense, moe_lt, emb, loss, m, gather, rs, exposed,
-                                            p_dense, p_emb, p_moe, first_moe)
+                                            (p_dense, p_moe, p_emb, p_out), first_moe)
         notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
-    P_dev = model.layers * p_dense + p_emb
+    P_dev = sum(a + b for a, b in mods)
     opt = mem_time(optimizer_step_bytes(P_dev, dp_group, grads_sharded=True), hw, eff)
     T = T_c + opt
     bd = DefaultBreakdown(compute_s=compute_total, tp_s=0.0, cp_s=0.0, p2p_s=0.0, bubble_s=0.0,
@@ -66,11 +67,13 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
 
 def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
                    emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
-                   p_dense: float, p_emb: float, p_moe: float, first_moe: int) -> tuple[float, float]:
-    """FSDP-style units (one layer each): a compute stream waiting on one communication stream
-    that prefetches the next unit's weights and reduce-scatters each unit's gradients after
-    its backward (:func:`.overlap.prefetch_timeline`). Returns (seconds to the end of the
-    last collective, compute seconds)."""
+                   sizes: tuple[float, float, float, float], first_moe: int) -> tuple[float, float]:
+    """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
+    stream waiting on one communication stream that prefetches the next unit's weights and
+    reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`).
+    ``sizes``: the parameters of a dense layer, an MoE layer, the embedding and the output.
+    Returns (seconds to the end of the last collective, compute seconds)."""
+    p_dense, p_moe, p_emb, p_out = sizes
     model = run.model
     ov = fw.overlap
     pf_f = ov.param_gather
@@ -84,7 +87,8 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
         for i in range(model.layers):
             lt, pp_ = (moe_lt, p_moe) if (model.is_moe and i >= first_moe) else (dense, p_dense)
             tasks.append((gather(pp_) if gather_fwd else 0.0, exposed(lt.fwd), pf_f))
-        tasks.append((0.0, exposed(loss[0]) + exposed(loss[1]), pf_f))
+        tasks.append((gather(p_out) if gather_fwd else 0.0, exposed(loss[0]) + exposed(loss[1]), pf_f))
+        after.append((len(tasks) - 1, rs(p_out)))
         for i in reversed(range(model.layers)):
             lt, pp_ = (moe_lt, p_moe) if (model.is_moe and i >= first_moe) else (dense, p_dense)
             # One gather serves the recomputed forward and the backward that follows it
