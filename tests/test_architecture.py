@@ -232,3 +232,38 @@ def test_explore_gives_the_same_json_from_cli_and_web(client):
     r = client.post("/api/explore", json=body)
     assert r.status_code == 200, r.text
     assert r.json() == by_cli
+
+
+# ---------------------------------------------------------------- the worked example of docs/architecture.md
+
+def _doc_blocks() -> list[str]:
+    text = (SRC.parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Adding a schedule", 1)[1].split("\n## ", 1)[0]
+    return [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+
+
+def test_the_worked_schedule_example_runs(monkeypatch):
+    """Registering the page's generator and entry is all a new schedule takes: it builds, the
+    engine runs it, its plan resolves and both step models time it."""
+    from modelcut import catalog
+    from modelcut.analysis.validation import seed_eta
+    from modelcut.core.sim.checks import check_complete
+    from modelcut.core.sim.engine import simulate
+    from modelcut.core.specs import Layout, Run, Training
+    from modelcut.core.step import seed
+
+    generator, entry = _doc_blocks()
+    ns: dict = {}
+    exec(compile(generator, "docs/architecture.md", "exec"), ns)
+    (spec,) = eval(entry, {**ns, "ScheduleSpec": registry.ScheduleSpec})
+    monkeypatch.setitem(registry.SCHEDULES, spec.name, spec)
+    sched = registry.build("2f2b", 4, 8)
+    check_complete(sched)
+    trace = simulate(sched)
+    assert trace.makespan > 0 and sched.num_ops == 2 * 4 * 8
+    with pytest.raises(Exception, match="even"):
+        registry.build("2f2b", 4, 7)
+    run = Run(catalog.model("gpt-1.7b"), "a100-sxm4-80gb", Layout(tp=1, pp=4, dp=2, schedule="2f2b"),
+              Training(seq_len=2048, global_batch=32, micro_batch=2))
+    pred = seed.predict(run, catalog.hardware("a100"), seed_eta())
+    assert pred.schedule == "2f2b" and pred.plan.name == "2f2b" and pred.step_time_s > 0
