@@ -41,11 +41,14 @@ def test_forward_products_are_the_four_linears():
 def test_tensor_parallel_traffic_per_layer():
     lt = layer_time(GPT22, setup(), A100, EFF)
     msg = 4 * 2048 * GPT22.hidden * 2
-    ar = comm.ring_allreduce(8, msg, A100.link_bw * EFF.net)
+    # inside a node: the measured nccl-tests all-reduce time at that size, at the sustained share
+    ar = comm.collective("all-reduce", 8, msg, A100.link_bw, A100, inside=True, net=EFF.net)
+    assert ar > comm.ring_allreduce(8, msg, A100.link_bw * EFF.net)   # measured is below line rate
     assert lt.fwd.tp == pytest.approx(2 * ar)
     assert lt.bwd.tp == pytest.approx(2 * ar)          # synchronous backward all-reduces
     sp = layer_time(GPT22, setup(sequence_parallel=True), A100, EFF)
-    assert sp.fwd.tp == pytest.approx(lt.fwd.tp)       # all-gather + reduce-scatter = all-reduce
+    # all-gather + reduce-scatter move what an all-reduce moves; measured, the pair is a little slower
+    assert sp.fwd.tp == pytest.approx(lt.fwd.tp, rel=0.15)
     assert sp.bwd.tp > sp.fwd.tp                       # plus the re-gather for weight gradients
     assert layer_time(GPT22, setup(tp=1, tp_bw=0.0), A100, EFF).fwd.tp == 0
 

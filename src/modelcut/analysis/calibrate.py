@@ -28,7 +28,7 @@ from .measured import Measured, error_pct
 #: Where a fit starts: large products at 80 % of peak, streaming kernels at 80 % of HBM
 #: bandwidth, collectives at 80 % of line rate (typical of cuBLAS, STREAM-like kernels and
 #: NCCL bus bandwidth on A100/H100 systems; only a starting point).
-START = Efficiency(0.8, 0.8, 0.8)
+START = Efficiency(0.8, 0.8, 1.0)
 
 Predictor = Callable[[Measured, Efficiency], "object"]
 
@@ -133,7 +133,8 @@ def evaluate(runs: Sequence[Measured], eff: Efficiency, predictor: Predictor | N
 
 
 def leave_one_family_out(runs: Sequence[Measured], fitted: Sequence[str] = NAMES, start: Efficiency = START,
-                         predictor: Predictor | None = None) -> dict[str, dict]:
+                         predictor: Predictor | None = None,
+                         progress: Callable[[str], None] | None = None) -> dict[str, dict]:
     """For each family: fit on the other families' runs, predict this family's.
 
     Returns {family: {"efficiency": Efficiency, "errors_pct": {run id: error %}, "fit_runs": n}}.
@@ -141,7 +142,9 @@ def leave_one_family_out(runs: Sequence[Measured], fitted: Sequence[str] = NAMES
     predictor = predictor or default_predictor
     fams = sorted({m.family for m in runs})
     out: dict[str, dict] = {}
-    for fam in fams:
+    for i, fam in enumerate(fams, 1):
+        if progress is not None:
+            progress(f"leave one source out: {fam} ({i} of {len(fams)})")
         train = [m for m in runs if m.family != fam]
         test = [m for m in runs if m.family == fam]
         if len(train) < len(fitted):

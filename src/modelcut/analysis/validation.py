@@ -192,7 +192,7 @@ def summarize(rows: Sequence[SideBySideRow]) -> dict:
                     "seed": stats([r.seed_error_pct for r in rows if r.seed_error_pct is not None])},
         "deck": {"default": stats(deck),
                  "seed": stats([r.seed_error_pct for r in rows if r.set == "deck" and r.seed_error_pct is not None])},
-        "signs": {"low": sum(e < 0 for e in d), "high": sum(e > 0 for e in d)},
+        "signs": {"low": int(sum(e < 0 for e in d)), "high": int(sum(e > 0 for e in d))},
     }
 
 
@@ -200,9 +200,10 @@ def profile_text(hardware: str, fit: Fit, inherits: str = "", source: str = "", 
     """The TOML text of a fitted profile; ``folds``: :func:`.calibrate.leave_one_family_out`."""
     e = fit.efficiency
     lines = [
-        "# A fitted hardware profile for modelcut's default model (modelcut calibrate).",
-        "# gemm: fraction of dense 16-bit peak for large matrix products; mem: fraction of HBM",
-        "# bandwidth for memory-bound kernels; net: fraction of link bandwidth for collectives.",
+        "# A fitted profile for modelcut's default model (modelcut calibrate).",
+        "# gemm: the share of the measured kernel throughput (matrix products, attention) a step sustains;",
+        "# mem: the share of HBM bandwidth memory-bound kernels reach; net: the share of the measured",
+        "# collective bandwidth (1: not fitted). hardware = \"*\": shared by every accelerator.",
         f'hardware = "{hardware}"',
         f"gemm = {e.gemm:.4f}",
         f"mem = {e.mem:.4f}",

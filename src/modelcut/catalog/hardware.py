@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware
+from .kernels import tables_for
 
 
 @lru_cache(maxsize=None)
 def _hardware_index() -> tuple[dict[str, Hardware], tuple[Hardware, ...]]:
     index: dict[str, Hardware] = {}
     items = []
-    for row in tomllib.loads(resources.files("modelcut.catalog").joinpath("hardware.toml").read_text(encoding="utf-8"))["hardware"]:
+    rows = tomllib.loads(resources.files("modelcut.catalog").joinpath("hardware.toml").read_text(encoding="utf-8"))["hardware"]
+    by_name = {r["name"]: r for r in rows}
+    for row in rows:
         row = dict(row)
         row["aliases"] = tuple(row.get("aliases", ()))
         hw = Hardware(**row)
+        hw = replace(hw, kernels=tables_for(hw.arch, by_name))
         items.append(hw)
         for key in (hw.name, *hw.aliases):
             if key.lower() in index:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from ..core.costs.kernels import NAMES
@@ -32,9 +33,9 @@ def write_text(path: Path, text: str) -> None:
 def calibrate(
     runs: Path = typer.Option(None, "--runs", dir_okay=False,
                               help="your measured runs as CSV (default: the catalog's published runs). " + _COLUMNS_HELP),
-    gpu: str = typer.Option(None, "--gpu", help="fit the runs on this accelerator only (default: a100-sxm4-80gb "
-                                                "for the catalog; every row of --runs otherwise)"),
-    fit_names: str = typer.Option("gemm,mem,net", "--fit", help="constants to fit, comma-separated, among "
+    gpu: str = typer.Option(None, "--gpu", help="fit the runs on this accelerator only (default: every run, "
+                                                "one profile shared by all accelerators)"),
+    fit_names: str = typer.Option(service.FITTED, "--fit", help="constants to fit, comma-separated, among "
                                                                  + ", ".join(NAMES)),
     base: str = typer.Option(None, "--base", help="a profile file or accelerator whose constants the unfitted "
                                                    "ones keep and the fit starts from (default: the shipped profile)"),
@@ -42,9 +43,11 @@ def calibrate(
     cv: bool = typer.Option(True, "--cv/--no-cv", help="leave-one-group-out cross-validation table"),
     as_json: bool = typer.Option(False, "--json", help="print JSON: constants, per-run errors, cross-validation"),
 ) -> None:
-    """Fit ≤ 3 constants (matrix-product, memory and network efficiency) by least squares on measured
-    runs; print per-run errors and a leave-one-group-out table; write a hardware profile."""
-    res = service.calibrate(runs, gpu, fit_names, base, cv)
+    """Fit the default model's constants (the sustained share of measured kernel throughput and of HBM
+    bandwidth) by least squares on measured runs; print per-run errors and a leave-one-source-out
+    table; write a profile."""
+    err = Console(stderr=True)
+    res = service.calibrate(runs, gpu, fit_names, base, cv, progress=lambda msg: err.print(f"calibrate: {msg} …"))
     if out is not None:
         write_text(out, res.text)
     if as_json:

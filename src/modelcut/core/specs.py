@@ -6,8 +6,8 @@ raises :class:`ModelcutError` with one line naming the problem.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
 
 from .errors import ModelcutError
 
@@ -170,7 +170,8 @@ class Hardware:
     """One accelerator and the node around it, in SI units (FLOP/s, bytes, bytes/s).
 
     ``link_bw``: accelerator-to-accelerator bandwidth inside a node, each way;
-    ``net_bw``: scale-out network bandwidth per accelerator, each way.
+    ``net_bw``: scale-out network bandwidth per accelerator, each way. ``kernels``: the measured
+    kernel tables of its ``arch`` (:class:`.costs.tables.KernelTables`), None where none is known.
     """
 
     name: str
@@ -186,9 +187,17 @@ class Hardware:
     net_busbw_frac: float = 1.0   # the same over the scale-out network
     aliases: tuple[str, ...] = ()
     source: str = ""
+    arch: str = ""                # the key of its measured kernel tables (catalog/kernels.toml)
+    net_half_bytes: float = 0.0   # collective buffer at which the network reaches half its bus bandwidth
+    mem_bw_frac: float = 1.0      # measured streaming-kernel bandwidth / ``mem_bw`` (STREAM copy, triad)
+    kernels: Any = field(default=None, compare=False, repr=False)   # KernelTables, the catalog attaches them
+
+    def as_dict(self) -> dict:
+        """The figures as JSON, without the kernel tables."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "kernels"}
 
     def __post_init__(self) -> None:
-        for k in ("link_busbw_frac", "net_busbw_frac"):
+        for k in ("link_busbw_frac", "net_busbw_frac", "mem_bw_frac"):
             x = getattr(self, k)
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x <= 1:
                 raise ModelcutError(f"hardware {self.name}: {k} must be in (0, 1], got {x!r}")

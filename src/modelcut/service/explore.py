@@ -104,7 +104,7 @@ class ExploreResult:
         top = ex.layouts[:req.top]
         o = req.options
         out: dict[str, Any] = {
-            "model": dataclasses.asdict(req.model), "hardware": dataclasses.asdict(req.hw), "seq": req.seq,
+            "model": dataclasses.asdict(req.model), "hardware": req.hw.as_dict(), "seq": req.seq,
             "global_batch": req.global_batch_tokens // req.seq, "mode": req.mode,
             "framework": catalog.framework(req.framework).name if req.mode == "default" else None,
             "memory_assumptions": {"flash_attention": o.flash_attention, "reshard_after_forward": o.reshard_after_forward,

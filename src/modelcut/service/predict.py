@@ -32,7 +32,8 @@ from .inputs import parse_overlap
 def efficiency_for(hw: Hardware, profile: Profile | None = None) -> Efficiency:
     """The default model's constants on ``hw``: the user's profile where it is for this
     accelerator, the shipped profile otherwise."""
-    if profile is not None and catalog.hardware(profile.hardware).name == hw.name:
+    if profile is not None and (profile.hardware == catalog.profiles.EVERY
+                                or catalog.hardware(profile.hardware).name == hw.name):
         return profile.efficiency
     return catalog.profile_for(hw).efficiency
 

@@ -85,7 +85,8 @@ def default_table(profile: Profile | None = None, budget: bool = False) -> Defau
     used: dict[str, Profile] = {}
     for m in measured:
         if m.hw.name not in used:
-            mine = profile is not None and catalog.hardware(profile.hardware).name == m.hw.name
+            mine = profile is not None and (profile.hardware == catalog.profiles.EVERY
+                                            or catalog.hardware(profile.hardware).name == m.hw.name)
             used[m.hw.name] = profile if mine else catalog.profile_for(m.hw)
     return DefaultTable(rows, av.summarize(rows), used, budgets)
 

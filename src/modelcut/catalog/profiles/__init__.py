@@ -1,14 +1,17 @@
-"""Fitted hardware profiles for the default model.
+"""Fitted profiles for the default model.
 
-A *profile* (``<hardware>.toml`` here, or any file ``modelcut calibrate --out`` writes) holds
-the default model's three constants (:class:`modelcut.core.costs.kernels.Efficiency`) for one
-accelerator, which of them were fitted, the runs they were fitted on and the fit's errors.
+A *profile* (``default.toml`` here, or any file ``modelcut calibrate --out`` writes) holds the
+default model's constants (:class:`modelcut.core.costs.kernels.Efficiency`), which of them were
+fitted, the runs they were fitted on, the fit's errors, and the constants of each
+leave-one-source-out fold. The shipped profile is shared by every accelerator (``hardware =
+"*"``): what differs between accelerators comes from their datasheets and measured kernel tables,
+not from constants. A user's profile may name one accelerator.
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -17,7 +20,7 @@ from ...core.costs.kernels import NAMES, Efficiency
 from ...core.errors import ModelcutError
 from ...core.specs import Hardware
 
-__all__ = ["Profile", "profile_for", "load_profile", "all_profiles"]
+__all__ = ["Profile", "profile_for", "load_profile", "all_profiles", "applies", "EVERY"]
 
 
 @dataclass(frozen=True)
@@ -75,21 +78,25 @@ def all_profiles() -> tuple[Profile, ...]:
     return tuple(out)
 
 
-#: The profile used for hardware that has none of its own.
-FALLBACK = "a100-sxm4-80gb"
+#: ``hardware`` of a profile that applies to every accelerator.
+EVERY = "*"
+
+
+def applies(profile: Profile, hw: Hardware | str) -> bool:
+    """Whether a profile's constants are for this accelerator (a shared profile is for all)."""
+    name = hw.name if isinstance(hw, Hardware) else str(hw)
+    return profile.hardware in (EVERY, name)
 
 
 def profile_for(hw: Hardware | str) -> Profile:
-    """The shipped profile for an accelerator (by catalog name); hardware without one gets
-    the A100's (its ``source`` says so)."""
+    """The shipped profile for an accelerator: its own where one is shipped, else the shared one."""
     name = hw.name if isinstance(hw, Hardware) else str(hw)
     profiles = {p.hardware: p for p in all_profiles()}
     if name in profiles:
         return profiles[name]
-    if FALLBACK not in profiles:
-        raise ModelcutError(f"no fitted profile for {name} and no {FALLBACK} profile to fall back on")
-    fb = profiles[FALLBACK]
-    return replace(fb, hardware=name, source=f"no profile fitted for {name}: {FALLBACK}'s constants")
+    if EVERY not in profiles:
+        raise ModelcutError(f"no fitted profile for {name} and no shared profile")
+    return profiles[EVERY]
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -207,3 +207,35 @@ def group_bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic
     out = {dim: achievable(group_bandwidth(layout, dim, hw, gpus_per_node), hw) for dim in ("tp", "cp", "pp")}
     out["dp"] = achievable(collective_bandwidth(layout, ("cp", "dp"), hw, gpus_per_node, multi_nic=multi_nic), hw)
     return out
+
+
+_RING = {"all-reduce": ring_allreduce, "reduce-scatter": reduce_scatter, "all-gather": all_gather,
+         "all-to-all": all_to_all}
+
+
+def size_efficiency(nbytes: float, hw: Hardware) -> float:
+    """The share of its bus bandwidth the network reaches for a collective of ``nbytes`` (the whole
+    buffer), S/(S + S½), S½ the measured half-bandwidth buffer (``hw.net_half_bytes``; 1 without)."""
+    half = hw.net_half_bytes
+    return nbytes / (nbytes + half) if half > 0 and nbytes > 0 else 1.0
+
+
+def collective(kind: str, n: int, nbytes: float, bw: float, hw: Hardware, alpha: float = 0.0,
+               inside: bool = False, net: float = 1.0) -> float:
+    """One collective of ``kind`` over n ranks moving ``nbytes`` (the whole buffer, as nccl-tests
+    counts it). Inside one node, the measured nccl-tests curve of the accelerator's architecture
+    where it has one for n ranks (``hw.kernels.collectives``; a node whose links are slower than
+    the measuring node's stretches the time above the latency floor by the ratio); otherwise the ring's α–β time at
+    bandwidth ``bw`` (each way) times its size efficiency across nodes (:func:`size_efficiency`).
+    ``net``: the share of the measured bandwidth sustained (the model's η_net)."""
+    if n == 1:
+        return 0.0
+    curves = hw.kernels.collectives if hw.kernels is not None else None
+    if inside and curves is not None:
+        ref = hw.kernels.reference
+        slower = ref.link_bw / hw.link_bw if ref is not None and ref.link_bw > 0 else 1.0
+        t = curves.time(kind, n, nbytes, slower)
+        if t is not None:
+            return t / net
+    eff = 1.0 if inside else size_efficiency(nbytes, hw)
+    return _RING[kind](n, nbytes, bw * net * eff, alpha)

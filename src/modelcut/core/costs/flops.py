@@ -168,6 +168,19 @@ def _layer_forward_flops_per_token(model: ModelSpec, seq: int, moe: bool) -> flo
 
 # ---------------------------------------------------------------- per-step counts
 
+def causal_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
+    """The work a step's matrix products and attention do, counted as the default model times it:
+    forward + backward = 3 × the forward; every layer's products (2 per matrix weight a token
+    passes through, the routed top-k experts in an MoE layer) and the logits (2·h·V per token), and
+    the attention core over the causally unmasked half of the (query, key) pairs, 2·2·s·q/2 per
+    token per layer; no recomputation. The FLOPs behind the default model's MFU, which therefore
+    never exceeds 100 %: every one of them is timed at no more than the accelerator's peak."""
+    moe = moe_layer_count(model)
+    per_layer = ((model.layers - moe) * 2.0 * layer_matmul_params(model, False)
+                 + moe * 2.0 * layer_matmul_params(model, True) + model.layers * 2.0 * seq * model.q_dim)
+    return _tokens(batch, seq) * 3.0 * (per_layer + 2.0 * model.hidden * model.vocab)
+
+
 def _tokens(batch: int, seq: int) -> float:
     return float(batch) * seq
 

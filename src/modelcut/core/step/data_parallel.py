@@ -54,15 +54,16 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     t, p = L.tp, L.pp
     dp_group = L.dp * L.cp
     sharded = L.zero >= 1 or framework.dist_optimizer
-    dp_bw = bw["dp"] * eff.net
     grad_b = framework.grad_bytes
-    alpha = comm.dp_ring_alpha(L, run.gpus_per_node or hw.per_node)
+    gpn = run.gpus_per_node or hw.per_node
+    alpha = comm.dp_ring_alpha(L, gpn)
+    inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
+
+    def coll(kind: str, nbytes: float) -> float:
+        return comm.collective(kind, dp_group, nbytes, bw["dp"], hw, alpha, inside, eff.net)
 
     def reduce_time(params: float) -> float:
-        nbytes = params * grad_b
-        if sharded:
-            return comm.reduce_scatter(dp_group, nbytes, dp_bw, alpha)
-        return comm.ring_allreduce(dp_group, nbytes, dp_bw, alpha)
+        return coll("reduce-scatter" if sharded else "all-reduce", params * grad_b)
 
     tied_extra = 0.0
     if model.tied_embeddings and p > 1:   # the end stages' two copies of the word embeddings agree
@@ -86,7 +87,7 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1), hw, eff)
         gather = 0.0
         if sharded and dp_group > 1:
-            g = comm.all_gather(dp_group, params_dev * BF16_BYTES, dp_bw, alpha)
+            g = coll("all-gather", params_dev * BF16_BYTES)
             # gathered ahead of use: only the first layer's share waits, the rest hides behind the forward
             gather = g / max(1, layers_dev) if ov.param_gather else g
         out.append(DeviceEnd(ends[dev] + exp_dp + tied + opt + gather, exp_dp + tied + gather, opt))

@@ -110,7 +110,8 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: DefaultBreakd
     tr = run.training
     F = flops.executed_flops(run.model, tr, "megatron" if tr.recompute == "full" else "palm")
     n = run.layout.gpus
-    return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=F / (n * T * hw.peak_flops_16),
+    work = flops.causal_model_flops(run.model, tr.global_batch, tr.seq_len)
+    return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * hw.peak_flops_16),
                       breakdown=bd, flops_per_step=F, microbatches=plan.m, vpp=plan.v, schedule=plan.name,
                       notes=notes, mode="default", eta=eff.gemm, stage_layers=stage_layers,
                       pipeline_method="simulation", plan=plan)

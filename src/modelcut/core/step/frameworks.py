@@ -90,7 +90,11 @@ class Framework:
     "deepspeed-0.3", DeepSpeed's 2021 hooks replayed weight by weight
     (:mod:`.deepspeed_stage3`); ``fused_elementwise``: norms, activations, rotary embedding and
     residual adds as fused kernels (Megatron-LM, Transformer Engine); off, PyTorch's eager ops,
-    one kernel each (:data:`.layer_time.EAGER_RMSNORM_FWD`)."""
+    one kernel each (:data:`.layers.EAGER_RMSNORM_FWD`); ``selective``: what selective
+    recomputation re-executes: "attention", the attention core (Megatron-LM, Korthikanti et al.
+    2022 §5), or "op", torchtitan's per-op policy (every second matrix product, the norms,
+    activations and other elementwise ops and the all-gathers, keeping attention's output and
+    the reduce-scatters: torchtitan/distributed/activation_checkpoint.py)."""
 
     name: str
     overlap: Overlap
@@ -106,6 +110,7 @@ class Framework:
     cp_kind: str = "allgather"
     zero3_runtime: str = "unit"
     fused_elementwise: bool = True
+    selective: str = "attention"
     source: str = ""
 
     def with_overlap(self, overrides: dict[str, bool] | None) -> "Framework":

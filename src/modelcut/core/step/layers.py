@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 
 from ..costs import comm, context
 from ..costs import moe as moe_mod
-from ..costs.kernels import ATTENTION_KINDS, BYTES, Efficiency, attention_time, gemm_fwd_bwd, mem_time
+from ..costs.kernels import ATTENTION_KINDS, BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, mem_time
 from ..errors import ModelcutError
 from ..specs import Hardware, ModelSpec
 
@@ -103,7 +103,9 @@ class LayerSetup:
     weight gradient is computed (and the input re-gather while its data gradient is),
     Megatron-LM's ``async_tensor_model_parallel_allreduce`` (on by default since late 2021)
     and its sequence-parallel form (``LinearWithGradAccumulationAndAsyncCommunication``);
-    ``tp_bw``/``cp_bw``: link bandwidth (bytes/s each way) of the tp and cp groups;
+    ``tp_bw``/``cp_bw``: link bandwidth (bytes/s each way) of the tp and cp groups, and
+    ``tp_inside``/``cp_inside`` whether each stays inside one node (then its collectives are timed
+    from the measured curves, :func:`..costs.comm.collective`);
     ``cp_kind``: context parallelism's form, "allgather" or "ring"; ``etp``: expert tensor
     parallelism (default tp); ``fused_elementwise``: norms, activation, rotary embedding and
     bias-dropout-residual run as fused kernels (Megatron-LM, Transformer Engine, compiled
@@ -124,10 +126,15 @@ class LayerSetup:
     cp_kind: str = "allgather"
     etp: int | None = None
     fused_elementwise: bool = True
+    tp_inside: bool = True
+    cp_inside: bool = True
+    selective: str = "attention"
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
             raise ModelcutError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}")
+        if self.selective not in ("attention", "op"):
+            raise ModelcutError(f"selective recomputation must be 'attention' or 'op', got {self.selective!r}")
         if self.recompute not in ("none", "selective", "full"):
             raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
 
@@ -196,28 +203,11 @@ def dense_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, 
                                                   for g in moe_mod.dense_mlp_gemms(model, tokens, t)]
 
 
-def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,
-               ep: int = 1) -> LayerTime:
-    """Forward, backward and recomputation of one transformer layer (module doc)."""
-    b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
-    h, q, kv, d = model.hidden, model.q_dim, model.kv_dim, model.d_head
-    T = b * s // cp
-    Tn = T // t if setup.sequence_parallel else T
-    heads = model.heads // t
-    kv_t = max(kv // t, d)          # kv heads are replicated when t exceeds them
-    gated = model.gated_mlp
-    if moe:
-        mlp = moe_mod.moe_gemms(model, T, tp=t, ep=ep, etp=setup.etp)
-    else:
-        mlp = moe_mod.dense_mlp_gemms(model, T, t)
-    ups = [g for g in mlp if g.name.endswith(" up")]
-    # rows × local width of the MLP's activation (each up product's output, halved when gated)
-    act_elems = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups)
-    up_out = sum(g.m * g.count * g.n for g in ups)
-    drop = model.dropout
-    rope = not model.learned_positions
-
-    # Matrix products: (m, n, k, count) of each linear layer on this device.
+def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool, ep: int):
+    """The layer's linear products on this device: (forward, backward, weight-gradient seconds,
+    (data gradient, weight gradient) of each column-parallel product, the MLP's products)."""
+    T, t = setup.micro_batch * setup.seq_len // setup.cp, setup.tp
+    mlp = moe_mod.moe_gemms(model, T, tp=t, ep=ep, etp=setup.etp) if moe else moe_mod.dense_mlp_gemms(model, T, t)
     linears = attention_linears(model, T, t) + [(g.m, g.n, g.k, g.count) for g in mlp]
     fwd_g = bwd_g = wgrad = 0.0
     per_linear = []
@@ -227,12 +217,24 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
         fwd_g += c_ * f_
         bwd_g += c_ * (dg + wg)
         wgrad += c_ * wg
-    # the MLP-up product of a dense layer (column-parallel, like QKV)
-    mlp_up = per_linear[2] if not moe else None
+    # Column-parallel products (QKV, and a dense layer's MLP up) are linears 0 and 2. An MoE
+    # block's collectives are its dispatcher's (module doc): attention's only.
+    col = [per_linear[0]] + ([per_linear[2]] if not moe else [])
+    local_params = sum(n_ * k_ * c_ for _, n_, k_, c_ in linears)
+    return fwd_g, bwd_g, wgrad, col, mlp, local_params
 
-    att = attention_time(setup.attention, b, heads, s // cp, s, d, True, drop, hw, eff)
 
-    # Memory-bound kernels, bytes.
+def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float) -> tuple[float, float]:
+    """Bytes the layer's memory-bound kernels move, (forward, backward) (module doc)."""
+    t = setup.tp
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    Tn = T // t if setup.sequence_parallel else T
+    h, q, kv_t = model.hidden, model.q_dim, max(model.kv_dim // t, model.d_head)
+    gated, drop, rope = model.gated_mlp, model.dropout, not model.learned_positions
+    ups = [g for g in mlp if g.name.endswith(" up")]
+    # rows × local width of the MLP's activation (each up product's output, halved when gated)
+    act_elems = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups)
+    up_out = sum(g.m * g.count * g.n for g in ups)
     fused = setup.fused_elementwise
     eager_rms = not fused and model.norm == "rmsnorm"
     nb = EAGER_RMSNORM_FWD if eager_rms else NORM_BYTES
@@ -242,70 +244,89 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     else:
         resid_f = (6.0 + (EAGER_DROPOUT if drop else 0.0)) * Tn * h
     act_f = ((6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0) * act_elems
-    rope_bytes = 4.0 if fused else EAGER_ROPE
-    rope_f = rope_bytes * T * (q // t + kv_t) if rope else 0.0
+    rope_f = (4.0 if fused else EAGER_ROPE) * T * (q // t + kv_t) if rope else 0.0
     mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
     act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
-    bias_b = 0.0
-    if model.bias:
-        bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + 2 * Tn * h)
+    bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + 2 * Tn * h) if model.bias else 0.0
     mem_b = 2 * nb_b * Tn * h + 2 * resid_b + act_b + rope_f + bias_b
     if not setup.grad_accum_fusion:
-        local_params = sum(n_ * k_ * c_ for _, n_, k_, c_ in linears)
         mem_b += 6.0 * local_params
+    return mem_f, mem_b
 
-    # Communication.
-    tp_f = tp_b = 0.0
-    if t > 1:
-        msg = T * h * BYTES
-        bw = setup.tp_bw * eff.net
-        # Column-parallel products (QKV, MLP up) are linears 0 and 2: their backward
-        # collectives may run behind their own gradient products (``tp_async_backward``).
-        # An MoE block's collectives are its dispatcher's (module doc): attention's only.
-        col = [per_linear[0]] + ([mlp_up] if mlp_up is not None else [])
-        blocks = len(col)
-        if setup.sequence_parallel:
-            ag, rs = comm.all_gather(t, msg, bw), comm.reduce_scatter(t, msg, bw)
-            tp_f = blocks * (ag + rs)
-            # Only the sharded input of QKV and MLP-up is kept; the backward gathers it again
-            # for their weight gradients (Korthikanti et al. 2022 §4.2.2). Backward: the
-            # gradient all-gather before each row-parallel product, the re-gather and the
-            # reduce-scatter of each column-parallel one's input gradient.
-            if setup.tp_async_backward:
-                tp_b = blocks * ag + sum(max(ag - dg, 0.0) + max(rs - wg, 0.0) for dg, wg in col)
-            else:
-                tp_b = blocks * (ag + rs) + blocks * ag
-        else:
-            ar = comm.ring_allreduce(t, msg, bw)
-            tp_f = blocks * ar
-            tp_b = sum(max(ar - wg, 0.0) for _, wg in col) if setup.tp_async_backward else blocks * ar
-    cp_f = cp_b = 0.0
-    if cp > 1:
-        kv_bytes = b * s * 2 * kv_t * BYTES       # K and V of the whole sequence
+
+def _tp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, col) -> tuple[float, float]:
+    """Tensor-parallel collectives of the layer, (forward, backward) seconds (module doc)."""
+    t = setup.tp
+    if t == 1:
+        return 0.0, 0.0
+    msg = setup.micro_batch * setup.seq_len // setup.cp * model.hidden * BYTES
+
+    def coll(kind: str) -> float:
+        return comm.collective(kind, t, msg, setup.tp_bw, hw, inside=setup.tp_inside, net=eff.net)
+    blocks = len(col)
+    if setup.sequence_parallel:
+        ag, rs = coll("all-gather"), coll("reduce-scatter")
+        # Only the sharded input of QKV and MLP-up is kept; the backward gathers it again for
+        # their weight gradients (Korthikanti et al. 2022 §4.2.2). Backward: the gradient
+        # all-gather before each row-parallel product, the re-gather and the reduce-scatter of each
+        # column-parallel one's input gradient.
+        if setup.tp_async_backward:
+            return blocks * (ag + rs), blocks * ag + sum(max(ag - dg, 0.0) + max(rs - wg, 0.0) for dg, wg in col)
+        return blocks * (ag + rs), blocks * (ag + rs) + blocks * ag
+    ar = coll("all-reduce")
+    return blocks * ar, (sum(max(ar - wg, 0.0) for _, wg in col) if setup.tp_async_backward else blocks * ar)
+
+
+def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, att: AttentionTime
+             ) -> tuple[float, float]:
+    """Context-parallel exchanges of the layer, (forward, backward) seconds exposed (module doc)."""
+    b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
+    if cp == 1:
+        return 0.0, 0.0
+    kv_bytes = b * s * 2 * max(model.kv_dim // t, model.d_head) * BYTES    # K and V of the whole sequence
+    if setup.cp_kind == "ring":
         bw = setup.cp_bw * eff.net
-        if setup.cp_kind == "ring":
-            rate_of = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="allgather", bw=bw,
-                                           attention_flops_per_s=1.0, t=t)
-            rate = rate_of.flops_fwd / att.fwd_math if att.fwd_math > 0 else eff.gemm * hw.peak_flops_16
-            ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=bw,
-                                        attention_flops_per_s=rate, t=t)
-            cp_f, cp_b = ring.exposed_fwd_s, ring.exposed_bwd_s
-        else:
-            cp_f = comm.all_gather(cp, kv_bytes, bw)
-            cp_b = comm.reduce_scatter(cp, kv_bytes, bw)
+        rate_of = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="allgather", bw=bw,
+                                       attention_flops_per_s=1.0, t=t)
+        rate = rate_of.flops_fwd / att.fwd_math if att.fwd_math > 0 else eff.gemm * hw.peak_flops_16
+        ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=bw,
+                                    attention_flops_per_s=rate, t=t)
+        return ring.exposed_fwd_s, ring.exposed_bwd_s
+    return (comm.collective("all-gather", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside, net=eff.net),
+            comm.collective("reduce-scatter", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside, net=eff.net))
 
+
+def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,
+               ep: int = 1) -> LayerTime:
+    """Forward, backward and recomputation of one transformer layer (module doc)."""
+    fwd_g, bwd_g, wgrad, col, mlp, local_params = _products(model, setup, hw, eff, moe, ep)
+    s, cp = setup.seq_len, setup.cp
+    att = attention_time(setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head,
+                         True, model.dropout, hw, eff)
+    mem_f, mem_b = _memory_bytes(model, setup, mlp, local_params)
+    tp_f, tp_b = _tp_comm(model, setup, hw, eff, col)
+    cp_f, cp_b = _cp_comm(model, setup, hw, eff, att)
     fwd = PassTime(gemm=fwd_g, attention=att.fwd_math, memory=mem_time(mem_f, hw, eff) + att.fwd_mem,
                    tp=tp_f, cp=cp_f)
     bwd = PassTime(gemm=bwd_g, attention=att.bwd_math, memory=mem_time(mem_b, hw, eff) + att.bwd_mem,
                    tp=tp_b, cp=cp_b)
+    return LayerTime(fwd, bwd, _recomputed(setup, fwd, att), wgrad)
+
+
+def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime) -> PassTime:
+    """What recomputation re-executes in the backward (module doc): full, the whole forward;
+    selective, the attention core (Megatron-LM) or torchtitan's per-op policy (half the products,
+    every memory-bound kernel, the all-gathers: half the sequence-parallel collectives, all of an
+    all-reduce)."""
     if setup.recompute == "full":
-        rec = PassTime(fwd.gemm, fwd.attention, fwd.memory, fwd.tp, fwd.cp)
-    elif setup.recompute == "selective":
-        rec = PassTime(attention=att.fwd_math, memory=att.fwd_mem)
-    else:
-        rec = PassTime()
-    return LayerTime(fwd, bwd, rec, wgrad)
+        return PassTime(fwd.gemm, fwd.attention, fwd.memory, fwd.tp, fwd.cp)
+    if setup.recompute != "selective":
+        return PassTime()
+    if setup.selective == "op":
+        return PassTime(gemm=fwd.gemm / 2, memory=fwd.memory - att.fwd_mem,
+                        tp=fwd.tp / 2 if setup.sequence_parallel else fwd.tp)
+    return PassTime(attention=att.fwd_math, memory=att.fwd_mem)
 
 
 def embedding_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> tuple[PassTime, PassTime]:
@@ -326,11 +347,8 @@ def embedding_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effic
     if model.dropout:
         fwd_bytes += 5.0 * T * h
     bwd_bytes = 4.0 * (V // t) * h + 6.0 * T * h
-    tp = 0.0
-    if t > 1:
-        bw = setup.tp_bw * eff.net
-        msg = T * h * BYTES
-        tp = comm.reduce_scatter(t, msg, bw) if setup.sequence_parallel else comm.ring_allreduce(t, msg, bw)
+    tp = comm.collective("reduce-scatter" if setup.sequence_parallel else "all-reduce", t, T * h * BYTES,
+                         setup.tp_bw, hw, inside=setup.tp_inside, net=eff.net)
     fwd = PassTime(memory=mem_time(fwd_bytes, hw, eff), tp=tp)
     bwd = PassTime(memory=mem_time(bwd_bytes, hw, eff), tp=tp if setup.sequence_parallel else 0.0)
     return fwd, bwd
@@ -349,8 +367,8 @@ def loss_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     f_, dg, wg = gemm_fwd_bwd(T, V // t, h, hw, eff)
     ce = (CE_BYTES_FUSED if setup.fused_cross_entropy else CE_BYTES_UNFUSED) * T * (V // t)
     tp = 0.0
-    if t > 1 and setup.sequence_parallel:
-        tp = comm.all_gather(t, T * h * BYTES, setup.tp_bw * eff.net)
+    if setup.sequence_parallel:
+        tp = comm.collective("all-gather", t, T * h * BYTES, setup.tp_bw, hw, inside=setup.tp_inside, net=eff.net)
     fwd = PassTime(gemm=f_, memory=mem_time(4.0 * Tn * h + ce * 2 / 3, hw, eff), tp=tp)
     bwd = PassTime(gemm=dg + wg, memory=mem_time(6.0 * Tn * h + ce / 3, hw, eff), tp=tp)
     return fwd, bwd

@@ -19,6 +19,10 @@ class Breakdown:
     dp_s: float
     a2a_s: float = 0.0
 
+    def __post_init__(self) -> None:     # plain floats (the engine's arrays yield numpy scalars)
+        for name in self.__dataclass_fields__:
+            setattr(self, name, float(getattr(self, name)))
+
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
@@ -42,7 +46,11 @@ class DefaultBreakdown(Breakdown):
 @dataclass
 class Prediction:
     """One run's predicted step. ``plan`` is the pipeline the model timed (memory reads the same
-    one); ``stage_layers`` its layers per virtual stage."""
+    one); ``stage_layers`` its layers per virtual stage. ``tflops_per_gpu``: ``flops_per_step``
+    (eq. 3 of Narayanan et al. 2021 with full recomputation, PaLM's 6N + 12·l·s·d otherwise, the
+    deck's count) over n·T. ``mfu``: the seed's, that count over n·T·peak; the default model's, the
+    work it times, :func:`..costs.flops.causal_model_flops` (causal attention, no recomputation),
+    over n·T·peak, never above 1."""
 
     step_time_s: float
     tflops_per_gpu: float
@@ -58,6 +66,11 @@ class Prediction:
     stage_layers: tuple[int, ...] = ()
     pipeline_method: str = ""   # "simulation" or "closed form (equal to the simulation)"
     plan: PipelinePlan | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("step_time_s", "tflops_per_gpu", "mfu", "flops_per_step", "eta"):
+            setattr(self, name, float(getattr(self, name)))
+        self.microbatches, self.vpp = int(self.microbatches), int(self.vpp)
 
     def as_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu,

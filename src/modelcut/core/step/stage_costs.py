@@ -30,24 +30,41 @@ class Kernels:
     loss: tuple[PassTime, PassTime]
 
 
+#: "auto", in order of preference where each is measured: cuDNN fused attention first on
+#: compute capability 9.0 and later (Transformer Engine gives FusedAttention preference on Hopper+,
+#: transformer_engine/pytorch/attention/dot_product_attention/utils.py ``get_attention_backend``;
+#: torchtitan's SDPA backend priority is cuDNN > Flash > Efficient, torchtitan/models/attention.py),
+#: then the newest FlashAttention measured on the architecture.
+AUTO_ATTENTION = ("cudnn", "flash4", "flash3", "flash2")
+
+
 def attention_kind(framework: Framework, hw: Hardware) -> str:
-    """The attention kernel the stack runs; "auto" is Transformer Engine's choice, cuDNN fused
-    attention on Hopper, FlashAttention-2 before it."""
-    if framework.attention == "auto":
-        return "cudnn" if generation(hw) == "hopper" else "flash2"
-    return framework.attention
+    """The attention kernel the stack runs; "auto" is :data:`AUTO_ATTENTION`'s first measured one
+    (FlashAttention-2 where nothing is measured, and on the A100, where Transformer Engine runs
+    FlashAttention)."""
+    if framework.attention != "auto":
+        return framework.attention
+    measured = hw.kernels.attention if hw.kernels is not None else {}
+    if generation(hw) != "ampere":
+        for kind in AUTO_ATTENTION:
+            if kind in measured:
+                return kind
+    return "flash2"
 
 
 def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: dict[str, float]) -> Kernels:
     """Time every pass of one micro-batch (:mod:`.layers`)."""
     model, L, tr = run.model, run.layout, run.training
+    gpn = run.gpus_per_node or hw.per_node
     setup = LayerSetup(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=L.tp, cp=L.cp,
                        sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
                        attention=attention_kind(framework, hw), grad_accum_fusion=framework.grad_accum_fusion,
                        fused_cross_entropy=framework.fused_cross_entropy,
                        tp_async_backward=framework.tp_async_backward, tp_bw=bw["tp"], cp_bw=bw["cp"],
                        cp_kind=L.cp_kind or framework.cp_kind, etp=L.etp,
-                       fused_elementwise=framework.fused_elementwise)
+                       fused_elementwise=framework.fused_elementwise, selective=framework.selective,
+                       tp_inside=not comm.group_spans_nodes(L, "tp", gpn),
+                       cp_inside=not comm.group_spans_nodes(L, "cp", gpn))
     return Kernels(setup, layer_time(model, setup, hw, eff),
                    layer_time(model, setup, hw, eff, moe=True, ep=L.ep) if model.is_moe else None,
                    embedding_time(model, setup, hw, eff), loss_time(model, setup, hw, eff))
@@ -79,7 +96,7 @@ def _a2a(run: Run, hw: Hardware, eff: Efficiency) -> float:
     return mc.a2a_fwd_s + mc.etp_s
 
 
-def send_time(run: Run, eff: Efficiency, bw: dict[str, float]) -> float:
+def send_time(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float]) -> float:
     """One pipeline send, Megatron's scatter/gather (Narayanan et al. 2021 §4.1): each tp rank
     sends 1/t of the activation over its own link, then an all-gather inside the node; with
     sequence parallelism the activation is already cut t ways."""
@@ -89,7 +106,8 @@ def send_time(run: Run, eff: Efficiency, bw: dict[str, float]) -> float:
     act = tr.micro_batch * (tr.seq_len // L.cp) * run.model.hidden * BF16_BYTES
     tau = comm.p2p(act / L.tp, bw["pp"] * eff.net)
     if L.tp > 1 and not L.sequence_parallel:
-        tau += comm.all_gather(L.tp, act, bw["tp"] * eff.net)
+        inside = not comm.group_spans_nodes(L, "tp", run.gpus_per_node or hw.per_node)
+        tau += comm.collective("all-gather", L.tp, act, bw["tp"], hw, inside=inside, net=eff.net)
     return tau
 
 
@@ -110,7 +128,7 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         bc = tuple(x + y for x, y in zip(cost(lt.bwd), cost(lt.recompute)))
         return fc + (a2a if is_moe else 0.0,), bc + ((2 if full else 1) * a2a if is_moe else 0.0,), lt.wgrad
 
-    tau = send_time(run, eff, bw)
+    tau = send_time(run, hw, eff, bw)
     blocking = plan.p > 1 and not ov.p2p_async
     out = StageCosts([], [], [], tau)
     for st in plan.stages:

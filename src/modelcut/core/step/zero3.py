@@ -29,16 +29,17 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     t = L.tp
     ov = fw.overlap
     dp_group = L.dp * L.cp
-    dp_bw = bw["dp"] * eff.net
     grad_b = fw.grad_bytes
-    alpha = comm.dp_ring_alpha(L, run.gpus_per_node or hw.per_node)
+    gpn = run.gpus_per_node or hw.per_node
+    alpha = comm.dp_ring_alpha(L, gpn)
+    inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
     dense, moe_lt, emb, loss = k.dense, k.moe, k.emb, k.loss
 
     def gather(params: float) -> float:
-        return comm.all_gather(dp_group, params * BF16_BYTES, dp_bw, alpha)
+        return comm.collective("all-gather", dp_group, params * BF16_BYTES, bw["dp"], hw, alpha, inside, eff.net)
 
     def rs(params: float) -> float:
-        return comm.reduce_scatter(dp_group, params * grad_b, dp_bw, alpha)
+        return comm.collective("reduce-scatter", dp_group, params * grad_b, bw["dp"], hw, alpha, inside, eff.net)
 
     n_moe = flops.moe_layer_count(model)
     mods = params.device_modules(model, t, L.ep, L.etp, [(model.layers - n_moe, n_moe, True, True)])[0]
