@@ -7,7 +7,8 @@ import pytest
 from modelcut import catalog
 from modelcut.core.errors import ModelcutError
 
-HW_NAMES = ("a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "b200", "tpu-v4", "tpu-v5p")
+HW_NAMES = ("a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h800-sxm5-80gb", "h200-sxm-141gb", "b200", "tpu-v4",
+            "tpu-v5p")
 
 
 @pytest.mark.parametrize("name", HW_NAMES)
@@ -54,7 +55,10 @@ def test_unknown_names_are_one_line_errors():
 def test_models():
     names = {m.name for m in catalog.all_models()}
     assert {"gpt-1.7b", "gpt-1t", "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b"} <= names
-    assert len([n for n in names if n.startswith("gpt-")]) == 10
+    table1 = {"gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "gpt-18.4b", "gpt-39.1b", "gpt-76.1b", "gpt-145.6b", "gpt-310.1b",
+              "gpt-529.6b", "gpt-1t"}           # Narayanan et al. 2021, Table 1
+    assert table1 <= names
+    assert {n for n in names if catalog.model(n).source.startswith("Narayanan et al. 2021")} == table1
     assert catalog.model("llama3.1-405b") == catalog.model("llama3-405b")
     l405 = catalog.model("llama3-405b")
     assert (l405.layers, l405.hidden, l405.ffn_hidden, l405.heads, l405.kv_heads) == (126, 16384, 53248, 128, 8)
@@ -110,3 +114,29 @@ def test_hf_config_from_dict_and_bad_json(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ModelcutError, match="not valid JSON"):
         catalog.load_hf_config(bad)
+
+
+# ---------------------------------------------------------------- development set 2
+
+@pytest.mark.parametrize("name,total,active,rel", [
+    ("gpt-290.8b", 290.8e9, None, 1e-3),           # Megatron-LM README, Jan 2021
+    ("palm-540b", 540.35e9, None, 1e-4),           # Chowdhery et al. 2022, Table 1
+    ("bloom-176b", 176_247_271_424, None, 1e-6),   # BLOOM model card (less the embedding LayerNorm's 2h)
+    ("opt-175b", 175e9, None, 1e-2),               # Zhang et al. 2022
+    ("glm-130b", 130e9, None, 2e-2),               # Zeng et al. 2022
+    ("nemotron4-15b", 15.7e9, None, 1e-2),         # the reference file: N ≈ 15.7B
+    ("llama2-7b", 6_738_415_616, None, 0),         # the released checkpoints' parameter counts
+    ("llama2-13b", 13_015_864_320, None, 0),
+    ("llama2-70b", 68_976_648_192, None, 0),
+    ("gpt-oss-120b", 116.83e9, None, 2e-3),        # gpt-oss model card
+    ("gpt-oss-20b", 20.91e9, None, 2e-3),
+    ("qwen3-235b-a22b", 235e9, 22e9, 1e-2),        # Qwen3 report: 235B, 22B activated
+    ("kimi-k2", 1.04e12, 32e9, 3e-2),              # Kimi K2 report: 1.04T, 32B activated
+])
+def test_dev2_model_parameter_counts(name, total, active, rel):
+    from modelcut.core.costs import flops
+    m = catalog.model(name)
+    assert m.source
+    assert flops.param_count(m) == pytest.approx(total, rel=rel)
+    if active is not None:
+        assert flops.param_count(m, active=True) == pytest.approx(active, rel=2 * rel)
