@@ -7,7 +7,8 @@ import pytest
 from modelcut import catalog
 from modelcut.core.errors import ModelcutError
 
-HW_NAMES = ("a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "b200", "tpu-v4", "tpu-v5p")
+HW_NAMES = ("a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h800-sxm5-80gb", "h200-sxm-141gb", "b200", "tpu-v4",
+            "tpu-v5p")
 
 
 @pytest.mark.parametrize("name", HW_NAMES)
@@ -54,7 +55,10 @@ def test_unknown_names_are_one_line_errors():
 def test_models():
     names = {m.name for m in catalog.all_models()}
     assert {"gpt-1.7b", "gpt-1t", "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b"} <= names
-    assert len([n for n in names if n.startswith("gpt-")]) == 10
+    table1 = {"gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "gpt-18.4b", "gpt-39.1b", "gpt-76.1b", "gpt-145.6b", "gpt-310.1b",
+              "gpt-529.6b", "gpt-1t"}           # Narayanan et al. 2021, Table 1
+    assert table1 <= names
+    assert {n for n in names if catalog.model(n).source.startswith("Narayanan et al. 2021")} == table1
     assert catalog.model("llama3.1-405b") == catalog.model("llama3-405b")
     l405 = catalog.model("llama3-405b")
     assert (l405.layers, l405.hidden, l405.ffn_hidden, l405.heads, l405.kv_heads) == (126, 16384, 53248, 128, 8)
@@ -70,7 +74,7 @@ def test_published_runs():
     for r in catalog.published_runs():
         assert r.run.layout.gpus == r.gpus
         assert r.source
-        assert r.published_tflops or r.published_step_time_s
+        assert r.published_tflops or r.published_step_time_s or r.published_mfu or r.published_tokens_per_s
         catalog.hardware(r.run.gpu)
     assert catalog.published_run("llama3-405b-128k-16384").run.layout.cp == 16
     with pytest.raises(ModelcutError):
@@ -110,3 +114,176 @@ def test_hf_config_from_dict_and_bad_json(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ModelcutError, match="not valid JSON"):
         catalog.load_hf_config(bad)
+
+
+# ---------------------------------------------------------------- development set 2
+
+#: shared/reference/published-runs-dev2.md: cross-validation group (one per source) -> runs.
+DEV2_GROUPS = {"megatron-readme-2021": 10, "palm": 1, "mt-nlg": 3, "bloom": 1, "opt": 1, "glm": 1, "nemotron4": 3,
+               "nemo-24.07": 12, "megatron-bridge-25.11": 6, "deepseek-v3": 1, "nemo-automodel": 6}
+
+
+def dev2_runs():
+    groups = {rid: st.group for rid, st in catalog.run_settings().items()}
+    return [r for r in catalog.published_runs() if groups[r.id] in DEV2_GROUPS]
+
+
+def test_dev2_runs_load_with_their_sources_and_groups():
+    runs = dev2_runs()
+    assert len(runs) == 45
+    settings = catalog.run_settings()
+    count = {}
+    for r in runs:
+        st = settings[r.id]
+        count[st.group] = count.get(st.group, 0) + 1
+        assert r.set == "dev"
+        assert r.run.layout.gpus == r.gpus
+        assert r.run.training.global_batch > 0
+        assert r.source and st.source and r.notes
+        assert st.framework in catalog.framework_names()
+        assert st.micro_batch is not None and st.vpp is not None and st.recompute is not None
+        assert "assumed" in r.notes or "inferred" in r.notes or "stated" in r.notes
+        if r.published_step_time_s is None:
+            # no step time: either a figure in a FLOP count modelcut reproduces, or left out
+            assert (r.flop_convention != "source" and (r.published_tflops or r.published_mfu)) or not r.validate
+    assert count == DEV2_GROUPS
+
+
+def test_dev2_precision_and_runs_left_out():
+    from modelcut.analysis.measured import catalog_measured
+    runs = {r.id: r for r in dev2_runs()}
+    fp8 = {rid for rid, r in runs.items() if r.precision == "fp8"}
+    nemo = {rid for rid in runs if rid.startswith("nemo2407-")}
+    bridge_fp8 = {"mbridge2511-llama3-8b-8", "mbridge2511-llama3-70b-64", "mbridge2511-llama3.1-405b-1024",
+                  "mbridge2511-qwen3-30b-a3b-16", "mbridge2511-qwen3-235b-a22b-256"}
+    assert fp8 == nemo | bridge_fp8 | {"deepseek-v3-2048"}
+    assert all(runs[r].fp8_recipe is None for r in nemo)                  # NeMo 24.07: recipe not stated
+    assert all(runs[r].fp8_recipe == "current" for r in bridge_fp8)       # FP8-CS
+    assert runs["deepseek-v3-2048"].fp8_recipe == "blockwise"
+    assert runs["mbridge2511-gpt-oss-120b-64"].precision == "bf16"
+    assert {rid for rid, r in runs.items() if not r.validate} == {"opt-175b-992", "mbridge2511-qwen3-235b-a22b-256",
+                                                                 "deepseek-v3-2048"}
+    assert all(runs[rid].notes.startswith("left out of validation") for rid in runs if not runs[rid].validate)
+    measured = {m.id for m in catalog_measured()}
+    assert {rid for rid, r in runs.items() if r.in_validation} <= measured
+    assert not measured & {rid for rid, r in runs.items() if not r.in_validation}
+    assert len([r for r in runs.values() if r.in_validation]) == 26
+
+
+def test_dev2_fp8_and_unflagged_runs_stay_out_of_the_default_table():
+    from modelcut.analysis.measured import measured_run
+    pr = catalog.published_run("opt-175b-992")
+    with pytest.raises(ModelcutError, match="validate = false"):
+        measured_run(pr)          # what the flag stands for: no figure modelcut can compare
+
+
+def _tokens_step(r):
+    t = r.run.training
+    return t.global_batch * t.seq_len / (r.published_tokens_per_s * r.gpus)
+
+
+def test_dev2_step_times_round_trip_through_tokens_per_second():
+    """Where a source (or the reference file) gives tokens/s per GPU beside the step time, each
+    follows from the other: step = global batch x sequence / (tokens/s per GPU x GPUs)."""
+    runs = [r for r in dev2_runs() if r.published_tokens_per_s and r.published_step_time_s]
+    assert len(runs) == 1 + 1 + 3 + 12 + 6 + 6        # PaLM, BLOOM, Nemotron-4, NeMo, Bridge, AutoModel
+    for r in runs:
+        assert _tokens_step(r) == pytest.approx(r.published_step_time_s, rel=2e-3), r.id
+
+
+def test_dev2_published_figures_in_their_sources_flop_conventions():
+    from modelcut.analysis.measured import counted_flops, published_flops
+    from modelcut.core.costs import flops
+    runs = {r.id: r for r in dev2_runs()}
+    # Megatron-LM README: step time = eq. 3's F / (GPUs x TFLOP/s) (inferred), modelcut's own count.
+    for rid, r in runs.items():
+        if rid.startswith("megatron-readme-"):
+            assert r.flop_convention is None
+            assert counted_flops(r.run) / (r.gpus * r.published_tflops * 1e12) == pytest.approx(
+                r.published_step_time_s, rel=5e-3), rid
+            assert r.published_tflops * 1e12 / 312e12 == pytest.approx(r.published_pct_peak / 100, abs=0.006)
+    # MT-NLG and BLOOM: TFLOP/s count recomputation (eq. 3), modelcut's own count.
+    for rid, rel in (("mtnlg-530b-2240", 5e-3), ("mtnlg-530b-2800", 6e-3), ("mtnlg-530b-3360", 5e-3),
+                     ("bloom-176b-384", 1e-4)):
+        r = runs[rid]
+        assert counted_flops(r.run) / (r.gpus * r.published_step_time_s * 1e12) == pytest.approx(
+            r.published_tflops, rel=rel), rid
+    # BLOOM's log: 19.561 samples/s.
+    assert 2048 / runs["bloom-176b-384"].published_step_time_s == pytest.approx(19.561, rel=1e-4)
+    # PaLM: MFU = tokens/s x (6N + 12·L·H·Q·T) / peak ("palm" model FLOPs, 275 TFLOP/s per chip).
+    palm = runs["palm-540b-6144"]
+    assert published_flops(palm) / (palm.gpus * palm.published_step_time_s * 275e12) == pytest.approx(0.462, abs=1e-3)
+    assert palm.published_tokens_per_s * palm.gpus == pytest.approx(238.3e3, rel=1e-3)
+    # GLM-130B: HFU / MFU = 4/3, full recomputation in the "palm" convention.
+    glm = runs["glm-130b-768"]
+    hfu = flops.executed_flops(glm.run.model, glm.run.training, "palm") / published_flops(glm)
+    assert hfu == pytest.approx(glm.published_hfu / glm.published_mfu, rel=4e-3)     # the percentages' rounding
+    # Nemotron-4: MFU = 6·N·(tokens/s per GPU) / 989 (N ≈ 15.7B; the catalog's shape holds 15.63B).
+    for rid in ("nemotron4-15b-768", "nemotron4-15b-1536", "nemotron4-15b-2304"):
+        r = runs[rid]
+        n = flops.param_count(r.run.model)
+        assert 6 * n * r.published_tokens_per_s / 989e12 == pytest.approx(r.published_mfu, rel=1e-2), rid
+    # AutoModel: MFU = TFLOP/s / 989 (inferred).
+    for rid, r in runs.items():
+        if rid.startswith("automodel-"):
+            assert r.published_tflops / 989 == pytest.approx(r.published_mfu, abs=6e-4), rid
+
+
+def _per_token(model, seq, attention):
+    """6 x (transformer-layer + output-layer parameters, active experts) + attention·L·h·s."""
+    from modelcut.core.costs import flops
+    moe = flops.moe_layer_count(model)
+    layers = ((model.layers - moe) * flops.layer_params(model, False, active=True)
+              + moe * flops.layer_params(model, True, active=True))
+    return 6 * (layers + model.vocab * model.hidden) + attention * model.layers * model.q_dim * seq
+
+
+@pytest.mark.parametrize("prefix,attention,rel", [("nemo2407-", 12, 1.5e-3),    # attention in full (inferred)
+                                                  ("mbridge2511-llama", 6, 1.5e-3),  # causal halved (inferred)
+                                                  ("mbridge2511-qwen3", 6, 1e-2)])
+def test_nemo_and_bridge_tflops_per_token_match_the_assumed_shapes(prefix, attention, rel):
+    """The reference file's check of the FLOP conventions, which also checks the assumed model shapes:
+    TFLOP/s / tokens/s = FLOPs per token of the catalog's shape, to the printed figures' rounding."""
+    runs = [r for r in dev2_runs() if r.id.startswith(prefix)]
+    assert runs
+    for r in runs:
+        ratio = r.published_tflops * 1e12 / r.published_tokens_per_s
+        assert ratio == pytest.approx(_per_token(r.run.model, r.run.training.seq_len, attention), rel=rel), r.id
+
+
+@pytest.mark.parametrize("name,total,active,rel", [
+    ("gpt-290.8b", 290.8e9, None, 1e-3),           # Megatron-LM README, Jan 2021
+    ("palm-540b", 540.35e9, None, 1e-4),           # Chowdhery et al. 2022, Table 1
+    ("bloom-176b", 176_247_271_424, None, 1e-6),   # BLOOM model card (less the embedding LayerNorm's 2h)
+    ("opt-175b", 175e9, None, 1e-2),               # Zhang et al. 2022
+    ("glm-130b", 130e9, None, 2e-2),               # Zeng et al. 2022
+    ("nemotron4-15b", 15.7e9, None, 1e-2),         # the reference file: N ≈ 15.7B
+    ("llama2-7b", 6_738_415_616, None, 0),         # the released checkpoints' parameter counts
+    ("llama2-13b", 13_015_864_320, None, 0),
+    ("llama2-70b", 68_976_648_192, None, 0),
+    ("gpt-oss-120b", 116.83e9, None, 2e-3),        # gpt-oss model card
+    ("gpt-oss-20b", 20.91e9, None, 2e-3),
+    ("qwen3-235b-a22b", 235e9, 22e9, 1e-2),        # Qwen3 report: 235B, 22B activated
+    ("kimi-k2", 1.04e12, 32e9, 3e-2),              # Kimi K2 report: 1.04T, 32B activated
+])
+def test_dev2_model_parameter_counts(name, total, active, rel):
+    from modelcut.core.costs import flops
+    m = catalog.model(name)
+    assert m.source
+    assert flops.param_count(m) == pytest.approx(total, rel=rel)
+    if active is not None:
+        assert flops.param_count(m, active=True) == pytest.approx(active, rel=2 * rel)
+
+
+def test_dev2_bad_rows_are_one_line_errors(monkeypatch):
+    from modelcut.catalog import runs as runs_mod
+    base = {"id": "x", "family": "f", "model": "gpt-1.7b", "gpu": "a100", "gpus": 8,
+            "layout": {"tp": 1, "pp": 1, "dp": 8}, "training": {"seq_len": 2048, "global_batch": 8}, "source": "s"}
+    for extra, msg in (({"precision": "fp4"}, "precision must be"), ({"fp8_recipe": "current"}, "fp8_recipe given"),
+                       ({"flop_convention": "mine"}, "flop_convention must be"), ({"validate": False}, "reason in notes"),
+                       ({"published_tflop": 1}, "unknown key")):
+        monkeypatch.setattr(runs_mod, "_toml", lambda name, e=extra: {"run": [{**base, **e}]})
+        runs_mod._runs.cache_clear()
+        with pytest.raises(ModelcutError, match=msg):
+            runs_mod._runs()
+    runs_mod._runs.cache_clear()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import catalog
-from ..core.costs.flops import executed_flops
+from ..core.costs.flops import executed_flops, model_flops
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware, Run
 
@@ -47,6 +47,19 @@ def counted_flops(run: Run) -> float:
     return executed_flops(run.model, tr, "megatron" if tr.recompute == "full" else "palm")
 
 
+def published_flops(pr: catalog.PublishedRun) -> float | None:
+    """FLOPs per step that a published run's TFLOP/s (or MFU) count, in the source's convention:
+    modelcut's :func:`counted_flops` of the run as the source describes it, or, with a
+    ``flop_convention``, that convention's model FLOPs (no recomputation); None where the source
+    counts in a way modelcut does not reproduce ("source")."""
+    conv = pr.flop_convention
+    if conv is None:
+        return counted_flops(pr.run)
+    if conv == "source":
+        return None
+    return model_flops(pr.run.model, pr.run.training, conv)
+
+
 def measured_step_time(meas: Measured) -> float:
     """The measured step time: given, or the FLOPs the measured TFLOP/s count over n·TFLOP/s."""
     if meas.step_time_s is not None:
@@ -63,20 +76,42 @@ def error_pct(meas: Measured, pred) -> float:
 
 
 def catalog_measured(hardware: str | None = None) -> list[Measured]:
-    """Every published run of the catalog (deck and dev sets) as a :class:`Measured`, with
-    its real settings; ``hardware`` keeps those on one accelerator (catalog name or alias)."""
+    """Every published run of the validation tables (deck and dev sets) as a :class:`Measured`,
+    with its real settings; ``hardware`` keeps those on one accelerator (catalog name or alias).
+    Runs outside the tables (:attr:`~modelcut.catalog.PublishedRun.in_validation`: FP8, or
+    marked ``validate = false``) are left out; :func:`measured_run` makes one of them."""
     settings = catalog.run_settings()
     want = catalog.hardware(hardware).name if hardware else None
     out = []
     for pr in catalog.published_runs():
+        # Left out, by an explicit mark only: FP8 runs (modelcut has no notion of precision yet;
+        # they join the table when it does) and runs marked validate = false (notes say why).
+        if not pr.in_validation:
+            continue
         hw = catalog.hardware(pr.run.gpu)
         if want and hw.name != want:
             continue
-        st = settings.get(pr.id)
-        run = catalog.apply_settings(pr.run, st)
-        step = pr.published_step_time_s
-        # Published TFLOP/s count the FLOPs of the run as the source describes it (runs.toml).
-        out.append(Measured(pr.id, st.group if st else pr.family, run, hw, st.framework if st else None, {},
-                            None if step is not None else pr.published_tflops, step, pr.source,
-                            counted_flops(pr.run)))
+        out.append(measured_run(pr, hw, settings.get(pr.id)))
     return out
+
+
+def measured_run(pr: catalog.PublishedRun, hw: Hardware | None = None,
+                 st: catalog.RunSettings | None = None) -> Measured:
+    """One published run as a :class:`Measured` with its real settings (``st``): its step time
+    where given, else its TFLOP/s (or its MFU of the 16-bit peak) over the FLOPs the source
+    counts (:func:`published_flops`); a run with neither is a one-line error."""
+    hw = hw or catalog.hardware(pr.run.gpu)
+    run = catalog.apply_settings(pr.run, st)
+    step = pr.published_step_time_s
+    tflops = None
+    if step is None:
+        tflops = pr.published_tflops
+        if tflops is None and pr.published_mfu is not None:
+            tflops = pr.published_mfu * hw.peak_flops_16 / 1e12
+    # Published TFLOP/s count the FLOPs of the run as the source describes it (runs.toml).
+    flops = published_flops(pr)
+    if step is None and (tflops is None or flops is None):
+        raise ModelcutError(f"{pr.id}: no step time, and no TFLOP/s or MFU in a FLOP count modelcut "
+                            "reproduces; mark it validate = false with the reason in notes")
+    return Measured(pr.id, st.group if st else pr.family, run, hw, st.framework if st else None, {},
+                    tflops, step, pr.source, flops)

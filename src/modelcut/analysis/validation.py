@@ -99,7 +99,9 @@ def validate(runs: list[PublishedRun], hardware: Callable[[str], Hardware], mode
         raise ModelcutError(f"the deck's table is the seed model's (η fitted on one run); mode {mode!r} is "
                             "validated beside it by side_by_side")
     calibration = calibration or CALIBRATION
-    scored = [r for r in runs if r.published_tflops is not None]
+    # Scored: runs that publish TFLOP/s in modelcut's own FLOP count and are in the validation
+    # tables (16-bit, not marked validate = false); the deck's 13 all are.
+    scored = [r for r in runs if r.published_tflops is not None and r.flop_convention is None and r.in_validation]
     cal = next((r for r in scored if r.id == calibration), None)
     if cal is None:
         raise ModelcutError(f"calibration run {calibration!r} is not among the runs given")

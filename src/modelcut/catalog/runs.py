@@ -27,9 +27,15 @@ class PublishedRun:
 
     ``family``: whose stack ran it ("megatron", "llama3", "zero3"); ``set``: "deck" for the 13
     rows the deck's model is checked on, "dev" for the development set. ``published_tflops``
-    (TFLOP/s per GPU as the source counts it) and ``published_step_time_s`` are None where the
-    source does not print them. ``script``: settings from the authors' released scripts where
-    they differ from what the paper states (micro-batch, interleaving)."""
+    (TFLOP/s per GPU as the source counts it: ``flop_convention``, None for modelcut's own count)
+    and ``published_step_time_s`` are None where the source does not print them (or, for the step
+    time, the reference file does not infer it; the notes say which). ``published_tokens_per_s``
+    is per GPU; ``published_mfu`` and ``published_hfu`` are fractions. ``script``: settings from
+    the authors' released scripts where they differ from what the paper states (micro-batch,
+    interleaving). ``precision``: "bf16" (the default) or "fp16" for 16-bit mixed precision,
+    "fp8" for FP8 matrix products, with ``fp8_recipe`` (e.g. "current" scaling) where stated.
+    ``validate``: false keeps a run the model cannot be compared with (or cannot express) out of
+    the validation tables; ``notes`` says why."""
 
     id: str
     family: str
@@ -43,6 +49,32 @@ class PublishedRun:
     published_mfu: float | None = None
     published_pct_peak: float | None = None
     script: dict = field(default_factory=dict)
+    precision: str = "bf16"
+    fp8_recipe: str | None = None
+    validate: bool = True
+    flop_convention: str | None = None
+    published_tokens_per_s: float | None = None
+    published_hfu: float | None = None
+
+    @property
+    def in_validation(self) -> bool:
+        """Whether the validation tables score this run: 16-bit (modelcut has no notion of FP8
+        yet, so FP8 runs wait for it) and not marked ``validate = false`` (the reason in
+        ``notes``)."""
+        return self.validate and self.precision != "fp8"
+
+
+#: Run precisions: 16-bit mixed precision ("bf16", the default, or "fp16"), or FP8 matrix products.
+PRECISIONS = ("bf16", "fp16", "fp8")
+#: What a run's published TFLOP/s (or MFU) counts, where it is not modelcut's own count
+#: (:func:`modelcut.analysis.measured.counted_flops`): a core convention's model FLOPs without
+#: recomputation ("megatron", "palm", "palm-causal"), or "source", the source's own count, which
+#: modelcut does not reproduce (the notes say what it is): such a run compares by step time only.
+FLOP_CONVENTIONS = ("megatron", "palm", "palm-causal", "source")
+_RUN_KEYS = ("id", "family", "set", "model", "gpu", "gpus", "gpus_per_node", "layout", "training",
+             "published_tflops", "published_step_time_s", "published_mfu", "published_pct_peak",
+             "published_hfu", "published_tokens_per_s", "script", "source", "notes", "precision",
+             "fp8_recipe", "validate", "flop_convention")
 
 
 @lru_cache(maxsize=None)
@@ -55,6 +87,21 @@ def _runs() -> tuple[PublishedRun, ...]:
         if rid in seen:
             raise ModelcutError(f"{where}: duplicate id")
         seen.add(rid)
+        for k in row:
+            if k not in _RUN_KEYS:
+                raise ModelcutError(f"{where}: unknown key {k!r} (allowed: {', '.join(_RUN_KEYS)})")
+        precision = row.get("precision", "bf16")
+        if precision not in PRECISIONS:
+            raise ModelcutError(f"{where}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if "fp8_recipe" in row and precision != "fp8":
+            raise ModelcutError(f"{where}: fp8_recipe given for a {precision} run")
+        conv = row.get("flop_convention")
+        if conv is not None and conv not in FLOP_CONVENTIONS:
+            raise ModelcutError(f"{where}: flop_convention must be one of {', '.join(FLOP_CONVENTIONS)}, got {conv!r}")
+        if not isinstance(row.get("validate", True), bool):
+            raise ModelcutError(f"{where}: validate must be true or false")
+        if row.get("validate", True) is False and not row.get("notes"):
+            raise ModelcutError(f"{where}: validate = false needs the reason in notes")
         spec = model(row["model"]) if isinstance(row["model"], str) else model_from_table(
             row["model"], where=f"{where} model")
         layout = layout_from_table(row["layout"], f"{where} layout")
@@ -69,7 +116,10 @@ def _runs() -> tuple[PublishedRun, ...]:
             published_step_time_s=_num(row.get("published_step_time_s")),
             source=row["source"], notes=row.get("notes", ""), set=row.get("set", "deck"), gpus=row["gpus"],
             published_mfu=_num(row.get("published_mfu")), published_pct_peak=_num(row.get("published_pct_peak")),
-            script=dict(row.get("script", {}))))
+            script=dict(row.get("script", {})), precision=precision, fp8_recipe=row.get("fp8_recipe"),
+            validate=row.get("validate", True), flop_convention=conv,
+            published_tokens_per_s=_num(row.get("published_tokens_per_s")),
+            published_hfu=_num(row.get("published_hfu"))))
     return tuple(out)
 
 
