@@ -204,15 +204,36 @@ def a2a_bytes(model: ModelSpec, tokens: float, *, tp: int = 1, imbalance: float 
     return routed_rows(model, tokens / tp, imbalance, capacity_factor) * model.hidden * bytes_per_value
 
 
+def remote_node_copies(model: ModelSpec, ep: int, local: int) -> float:
+    """Expected copies of one token a node-deduplicated dispatch sends over the network: the
+    number of *other* nodes holding at least one of its top-k experts, with the E routed experts
+    spread evenly over the ep group's N = ep/local nodes and the k experts distinct:
+    (N − 1)·(1 − C(E − E/N, k) / C(E, k)) (a node misses all k picks with the hypergeometric
+    probability). DeepEP's internode dispatch sends a token once per destination node and
+    forwards it over NVLink there (deepseek-ai/DeepEP README; DeepSeek-AI 2024, arXiv
+    2412.19437, §3.2.2)."""
+    nodes = ep // local
+    if nodes <= 1:
+        return 0.0
+    E, k = model.experts, model.top_k
+    per_node = E / nodes
+    miss = 1.0
+    for i in range(k):
+        miss *= max(E - per_node - i, 0.0) / (E - i)
+    return (nodes - 1) * (1.0 - miss)
+
+
 def moe_comm(model: ModelSpec, tokens: float, *, ep: int, link_bw: float, net_bw: float, local: int = 1,
              tp: int = 1, etp: int | None = None, etp_bw: float | None = None, alpha: float = 0.0,
              imbalance: float = 1.0, capacity_factor: float | None = None, dispatch_bytes: float = BYTES,
-             combine_bytes: float = BYTES) -> MoEComm:
+             combine_bytes: float = BYTES, node_dedup: bool = False) -> MoEComm:
     """Dispatch and combine all-to-alls over ep ranks, ``local`` of which share a node
     (:func:`.comm.group_members_in_node`): the node-mates' part over the links, the rest over the
     network (:func:`.comm.all_to_all_two_level`); then, with etp > 1, the all-gather and
     reduce-scatter of the received rows in the etp group (``etp_bw``, default ``link_bw``).
-    ``tokens`` = b·s/cp; ``etp`` defaults to tp."""
+    ``tokens`` = b·s/cp; ``etp`` defaults to tp. ``node_dedup``: the network carries
+    :func:`remote_node_copies` per token instead of one per remote expert (DeepEP), and the
+    links also forward what arrives for the node's other ranks."""
     etp = etp or tp
     _pos("ep", ep)
     _pos("etp", etp)
@@ -221,8 +242,17 @@ def moe_comm(model: ModelSpec, tokens: float, *, ep: int, link_bw: float, net_bw
     kw = dict(tp=tp, imbalance=imbalance, capacity_factor=capacity_factor)
     d_b = a2a_bytes(model, tokens, bytes_per_value=dispatch_bytes, **kw)
     c_b = a2a_bytes(model, tokens, bytes_per_value=combine_bytes, **kw)
-    disp = comm.all_to_all_two_level(ep, d_b, local, link_bw, net_bw, alpha)
-    comb = comm.all_to_all_two_level(ep, c_b, local, link_bw, net_bw, alpha)
+    if node_dedup and local < ep:
+        copies = remote_node_copies(model, ep, local)
+
+        def dedup(nbytes: float) -> float:
+            across = nbytes / model.top_k * copies / net_bw               # one copy per other node
+            inside = (local - 1) / local * nbytes / link_bw               # spread to the node's ranks
+            return max(across, inside) + (ep // local - 1) * alpha
+        disp, comb = dedup(d_b), dedup(c_b)
+    else:
+        disp = comm.all_to_all_two_level(ep, d_b, local, link_bw, net_bw, alpha)
+        comb = comm.all_to_all_two_level(ep, c_b, local, link_bw, net_bw, alpha)
     etp_s = 0.0
     wire = comm.wire_bytes("all-to-all", ep, d_b) + comm.wire_bytes("all-to-all", ep, c_b)
     if etp > 1:

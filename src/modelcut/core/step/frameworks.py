@@ -94,7 +94,10 @@ class Framework:
     recomputation re-executes: "attention", the attention core (Megatron-LM, Korthikanti et al.
     2022 §5), or "op", torchtitan's per-op policy (every second matrix product, the norms,
     activations and other elementwise ops and the all-gathers, keeping attention's output and
-    the reduce-scatters: torchtitan/distributed/activation_checkpoint.py)."""
+    the reduce-scatters: torchtitan/distributed/activation_checkpoint.py); ``moe_dispatch``:
+    how tokens reach their experts: "all-to-all", one copy per routed expert; "deepep",
+    DeepEP's node-deduplicated dispatch (one copy per destination node over the network,
+    forwarded over NVLink inside it: deepseek-ai/DeepEP README, DeepSeek-AI 2024 §3.2.2)."""
 
     name: str
     overlap: Overlap
@@ -111,7 +114,16 @@ class Framework:
     zero3_runtime: str = "unit"
     fused_elementwise: bool = True
     selective: str = "attention"
+    moe_dispatch: str = "all-to-all"
     source: str = ""
+
+    def __post_init__(self) -> None:
+        choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
+                   "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
+                                    f"got {getattr(self, name)!r}")
 
     def with_overlap(self, overrides: dict[str, bool] | None) -> "Framework":
         """This stack with some overlap options switched (``--overlap``)."""

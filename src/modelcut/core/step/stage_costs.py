@@ -82,7 +82,7 @@ class StageCosts:
     tau: float
 
 
-def _a2a(run: Run, hw: Hardware, eff: Efficiency) -> float:
+def a2a_time(run: Run, hw: Hardware, eff: Efficiency, fw: Framework) -> float:
     """An MoE layer's dispatch and combine (and expert-tensor-parallel gather and scatter) per
     pass: the ep group's node-mates over the links, the rest over the network (:func:`.moe.moe_comm`)."""
     model, L, tr = run.model, run.layout, run.training
@@ -92,7 +92,8 @@ def _a2a(run: Run, hw: Hardware, eff: Efficiency) -> float:
     mc = moe_mod.moe_comm(model, tr.micro_batch * tr.seq_len / L.cp, ep=L.ep, tp=L.tp, etp=L.etp,
                           link_bw=comm.achievable(hw.link_bw, hw) * eff.net,
                           net_bw=comm.achievable(hw.net_bw, hw) * eff.net,
-                          local=comm.group_members_in_node(L, "ep", gpn))
+                          local=comm.group_members_in_node(L, "ep", gpn),
+                          node_dedup=fw.moe_dispatch == "deepep")
     return mc.a2a_fwd_s + mc.etp_s
 
 
@@ -118,7 +119,7 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     in the backward with full recomputation); blocking sends hold both devices."""
     ov = framework.overlap
     full = run.training.recompute == "full"
-    a2a = _a2a(run, hw, eff)
+    a2a = a2a_time(run, hw, eff, framework)
 
     def cost(pt: PassTime) -> tuple[float, float, float]:
         return pt.compute, exposed_tp(pt.tp, pt.gemm, ov.tp_comm), pt.cp

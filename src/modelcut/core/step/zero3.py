@@ -16,7 +16,7 @@ from .exposure import exposed_tp, prefetch_timeline
 from .frameworks import Framework
 from .layers import LayerTime, PassTime, dense_linears
 from .result import DefaultBreakdown
-from .stage_costs import Kernels
+from .stage_costs import Kernels, a2a_time
 
 
 def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernels, m: int,
@@ -52,28 +52,35 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
         return pt.compute + exposed_tp(pt.tp, pt.gemm, ov.tp_comm) + pt.cp
 
     if fw.zero3_runtime == "deepspeed-0.3":
+        if model.is_moe:
+            raise ModelcutError("the DeepSpeed v0.3 ZeRO-3 replay covers dense models only")
         T_c, compute_total = _deepspeed_replay(run, fw, dense, emb, loss, m, gather, rs, exposed)
+        a2a_total = 0.0
         notes.append("ZeRO-3: DeepSpeed v0.3 hooks replayed (per-weight gathers, device syncs, reuse distance)")
     else:
-        T_c, compute_total = _unit_prefetch(run, fw, dense, moe_lt, emb, loss, m, gather, rs, exposed,
-                                            (p_dense, p_moe, p_emb, p_out), first_moe)
+        T_c, compute_total, a2a_total = _unit_prefetch(run, fw, dense, moe_lt, emb, loss, m, gather, rs, exposed,
+                                                       (p_dense, p_moe, p_emb, p_out), first_moe,
+                                                       a2a_time(run, hw, eff, fw))
         notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
     P_dev = sum(a + b for a, b in mods)
     opt = mem_time(optimizer_step_bytes(P_dev, dp_group, grads_sharded=True), hw, eff)
     T = T_c + opt
     bd = DefaultBreakdown(compute_s=compute_total, tp_s=0.0, cp_s=0.0, p2p_s=0.0, bubble_s=0.0,
-                          dp_s=T - compute_total - opt, optimizer_s=opt)
+                          dp_s=T - compute_total - a2a_total - opt, a2a_s=a2a_total, optimizer_s=opt)
     return T, bd
 
 
 def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
                    emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
-                   sizes: tuple[float, float, float, float], first_moe: int) -> tuple[float, float]:
+                   sizes: tuple[float, float, float, float], first_moe: int, a2a: float = 0.0
+                   ) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
     reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`).
-    ``sizes``: the parameters of a dense layer, an MoE layer, the embedding and the output.
-    Returns (seconds to the end of the last collective, compute seconds)."""
+    ``sizes``: the parameters of a dense layer, an MoE layer, the embedding and the output;
+    ``a2a``: an MoE layer's token dispatch and combine per pass, on the compute stream's critical
+    path (the experts wait for their tokens; a recomputed forward dispatches again).
+    Returns (seconds to the end of the last collective, compute seconds, all-to-all seconds)."""
     p_dense, p_moe, p_emb, p_out = sizes
     model = run.model
     ov = fw.overlap
@@ -81,33 +88,40 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     pf_b = ov.param_gather and fw.prefetch_backward
     tasks: list[tuple[float, float, bool]] = []
     after: list[tuple[int, float]] = []
+    a2a_total = 0.0
     for mb in range(m):
         gather_fwd = mb == 0 or fw.reshard_after_forward
         # Forward: embedding, layers, loss (the loss uses the (tied) output weights).
         tasks.append((gather(p_emb) if gather_fwd else 0.0, exposed(emb[0]), pf_f))
         for i in range(model.layers):
-            lt, pp_ = (moe_lt, p_moe) if (model.is_moe and i >= first_moe) else (dense, p_dense)
-            tasks.append((gather(pp_) if gather_fwd else 0.0, exposed(lt.fwd), pf_f))
+            is_moe = model.is_moe and i >= first_moe
+            lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
+            x = a2a if is_moe else 0.0
+            a2a_total += x
+            tasks.append((gather(pp_) if gather_fwd else 0.0, exposed(lt.fwd) + x, pf_f))
         tasks.append((gather(p_out) if gather_fwd else 0.0, exposed(loss[0]) + exposed(loss[1]), pf_f))
         after.append((len(tasks) - 1, rs(p_out)))
         for i in reversed(range(model.layers)):
-            lt, pp_ = (moe_lt, p_moe) if (model.is_moe and i >= first_moe) else (dense, p_dense)
+            is_moe = model.is_moe and i >= first_moe
+            lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
+            x = (2 if lt.recompute.compute > 0 else 1) * a2a if is_moe else 0.0
+            a2a_total += x
             # One gather serves the recomputed forward and the backward that follows it
             # (DeepSpeed keeps weights reused within stage3_max_reuse_distance; FSDP recomputes
             # inside the unit's backward, its weights gathered).
             g = gather(pp_) if fw.reshard_after_forward else 0.0
-            tasks.append((g, exposed(lt.recompute) + exposed(lt.bwd), pf_b))
+            tasks.append((g, exposed(lt.recompute) + exposed(lt.bwd) + x, pf_b))
             after.append((len(tasks) - 1, rs(pp_)))
         tasks.append((gather(p_emb) if fw.reshard_after_forward else 0.0, exposed(emb[1]), pf_b))
         after.append((len(tasks) - 1, rs(p_emb)))
-    compute_total = sum(c for _, c, _ in tasks)
+    compute_total = sum(c for _, c, _ in tasks) - a2a_total
     if not ov.grad_reduce:
         rs_total = sum(d for _, d in after)
         after = []
     else:
         rs_total = 0.0
     end_c, end_comm = prefetch_timeline(tasks, after)
-    return max(end_c, end_comm) + rs_total, compute_total
+    return max(end_c, end_comm) + rs_total, compute_total, a2a_total
 
 
 def _deepspeed_replay(run: Run, fw: Framework, dense: LayerTime, emb: tuple[PassTime, PassTime],
