@@ -21,22 +21,33 @@ from modelcut.analysis.validation import seed_eta
 from modelcut.core.errors import ModelcutError
 from modelcut.core.sim import registry
 from modelcut.core.sim.engine import Timing, simulate
+from modelcut.core.costs import kernels
 from modelcut.core.step import default, pipeline_time, seed
 from modelcut.service.predict import efficiency_for
 
 
+#: The sources of the 34 runs the catalog held when the baseline was measured (commit 0c39cd6):
+#: ``--baseline-runs`` times the same runs, for a like-for-like ratio.
+BASELINE_GROUPS = ("narayanan-table1", "narayanan-table2", "korthikanti", "zero3", "llama3")
+
+
 def _clear() -> None:
     pipeline_time._simulated.cache_clear()
+    kernels._measured_tflops.cache_clear()
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--baseline-runs", action="store_true",
+                    help="only the 34 runs of the baseline measurement (their sources: " + ", ".join(BASELINE_GROUPS) + ")")
     args = ap.parse_args(argv)
     eta = seed_eta()
     originals = {pr.id: pr.run for pr in catalog.published_runs()}
     cases = []
     for m in catalog_measured():
+        if args.baseline_runs and m.family not in BASELINE_GROUPS:
+            continue
         try:
             seed.predict(originals[m.id], m.hw, eta)
         except ModelcutError:

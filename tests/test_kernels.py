@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
 from modelcut.core.costs.kernels import (UNMEASURED_FRACTION, Efficiency, attention_time, gemm_fwd_bwd, gemm_time,
-                                         generation, mem_time, product_tflops)
+                                         generation, hbm_bandwidth, mem_time, product_tflops)
 from modelcut.core.costs.tables import GemmCurve, quantization
 from modelcut.core.errors import ModelcutError
 
@@ -85,7 +85,7 @@ def test_gemm_never_beats_either_roof(m, n, k):
     for hw in (H100, A100):
         t = gemm_time(m, n, k, hw, EFF)
         assert t >= 2 * m * n * k / (EFF.gemm * hw.peak_flops_16) * (1 - 1e-12)
-        assert t >= 2 * (m * k + k * n + m * n) / (EFF.mem * hw.mem_bw) * (1 - 1e-12)
+        assert t >= 2 * (m * k + k * n + m * n) / (EFF.mem * hbm_bandwidth(hw)) * (1 - 1e-12)
 
 
 def test_backward_products_have_the_transposed_shapes():
@@ -96,7 +96,7 @@ def test_backward_products_have_the_transposed_shapes():
 
 
 def test_memory_bound_time_and_efficiency_checks():
-    assert mem_time(2e9, A100, EFF) == pytest.approx(2e9 / (0.7 * A100.mem_bw))
+    assert mem_time(2e9, A100, EFF) == pytest.approx(2e9 / (0.7 * hbm_bandwidth(A100)))
     with pytest.raises(ModelcutError):
         mem_time(-1, A100, EFF)
     for bad in (0, 1.5, -0.1, True, "0.5"):
@@ -126,8 +126,8 @@ def test_unfused_attention_moves_the_score_matrix():
     b, a, s, d = 4, 8, 2048, 128
     att = attention_time("unfused", b, a, s, s, d, True, True, A100, EFF)
     scores = b * a * s * s
-    assert att.fwd_mem == pytest.approx(scores * (4 + 5) / (EFF.mem * A100.mem_bw))
-    assert att.bwd_mem == pytest.approx(scores * (5 + 6) / (EFF.mem * A100.mem_bw))
+    assert att.fwd_mem == pytest.approx(scores * (4 + 5) / (EFF.mem * hbm_bandwidth(A100)))
+    assert att.bwd_mem == pytest.approx(scores * (5 + 6) / (EFF.mem * hbm_bandwidth(A100)))
     no_drop = attention_time("unfused", b, a, s, s, d, True, False, A100, EFF)
     assert no_drop.fwd < att.fwd
 
@@ -147,3 +147,23 @@ def test_collectives_inside_a_node_follow_the_measured_curve():
     small, large = curves.time("all-gather", 8, 1024), curves.time("all-gather", 8, 2**30)
     assert 5e-6 < small < 30e-6 and large > 1e-3
     assert curves.time("all-reduce", 3, 1e6) is None   # no 3-rank curve: the caller's ring model
+
+
+def test_hbm_bandwidth_is_the_measured_share_of_the_datasheet():
+    """STREAM copy/triad reach 85-89 % of the datasheet's HBM bandwidth (hardware.toml sources)."""
+    for hw in (A100, H100):
+        assert 0.8 < hbm_bandwidth(hw) / hw.mem_bw < 0.95
+
+
+def test_a_device_of_an_architecture_scales_its_tables():
+    """A device without its own measurement computes at its peak over the measuring device's
+    (an H200 as an H100 SXM; a slower-linked H800 stretches the collectives above the floor)."""
+    from modelcut.core.costs import comm
+    h200, h800 = catalog.hardware("h200"), catalog.hardware("h800")
+    assert product_tflops(4096, 4096, 4096, h200) == pytest.approx(product_tflops(4096, 4096, 4096, H100))
+    big, small = 256 * 2 ** 20, 1024
+    slow = comm.collective("all-gather", 8, big, h800.link_bw, h800, inside=True)
+    fast = comm.collective("all-gather", 8, big, H100.link_bw, H100, inside=True)
+    assert slow == pytest.approx(fast * H100.link_bw / h800.link_bw, rel=0.01)
+    assert comm.collective("all-gather", 8, small, h800.link_bw, h800, inside=True) == pytest.approx(
+        comm.collective("all-gather", 8, small, H100.link_bw, H100, inside=True), rel=0.05)

@@ -1,6 +1,7 @@
-"""Fitting the default model's three constants to measured runs, in the open.
+"""Fitting the default model's constants to measured runs, in the open.
 
-The constants (:class:`.kernels.Efficiency`: η_gemm, η_mem, η_net) are fitted by least
+The constants (:class:`.kernels.Efficiency`: η_gemm, η_mem, η_net; by default the first two,
+:data:`FITTED`, η_net held at 1: the collective tables measure the network) are fitted by least
 squares on the logarithm of predicted over measured throughput (equivalently, of measured
 over predicted step time), so a run that is 10 % slow weighs as much as one 10 % fast and
 large runs do not dominate. The fit is Levenberg-Marquardt on the constants' logits with
@@ -29,6 +30,10 @@ from .measured import Measured, error_pct
 #: bandwidth, collectives at 80 % of line rate (typical of cuBLAS, STREAM-like kernels and
 #: NCCL bus bandwidth on A100/H100 systems; only a starting point).
 START = Efficiency(0.8, 0.8, 1.0)
+
+#: The constants a fit adjusts unless told otherwise: the sustained share of the measured kernel
+#: throughput and of the measured HBM bandwidth (two, shared by every accelerator).
+FITTED = ("gemm", "mem")
 
 Predictor = Callable[[Measured, Efficiency], "object"]
 
@@ -78,7 +83,7 @@ class Fit:
         return max((abs(e) for e in self.errors_pct.values()), default=0.0)
 
 
-def fit(runs: Sequence[Measured], fitted: Sequence[str] = NAMES, start: Efficiency = START,
+def fit(runs: Sequence[Measured], fitted: Sequence[str] = FITTED, start: Efficiency = START,
         predictor: Predictor | None = None, max_iter: int = 30, tol: float = 1e-7) -> Fit:
     """Least-squares fit of the constants named in ``fitted`` (module doc)."""
     if not runs:
@@ -132,7 +137,7 @@ def evaluate(runs: Sequence[Measured], eff: Efficiency, predictor: Predictor | N
     return {m.id: error_pct(m, predictor(m, eff)) for m in runs}
 
 
-def leave_one_family_out(runs: Sequence[Measured], fitted: Sequence[str] = NAMES, start: Efficiency = START,
+def leave_one_family_out(runs: Sequence[Measured], fitted: Sequence[str] = FITTED, start: Efficiency = START,
                          predictor: Predictor | None = None,
                          progress: Callable[[str], None] | None = None) -> dict[str, dict]:
     """For each family: fit on the other families' runs, predict this family's.

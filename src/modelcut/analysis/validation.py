@@ -134,6 +134,8 @@ class SideBySideRow:
     default_error_pct: float
     seed: object | None = None       # Prediction, None when the seed cannot predict it
     seed_error_pct: float | None = None
+    loso: object | None = None       # Prediction with the constants fitted without this run's source
+    loso_error_pct: float | None = None
 
     @property
     def published(self) -> float:
@@ -160,40 +162,46 @@ class SideBySideRow:
 
 
 def side_by_side(runs: Sequence[Measured], sets: dict[str, str], eff_for: Callable[[Hardware], Efficiency],
-                 seed: Callable[[Measured], object | None] | None = None) -> list[SideBySideRow]:
+                 seed: Callable[[Measured], object | None] | None = None,
+                 held_out: Callable[[Measured], Efficiency | None] | None = None) -> list[SideBySideRow]:
     """Every run predicted by the default model (constants ``eff_for(hw)``) and, where
-    ``seed`` gives a prediction, by the seed mode; errors as :func:`error_pct`."""
+    ``seed`` gives a prediction, by the seed mode; where ``held_out`` gives constants fitted
+    without the run's source, by those too (leave one source out); errors as :func:`error_pct`."""
     rows = []
     for m in runs:
         pred = default_predictor(m, eff_for(m.hw))
         sp = seed(m) if seed is not None else None
+        eff_out = held_out(m) if held_out is not None else None
+        lp = default_predictor(m, eff_out) if eff_out is not None else None
         rows.append(SideBySideRow(m.id, sets.get(m.id, ""), m.family, m.framework or "", m, pred, error_pct(m, pred),
-                                  sp, error_pct(m, sp) if sp is not None else None))
+                                  sp, error_pct(m, sp) if sp is not None else None,
+                                  lp, error_pct(m, lp) if lp is not None else None))
     return rows
 
 
 def summarize(rows: Sequence[SideBySideRow]) -> dict:
-    """Per group and overall: runs, mean and largest |error| % for the default model and the
-    seed; the signs of the default model's errors; the largest |error| over the deck's runs."""
+    """Per group (source) and overall: runs, mean and largest |error| % and the mean signed
+    error for the default model out of sample (``loso``: each source's runs predicted with the
+    constants fitted without that source), in sample (``default``) and for the seed; the signs of
+    the default model's in-sample errors; the same over the deck's runs."""
     def stats(errs: list[float]) -> dict:
         if not errs:
-            return {"runs": 0, "mean_abs_pct": None, "max_abs_pct": None}
+            return {"runs": 0, "mean_abs_pct": None, "max_abs_pct": None, "mean_signed_pct": None}
         a = [abs(e) for e in errs]
-        return {"runs": len(a), "mean_abs_pct": sum(a) / len(a), "max_abs_pct": max(a)}
+        return {"runs": len(a), "mean_abs_pct": sum(a) / len(a), "max_abs_pct": max(a),
+                "mean_signed_pct": sum(errs) / len(errs)}
 
-    groups: dict[str, dict] = {}
-    for g in dict.fromkeys(r.group for r in rows):
-        rs = [r for r in rows if r.group == g]
-        groups[g] = {"default": stats([r.default_error_pct for r in rs]),
-                     "seed": stats([r.seed_error_pct for r in rs if r.seed_error_pct is not None])}
+    def three(rs: Sequence[SideBySideRow]) -> dict:
+        return {"loso": stats([r.loso_error_pct for r in rs if r.loso_error_pct is not None]),
+                "default": stats([r.default_error_pct for r in rs]),
+                "seed": stats([r.seed_error_pct for r in rs if r.seed_error_pct is not None])}
+
+    groups = {g: three([r for r in rows if r.group == g]) for g in dict.fromkeys(r.group for r in rows)}
     d = [r.default_error_pct for r in rows]
-    deck = [r.default_error_pct for r in rows if r.set == "deck"]
     return {
         "groups": groups,
-        "overall": {"default": stats(d),
-                    "seed": stats([r.seed_error_pct for r in rows if r.seed_error_pct is not None])},
-        "deck": {"default": stats(deck),
-                 "seed": stats([r.seed_error_pct for r in rows if r.set == "deck" and r.seed_error_pct is not None])},
+        "overall": three(rows),
+        "deck": three([r for r in rows if r.set == "deck"]),
         "signs": {"low": int(sum(e < 0 for e in d)), "high": int(sum(e > 0 for e in d))},
     }
 

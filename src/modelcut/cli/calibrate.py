@@ -81,41 +81,53 @@ def _budget_lines(b) -> str:
 
 
 def show_default_table(t: DefaultTable) -> None:
-    """``modelcut validate --mode default`` as text: every run, per group and overall, the
-    constants and their leave-one-group-out table, the error budgets when asked for."""
+    """``modelcut validate --mode default`` as text: first the error out of sample, per source
+    (each source's runs predicted with the constants fitted without it) beside the in-sample
+    error; then every run; the constants and their folds; the error budgets when asked for."""
     rows, summary, used, budgets, budget = t.rows, t.summary, t.profiles, t.budgets, bool(t.budgets)
     con = console(200)
-    table = Table("Run", "Set", "Published", "Default", "Error", "Seed", "Error", "Compute", "TP", "CP", "P2P",
-                  "Bubble", "DP", "Opt", "Dominant",
-                  title="Published runs: default model beside the seed (TFLOP/s per GPU; step-time rows in seconds)")
+
+    def fmt(x, signed=False):
+        return "-" if x is None else (f"{x:+.1f} %" if signed else f"{x:.1f} %")
+
+    st_t = Table("Source", "Runs", "Mean |error|", "Mean error", "Largest", "In sample: mean", "Largest",
+                 title="Out of sample first: each source's runs predicted with the constants fitted without "
+                       "that source (leave one source out); errors in throughput, + = predicted faster")
+    for g, st in summary["groups"].items():
+        lo, ins = st["loso"], st["default"]
+        st_t.add_row(g, str(ins["runs"]), fmt(lo["mean_abs_pct"]), fmt(lo["mean_signed_pct"], True),
+                     fmt(lo["max_abs_pct"]), fmt(ins["mean_abs_pct"]), fmt(ins["max_abs_pct"]))
+    for name in ("deck", "overall"):
+        lo, ins = summary[name]["loso"], summary[name]["default"]
+        st_t.add_row(f"[bold]{name}[/bold]", str(ins["runs"]), fmt(lo["mean_abs_pct"]),
+                     fmt(lo["mean_signed_pct"], True), fmt(lo["max_abs_pct"]), fmt(ins["mean_abs_pct"]),
+                     fmt(ins["max_abs_pct"]))
+    con.print(st_t)
+
+    table = Table("Run", "Source", "Published", "Out of sample", "Error", "In sample", "Error", "Seed", "Error",
+                  "Compute", "TP", "CP", "P2P", "Bubble", "DP", "Opt", "Dominant",
+                  title="Every run (TFLOP/s per GPU; step-time rows in seconds); the breakdown is the in-sample "
+                        "prediction's, in seconds")
 
     def val(r, pred):
+        if pred is None:
+            return "-"
         return f"{r.value(pred):.2f} s" if r.unit == "s" else f"{r.value(pred):.1f}"
 
     for r in rows:
         b = r.default.breakdown
         pub = f"{r.published:g} s" if r.unit == "s" else f"{r.published:g}"
-        table.add_row(r.id, r.set, pub, val(r, r.default), f"{r.default_error_pct:+.1f} %",
-                      "-" if r.seed is None else val(r, r.seed),
-                      "-" if r.seed_error_pct is None else f"{r.seed_error_pct:+.1f} %",
+        table.add_row(r.id, r.group, pub, val(r, r.loso), fmt(r.loso_error_pct, True),
+                      val(r, r.default), fmt(r.default_error_pct, True),
+                      val(r, r.seed), fmt(r.seed_error_pct, True),
                       *(f"{x:.2f}" for x in (b.compute_s, b.tp_s, b.cp_s, b.p2p_s, b.bubble_s, b.dp_s,
                                              b.optimizer_s)), r.dominant)
     con.print(table)
-    gt = Table("Group", "Runs", "Default mean |err|", "Default largest", "Seed mean |err|", "Seed largest",
-               title="Per group and overall (errors: throughput, + = predicted faster)")
-
-    def fmt(x):
-        return "-" if x is None else f"{x:.1f} %"
-    for g, st in summary["groups"].items():
-        gt.add_row(g, str(st["default"]["runs"]), fmt(st["default"]["mean_abs_pct"]), fmt(st["default"]["max_abs_pct"]),
-                   fmt(st["seed"]["mean_abs_pct"]), fmt(st["seed"]["max_abs_pct"]))
-    for name in ("deck", "overall"):
-        st = summary[name]
-        gt.add_row(f"[bold]{name}[/bold]", str(st["default"]["runs"]), fmt(st["default"]["mean_abs_pct"]),
-                   fmt(st["default"]["max_abs_pct"]), fmt(st["seed"]["mean_abs_pct"]), fmt(st["seed"]["max_abs_pct"]))
-    con.print(gt)
+    seed_st = summary["deck"]["seed"]
+    con.print(f"seed mode on the deck's runs: mean |error| {fmt(seed_st['mean_abs_pct'])}, "
+              f"largest {fmt(seed_st['max_abs_pct'])}")
     sg = summary["signs"]
-    con.print(f"default model: {sg['low']} predictions low, {sg['high']} high")
+    con.print(f"default model in sample: {sg['low']} predictions low, {sg['high']} high")
     for h, p in used.items():
         e = p.efficiency
         fitted = ", ".join(p.fitted) or "none"
@@ -124,7 +136,7 @@ def show_default_table(t: DefaultTable) -> None:
                   f"{len(p.runs)} runs{inh}; {p.path or p.source})")
         if p.cv:
             cvt = Table("Left out", "gemm", "mem", "net", "Runs", "Mean |error|", "Largest",
-                        title=f"{h}: leave one group out (fitted without the group, its runs predicted)")
+                        title=f"{h}: the folds' constants (fitted without the source, as calibrate left them)")
             for c in p.cv:
                 cvt.add_row(c[0], f"{c[1]:.3f}", f"{c[2]:.3f}", f"{c[3]:.3f}", str(c[4]), f"{c[5]:.1f} %",
                             f"{c[6]:.1f} %")

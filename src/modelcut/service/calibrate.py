@@ -37,9 +37,8 @@ class CalibrateResult:
                                          "errors_pct": f["errors_pct"]} for g, f in self.folds.items()}}
 
 
-#: The constants the model fits: the sustained share of measured kernel throughput and of HBM
-#: bandwidth; the network's share is measured (the collective tables), not fitted.
-FITTED = "gemm,mem"
+#: The constants the model fits (:data:`..analysis.calibrate.FITTED`), as ``--fit`` spells them.
+FITTED = ",".join(cal.FITTED)
 
 
 def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str = FITTED,
@@ -62,7 +61,7 @@ def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str =
     if not measured:
         raise ModelcutError("no runs on that accelerator")
     hws = sorted({m.hw.name for m in measured})
-    hw_name = hws[0] if len(hws) == 1 and gpu else catalog.profiles.EVERY
+    hw_name = hws[0] if len(hws) == 1 else catalog.profiles.EVERY   # one accelerator's runs: its own profile
     if base is None:
         base_prof = catalog.profile_for(hw_name)
     elif base.endswith(".toml"):

@@ -29,13 +29,18 @@ from ..core.step.result import Prediction
 from .inputs import parse_overlap
 
 
-def efficiency_for(hw: Hardware, profile: Profile | None = None) -> Efficiency:
-    """The default model's constants on ``hw``: the user's profile where it is for this
-    accelerator, the shipped profile otherwise."""
+def profile_on(hw: Hardware, profile: Profile | None = None) -> Profile:
+    """The profile whose constants apply on ``hw``: the user's where it is for this accelerator
+    (or for every one), the shipped one otherwise."""
     if profile is not None and (profile.hardware == catalog.profiles.EVERY
                                 or catalog.hardware(profile.hardware).name == hw.name):
-        return profile.efficiency
-    return catalog.profile_for(hw).efficiency
+        return profile
+    return catalog.profile_for(hw)
+
+
+def efficiency_for(hw: Hardware, profile: Profile | None = None) -> Efficiency:
+    """The default model's constants on ``hw`` (:func:`profile_on`)."""
+    return profile_on(hw, profile).efficiency
 
 
 def load_profile(path: str | Path | None) -> Profile | None:

@@ -1,9 +1,10 @@
 """The validation tables as every face shows them (``modelcut validate``, ``GET /api/runs``).
 
 * :func:`seed_table`: the deck's table, the seed model with η fitted on Megatron-LM's 1.7B run.
-* :func:`default_table`: every published run (deck and development sets) under the default model
-  beside the seed, per group and overall, with the profiles used and, when asked, each run's
-  error budget. :meth:`DefaultTable.as_dict` is ``validate --mode default --json``.
+* :func:`default_table`: every published run (deck and development sets) under the default model,
+  out of sample first (each source's runs predicted with the constants of the profile's fold
+  that left that source out), in sample beside it, and the seed; per source and overall, with
+  the profiles used and, when asked, each run's error budget. :meth:`DefaultTable.as_dict` is ``validate --mode default --json``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from ..analysis import validation as av
 from ..analysis.budget import ErrorBudget, error_budget
 from ..analysis.measured import Measured, catalog_measured
 from ..catalog import Profile
+from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.step import seed
-from .predict import efficiency_for
+from .predict import efficiency_for, profile_on
 
 BREAKDOWN_KEYS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "optimizer_s")
 
@@ -57,6 +59,8 @@ class DefaultTable:
                "default": {"predicted": r.value(r.default), "step_time_s": r.default.step_time_s,
                            "error_pct": r.default_error_pct, "dominant": r.dominant,
                            "breakdown": {k: getattr(r.default.breakdown, k) for k in BREAKDOWN_KEYS}},
+               "loso": None if r.loso is None else {"predicted": r.value(r.loso), "step_time_s": r.loso.step_time_s,
+                                                    "error_pct": r.loso_error_pct},
                "seed": None if r.seed is None else {"predicted": r.value(r.seed), "step_time_s": r.seed.step_time_s,
                                                     "error_pct": r.seed_error_pct}}
         if self.budgets:
@@ -79,15 +83,20 @@ def default_table(profile: Profile | None = None, budget: bool = False) -> Defau
         except ModelcutError:   # a run the seed mode cannot express
             return None
 
-    rows = av.side_by_side(measured, sets, lambda hw: efficiency_for(hw, profile), seed_of)
+    def held_out(m: Measured):
+        """The constants of the profile's fold that left this run's source out (None: no fold)."""
+        for c in profile_on(m.hw, profile).cv:
+            if c[0] == m.family:
+                return Efficiency(c[1], c[2], c[3])
+        return None
+
+    rows = av.side_by_side(measured, sets, lambda hw: efficiency_for(hw, profile), seed_of, held_out)
     budgets = {r.id: error_budget(r.measured.run, r.measured.hw, efficiency_for(r.measured.hw, profile),
                                   r.measured.framework) for r in rows} if budget else {}
     used: dict[str, Profile] = {}
     for m in measured:
-        if m.hw.name not in used:
-            mine = profile is not None and (profile.hardware == catalog.profiles.EVERY
-                                            or catalog.hardware(profile.hardware).name == m.hw.name)
-            used[m.hw.name] = profile if mine else catalog.profile_for(m.hw)
+        p = profile_on(m.hw, profile)
+        used.setdefault(p.hardware, p)
     return DefaultTable(rows, av.summarize(rows), used, budgets)
 
 
