@@ -167,7 +167,10 @@ def test_dev2_precision_and_runs_left_out():
     measured = {m.id for m in catalog_measured()}
     assert {rid for rid, r in runs.items() if r.in_validation} <= measured
     assert not measured & {rid for rid, r in runs.items() if not r.in_validation}
-    assert len([r for r in runs.values() if r.in_validation]) == 26
+    # the FP8 rows are scored in FP8 (issue 15): 26 16-bit rows and the 16 FP8 rows with a comparable figure
+    assert len([r for r in runs.values() if r.in_validation]) == 42
+    assert all(runs[r].run.training.precision == "fp8" for r in fp8)
+    assert all(runs[r].run.training.fp8_recipe == "current" for r in bridge_fp8)
 
 
 def test_dev2_fp8_and_unflagged_runs_stay_out_of_the_default_table():

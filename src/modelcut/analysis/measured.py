@@ -78,14 +78,13 @@ def error_pct(meas: Measured, pred) -> float:
 def catalog_measured(hardware: str | None = None) -> list[Measured]:
     """Every published run of the validation tables (deck and dev sets) as a :class:`Measured`,
     with its real settings; ``hardware`` keeps those on one accelerator (catalog name or alias).
-    Runs outside the tables (:attr:`~modelcut.catalog.PublishedRun.in_validation`: FP8, or
-    marked ``validate = false``) are left out; :func:`measured_run` makes one of them."""
+    Runs outside the tables (:attr:`~modelcut.catalog.PublishedRun.in_validation`: marked
+    ``validate = false``) are left out; :func:`measured_run` makes one of them."""
     settings = catalog.run_settings()
     want = catalog.hardware(hardware).name if hardware else None
     out = []
     for pr in catalog.published_runs():
-        # Left out, by an explicit mark only: FP8 runs (modelcut has no notion of precision yet;
-        # they join the table when it does) and runs marked validate = false (notes say why).
+        # Left out, by an explicit mark only: runs marked validate = false (notes say why).
         if not pr.in_validation:
             continue
         hw = catalog.hardware(pr.run.gpu)

@@ -21,6 +21,7 @@ def _hardware_index() -> tuple[dict[str, Hardware], tuple[Hardware, ...]]:
     for row in rows:
         row = dict(row)
         row["aliases"] = tuple(row.get("aliases", ()))
+        row["fp8_recipes"] = tuple(row.get("fp8_recipes", ()))
         hw = Hardware(**row)
         hw = replace(hw, kernels=tables_for(hw.arch, by_name))
         items.append(hw)

@@ -13,7 +13,8 @@ from importlib import resources
 
 import numpy as np
 
-from ..core.costs.tables import AttentionCurves, CollectiveCurves, GemmCurve, GemmGrid, KernelTables, Reference
+from ..core.costs.tables import (AttentionCurves, CollectiveCurves, GemmCurve, GemmGrid, GemmRatio, KernelTables,
+                                 Reference)
 from ..core.errors import ModelcutError
 
 
@@ -30,7 +31,15 @@ def _index() -> dict:
     return tomllib.loads(_text("kernels.toml"))
 
 
-def _gemm(entry: dict, sms: int):
+def _gemm(entry: dict, sms: int, tables: dict | None = None):
+    if entry["kind"] == "ratio":
+        arch_b, num_t, den_t = entry["ratio_of"]
+        other = {e["dtype"]: e for e in _index()["gemm"] if e["arch"] == arch_b}
+        if tables is None or entry["base"] not in tables or num_t not in other or den_t not in other:
+            raise ModelcutError(f"kernels.toml: the {entry['arch']} {entry['dtype']} ratio table names a table not loaded")
+        return GemmRatio(f"{entry['arch']} {entry['dtype']}", tables[entry["base"]], _gemm(other[num_t], None),
+                         _gemm(other[den_t], None), float(entry["max_ratio"]), float(entry["ceiling_tflops"]),
+                         entry["source"])
     rows = _rows(entry["file"])
     if entry["kind"] == "grid":
         pts = [(int(r["m"]), int(r["n"]), int(r["k"]), 2e-3 * int(r["m"]) * int(r["n"]) * int(r["k"]) / float(r["time_ns"]))
@@ -96,7 +105,10 @@ def tables_for(arch: str, hardware_rows: dict[str, dict]) -> KernelTables | None
     if key not in _TABLES:
         ref = _reference(arch, hardware_rows)
         sms = ref.sms if ref is not None else None
-        gemm = {e["dtype"]: _gemm(e, sms) for e in _index()["gemm"] if e["arch"] == arch}
+        gemm: dict = {}
+        mine = [e for e in _index()["gemm"] if e["arch"] == arch]
+        for e in sorted(mine, key=lambda e: e["kind"] == "ratio"):     # measured tables first
+            gemm[e["dtype"]] = _gemm(e, sms, gemm)
         att = _attention(arch)
         coll = _collectives(arch)
         _TABLES[key] = None if not gemm and not att and coll is None else KernelTables(arch, gemm, att, coll, ref)

@@ -58,10 +58,9 @@ class PublishedRun:
 
     @property
     def in_validation(self) -> bool:
-        """Whether the validation tables score this run: 16-bit (modelcut has no notion of FP8
-        yet, so FP8 runs wait for it) and not marked ``validate = false`` (the reason in
-        ``notes``)."""
-        return self.validate and self.precision != "fp8"
+        """Whether the validation tables score this run: not marked ``validate = false`` (the
+        reason in ``notes``). FP8 runs are scored in FP8 (their ``Training.precision``)."""
+        return self.validate
 
 
 #: Run precisions: 16-bit mixed precision ("bf16", the default, or "fp16"), or FP8 matrix products.
@@ -107,8 +106,12 @@ def _runs() -> tuple[PublishedRun, ...]:
         layout = layout_from_table(row["layout"], f"{where} layout")
         if layout.gpus != row["gpus"]:
             raise ModelcutError(f"{where}: layout product {layout.gpus} != gpus {row['gpus']}")
+        tr = dict(row["training"])
+        tr.setdefault("precision", precision)                 # the run's precision times its products
+        if row.get("fp8_recipe") is not None:
+            tr.setdefault("fp8_recipe", row["fp8_recipe"])
         run = Run(model=spec, gpu=hardware(row["gpu"]).name, layout=layout,
-                  training=training_from_table(row["training"], f"{where} training"),
+                  training=training_from_table(tr, f"{where} training"),
                   gpus_per_node=row.get("gpus_per_node"), name=rid)
         out.append(PublishedRun(
             id=rid, family=row["family"], run=run,

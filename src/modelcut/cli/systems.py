@@ -78,6 +78,10 @@ def predict(
     overlap: str = typer.Option(None, "--overlap", help="default mode: overlap overrides, e.g. grad_reduce=off,tp_comm=on"),
     profile: Path = typer.Option(None, "--profile", dir_okay=False, help="default mode: a fitted profile file"),
     budget: bool = typer.Option(False, "--budget", help="default mode: print the error budget"),
+    precision: str = typer.Option(None, "--precision", help="the products' precision: bf16, fp16 or fp8 "
+                                                            "(default: the run's [training] precision, bf16)"),
+    fp8_recipe: str = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise or mxfp8 "
+                                                              "(default: the stack's, else Transformer Engine's)"),
 ) -> None:
     """Predict one run's step time, TFLOP/s per GPU, MFU, breakdown and memory per device from a RUN.toml
     (whose optional [settings] table may name the framework and overlap overrides), or a published run."""
@@ -93,7 +97,7 @@ def predict(
         overlap = overlap or settings.get("overlap")
     result = service.predict(service.PredictRequest(
         run, mode=mode, eta=eta, framework=framework, overlap=overlap, profile=service.load_profile(profile),
-        budget=budget, published=pr))
+        budget=budget, published=pr, precision=precision, fp8_recipe=fp8_recipe))
     if as_json:
         print(json.dumps(result.as_dict()))
         return

@@ -134,20 +134,43 @@ class Layout:
         return self.cp_kind or "allgather"
 
 
+#: The precisions a step's matrix products may run in: bf16 and fp16 (16-bit tensor cores, the
+#: same peak) or fp8 (the stack's FP8 recipe for its linear layers, :mod:`.costs.fp8`).
+PRECISIONS = ("bf16", "fp16", "fp8")
+#: FP8 scaling recipes (Transformer Engine's names as Megatron-LM's ``--fp8-recipe`` spells
+#: them, TransformerEngine v2.8 transformer_engine/common/recipe/__init__.py): per-tensor scales
+#: from an amax history (``delayed``) or from the tensor itself (``current``, torchao's
+#: tensorwise float8 too); 1×128 / 128×128 blocks (``blockwise``, DeepSeek-V3's); 32-element
+#: blocks with power-of-two scales (``mxfp8``, Blackwell).
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+
+
 @dataclass(frozen=True)
 class Training:
     """Batch and sequence: ``global_batch`` sequences per step of ``seq_len`` tokens,
-    ``micro_batch`` sequences per micro-batch; ``recompute`` none | selective | full."""
+    ``micro_batch`` sequences per micro-batch; ``recompute`` none | selective | full;
+    ``precision`` of the matrix products (:data:`PRECISIONS`) and, with fp8, the scaling
+    ``fp8_recipe`` (:data:`FP8_RECIPES`; None: the accelerator's default, as Transformer
+    Engine picks it)."""
 
     seq_len: int
     global_batch: int
     micro_batch: int = 1
     recompute: str = "none"
+    precision: str = "bf16"
+    fp8_recipe: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
         if self.recompute not in ("none", "selective", "full"):
             raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
+        if self.precision not in PRECISIONS:
+            raise ModelcutError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.fp8_recipe is not None:
+            if self.fp8_recipe not in FP8_RECIPES:
+                raise ModelcutError(f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}")
+            if self.precision != "fp8":
+                raise ModelcutError(f"fp8_recipe {self.fp8_recipe!r} needs precision = \"fp8\"")
 
 
 @dataclass(frozen=True)
@@ -190,6 +213,7 @@ class Hardware:
     arch: str = ""                # the key of its measured kernel tables (catalog/kernels.toml)
     net_half_bytes: float = 0.0   # collective buffer at which the network reaches half its bus bandwidth
     mem_bw_frac: float = 1.0      # measured streaming-kernel bandwidth / ``mem_bw`` (STREAM copy, triad)
+    fp8_recipes: tuple[str, ...] = ()   # FP8 recipes its tensor cores run (none: no FP8)
     kernels: Any = field(default=None, compare=False, repr=False)   # KernelTables, the catalog attaches them
 
     def as_dict(self) -> dict:

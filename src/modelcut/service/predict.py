@@ -10,7 +10,7 @@ or ``{"error": ...}`` where the memory model cannot describe the layout), and, w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,19 @@ class PredictRequest:
     profile: Profile | None = None
     budget: bool = False
     published: PublishedRun | None = None
+    precision: str | None = None       # overrides the run's [training] precision
+    fp8_recipe: str | None = None      # and its FP8 recipe
+
+
+def with_precision(run: Run, precision: str | None, fp8_recipe: str | None) -> Run:
+    """The run with its products' precision (and FP8 recipe) replaced where given (``--precision``,
+    ``--fp8-recipe``); a recipe given alone keeps the run's precision, so it needs an FP8 run."""
+    if precision is None and fp8_recipe is None:
+        return run
+    tr = run.training
+    prec = precision or tr.precision
+    recipe = fp8_recipe if fp8_recipe is not None else (tr.fp8_recipe if prec == "fp8" else None)
+    return replace(run, training=replace(tr, precision=prec, fp8_recipe=recipe))
 
 
 @dataclass
@@ -135,7 +148,7 @@ def predict(req: PredictRequest) -> PredictResult:
     """The prediction, its memory and, when asked, the published figure and the error budget."""
     if req.mode not in MODES:
         raise ModelcutError(f"unknown mode {req.mode!r}; choose one of {', '.join(MODES)}")
-    run, hw = req.run, catalog.hardware(req.run.gpu)
+    run, hw = with_precision(req.run, req.precision, req.fp8_recipe), catalog.hardware(req.run.gpu)
     if req.mode == "seed":
         if req.framework is not None or req.overlap is not None or req.profile is not None or req.budget:
             raise ModelcutError("--framework, --overlap, --profile and --budget apply to --mode default")

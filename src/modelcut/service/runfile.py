@@ -29,6 +29,8 @@ seq_len = 2048
 global_batch = 64        # sequences per step
 micro_batch = 1
 recompute = "full"       # none | selective | full
+# precision = "fp8"      # bf16 (default) | fp16 | fp8: the matrix products' precision
+# fp8_recipe = "delayed" # with fp8: delayed | current | blockwise | mxfp8 (default: the stack's choice)
 ```
 
 Every problem is one :class:`ModelcutError` line naming the file and the problem.

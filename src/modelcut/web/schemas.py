@@ -138,6 +138,9 @@ class TrainingIn(BaseModel):
     global_batch: int = Field(ge=1, le=MAX_GPUS * 64, description="sequences per step")
     micro_batch: int = Field(1, ge=1, le=MAX_GPUS)
     recompute: Literal["none", "selective", "full"] = "none"
+    precision: Literal["bf16", "fp16", "fp8"] = Field("bf16", description="the matrix products' precision")
+    fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8"] | None = Field(
+        None, description="with fp8: the scaling recipe (default: the stack's, else Transformer Engine's)")
 
 
 class PredictRequest(ModelChoice):

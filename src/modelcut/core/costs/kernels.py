@@ -43,8 +43,9 @@ from ..specs import Hardware
 from ..units import BF16_BYTES
 from .tables import quantization
 
-#: 16-bit operands and activations.
+#: 16-bit operands and activations; FP8 operands.
 BYTES = BF16_BYTES
+FP8_BYTES = 1.0
 
 #: An accelerator without a measured product table runs a well-quantized product at this fraction
 #: of its dense peak: the median of the maximum achievable matmul over dense peak of the five
@@ -115,20 +116,33 @@ def product_tflops(m: int, n: int, k: int, hw: Hardware, batch: int = 1, dtype: 
     return UNMEASURED_FRACTION * quantization(m, n, k, hw.sms, batch)[0] * peak
 
 
-def gemm_time(m: int, n: int, k: int, hw: Hardware, eff: Efficiency, batch: int = 1) -> float:
-    """Seconds for C[m×n] = A[m×k]·B[k×n], ``batch`` copies (module doc)."""
+def gemm_time(m: int, n: int, k: int, hw: Hardware, eff: Efficiency, batch: int = 1, dtype: str = "bf16") -> float:
+    """Seconds for C[m×n] = A[m×k]·B[k×n], ``batch`` copies (module doc); ``dtype`` "fp8":
+    FP8 operands (1 byte each) and a 16-bit output, at the FP8 table's rate."""
     m, n, k = int(math.ceil(m)), int(math.ceil(n)), int(math.ceil(k))
     if min(m, n, k, batch) < 1:
         raise ModelcutError(f"matrix product sizes must be positive, got m={m}, n={n}, k={k}, batch={batch}")
     flops = 2.0 * m * n * k * batch
-    nbytes = BYTES * (m * k + k * n + m * n) * batch
-    return max(flops / (eff.gemm * product_tflops(m, n, k, hw, batch) * 1e12), nbytes / (eff.mem * hbm_bandwidth(hw)))
+    operand = FP8_BYTES if dtype == "fp8" else BYTES
+    nbytes = (operand * (m * k + k * n) + BYTES * m * n) * batch
+    return max(flops / (eff.gemm * product_tflops(m, n, k, hw, batch, dtype) * 1e12), nbytes / (eff.mem * hbm_bandwidth(hw)))
 
 
-def gemm_fwd_bwd(m: int, n: int, k: int, hw: Hardware, eff: Efficiency) -> tuple[float, float, float]:
+def gemm_fwd_bwd(m: int, n: int, k: int, hw: Hardware, eff: Efficiency, dtype: str = "bf16"
+                 ) -> tuple[float, float, float]:
     """A linear layer Y[m×n] = X[m×k]·W[k×n]: (forward, data gradient, weight gradient) seconds.
     dX[m×k] = dY[m×n]·Wᵀ is an m×k×n product; dW[k×n] = Xᵀ·dY a k×n×m one."""
-    return gemm_time(m, n, k, hw, eff), gemm_time(m, k, n, hw, eff), gemm_time(k, n, m, hw, eff)
+    return (gemm_time(m, n, k, hw, eff, dtype=dtype), gemm_time(m, k, n, hw, eff, dtype=dtype),
+            gemm_time(k, n, m, hw, eff, dtype=dtype))
+
+
+def mfu_peak(hw: Hardware, training) -> float:
+    """The dense peak MFU is counted against: the 16-bit tensor-core peak, or the FP8 peak for a
+    run whose products run in FP8 (its attention and output layer stay 16-bit and are timed at
+    no more than the 16-bit peak, so MFU stays below 1 either way)."""
+    if getattr(training, "precision", "bf16") == "fp8" and hw.peak_flops_8:
+        return hw.peak_flops_8
+    return hw.peak_flops_16
 
 
 def hbm_bandwidth(hw: Hardware) -> float:

@@ -154,6 +154,30 @@ class GemmCurve:
         return min(tf, self.ceiling) if self.ceiling else tf
 
 
+@dataclass(frozen=True, eq=False)
+class GemmRatio:
+    """A data type measured only at its maximum on this architecture: the architecture's
+    measured table of another type (``base``) times the two types' throughput ratio by shape
+    where both are measured on one device (``num``/``den``, another architecture's tables),
+    the ratio held in [1, ``max_ratio``] (the dense peaks' ratio), and no product above
+    ``ceiling`` (the type's measured maximum here). H100 FP8: XLA's sm_90 FP8 entries exceed
+    the FP8 dense peak on some shapes and are not used; its bf16 table times B200's FP8/bf16
+    ratio (1.0 at 256³, 1.45 at 2048³, 1.95 at 4096³), held at Bekman's 1402.6 TFLOP/s."""
+
+    name: str
+    base: object
+    num: object
+    den: object
+    max_ratio: float
+    ceiling: float
+    source: str = ""
+
+    def tflops(self, m: int, n: int, k: int, batch: int = 1, sms: int | None = None) -> float:
+        ratio = self.num.tflops(m, n, k, batch) / self.den.tflops(m, n, k, batch)
+        ratio = min(max(ratio, 1.0), self.max_ratio)
+        return min(self.base.tflops(m, n, k, batch, sms) * ratio, self.ceiling)
+
+
 def _scaled(deq, axes, m: int, n: int, k: int, batch: int, sms: int) -> float:
     """Dequantized throughput at the shape (clamped to the measured range) times the shape's own
     quantization; below the smallest measured size the time of the smallest is held."""

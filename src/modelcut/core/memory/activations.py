@@ -18,14 +18,17 @@ LSE_BYTES = FP32_BYTES
 def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = True, moe: bool = False, etp: int | None = None,
-                           recomputing: bool = False, cp_kind: str = "ring") -> float:
+                           recomputing: bool = False, cp_kind: str = "ring", fp8: bool = False) -> float:
     """Bytes one transformer layer keeps for its backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 Table 2 generalized (module docstring). ``recompute``: none,
     selective or full; ``recomputing`` gives the full activations of a layer being
     recomputed (the working set of full recomputation) whatever ``recompute`` says.
     ``cp_kind``: with cp > 1, ``"allgather"`` also keeps the gathered K and V of the other
-    cp − 1 ranks, :func:`cp_kept_extra_bytes`; ``"ring"`` only the local ones.
+    cp − 1 ranks, :func:`cp_kept_extra_bytes`; ``"ring"`` only the local ones. ``fp8``: the
+    linear layers' inputs are kept as their FP8 copies, 1 byte an element instead of 2 (the two
+    norms' outputs, the attention output, the second MLP linear's input; an MoE layer's routed
+    rows into and out of the experts' activation: :mod:`..costs.fp8`).
     """
     n = micro_batch * seq / cp            # tokens of the micro-batch on this rank
     h, q, a = model.hidden, model.q_dim, model.heads
@@ -54,6 +57,18 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     else:
         f = model.ffn_hidden
         mlp = (6 * f if model.gated_mlp else 4 * f) / t
+    if fp8:
+        # each saved linear input drops from 2 bytes an element to 1: half of what it was
+        replicated -= 2 * h                       # the QKV and MLP-up inputs (the norms' outputs)
+        attn -= q / t                             # the output projection's input
+        if moe:
+            fe = model.expert_ffn_hidden or model.ffn_hidden
+            routed = model.top_k * (model.capacity_factor or 1.0)
+            mlp -= routed * (fe / (etp or t) + h / sp)
+            if model.shared_experts:
+                mlp -= model.shared_experts * fe / t
+        else:
+            mlp -= model.ffn_hidden / t           # the second linear's input
     return n * (replicated / sp + attn + core + mlp) + gathered
 
 

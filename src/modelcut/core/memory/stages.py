@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from .. import plan as plans
+from ..costs import fp8 as fp8_mod
 from ..costs import params as counts
+from ..costs.fp8 import Fp8
 from ..plan import PipelinePlan
 from ..sim import registry
 from ..specs import Hardware, Run
@@ -32,7 +34,9 @@ class MemoryOptions:
     0.5–1 GiB on current GPUs) and NCCL communicator buffers (NCCL_BUFFSIZE, 4 MiB, per
     channel and peer, over the tp, cp, pp and dp communicators): 2 GiB in all, an allowance,
     not a measurement. ``fragmentation``: the caching allocator's reserved-but-unused share,
-    as a fraction of the tensors (5 %, an allowance).
+    as a fraction of the tensors (5 %, an allowance). ``fp8``: FP8 weight copies (their own
+    line, :func:`..costs.fp8.weight_copy_bytes` per linear parameter held unsharded) and linear
+    inputs kept in FP8.
     """
 
     flash_attention: bool = True
@@ -42,6 +46,7 @@ class MemoryOptions:
     last_layers: int | None = None
     buffer_fixed_bytes: float = 2 * GiB
     fragmentation: float = 0.05
+    fp8: Fp8 | None = None      # the run's FP8 as its stack keeps it (:mod:`..costs.fp8`)
 
 
 DEFAULT_OPTIONS = MemoryOptions()
@@ -59,6 +64,7 @@ class StageMemory:
     weights_bytes: float
     gradients_bytes: float
     optimizer_bytes: float
+    fp8_weights_bytes: float
     activations_bytes: float
     buffers_bytes: float
     total_bytes: float
@@ -119,7 +125,8 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     model, lay, tr = run.model, run.layout, run.training
     sp = lay.sequence_parallel and lay.tp > 1
     kw = dict(micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp, sequence_parallel=sp)
-    akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form)
+    akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
+               fp8=options.fp8 is not None)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw), loss_activation_bytes(model, **kw)])
@@ -155,9 +162,30 @@ def _device_params(run: Run, plan: PipelinePlan) -> list[tuple[float, float, flo
                                                    for st in mine]) for m in ms]
         info = dict(layers=sum(st.layers for st in mine), chunk_layers=tuple(st.layers for st in mine),
                     embedding=any(st.embedding for st in mine), output=any(st.loss for st in mine))
+        # the transformer layers' weights (the linears FP8 copies; norms are negligible beside them)
+        dense_l = sum(counts.layer_params(model, lay.tp, False))
+        moe_l = sum(counts.layer_params(model, lay.tp, True, lay.ep, lay.etp)) if model.is_moe else 0.0
+        layer_p = sum(st.dense_layers * dense_l + st.moe_layers * moe_l for st in mine)
+        info["_layer_params"] = layer_p
         out.append((sum(a for a, _ in mods), sum(b for _, b in mods), max((a + b for a, b in mods), default=0.0),
                     info))
     return out
+
+
+def _fp8_copies(run: Run, options: MemoryOptions, params, zero: int) -> np.ndarray:
+    """Per device: the FP8 weight copies' bytes (:func:`..costs.fp8.weight_copy_bytes` per
+    transformer-layer parameter it holds unsharded; with ZeRO-3 only the layers it has gathered)."""
+    f8 = options.fp8
+    if f8 is None:
+        return np.zeros(len(params))
+    per = fp8_mod.weight_copy_bytes(f8)
+    rows = []
+    for dense, expert, unit, info in params:
+        held = info["_layer_params"]
+        if zero >= 3:
+            held = min(2 * unit, held) if options.reshard_after_forward else held
+        rows.append(per * held)
+    return np.array(rows)
 
 
 def _states(run: Run, options: MemoryOptions, params, zero: int) -> np.ndarray:
@@ -187,13 +215,16 @@ def stage_memory(run: Run, hw: Hardware | None = None, *, options: MemoryOptions
     acts, share = _activations(run, options, plan, run.training.recompute, cached)
     params = _device_params(run, plan)
     states = _states(run, options, params, run.layout.zero)
-    totals = _total(options, states.sum(axis=1) + acts)
+    copies = _fp8_copies(run, options, params, run.layout.zero)
+    totals = _total(options, states.sum(axis=1) + copies + acts)
     out = []
     for dev in range(plan.p):
         w, g, o = (float(x) for x in states[dev])
-        tensors = w + g + o + float(acts[dev])
+        tensors = w + g + o + float(copies[dev]) + float(acts[dev])
+        info = {k: v for k, v in params[dev][3].items() if not k.startswith("_")}
         out.append(StageMemory(
-            stage=dev, **params[dev][3], weights_bytes=w, gradients_bytes=g, optimizer_bytes=o,
+            stage=dev, **info, weights_bytes=w, gradients_bytes=g, optimizer_bytes=o,
+            fp8_weights_bytes=float(copies[dev]),
             activations_bytes=float(acts[dev]), buffers_bytes=float(totals[dev]) - tensors,
             total_bytes=float(totals[dev]),
             microbatches_in_flight=float(acts[dev] / share[dev]) if share[dev] else 0.0))
@@ -207,7 +238,8 @@ def variant_peaks(run: Run, plan: PipelinePlan, variants: list[tuple[str, int]],
     as :func:`stage_memory`)."""
     params = _device_params(run, plan)
     acts = {r: _activations(run, options, plan, r)[0] for r in {r for r, _ in variants}}
-    states = {z: _states(run, options, params, z).sum(axis=1) for z in {z for _, z in variants}}
+    states = {z: _states(run, options, params, z).sum(axis=1) + _fp8_copies(run, options, params, z)
+              for z in {z for _, z in variants}}
     return {(r, z): float(_total(options, acts[r] + states[z]).max()) for r, z in variants}
 
 
@@ -216,8 +248,8 @@ def peak_bytes(stages: list[StageMemory]) -> float:
     return max(s.total_bytes for s in stages)
 
 
-def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS
-                  ) -> tuple[Run, MemoryOptions]:
+def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS,
+                  hw: Hardware | None = None) -> tuple[Run, MemoryOptions]:
     """The run and memory assumptions a training stack implies.
 
     * Megatron-LM's distributed optimizer (``--use-distributed-optimizer``, on in Megatron-core's
@@ -227,14 +259,32 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
       zero ≥ 1;
     * FlashAttention (no s² score matrix) unless the stack runs the unfused softmax attention;
     * ZeRO-3/FSDP keep or free the gathered weights after the forward as the stack does;
-    * context parallelism in the stack's form when the layout leaves it open."""
+    * context parallelism in the stack's form when the layout leaves it open;
+    * FP8 as the stack runs it on ``hw`` (its weight copies, its FP8-kept inputs)."""
     lay = run.layout
     zero = max(lay.zero, 1) if framework.dist_optimizer else lay.zero
     if zero != lay.zero or lay.cp_kind is None:
         run = replace(run, layout=replace(lay, zero=zero, cp_kind=lay.cp_kind or framework.cp_kind))
     opts = replace(options, flash_attention=framework.attention != "unfused",
                    reshard_after_forward=framework.reshard_after_forward)
+    if hw is not None and run.training.precision == "fp8":
+        opts = replace(opts, fp8=fp8_mod.for_stack(run.training, hw, framework))
     return run, opts
+
+
+def dtypes(options: MemoryOptions) -> dict[str, str]:
+    """The data type of each line of the memory table, as the memory model counts it."""
+    f8 = options.fp8
+    out = {"weights_bytes": "bf16 (the transformer layers' in fp8 with FP8 parameters)"
+           if f8 is not None and f8.param_gather else "bf16",
+           "gradients_bytes": "fp32 (main_grad accumulation buffer)",
+           "optimizer_bytes": "fp32 master weights + fp32 Adam m and v",
+           "fp8_weights_bytes": "none" if f8 is None else
+           ("fp8 weight and its transpose (Hopper)" if f8.transposes else "fp8 weight")
+           + (" replacing the bf16 copy" if f8.param_gather else " beside the bf16 copy"),
+           "activations_bytes": "bf16 (fp32 log-sum-exp and logits softmax)"
+           + ("; linear inputs in fp8" if f8 is not None else "")}
+    return out
 
 
 def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | None = None,
@@ -245,7 +295,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
     prediction's) under the ``framework`` it assumed (:func:`for_framework`)."""
     fw_name = None
     if framework is not None:
-        run, options = for_framework(run, framework, options)
+        run, options = for_framework(run, framework, options, hw)
         fw_name = framework.name
     stages = stage_memory(run, hw, options=options, plan=plan)
     peak = peak_bytes(stages)
@@ -259,7 +309,9 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
             "fragmentation": options.fragmentation,
             "zero": run.layout.zero,
             "framework": fw_name,
+            "fp8_recipe": options.fp8.recipe if options.fp8 is not None else None,
         },
+        "dtypes": dtypes(options),
     }
     if hw is not None:
         rep["capacity_bytes"] = hw.mem_bytes

@@ -13,6 +13,8 @@ from ..plan import PipelinePlan
 from ..sim.engine import Trace
 from ..specs import Hardware, Run
 from ..units import BF16_BYTES, optimizer_step_bytes
+from ..costs import fp8 as fp8_mod
+from .stage_costs import run_fp8
 from .exposure import exposed_after
 from .frameworks import Framework
 
@@ -70,16 +72,22 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         tied_extra = comm.ring_allreduce(2, model.vocab * model.hidden / t * grad_b, bw["pp"] * eff.net)
     ends = [float(e[-1]) if e else 0.0 for e in trace.ends]
     last_b = last_backwards(plan, trace)
+    # weights gathered in FP8 where the stack keeps FP8 parameters (:func:`..costs.fp8.param_gather_bytes`)
+    layer_gather_b = fp8_mod.param_gather_bytes(run_fp8(run, hw, framework))
+    dense_l = sum(params.layer_params(model, t, False))
+    moe_l = sum(params.layer_params(model, t, True, L.ep, L.etp)) if model.is_moe else 0.0
     out = []
     for dev in range(p):
         requests, params_dev, layers_dev = [], 0.0, 0
         mine = plan.on_device(dev)
         mods = params.device_modules(model, t, L.ep, L.etp,
                                      [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in mine])
+        layer_params_dev = 0.0
         for st, units in zip(mine, mods):
             b_start, b_end = last_b[st.index]
             params_dev += sum(a + b for a, b in units)
             layers_dev += st.layers
+            layer_params_dev += st.dense_layers * dense_l + st.moe_layers * moe_l
             for j, (a, b) in enumerate(units):   # finished in this order through the last backward
                 requests.append((b_start + (b_end - b_start) * (j + 1) / len(units), reduce_time(a + b)))
         exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
@@ -87,7 +95,7 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1), hw, eff)
         gather = 0.0
         if sharded and dp_group > 1:
-            g = coll("all-gather", params_dev * BF16_BYTES)
+            g = coll("all-gather", params_dev * BF16_BYTES - layer_params_dev * (BF16_BYTES - layer_gather_b))
             # gathered ahead of use: only the first layer's share waits, the rest hides behind the forward
             gather = g / max(1, layers_dev) if ov.param_gather else g
         out.append(DeviceEnd(ends[dev] + exp_dp + tied + opt + gather, exp_dp + tied + gather, opt))

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from .. import plan as plans
 from ..costs import comm, flops
-from ..costs.kernels import Efficiency
+from ..costs.kernels import Efficiency, mfu_peak
 from ..plan import PipelinePlan
 from ..sim import registry
 from ..sim.engine import Timing, simulate
@@ -111,7 +111,7 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: DefaultBreakd
     F = flops.executed_flops(run.model, tr, "megatron" if tr.recompute == "full" else "palm")
     n = run.layout.gpus
     work = flops.causal_model_flops(run.model, tr.global_batch, tr.seq_len)
-    return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * hw.peak_flops_16),
+    return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * mfu_peak(hw, tr)),
                       breakdown=bd, flops_per_step=F, microbatches=plan.m, vpp=plan.v, schedule=plan.name,
                       notes=notes, mode="default", eta=eff.gemm, stage_layers=stage_layers,
                       pipeline_method="simulation", plan=plan)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import ModelcutError
+from ..specs import FP8_RECIPES
 
 #: Option name -> what it means (shown by the CLI).
 OPTIONS: dict[str, str] = {
@@ -97,7 +98,11 @@ class Framework:
     the reduce-scatters: torchtitan/distributed/activation_checkpoint.py); ``moe_dispatch``:
     how tokens reach their experts: "all-to-all", one copy per routed expert; "deepep",
     DeepEP's node-deduplicated dispatch (one copy per destination node over the network,
-    forwarded over NVLink inside it: deepseek-ai/DeepEP README, DeepSeek-AI 2024 §3.2.2)."""
+    forwarded over NVLink inside it: deepseek-ai/DeepEP README, DeepSeek-AI 2024 §3.2.2);
+    with FP8 (:mod:`..costs.fp8`): ``fp8_norm_fused``, the QKV and MLP-up inputs quantized inside
+    the norm (Transformer Engine's LayerNormLinear, as Megatron-core builds its layers);
+    ``fp8_param_gather``, weights kept and gathered in FP8; ``fp8_default_recipe``, the recipe
+    when the run names none ("auto": Transformer Engine's choice for the accelerator)."""
 
     name: str
     overlap: Overlap
@@ -115,11 +120,15 @@ class Framework:
     fused_elementwise: bool = True
     selective: str = "attention"
     moe_dispatch: str = "all-to-all"
+    fp8_norm_fused: bool = True
+    fp8_param_gather: bool = False
+    fp8_default_recipe: str = "auto"
     source: str = ""
 
     def __post_init__(self) -> None:
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
-                   "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3")}
+                   "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3"),
+                   "fp8_default_recipe": ("auto", *FP8_RECIPES)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "

@@ -59,6 +59,8 @@ from dataclasses import dataclass, field
 
 from ..costs import comm, context
 from ..costs import moe as moe_mod
+from ..costs import fp8 as fp8_mod
+from ..costs.fp8 import Fp8
 from ..costs.kernels import ATTENTION_KINDS, BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, mem_time
 from ..errors import ModelcutError
 from ..specs import Hardware, ModelSpec
@@ -129,6 +131,8 @@ class LayerSetup:
     tp_inside: bool = True
     cp_inside: bool = True
     selective: str = "attention"
+    fp8: Fp8 | None = None           # the run's FP8 (:mod:`..costs.fp8`), None for 16-bit products
+    weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -205,23 +209,39 @@ def dense_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, 
 
 def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool, ep: int):
     """The layer's linear products on this device: (forward, backward, weight-gradient seconds,
-    (data gradient, weight gradient) of each column-parallel product, the MLP's products)."""
+    (data gradient, weight gradient) of each column-parallel product, the MLP's products, the
+    local weights, the FP8 casts' (forward, backward) bytes). With FP8 every linear but the
+    router runs in FP8 (:mod:`..costs.fp8`)."""
     T, t = setup.micro_batch * setup.seq_len // setup.cp, setup.tp
     mlp = moe_mod.moe_gemms(model, T, tp=t, ep=ep, etp=setup.etp) if moe else moe_mod.dense_mlp_gemms(model, T, t)
-    linears = attention_linears(model, T, t) + [(g.m, g.n, g.k, g.count) for g in mlp]
+    # (m, n, k, count, name): QKV and a dense MLP's up product take a norm's output
+    linears = ([(m_, n_, k_, c_, nm) for (m_, n_, k_, c_), nm in zip(attention_linears(model, T, t), ("qkv", "proj"))]
+               + [(g.m, g.n, g.k, g.count, g.name) for g in mlp])
     fwd_g = bwd_g = wgrad = 0.0
     per_linear = []
-    for m_, n_, k_, c_ in linears:
-        f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff)
+    f8 = setup.fp8
+    inputs = fused_inputs = grads = weights = 0.0
+    for m_, n_, k_, c_, name in linears:
+        in_fp8 = f8 is not None and name != "router"
+        f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff, "fp8" if in_fp8 else "bf16")
         per_linear.append((c_ * dg, c_ * wg))
         fwd_g += c_ * f_
         bwd_g += c_ * (dg + wg)
         wgrad += c_ * wg
+        if in_fp8:
+            if name in ("qkv", "mlp up"):
+                fused_inputs += c_ * m_ * k_
+            else:
+                inputs += c_ * m_ * k_
+            grads += c_ * m_ * n_
+            weights += c_ * n_ * k_
+    casts = (0.0, 0.0) if f8 is None else fp8_mod.cast_bytes(
+        f8, inputs=inputs, fused_inputs=fused_inputs, grads=grads, weights=weights * setup.weight_cast_share)
     # Column-parallel products (QKV, and a dense layer's MLP up) are linears 0 and 2. An MoE
     # block's collectives are its dispatcher's (module doc): attention's only.
     col = [per_linear[0]] + ([per_linear[2]] if not moe else [])
-    local_params = sum(n_ * k_ * c_ for _, n_, k_, c_ in linears)
-    return fwd_g, bwd_g, wgrad, col, mlp, local_params
+    local_params = sum(n_ * k_ * c_ for _, n_, k_, c_, _ in linears)
+    return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts
 
 
 def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float) -> tuple[float, float]:
@@ -300,11 +320,12 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
 def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,
                ep: int = 1) -> LayerTime:
     """Forward, backward and recomputation of one transformer layer (module doc)."""
-    fwd_g, bwd_g, wgrad, col, mlp, local_params = _products(model, setup, hw, eff, moe, ep)
+    fwd_g, bwd_g, wgrad, col, mlp, local_params, casts = _products(model, setup, hw, eff, moe, ep)
     s, cp = setup.seq_len, setup.cp
     att = attention_time(setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head,
                          True, model.dropout, hw, eff)
     mem_f, mem_b = _memory_bytes(model, setup, mlp, local_params)
+    mem_f, mem_b = mem_f + casts[0], mem_b + casts[1]
     tp_f, tp_b = _tp_comm(model, setup, hw, eff, col)
     cp_f, cp_b = _cp_comm(model, setup, hw, eff, att)
     fwd = PassTime(gemm=fwd_g, attention=att.fwd_math, memory=mem_time(mem_f, hw, eff) + att.fwd_mem,

@@ -194,6 +194,9 @@ def _dp_time(run: Run, hw: Hardware) -> float:
 def predict(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) -> Prediction:
     """One run's step under the seed's assumptions (module doc), η the fraction of peak."""
     check_run(run)
+    if run.training.precision == "fp8":
+        raise ModelcutError("the seed model times 16-bit products only; FP8 is the default model's "
+                            "(--mode default)")
     model, L, tr = run.model, run.layout, run.training
     n = L.gpus
     plan, notes = seed_plan(run)

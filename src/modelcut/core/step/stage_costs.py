@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..costs import comm
+from ..costs import fp8 as fp8_mod
+from ..costs.fp8 import Fp8
 from ..costs import moe as moe_mod
 from ..costs.kernels import Efficiency, generation
 from ..plan import PipelinePlan
@@ -52,10 +54,17 @@ def attention_kind(framework: Framework, hw: Hardware) -> str:
     return "flash2"
 
 
+def run_fp8(run: Run, hw: Hardware, framework: Framework) -> Fp8 | None:
+    """The run's FP8 as its stack runs it on this accelerator (:func:`..costs.fp8.resolve`); the
+    memory model reads the same."""
+    return fp8_mod.for_stack(run.training, hw, framework)
+
+
 def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: dict[str, float]) -> Kernels:
     """Time every pass of one micro-batch (:mod:`.layers`)."""
     model, L, tr = run.model, run.layout, run.training
     gpn = run.gpus_per_node or hw.per_node
+    f8 = run_fp8(run, hw, framework)
     setup = LayerSetup(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=L.tp, cp=L.cp,
                        sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
                        attention=attention_kind(framework, hw), grad_accum_fusion=framework.grad_accum_fusion,
@@ -64,7 +73,8 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        cp_kind=L.cp_kind or framework.cp_kind, etp=L.etp,
                        fused_elementwise=framework.fused_elementwise, selective=framework.selective,
                        tp_inside=not comm.group_spans_nodes(L, "tp", gpn),
-                       cp_inside=not comm.group_spans_nodes(L, "cp", gpn))
+                       cp_inside=not comm.group_spans_nodes(L, "cp", gpn),
+                       fp8=f8, weight_cast_share=1.0 / max(1, tr.global_batch // (L.dp * tr.micro_batch)))
     return Kernels(setup, layer_time(model, setup, hw, eff),
                    layer_time(model, setup, hw, eff, moe=True, ep=L.ep) if model.is_moe else None,
                    embedding_time(model, setup, hw, eff), loss_time(model, setup, hw, eff))

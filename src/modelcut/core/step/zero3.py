@@ -16,7 +16,8 @@ from .exposure import exposed_tp, prefetch_timeline
 from .frameworks import Framework
 from .layers import LayerTime, PassTime, dense_linears
 from .result import DefaultBreakdown
-from .stage_costs import Kernels, a2a_time
+from ..costs import fp8 as fp8_mod
+from .stage_costs import Kernels, a2a_time, run_fp8
 
 
 def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernels, m: int,
@@ -35,8 +36,13 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
     dense, moe_lt, emb, loss = k.dense, k.moe, k.emb, k.loss
 
-    def gather(params: float) -> float:
-        return comm.collective("all-gather", dp_group, params * BF16_BYTES, bw["dp"], hw, alpha, inside, eff.net)
+    layer_b = fp8_mod.param_gather_bytes(run_fp8(run, hw, fw))   # FP8 weights gathered as FP8
+
+    def gather(params: float, per: float = BF16_BYTES) -> float:
+        return comm.collective("all-gather", dp_group, params * per, bw["dp"], hw, alpha, inside, eff.net)
+
+    def gather_layer(params: float) -> float:
+        return gather(params, layer_b)
 
     def rs(params: float) -> float:
         return comm.collective("reduce-scatter", dp_group, params * grad_b, bw["dp"], hw, alpha, inside, eff.net)
@@ -60,7 +66,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     else:
         T_c, compute_total, a2a_total = _unit_prefetch(run, fw, dense, moe_lt, emb, loss, m, gather, rs, exposed,
                                                        (p_dense, p_moe, p_emb, p_out), first_moe,
-                                                       a2a_time(run, hw, eff, fw))
+                                                       a2a_time(run, hw, eff, fw), gather_layer)
         notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
     P_dev = sum(a + b for a, b in mods)
     opt = mem_time(optimizer_step_bytes(P_dev, dp_group, grads_sharded=True), hw, eff)
@@ -72,8 +78,8 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
 
 def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
                    emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
-                   sizes: tuple[float, float, float, float], first_moe: int, a2a: float = 0.0
-                   ) -> tuple[float, float, float]:
+                   sizes: tuple[float, float, float, float], first_moe: int, a2a: float = 0.0,
+                   gather_layer=None) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
     reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`).
@@ -82,6 +88,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     path (the experts wait for their tokens; a recomputed forward dispatches again).
     Returns (seconds to the end of the last collective, compute seconds, all-to-all seconds)."""
     p_dense, p_moe, p_emb, p_out = sizes
+    gather_layer = gather_layer or gather          # a layer's weights (FP8 where gathered so)
     model = run.model
     ov = fw.overlap
     pf_f = ov.param_gather
@@ -98,7 +105,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
             x = a2a if is_moe else 0.0
             a2a_total += x
-            tasks.append((gather(pp_) if gather_fwd else 0.0, exposed(lt.fwd) + x, pf_f))
+            tasks.append((gather_layer(pp_) if gather_fwd else 0.0, exposed(lt.fwd) + x, pf_f))
         tasks.append((gather(p_out) if gather_fwd else 0.0, exposed(loss[0]) + exposed(loss[1]), pf_f))
         after.append((len(tasks) - 1, rs(p_out)))
         for i in reversed(range(model.layers)):
@@ -109,7 +116,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
             # One gather serves the recomputed forward and the backward that follows it
             # (DeepSpeed keeps weights reused within stage3_max_reuse_distance; FSDP recomputes
             # inside the unit's backward, its weights gathered).
-            g = gather(pp_) if fw.reshard_after_forward else 0.0
+            g = gather_layer(pp_) if fw.reshard_after_forward else 0.0
             tasks.append((g, exposed(lt.recompute) + exposed(lt.bwd) + x, pf_b))
             after.append((len(tasks) - 1, rs(pp_)))
         tasks.append((gather(p_emb) if fw.reshard_after_forward else 0.0, exposed(emb[1]), pf_b))

@@ -1,0 +1,147 @@
+"""FP8 training (issue 15): the products FP8 runs, its casts, its memory, its refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from modelcut import catalog
+from modelcut.cli import main
+from modelcut.core.costs import fp8 as fp8_mod
+from modelcut.core.costs.kernels import Efficiency, gemm_time, product_tflops
+from modelcut.core.errors import ModelcutError
+from modelcut.core.memory import memory_report
+from modelcut.core.specs import Layout, Run, Training
+from modelcut.core.step.layers import LayerSetup, layer_time
+
+from helpers import predict_default
+
+H100 = catalog.hardware("h100")
+B200 = catalog.hardware("b200")
+A100 = catalog.hardware("a100")
+EFF = Efficiency(0.8, 0.85, 1.0)
+DATA = Path(__file__).parent / "data"
+
+dims = st.integers(10, 14).map(lambda e: 2 ** e)          # 1024 .. 16384: a transformer's products
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=dims, n=dims, k=dims, gpu=st.sampled_from(["h100", "h200", "b200"]))
+def test_fp8_products_are_never_slower_nor_faster_than_the_throughputs_say(m, n, k, gpu):
+    """For a product bound by its arithmetic: FP8 never slower than bf16, and never faster than
+    the ratio of the two measured throughputs at that shape."""
+    hw = catalog.hardware(gpu)
+    t16, t8 = gemm_time(m, n, k, hw, EFF), gemm_time(m, n, k, hw, EFF, dtype="fp8")
+    assert t8 <= t16 * (1 + 1e-12)
+    tf16, tf8 = product_tflops(m, n, k, hw), product_tflops(m, n, k, hw, dtype="fp8")
+    compute_bound = t16 == pytest.approx(2 * m * n * k / (EFF.gemm * tf16 * 1e12), rel=1e-12)
+    assume(compute_bound)
+    assert t16 / t8 <= tf8 / tf16 * (1 + 1e-9)
+    assert tf8 <= (hw.peak_flops_8 or 0) / 1e12
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(["llama3-8b", "llama3-70b", "gpt3-175b"]), tp=st.sampled_from([1, 2, 4, 8]),
+       seq=st.sampled_from([2048, 4096, 8192]), gpu=st.sampled_from(["h100", "b200"]))
+def test_a_layers_products_speed_up_within_the_measured_ratio(name, tp, seq, gpu):
+    hw = catalog.hardware(gpu)
+    model = catalog.model(name)
+    base = dict(micro_batch=1, seq_len=seq, tp=tp, sequence_parallel=tp > 1, tp_bw=hw.link_bw)
+    f8 = fp8_mod.resolve(Training(seq, 1, precision="fp8"), hw)
+    lt16 = layer_time(model, LayerSetup(**base), hw, EFF)
+    lt8 = layer_time(model, LayerSetup(**base, fp8=f8), hw, EFF)
+    g16, g8 = lt16.fwd.gemm + lt16.bwd.gemm, lt8.fwd.gemm + lt8.bwd.gemm
+    assert g8 < g16
+    assert g16 / g8 <= hw.peak_flops_8 / hw.peak_flops_16 * (1 + 1e-9)
+    assert lt8.fwd.memory > lt16.fwd.memory            # the casts are memory-bound work
+    assert lt8.fwd.attention == lt16.fwd.attention     # attention stays 16-bit
+
+
+def _run(prec, gpu="h100-sxm5-80gb", recipe=None, **lay):
+    layout = Layout(**{"tp": 4, "pp": 2, "dp": 2, "sequence_parallel": True, **lay})
+    return Run(catalog.model("llama3-70b"), gpu, layout,
+               Training(seq_len=4096, global_batch=32, micro_batch=1, precision=prec, fp8_recipe=recipe))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tp=st.sampled_from([2, 4, 8]), pp=st.sampled_from([1, 2, 4]), zero=st.sampled_from([0, 1, 3]),
+       fw=st.sampled_from(["megatron-core", "nemo", "fsdp-compile"]), gpu=st.sampled_from(["h100", "b200"]),
+       recompute=st.sampled_from(["none", "full"]))
+def test_fp8_memory_never_exceeds_bf16_plus_its_weight_copies(tp, pp, zero, fw, gpu, recompute):
+    hw = catalog.hardware(gpu)
+    lay = dict(tp=tp, pp=pp, dp=2, zero=zero)
+    r16 = _run("bf16", hw.name, **lay)
+    r8 = _run("fp8", hw.name, **lay)
+    r16 = Run(r16.model, r16.gpu, r16.layout, Training(4096, 32, 1, recompute))
+    r8 = Run(r8.model, r8.gpu, r8.layout, Training(4096, 32, 1, recompute, precision="fp8"))
+    framework = catalog.framework(fw)
+    m16 = memory_report(r16, hw, framework=framework)
+    m8 = memory_report(r8, hw, framework=framework)
+    f8 = fp8_mod.for_stack(r8.training, hw, framework)
+    for s16, s8 in zip(m16["stages"], m8["stages"]):
+        assert s8["activations_bytes"] <= s16["activations_bytes"] * (1 + 1e-12)
+        assert s8["weights_bytes"] == pytest.approx(s16["weights_bytes"])
+        extra = s8["fp8_weights_bytes"]
+        assert extra <= max(fp8_mod.weight_copy_bytes(f8), 0.0) * s16["weights_bytes"] / 2 * (1 + 1e-9)
+        # the total moves by the copies and the activations, and the allocator's share of them
+        assert s8["total_bytes"] <= s16["total_bytes"] + 1.05 * max(extra, 0.0) + 1e-6
+
+
+def test_weight_copies_by_accelerator_and_recipe():
+    tr = Training(4096, 8, precision="fp8")
+    hop = fp8_mod.resolve(tr, H100)
+    assert hop.recipe == "delayed" and hop.transposes and fp8_mod.weight_copy_bytes(hop) == 2.0
+    bw = fp8_mod.resolve(tr, B200)
+    assert bw.recipe == "mxfp8" and not bw.transposes and fp8_mod.weight_copy_bytes(bw) == 2.0
+    cur = fp8_mod.resolve(Training(4096, 8, precision="fp8", fp8_recipe="current"), B200, param_gather=True)
+    assert fp8_mod.weight_copy_bytes(cur) == -1.0      # the FP8 weight replaces the bf16 one
+    assert fp8_mod.param_gather_bytes(cur) == 1.0 and fp8_mod.param_gather_bytes(None) == 2.0
+    block = fp8_mod.resolve(Training(4096, 8, precision="fp8", fp8_recipe="blockwise"), H100, param_gather=True)
+    assert not block.param_gather                      # block-scaled weights are gathered in bf16
+
+
+def test_recipes_an_accelerator_cannot_run_are_one_line_errors():
+    with pytest.raises(ModelcutError, match="FP8 tensor cores"):
+        predict_default(_run("fp8", "a100-sxm4-80gb"), A100)
+    with pytest.raises(ModelcutError, match="MXFP8"):
+        predict_default(_run("fp8", recipe="mxfp8"), H100)
+    with pytest.raises(ModelcutError, match="precision"):
+        Training(4096, 8, precision="fp4")
+    with pytest.raises(ModelcutError, match="needs precision"):
+        Training(4096, 8, fp8_recipe="delayed")
+
+
+def test_fp8_on_an_a100_from_the_command_line(capsys):
+    f = str(DATA / "gpt3-175b.toml")        # an A100 run
+    assert main(["predict", f, "--precision", "fp8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "FP8" in err[0]
+    assert main(["predict", f, "--mode", "seed", "--precision", "fp8"]) == 2
+    assert "seed model" in capsys.readouterr().err
+
+
+def test_fp8_speeds_a_70b_step_on_h100_and_names_the_dtypes(capsys):
+    f = str(DATA / "llama3-70b-64-h100.toml")
+    assert main(["predict", f, "--json"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert main(["predict", f, "--precision", "fp8", "--json"]) == 0
+    fp8 = json.loads(capsys.readouterr().out)
+    assert fp8["step_time_s"] < bf16["step_time_s"]
+    assert bf16["step_time_s"] / fp8["step_time_s"] < 2.0
+    assert fp8["mfu"] <= 1.0
+    assert fp8["memory"]["assumptions"]["fp8_recipe"] == "delayed"
+    assert "fp8" in fp8["memory"]["dtypes"]["fp8_weights_bytes"]
+    assert bf16["memory"]["dtypes"]["fp8_weights_bytes"] == "none"
+
+
+def test_catalog_fp8_runs_are_scored_in_fp8():
+    """The FP8 rows of the second development set are in validation, as their own sources."""
+    from modelcut.analysis.measured import catalog_measured
+    fp8_runs = [m for m in catalog_measured() if m.run.training.precision == "fp8"]
+    assert len(fp8_runs) >= 16
+    assert {m.family for m in fp8_runs} >= {"nemo-24.07", "megatron-bridge-25.11"}
+    for m in fp8_runs:
+        assert m.hw.fp8_recipes
