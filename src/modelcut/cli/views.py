@@ -24,11 +24,17 @@ def extra_lines(result: PredictResult) -> list[str]:
         out.append(f"peak memory      {mem['peak_bytes'] / 1e9:.1f} GB on pipeline rank {worst['stage']} "
                    f"({'fits' if mem.get('fits') else 'does not fit'} in {hw.mem_bytes / 1e9:.0f} GB)")
     if pub is not None:
-        what = (f"{pub['published_tflops']:g} TFLOP/s per GPU" if pub["published_tflops"]
-                else f"{pub['published_step_time_s']:g} s a step")
-        out.append(f"published        {what} ({pub['source']}); predicted, counted as published: "
-                   f"{pub['predicted_tflops_counted_as_published']:.1f} TFLOP/s"
-                   + (f", {pub['error_pct']:+.1f} %" if "error_pct" in pub else ""))
+        figures = [f"{pub[k]:g}{unit}" for k, unit in (("published_step_time_s", " s a step"),
+                                                        ("published_tflops", " TFLOP/s per GPU"),
+                                                        ("published_mfu", " MFU"),
+                                                        ("published_tokens_per_s", " tokens/s per GPU"))
+                   if pub.get(k) is not None]
+        line = f"published        {', '.join(figures) or 'no figure'} ({pub['source']})"
+        if pub.get("predicted_tflops_counted_as_published") is not None:
+            line += f"; predicted, counted as published: {pub['predicted_tflops_counted_as_published']:.1f} TFLOP/s"
+        if "error_pct" in pub:
+            line += f"; error {pub['error_pct']:+.1f} % (measured step {pub['measured_step_time_s']:.3g} s)"
+        out.append(line)
     return out
 
 

@@ -214,6 +214,7 @@ class Hardware:
     net_half_bytes: float = 0.0   # collective buffer at which the network reaches half its bus bandwidth
     mem_bw_frac: float = 1.0      # measured streaming-kernel bandwidth / ``mem_bw`` (STREAM copy, triad)
     fp8_recipes: tuple[str, ...] = ()   # FP8 recipes its tensor cores run (none: no FP8)
+    sustained_frac: float = 1.0   # measured sustained / burst matmul throughput (power-limited clocks)
     kernels: Any = field(default=None, compare=False, repr=False)   # KernelTables, the catalog attaches them
 
     def as_dict(self) -> dict:
@@ -221,7 +222,7 @@ class Hardware:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "kernels"}
 
     def __post_init__(self) -> None:
-        for k in ("link_busbw_frac", "net_busbw_frac", "mem_bw_frac"):
+        for k in ("link_busbw_frac", "net_busbw_frac", "mem_bw_frac", "sustained_frac"):
             x = getattr(self, k)
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x <= 1:
                 raise ModelcutError(f"hardware {self.name}: {k} must be in (0, 1], got {x!r}")

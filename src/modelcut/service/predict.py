@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import catalog
 from ..analysis.budget import ErrorBudget, error_budget
-from ..analysis.measured import published_flops
+from ..analysis.measured import error_pct, measured_run, measured_step_time, published_flops
 from ..analysis.validation import seed_eta
 from ..catalog import Profile, PublishedRun
 from ..core.costs.kernels import Efficiency
@@ -119,19 +119,22 @@ def catalog_run(run_id: str, mode: str) -> tuple[PublishedRun, Run, dict[str, st
 
 
 def published_figure(pr: PublishedRun, pred: Prediction, run: Run) -> dict[str, Any]:
-    """The prediction against what the source published, counted as ``validate`` counts it: the
-    FLOPs of the run as the source describes it (in the source's FLOP convention) over the
-    predicted step time; None where the source counts FLOPs in a way modelcut does not reproduce."""
+    """The prediction against what the source published, counted as ``validate`` counts it (the
+    same measured step time, :func:`..analysis.measured.measured_step_time`): the published
+    figures, the measured step time, the predicted TFLOP/s in the source's FLOP count (None
+    where modelcut does not reproduce that count) and the error of the predicted throughput."""
     f = published_flops(pr)
     tflops = None if f is None else f / (run.layout.gpus * pred.step_time_s) / 1e12
-    out = {"id": pr.id, "source": pr.source, "published_tflops": pr.published_tflops,
-           "published_step_time_s": pr.published_step_time_s, "predicted_tflops_counted_as_published": tflops}
-    if pr.published_step_time_s is not None:
-        out["error_pct"] = (pr.published_step_time_s / pred.step_time_s - 1) * 100
-    elif pr.published_tflops and tflops is not None:
-        out["error_pct"] = (tflops / pr.published_tflops - 1) * 100
-    elif pr.published_mfu and tflops is not None:
-        out["error_pct"] = (tflops * 1e12 / (pr.published_mfu * catalog.hardware(run.gpu).peak_flops_16) - 1) * 100
+    out: dict[str, Any] = {"id": pr.id, "source": pr.source, "published_tflops": pr.published_tflops,
+                           "published_step_time_s": pr.published_step_time_s, "published_mfu": pr.published_mfu,
+                           "published_tokens_per_s": pr.published_tokens_per_s,
+                           "predicted_tflops_counted_as_published": tflops}
+    try:
+        meas = measured_run(pr, catalog.hardware(run.gpu), catalog.run_settings().get(pr.id))
+    except ModelcutError:
+        return out          # no figure modelcut can compare (the catalog row says why)
+    out["measured_step_time_s"] = measured_step_time(meas)
+    out["error_pct"] = error_pct(meas, pred)
     return out
 
 

@@ -104,16 +104,18 @@ def peak_scale(hw: Hardware, dtype: str = "bf16") -> float:
 
 
 def product_tflops(m: int, n: int, k: int, hw: Hardware, batch: int = 1, dtype: str = "bf16") -> float:
-    """The TFLOP/s an m×n×k product (``batch`` copies) reaches on ``hw`` alone: the measured table
+    """The TFLOP/s an m×n×k product (``batch`` copies) sustains on ``hw`` alone: the measured table
     of its architecture and data type (quantized for this device's SMs, scaled by its peak over
     the measuring device's, :func:`peak_scale`), else :data:`UNMEASURED_FRACTION` of the dense
-    peak times the shape's quantization."""
+    peak times the shape's quantization; times ``hw.sustained_frac``, the measured share of a
+    short burst's matmul throughput the device holds once it runs at its power limit (the
+    tables are bursts: Bekman's MAMF at the boost clock, XLA's a few timed runs a shape)."""
     table = hw.kernels.gemm.get(dtype) if hw.kernels is not None else None
     peak = (hw.peak_flops_16 if dtype != "fp8" else (hw.peak_flops_8 or hw.peak_flops_16)) / 1e12
     if table is not None:
         tf = _measured_tflops(table, m, n, k, batch, hw.sms) * peak_scale(hw, dtype)
-        return min(tf, peak)   # no product outruns the dense peak
-    return UNMEASURED_FRACTION * quantization(m, n, k, hw.sms, batch)[0] * peak
+        return min(tf, peak) * hw.sustained_frac   # no product outruns the dense peak
+    return UNMEASURED_FRACTION * quantization(m, n, k, hw.sms, batch)[0] * peak * hw.sustained_frac
 
 
 def gemm_time(m: int, n: int, k: int, hw: Hardware, eff: Efficiency, batch: int = 1, dtype: str = "bf16") -> float:
@@ -214,7 +216,7 @@ def fused_tflops(kind: str, hw: Hardware, causal: bool, d: int, s_q: int) -> tup
     curves = hw.kernels.attention.get(kind) if hw.kernels is not None else None
     if curves is None:
         return None
-    scale = peak_scale(hw)
+    scale = peak_scale(hw) * hw.sustained_frac
     return curves.tflops("fwd", causal, d, s_q) * scale, curves.tflops("bwd", causal, d, s_q) * scale
 
 
