@@ -45,11 +45,14 @@ def show_prediction(result: PredictResult) -> None:
     con = console()
     L = run.layout
     label = f"mode {pred.mode}" + (f", η = {pred.eta:.4f}" if pred.mode == "seed" else "")
+    tr = run.training
+    recipe = result.memory.get("assumptions", {}).get("fp8_recipe") if "error" not in result.memory else None
+    label += f"; {tr.precision}" + (f", {recipe} scaling" if recipe else "")
     con.print(f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}; "
               f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}; {label})")
     con.print(f"step time        {pred.step_time_s:.4f} s")
     con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}")
-    con.print(f"MFU              {pred.mfu * 100:.1f} %")
+    con.print(f"MFU              {pred.mfu * 100:.1f} %" + (" (of the FP8 peak)" if tr.precision == "fp8" else ""))
     table = Table("Term", "Seconds", "Share")
     for k, x in pred.breakdown.as_dict().items():
         table.add_row(k.removesuffix("_s"), f"{x:.4f}", f"{x / pred.step_time_s * 100:.1f} %")
@@ -58,6 +61,17 @@ def show_prediction(result: PredictResult) -> None:
         con.print(f"note: {n}")
     for line in extra_lines(result):
         con.print(line)
+    mem = result.memory
+    if "error" not in mem:
+        worst = max(mem["stages"], key=lambda x: x["total_bytes"])
+        mt = Table("Memory on the fullest device", "GB", "Data type")
+        for key in ("weights_bytes", "fp8_weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                    "buffers_bytes"):
+            if key == "fp8_weights_bytes" and not worst.get(key):
+                continue
+            mt.add_row(key.removesuffix("_bytes").replace("_", " "), f"{worst[key] / 1e9:.2f}",
+                       mem.get("dtypes", {}).get(key, "allowance (CUDA context, NCCL buffers, fragmentation)"))
+        con.print(mt)
     b = result.budget
     if b is not None:
         con.print(f"dominant term: {b.dominant.removesuffix('_s')} ({b.dominant_share * 100:.0f} % of the step)")

@@ -216,6 +216,9 @@ def stage_memory(run: Run, hw: Hardware | None = None, *, options: MemoryOptions
     params = _device_params(run, plan)
     states = _states(run, options, params, run.layout.zero)
     copies = _fp8_copies(run, options, params, run.layout.zero)
+    if options.fp8 is not None and options.fp8.param_gather:
+        states[:, 0] += copies          # FP8 parameters: the FP8 weights are the weights
+        copies = np.zeros_like(copies)
     totals = _total(options, states.sum(axis=1) + copies + acts)
     out = []
     for dev in range(plan.p):
@@ -275,7 +278,8 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
 def dtypes(options: MemoryOptions) -> dict[str, str]:
     """The data type of each line of the memory table, as the memory model counts it."""
     f8 = options.fp8
-    out = {"weights_bytes": "bf16 (the transformer layers' in fp8 with FP8 parameters)"
+    layers = "fp8 weight and its fp8 transpose" if f8 is not None and f8.transposes else "fp8 weight"
+    out = {"weights_bytes": f"transformer layers: {layers} (FP8 parameters); embedding, output, norms: bf16"
            if f8 is not None and f8.param_gather else "bf16",
            "gradients_bytes": "fp32 (main_grad accumulation buffer)",
            "optimizer_bytes": "fp32 master weights + fp32 Adam m and v",
