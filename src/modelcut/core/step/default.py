@@ -89,7 +89,7 @@ def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: 
     step_ends = [e.end for e in ends]
     crit = max(range(plan.p), key=lambda i: (float(trace.busy(i)), step_ends[i]))
     mine = [costs.parts[st.index] for st in plan.on_device(crit)]
-    sums = [plan.passes * sum(x[i] for x in mine) for i in range(5)]
+    sums = [plan.passes * sum(x[i] for x in mine) for i in range(6)]
     hidden = 0.0   # all-to-all hidden inside the device's overlapped F&B units
     if unit is not None:
         sched = plan.schedule
@@ -100,7 +100,7 @@ def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: 
         notes.append(f"{plan.name}: all-to-all hidden behind the paired chunk's compute, "
                      f"{hidden / max(sums[3], 1e-30):.0%} of the busiest device's")
     bd = DefaultBreakdown(compute_s=sums[0], tp_s=sums[1], cp_s=sums[2], p2p_s=sums[4], bubble_s=0.0,
-                          dp_s=ends[crit].exposed, a2a_s=max(sums[3] - hidden, 0.0), optimizer_s=ends[crit].optimizer)
+                          dp_s=ends[crit].exposed + sums[5], a2a_s=max(sums[3] - hidden, 0.0), optimizer_s=ends[crit].optimizer)
     bd.bubble_s = max(max(step_ends) - bd.total_s, 0.0)
     return bd
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency
 from ..errors import ModelcutError
 
 #: Option name -> what it means (shown by the CLI).
@@ -97,7 +98,12 @@ class Framework:
     the reduce-scatters: torchtitan/distributed/activation_checkpoint.py); ``moe_dispatch``:
     how tokens reach their experts: "all-to-all", one copy per routed expert; "deepep",
     DeepEP's node-deduplicated dispatch (one copy per destination node over the network,
-    forwarded over NVLink inside it: deepseek-ai/DeepEP README, DeepSeek-AI 2024 §3.2.2)."""
+    forwarded over NVLink inside it: deepseek-ai/DeepEP README, DeepSeek-AI 2024 §3.2.2);
+    ``reshard_with_pipeline``: ZeRO-3/FSDP's resharding when the run has a pipeline, where the stack
+    chooses apart from ``reshard_after_forward`` (None: the same); ``pipeline_grad_sync``: with a
+    pipeline and ZeRO-2/3, "microbatch" reduce-scatters the gradients after every backward (only
+    the shard is kept), "step" accumulates them whole and reduces once (:mod:`..costs.residency`,
+    the one rule memory and time both read: :meth:`residency`)."""
 
     name: str
     overlap: Overlap
@@ -115,15 +121,23 @@ class Framework:
     fused_elementwise: bool = True
     selective: str = "attention"
     moe_dispatch: str = "all-to-all"
+    reshard_with_pipeline: bool | None = None
+    pipeline_grad_sync: str = "microbatch"
     source: str = ""
 
     def __post_init__(self) -> None:
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
-                   "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3")}
+                   "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3"),
+                   "pipeline_grad_sync": PIPELINE_GRAD_SYNC}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
+
+    def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
+        """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""
+        return residency(zero, pp, microbatches, reshard_after_forward=self.reshard_after_forward,
+                         reshard_with_pipeline=self.reshard_with_pipeline, pipeline_grad_sync=self.pipeline_grad_sync)
 
     def with_overlap(self, overrides: dict[str, bool] | None) -> "Framework":
         """This stack with some overlap options switched (``--overlap``)."""

@@ -1,7 +1,8 @@
 """The default model's per-stage costs: each virtual stage's forward, backward and weight-gradient
 durations for one micro-batch, built from its layers (:mod:`.layers`), the embedding on the
 first stage of each model copy and the logits and loss on the last, the communication the
-framework leaves on the path, and the pipeline sends."""
+framework leaves on the path, the pipeline sends, and, where ZeRO-3 reshards, the weight gathers
+of every pass (:func:`.data_parallel.pass_gathers`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..costs.kernels import Efficiency, generation
 from ..plan import PipelinePlan
 from ..specs import Hardware, Run
 from ..units import BF16_BYTES
+from .data_parallel import pass_gathers
 from .exposure import exposed_tp
 from .frameworks import Framework
 from .layers import LayerSetup, LayerTime, PassTime, embedding_time, layer_time, loss_time
@@ -73,11 +75,11 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
 @dataclass
 class StageCosts:
     """Per virtual stage: the engine's (F, B, W) durations, the seconds per micro-batch by term
-    (compute, tp, cp, all-to-all, p2p), and the forward's and backward's all-to-all; ``tau`` is
-    one pipeline send."""
+    (compute, tp, cp, all-to-all, p2p, ZeRO-3's exposed weight gathers), and the forward's and
+    backward's all-to-all; ``tau`` is one pipeline send."""
 
     durations: list[tuple[float, float, float]]
-    parts: list[tuple[float, float, float, float, float]]
+    parts: list[tuple[float, float, float, float, float, float]]
     a2a_fb: list[tuple[float, float]]
     tau: float
 
@@ -132,23 +134,39 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     tau = send_time(run, hw, eff, bw)
     blocking = plan.p > 1 and not ov.p2p_async
     out = StageCosts([], [], [], tau)
+    layer_costs = {False: layer_cost(k.dense, False), True: layer_cost(k.moe, True) if k.moe is not None else None}
+    sums = []
+    units = []   # per stage: each unit's forward seconds (forward order), backward seconds (backward order)
     for st in plan.stages:
         fsum, bsum, w = [0.0] * 4, [0.0] * 4, 0.0
-        for cnt, lt, is_moe in ((st.dense_layers, k.dense, False), (st.moe_layers, k.moe, True)):
-            if cnt == 0 or lt is None:
+        f_units: list[float] = []
+        b_units: list[float] = []
+        for cnt, is_moe in ((st.dense_layers, False), (st.moe_layers, True)):
+            lc = layer_costs[is_moe]
+            if cnt == 0 or lc is None:
                 continue
-            fc, bc, wg = layer_cost(lt, is_moe)
+            fc, bc, wg = lc
             fsum = [x + cnt * y for x, y in zip(fsum, fc)]
             bsum = [x + cnt * y for x, y in zip(bsum, bc)]
             w += cnt * wg
-        for present, (f_pt, b_pt) in ((st.embedding, k.emb), (st.loss, k.loss)):
+            f_units += [sum(fc)] * cnt           # dense layers come first in the forward
+            b_units = [sum(bc)] * cnt + b_units  # and last in the backward
+        for present, (f_pt, b_pt), first in ((st.embedding, k.emb, True), (st.loss, k.loss, False)):
             if present:
-                fsum = [x + y for x, y in zip(fsum, cost(f_pt) + (0.0,))]
-                bsum = [x + y for x, y in zip(bsum, cost(b_pt) + (0.0,))]
+                fc, bc = cost(f_pt) + (0.0,), cost(b_pt) + (0.0,)
+                fsum = [x + y for x, y in zip(fsum, fc)]
+                bsum = [x + y for x, y in zip(bsum, bc)]
+                f_units = [sum(fc)] + f_units if first else f_units + [sum(fc)]
+                b_units = b_units + [sum(bc)] if first else [sum(bc)] + b_units
+        sums.append((fsum, bsum, w))
+        units.append((f_units, b_units))
+    gathers = pass_gathers(run, hw, eff, framework, plan, units, bw)
+    for st, (fsum, bsum, w), (g_f, g_b) in zip(plan.stages, sums, gathers):
         p2p_f = tau if blocking and not st.loss else 0.0
         p2p_b = tau if blocking and not st.embedding else 0.0
-        F, B = sum(fsum) + p2p_f, sum(bsum) + p2p_b
-        out.parts.append((fsum[0] + bsum[0], fsum[1] + bsum[1], fsum[2] + bsum[2], fsum[3] + bsum[3], p2p_f + p2p_b))
+        F, B = sum(fsum) + p2p_f + g_f, sum(bsum) + p2p_b + g_b
+        out.parts.append((fsum[0] + bsum[0], fsum[1] + bsum[1], fsum[2] + bsum[2], fsum[3] + bsum[3], p2p_f + p2p_b,
+                          g_f + g_b))
         out.a2a_fb.append((fsum[3], bsum[3]))
         if plan.weight_apart:
             w = min(w, B)
