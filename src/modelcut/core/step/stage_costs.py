@@ -7,12 +7,14 @@ of every pass (:func:`.data_parallel.pass_gathers`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
 
 from ..costs import comm
 from ..costs import moe as moe_mod
 from ..costs.kernels import Efficiency, generation
 from ..plan import PipelinePlan
-from ..specs import Hardware, Run
+from ..specs import Hardware, ModelSpec, Run
 from ..units import BF16_BYTES
 from .data_parallel import pass_gathers
 from .exposure import exposed_tp
@@ -67,8 +69,15 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        fused_elementwise=framework.fused_elementwise, selective=framework.selective,
                        tp_inside=not comm.group_spans_nodes(L, "tp", gpn),
                        cp_inside=not comm.group_spans_nodes(L, "cp", gpn))
+    return _kernels(model, setup, hw, eff, L.ep)
+
+
+@lru_cache(maxsize=4096)
+def _kernels(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, ep: int) -> Kernels:
+    """The passes of one setup, computed once (layouts that differ only in pp, dp, the schedule or
+    the ZeRO stage share them; pure, so cached)."""
     return Kernels(setup, layer_time(model, setup, hw, eff),
-                   layer_time(model, setup, hw, eff, moe=True, ep=L.ep) if model.is_moe else None,
+                   layer_time(model, setup, hw, eff, moe=True, ep=ep) if model.is_moe else None,
                    embedding_time(model, setup, hw, eff), loss_time(model, setup, hw, eff))
 
 
@@ -99,6 +108,43 @@ def a2a_time(run: Run, hw: Hardware, eff: Efficiency, fw: Framework) -> float:
     return mc.a2a_fwd_s + mc.etp_s
 
 
+Terms = tuple[float, float, float, float]   # compute, exposed tp, cp, all-to-all
+
+
+@dataclass
+class UnitCosts:
+    """One micro-batch's pass through each kind of unit on one device, by term (:data:`Terms`):
+    ``layers[False]``/``layers[True]`` a dense and an MoE layer as (forward, backward with its
+    recomputation, weight-gradient seconds), None where the model has no MoE layer; ``cost``
+    turns a pass into (compute, exposed tp, cp). What :func:`stage_costs` sums per stage and
+    :func:`.bounds.lower_bound` per device."""
+
+    layers: dict[bool, tuple[Terms, Terms, float] | None]
+    emb: tuple[Terms, Terms]
+    loss: tuple[Terms, Terms]
+    cost: Callable[[PassTime], tuple[float, float, float]]
+
+
+def unit_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, k: Kernels) -> UnitCosts:
+    """Per pass: compute, plus the tensor-parallel time the framework leaves exposed, plus context
+    parallelism's; MoE layers add their all-to-all (twice in the backward with full recomputation)."""
+    ov = framework.overlap
+    full = run.training.recompute == "full"
+    a2a = a2a_time(run, hw, eff, framework)
+
+    def cost(pt: PassTime) -> tuple[float, float, float]:
+        return pt.compute, exposed_tp(pt.tp, pt.gemm, ov.tp_comm), pt.cp
+
+    def layer_cost(lt: LayerTime, is_moe: bool):
+        fc = cost(lt.fwd)
+        bc = tuple(x + y for x, y in zip(cost(lt.bwd), cost(lt.recompute)))
+        return fc + (a2a if is_moe else 0.0,), bc + ((2 if full else 1) * a2a if is_moe else 0.0,), lt.wgrad
+
+    return UnitCosts({False: layer_cost(k.dense, False), True: layer_cost(k.moe, True) if k.moe is not None else None},
+                     (cost(k.emb[0]) + (0.0,), cost(k.emb[1]) + (0.0,)),
+                     (cost(k.loss[0]) + (0.0,), cost(k.loss[1]) + (0.0,)), cost)
+
+
 def send_time(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float]) -> float:
     """One pipeline send, Megatron's scatter/gather (Narayanan et al. 2021 §4.1): each tp rank
     sends 1/t of the activation over its own link, then an all-gather inside the node; with
@@ -120,21 +166,11 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     framework leaves exposed, plus context parallelism's; MoE layers add their all-to-all (twice
     in the backward with full recomputation); blocking sends hold both devices."""
     ov = framework.overlap
-    full = run.training.recompute == "full"
-    a2a = a2a_time(run, hw, eff, framework)
-
-    def cost(pt: PassTime) -> tuple[float, float, float]:
-        return pt.compute, exposed_tp(pt.tp, pt.gemm, ov.tp_comm), pt.cp
-
-    def layer_cost(lt: LayerTime, is_moe: bool):
-        fc = cost(lt.fwd)
-        bc = tuple(x + y for x, y in zip(cost(lt.bwd), cost(lt.recompute)))
-        return fc + (a2a if is_moe else 0.0,), bc + ((2 if full else 1) * a2a if is_moe else 0.0,), lt.wgrad
-
+    uc = unit_costs(run, hw, eff, framework, k)
+    layer_costs = uc.layers
     tau = send_time(run, hw, eff, bw)
     blocking = plan.p > 1 and not ov.p2p_async
     out = StageCosts([], [], [], tau)
-    layer_costs = {False: layer_cost(k.dense, False), True: layer_cost(k.moe, True) if k.moe is not None else None}
     sums = []
     units = []   # per stage: each unit's forward seconds (forward order), backward seconds (backward order)
     for st in plan.stages:
@@ -151,9 +187,8 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
             w += cnt * wg
             f_units += [sum(fc)] * cnt           # dense layers come first in the forward
             b_units = [sum(bc)] * cnt + b_units  # and last in the backward
-        for present, (f_pt, b_pt), first in ((st.embedding, k.emb, True), (st.loss, k.loss, False)):
+        for present, (fc, bc), first in ((st.embedding, uc.emb, True), (st.loss, uc.loss, False)):
             if present:
-                fc, bc = cost(f_pt) + (0.0,), cost(b_pt) + (0.0,)
                 fsum = [x + y for x, y in zip(fsum, fc)]
                 bsum = [x + y for x, y in zip(bsum, bc)]
                 f_units = [sum(fc)] + f_units if first else f_units + [sum(fc)]
