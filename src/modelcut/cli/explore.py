@@ -202,7 +202,7 @@ def show(res: ExploreResult) -> None:
     if not ranked:
         con.print("[red]no layout fits in memory[/red]")
         if req.check is not None:
-            con.print(f"--check {res.check_answer()['text']}")
+            con.print(f"--check {res.check_answer()['text']}", soft_wrap=True, markup=False, highlight=False)
         raise typer.Exit(1)
     shown = ranked[:top]
     cols = ("#", _shape_head(spec.is_moe), "cp form", "v", "b", "schedule", "recomp", "ZeRO", "step s", "MFU",
@@ -239,7 +239,7 @@ def show(res: ExploreResult) -> None:
         con.print(why_text(why(ranked[0], ranked[1])))
     if req.check is not None:
         ans = res.check_answer()
-        con.print(f"--check {ans['text']}")
+        con.print(f"--check {ans['text']}", soft_wrap=True, markup=False, highlight=False)
         if ans["why"] is not None:
             con.print(ans["why"]["text"])
     con.print(f"[dim]memory: FlashAttention {'on' if options.flash_attention else 'off'}, ZeRO-3 "
