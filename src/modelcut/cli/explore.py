@@ -19,8 +19,8 @@ from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, Space,
 from ..core.explore.search import DEFAULT_MARGIN
 from ..export import emit as emitter
 from ..service import inputs
-from ..service.explore import (PARETO_WITHIN, ExploreRequest, ExploreResult, gpu_counts, gpu_pareto, run_explore,
-                               run_explore_range, why_text)
+from ..service.explore import (PARETO_WITHIN, ExploreRequest, ExploreResult, catalog_request, check_row, gpu_counts,
+                               gpu_pareto, run_explore, run_explore_range, why_text)
 from .app import app
 
 GB = 1e9
@@ -67,13 +67,15 @@ def _gpus(text: str) -> tuple[int, int | None]:
 
 @app.command()
 def explore(
-    model: str = typer.Option(..., "--model", help="catalog model name, or a Hugging Face config.json"),
-    gpu: str = typer.Option(..., "--gpu", help="accelerator (catalog name or alias)"),
-    gpus: str = typer.Option(..., "--gpus", help="number of accelerators N (every layout uses all N), or a range "
-                                                 "A-B: A, 2A, 4A, … up to B, with the Pareto set over GPU counts"),
-    seq: int = typer.Option(..., "--seq", help="sequence length"),
-    global_batch_tokens: str = typer.Option(..., "--global-batch-tokens",
-                                            help="tokens per step, e.g. 16777216 or 16M (binary: 16·2^20)"),
+    model: Optional[str] = typer.Option(None, "--model", help="catalog model name, or a Hugging Face config.json"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="accelerator (catalog name or alias)"),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="number of accelerators N (every layout uses all N), or a "
+                                       "range A-B: A, 2A, 4A, … up to B, with the Pareto set over GPU counts"),
+    seq: Optional[int] = typer.Option(None, "--seq", help="sequence length"),
+    global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens",
+                                                      help="tokens per step, e.g. 16777216 or 16M (binary: 16·2^20)"),
+    run: Optional[str] = typer.Option(None, "--run", help="a published run of the catalog: search its problem on its "
+                                      "stack and check its published layout ('all': every run, one line each)"),
     top: int = typer.Option(5, "--top", help="how many layouts to show"),
     as_json: bool = typer.Option(False, "--json", help="print JSON: {layouts: [...]} sorted by step time"),
     emit: Optional[str] = typer.Option(None, "--emit", help="print the chosen layout's launch settings: megatron, "
@@ -112,6 +114,18 @@ def explore(
         raise ModelcutError(f"--emit must be one of {', '.join(emitter.EMITTERS)}, got {emit!r}")
     if not 0 <= pareto_within <= 1:
         raise ModelcutError(f"--pareto-within must be a fraction in [0, 1], got {pareto_within}")
+    if run is not None:
+        given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
+                                ("--global-batch-tokens", global_batch_tokens), ("--check", check),
+                                ("--framework", framework)) if v is not None]
+        if given:
+            raise ModelcutError(f"--run takes its problem, stack and layout from the catalog; drop {given[0]}")
+        show_runs(run, mode, top, as_json, emit, pick)
+        return
+    missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
+                              ("--global-batch-tokens", global_batch_tokens)) if v is None]
+    if missing:
+        raise ModelcutError(f"explore needs {missing[0]} (or --run with a published run)")
     lo, hi = _gpus(gpus)
     space = Space(micro_batches=inputs.int_list(micro_batches, "--micro-batches"), schedules=inputs.names(schedules),
                   allow_tp_across_nodes=allow_tp_across_nodes,
@@ -153,6 +167,60 @@ def explore(
         print(json.dumps(res.as_dict()))
         return
     show(res)
+
+
+def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None, pick: int) -> None:
+    """``--run ID``: the run's search as ``show`` prints it; ``--run all``: one line per published run
+    (the validation set's), its published layout's rank and gap to the best and the term that
+    differs most."""
+    ids = [r.id for r in catalog.published_runs() if r.in_validation] if run_id == "all" else [run_id]
+    results = []
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not sys.stderr.isatty() or as_json) as bar:
+        task = bar.add_task("runs", total=len(ids))
+        for rid in ids:
+            bar.update(task, description=rid)
+            results.append((rid, run_explore(catalog_request(rid, mode, top))))
+            bar.advance(task)
+    if emit is not None:
+        ranked = results[0][1].layouts
+        if not ranked:
+            raise ModelcutError("no layout fits; nothing to emit")
+        if not 1 <= pick <= len(ranked):
+            raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
+        print(emitter.EMITTERS[emit](ranked[pick - 1]))
+        return
+    if as_json:
+        print(json.dumps(results[0][1].as_dict() if run_id != "all" else
+                         [{"id": rid, **check_row(res)} for rid, res in results]))
+        return
+    if run_id != "all":
+        show(results[0][1])
+        return
+    con = _console()
+    t = _table("run", "published", "rank", "gap", "best", "differs most", title="published layouts against the "
+               "explorer's best on their stack (tp·cp·(ep·)pp·dp)")
+    notes = []
+    for rid, res in results:
+        row = check_row(res)
+        q = res.request.check
+        pub = "·".join(str(q[k]) for k in ("tp", "cp", "ep", "pp", "dp") if k in q)
+        if row["rank"] is None:
+            t.add_row(rid, pub, "—", "—", _shape(res.layouts[0]) if res.layouts else "", "see below")
+            notes.append(f"{rid} ({row['framework']}): {row['text']}")
+            continue
+        term = row["term"]
+        t.add_row(rid, pub, str(row["rank"]), f"{(row['ratio_to_best'] - 1) * 100:+.1f} %", _shape(res.layouts[0]),
+                  f"{TERMS.get(term['term'], term['term'])} {term['difference_s']:+.2f} s" if term else "")
+    con.print(t)
+    for line in notes:
+        con.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+#: Short names of the time terms for the catalog table.
+TERMS = {"compute_s": "compute", "tp_s": "tp", "cp_s": "cp", "p2p_s": "p2p", "bubble_s": "bubble", "dp_s": "dp",
+         "a2a_s": "a2a"}
 
 
 def _console() -> Console:

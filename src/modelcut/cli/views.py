@@ -26,10 +26,15 @@ def extra_lines(result: PredictResult) -> list[str]:
                    f"({'fits' if mem.get('fits') else 'does not fit'} in {hw.mem_bytes / 1e9:.1f} GB = "
                    f"{hw.mem_bytes / 2**30:.1f} GiB)")
     if pub is not None:
-        what = (f"{pub['published_tflops']:g} TFLOP/s per GPU" if pub["published_tflops"]
-                else f"{pub['published_step_time_s']:g} s a step")
+        if pub["published_tflops"]:
+            what = f"{pub['published_tflops']:g} TFLOP/s per GPU"
+        elif pub["published_step_time_s"]:
+            what = f"{pub['published_step_time_s']:g} s a step"
+        else:
+            what = f"MFU {pub.get('published_mfu') or 0:.1%}"
+        tf = pub["predicted_tflops_counted_as_published"]
         out.append(f"published        {what} ({pub['source']}); predicted, counted as published: "
-                   f"{pub['predicted_tflops_counted_as_published']:.1f} TFLOP/s"
+                   + (f"{tf:.1f} TFLOP/s" if tf is not None else "not comparable")
                    + (f", {pub['error_pct']:+.1f} %" if "error_pct" in pub else ""))
     return out
 

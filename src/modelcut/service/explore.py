@@ -192,16 +192,19 @@ class ExploreResult:
             out["text"] = (f"{q}: best such layout ranks {self.rank(c)} of {len(ex.layouts)} timed, "
                            f"{c.step_time_s:.3f} s ({gap:+.1f} % vs the best), peak {c.peak_bytes / GB:.1f} GB")
             return out
+        v = None
         if ex.check_violations:
-            counts = Counter((v.rule, v.message) for v in ex.check_violations)
+            counts = Counter((x.rule, x.message) for x in ex.check_violations)
             (rule, message), _ = counts.most_common(1)[0]
             v = next(x for x in ex.check_violations if (x.rule, x.message) == (rule, message))
+        if ex.check_least_peak is not None:      # some of its layouts the stack runs: memory refused them
+            out["least_peak_bytes"] = ex.check_least_peak
+            out["text"] = (f"{q}: does not fit: the layouts {self.framework.name if self.framework else 'one'} can run "
+                           f"need at least {ex.check_least_peak / GB:.1f} GB, the limit is {ex.limit_bytes / GB:.1f} GB"
+                           + (f"; the others break a rule: {v.message} (rule {v.rule})" if v is not None else ""))
+        elif v is not None:
             out["rule"] = v.as_dict()
             out["text"] = f"{q}: {v.line()}"
-        elif ex.check_least_peak is not None:
-            out["least_peak_bytes"] = ex.check_least_peak
-            out["text"] = (f"{q}: does not fit: its layouts need at least {ex.check_least_peak / GB:.1f} GB, the limit "
-                           f"is {ex.limit_bytes / GB:.1f} GB")
         else:
             out["text"] = f"{q}: no layout of {ex.gpus:,} GPUs in the searched space matches it"
         return out
@@ -321,3 +324,39 @@ def gpu_pareto(results: list[ExploreResult]) -> list[ExploreResult]:
             out.append(r)
             best = r.layouts[0].step_time_s
     return out
+
+
+def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> ExploreRequest:
+    """The search a published run of the catalog answers: its model, accelerator, GPU count,
+    sequence and tokens a step, on its stack (runs_dev.toml), checking its published layout
+    (tp, cp, pp, dp, and ep for an MoE model); the run's micro-batch among those tried."""
+    ids = [r.id for r in catalog.published_runs()]
+    if run_id not in ids:
+        raise ModelcutError(f"no published run {run_id!r}; choose one of {', '.join(ids)}")
+    pr = catalog.published_run(run_id)
+    st = catalog.run_settings().get(run_id)
+    run = catalog.apply_settings(pr.run, st)
+    L, tr = run.layout, run.training
+    check: dict[str, Any] = {"tp": L.tp, "cp": L.cp, "pp": L.pp, "dp": L.dp}
+    if run.model.is_moe:
+        check["ep"] = L.ep
+    space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})))
+    return ExploreRequest(run.model, catalog.hardware(run.gpu), L.gpus, tr.seq_len, tr.global_batch * tr.seq_len,
+                          run.gpus_per_node, mode, st.framework if st is not None else None, space=space,
+                          check=check, top=top)
+
+
+def check_row(res: ExploreResult) -> dict[str, Any]:
+    """One line of the catalog table (``modelcut explore --run all``): the published layout's rank
+    and gap to the best, the best layout, and the time term that differs most between them."""
+    ans = res.check_answer() or {}
+    best = res.layouts[0] if res.layouts else None
+    row: dict[str, Any] = {"framework": res.framework.name if res.framework else None, "rank": ans.get("rank"),
+                           "ratio_to_best": ans.get("ratio_to_best"), "text": ans.get("text"),
+                           "best": layout_json(best, 1) if best is not None else None, "term": None}
+    if ans.get("why"):
+        terms = ans["why"]["time_terms"]
+        if terms:
+            t = terms[0]
+            row["term"] = {"term": t["term"], "difference_s": t["difference"]}
+    return row
