@@ -37,10 +37,14 @@ def _shape_head(moe: bool) -> str:
     return "tp·cp·ep·pp·dp" if moe else "tp·cp·pp·dp"
 
 
+#: Short labels that keep the tables within 100 columns.
+SHORT = {"allgather": "gather", "selective": "select"}
+
+
 def _knobs(e: Evaluated) -> list[str]:
     s = e.structure
-    return [_shape(e), s.cp_kind if s.cp > 1 else "—", str(s.vpp), str(s.micro_batch), s.schedule, e.recompute,
-            str(e.zero)]
+    return [_shape(e), SHORT.get(s.cp_kind, s.cp_kind) if s.cp > 1 else "—", str(s.vpp), str(s.micro_batch),
+            s.schedule, SHORT.get(e.recompute, e.recompute), str(e.zero)]
 
 
 def _describe(e: Evaluated) -> str:

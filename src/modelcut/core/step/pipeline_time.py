@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from .. import plan as plans
 from ..plan import PipelinePlan
 from ..sim import registry
 from ..sim.engine import Timing, Trace, simulate
@@ -50,8 +51,8 @@ def pipeline_time(plan: PipelinePlan, durations: Durations, force_simulation: bo
 
 @lru_cache(maxsize=1024)
 def _trace(name: str, p: int, m: int, v: int, group: int | None, durations: tuple, p2p: float) -> Trace:
-    plan_sched = registry.build(name, p, m, v, group)
-    return simulate(plan_sched, Timing(stage_durations=list(durations), p2p=p2p), validate=False)
+    return simulate(plans._build(name, p, m, v, group), Timing(stage_durations=list(durations), p2p=p2p),
+                    validate=False)
 
 
 def simulated_trace(plan: PipelinePlan, durations: Durations, p2p: float = 0.0) -> Trace:
