@@ -1,26 +1,24 @@
-"""Layout-explorer speed: layouts evaluated per second, pruned and cached against a
-straightforward search, in the same run.
+"""Layout-explorer speed: layouts per second of the explorer as shipped against the exhaustive
+path, measured in the same run, and a check that both find the same best layouts.
 
-The problem is the issue's: Llama 3 405B on 16,384 H100s, 8,192-token sequences, 16M
-tokens a step. A layout is one point of the search space (t, c, p, d, micro-batch,
+The problem is the issue's: Llama 3 405B on 16,384 H100s, 8,192-token sequences, 16M tokens a
+step, ranked by the default model on the default stack (megatron-core; ``--framework`` another).
+A layout is one point of the space the stack runs (t, c and its form, e, p, d, micro-batch,
 schedule, v, recomputation, ZeRO stage).
 
-* **explorer**: ``modelcut.core.explore.explore`` as shipped: each structure's
-  recomputation × ZeRO variants share one memory pass, in-flight profiles are cached on an
-  equivalent micro-batch count, only the cheapest variants that fit are predicted. It
-  covers the whole space.
-* **baseline**: what one would write first, on every k-th structure (all caches cleared
-  first): for each variant, the full per-stage memory from the full schedule
-  (``stage_memory(..., cached=False)``), and a step-time prediction for every variant that
-  fits.
+* **explorer**: ``modelcut.service.explore.run_explore`` as ``modelcut explore`` runs it: each
+  structure's recomputation × ZeRO variants share one memory pass, candidates are timed in the
+  order of a valid lower bound on their step time (``modelcut.core.step.bounds``) until no
+  remaining bound can reach the kept layouts (the table's five and every layout within the
+  Pareto reach, 5 % of the best), kernels are computed once per setup and pipeline simulations
+  are shared by layouts of the same schedule shape.
+* **exhaustive**: the same search with ``exhaustive=True``: every cheapest variant that fits is
+  timed, none left out by a bound (the path the explorer took before it had one).
 
-The script prints both rates, their ratio, and checks that on the structures the baseline
-saw, the explorer's best step time per structure equals the baseline's (exit status 1 if
-not). ``--acceptance`` also runs the issue's acceptance check: Llama 3 405B on 8,192 H100s,
-where the published layout (tp 8, cp 1, pp 16, dp 64) must fit and come within 15 % of the
-best predicted step time.
-
-Run: ``python benchmarks/bench_explore.py`` (``--help`` for the options).
+Both start from cold caches. The script prints both rates (layouts of the space over seconds),
+their ratio, and checks that both rank the same layouts first, with the same step times, down to
+the ``--top``-th (exit status 1 if not). ``--no-rules`` searches every layout, whatever a stack
+can run. Run: ``python benchmarks/bench_explore.py`` (``--help`` for the options).
 """
 
 from __future__ import annotations
@@ -28,100 +26,82 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 
 from modelcut import catalog
-from modelcut.core import memory, plan
-from modelcut.core.explore import RECOMPUTE_ORDER, ZERO_ORDER, Space, explore as core_explore, find, make_run, structures
+from modelcut.core import plan
 from modelcut.core.sim import inflight
-from modelcut.core.step import pipeline_time
-from modelcut.service.explore import predictor
+from modelcut.core.step import pipeline_time, stage_costs
+from modelcut.service.explore import ExploreRequest, run_explore
 
 
 def clear_caches() -> None:
-    for fn in (inflight._profile, inflight._orders, plan._coefficients, plan._build, pipeline_time._simulated):
+    for fn in (inflight._profile, inflight._orders, plan._coefficients, plan._build, pipeline_time._simulated,
+               pipeline_time._trace, stage_costs._kernels):
         fn.cache_clear()
 
 
-def explore(model, hw, **kw):
-    return core_explore(model, hw, predictor("seed", hw), **kw)
+def timed(req: ExploreRequest):
+    clear_caches()
+    t0 = time.perf_counter()
+    res = run_explore(req)
+    return res, time.perf_counter() - t0
 
 
-def baseline(model, hw, gpus, seq, tokens, every: int):
-    """The straightforward search over every ``every``-th structure."""
-    gb = tokens // seq
-    predict = predictor("seed", hw)
-    limit = hw.mem_bytes * 0.98
-    structs = list(structures(model, gpus, seq, gb, hw.per_node, Space()))[::every]
-    best: dict = {}
-    layouts = 0
-    for s in structs:
-        for r in RECOMPUTE_ORDER:
-            for z in ZERO_ORDER:
-                run = make_run(model, hw.name, s, seq, gb, r, z)
-                layouts += 1
-                peak = memory.peak_bytes(memory.stage_memory(run, vpp=s.vpp, schedule=s.schedule, cached=False))
-                if peak <= limit:
-                    t = predict(run, hw).step_time_s
-                    best[s] = min(best.get(s, t), t)
-    return layouts, best
+def key(e) -> tuple:
+    return (e.structure, e.recompute, e.zero)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", type=int, default=16384)
-    ap.add_argument("--every", type=int, default=25, help="baseline: every k-th structure")
-    ap.add_argument("--acceptance", action="store_true", help="also run the 8,192-GPU acceptance check")
+    ap.add_argument("--framework", default=None, help="the stack (default: the catalog's default preset)")
+    ap.add_argument("--top", type=int, default=5, help="how many of the best layouts must agree")
+    ap.add_argument("--no-rules", action="store_true", help="search every layout, not only those the stack runs")
     args = ap.parse_args(argv)
-    model, hw = catalog.model("llama3-405b"), catalog.hardware("h100-sxm5-80gb")
-    seq, tokens = 8192, 16 * 2**20
+    model, hw = catalog.model("llama3-405b"), catalog.hardware("h100")
+    req = ExploreRequest(model, hw, args.gpus, 8192, 16 * 2**20, framework=args.framework, top=args.top)
+    if args.no_rules:
+        import modelcut.service.explore as svc
+        svc.catalog = _NoRules(catalog)
 
-    clear_caches()
-    t0 = time.perf_counter()
-    ex = explore(model, hw, gpus=args.gpus, seq=seq, global_batch_tokens=tokens)
-    t_fast = time.perf_counter() - t0
-    rate_fast = ex.space / t_fast
-    print(f"explorer: {ex.space:,} layouts ({ex.structures:,} structures) in {t_fast:.2f} s = "
-          f"{rate_fast:,.0f} layouts/s; {ex.memory_evaluations:,} memory checks, {ex.predictions:,} predictions; "
-          f"best {ex.layouts[0].step_time_s:.3f} s")
-
-    clear_caches()
-    t0 = time.perf_counter()
-    n_base, best_base = baseline(model, hw, args.gpus, seq, tokens, args.every)
-    t_base = time.perf_counter() - t0
-    rate_base = n_base / t_base
-    print(f"baseline: {n_base:,} layouts (every {args.every}th structure) in {t_base:.2f} s = "
-          f"{rate_base:,.0f} layouts/s")
-    print(f"ratio: {rate_fast / rate_base:.1f}x layouts per second")
-
-    best_fast: dict = {}
-    for e in ex.layouts:
-        best_fast.setdefault(e.structure, e.step_time_s)
-    bad = [s for s, t in best_base.items() if abs(best_fast.get(s, float("inf")) - t) > 1e-9 * t]
-    if bad:
-        print(f"MISMATCH: {len(bad)} structures where the explorer's best differs from the baseline's")
+    fast, t_fast = timed(req)
+    slow, t_slow = timed(replace(req, exhaustive=True))
+    ex_f, ex_s = fast.exploration, slow.exploration
+    print(f"Llama 3 405B on {args.gpus:,} H100, sequence 8,192, 16M tokens, stack "
+          f"{fast.framework.name if fast.framework else 'none'}{' (no rules)' if args.no_rules else ''}: "
+          f"{ex_f.space:,} layouts ({ex_f.structures:,} structures)")
+    print(f"explorer:   {t_fast:6.2f} s = {ex_f.space / t_fast:8,.0f} layouts/s; {ex_f.memory_evaluations:,} memory "
+          f"checks, {ex_f.predictions:,} timed, {ex_f.pruned_by_bound:,} pruned by the bound")
+    print(f"exhaustive: {t_slow:6.2f} s = {ex_s.space / t_slow:8,.0f} layouts/s; {ex_s.memory_evaluations:,} memory "
+          f"checks, {ex_s.predictions:,} timed")
+    print(f"ratio: {(ex_f.space / t_fast) / (ex_s.space / t_slow):.1f}x layouts per second")
+    a, b = ex_f.layouts[:args.top], ex_s.layouts[:args.top]
+    same = [key(x) for x in a] == [key(y) for y in b] and all(
+        abs(x.step_time_s - y.step_time_s) <= 1e-9 * y.step_time_s for x, y in zip(a, b))
+    if not same or len(a) < min(args.top, len(ex_s.layouts)):
+        print("MISMATCH: the explorer's best layouts differ from the exhaustive search's")
+        for x, y in zip(a, b):
+            print(f"  {x.structure} {x.recompute} {x.zero} {x.step_time_s:.6f}  |  {y.structure} {y.recompute} "
+                  f"{y.zero} {y.step_time_s:.6f}")
         return 1
-    print(f"agreement: best step time equal on all {len(best_base)} structures the baseline saw")
-
-    if args.acceptance:
-        t0 = time.perf_counter()
-        ex8 = explore(model, hw, gpus=8192, seq=seq, global_batch_tokens=tokens)
-        pub = find(ex8, tp=8, cp=1, pp=16, dp=64)
-        best = ex8.layouts[0]
-        print(f"acceptance (8,192 GPUs, {time.perf_counter() - t0:.1f} s): best "
-              f"{best.as_dict()['tp']}/{best.as_dict()['cp']}/{best.as_dict()['pp']}/{best.as_dict()['dp']} "
-              f"{best.structure.schedule} v{best.structure.vpp} {best.step_time_s:.3f} s")
-        if not pub:
-            print("published layout tp 8, cp 1, pp 16, dp 64: does not fit")
-            return 1
-        p = pub[0]
-        ratio = p.step_time_s / best.step_time_s
-        print(f"published layout tp 8, cp 1, pp 16, dp 64: fits ({p.structure.schedule} v{p.structure.vpp}, "
-              f"recompute {p.recompute}, ZeRO-{p.zero}, peak {p.peak_bytes / 1e9:.1f} GB), "
-              f"{p.step_time_s:.3f} s = {(ratio - 1) * 100:+.1f} % vs the best "
-              f"({'within' if ratio <= 1.15 else 'outside'} 15 %)")
-        if ratio > 1.15:
-            return 1
+    best = a[0].structure
+    print(f"agreement: the same {len(a)} best layouts in the same order, the best tp {best.tp}, cp {best.cp}, "
+          f"pp {best.pp}, dp {best.dp}, {best.schedule} v {best.vpp}, {a[0].step_time_s:.3f} s")
     return 0
+
+
+class _NoRules:
+    """The catalog with no stack rules (``--no-rules``): every layout is searched."""
+
+    def __init__(self, cat):
+        self._cat = cat
+
+    def __getattr__(self, name):
+        return getattr(self._cat, name)
+
+    def capabilities(self, name):
+        return None
 
 
 if __name__ == "__main__":

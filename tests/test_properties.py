@@ -34,7 +34,7 @@ def sized(draw, name: str, min_m_is_p: bool = False):
         v = 1
     elif name == "zbv":
         v = 2
-    elif name == "interleaved":
+    elif name in ("interleaved", "llama3-interleaved"):
         v = draw(st.integers(1, 4))
         if v > 1:  # Megatron-LM's rule with its default group size N = p
             m = p * draw(st.integers(1, 3))
@@ -43,7 +43,7 @@ def sized(draw, name: str, min_m_is_p: bool = False):
     return p, m, v
 
 
-ANY = st.sampled_from(["gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zbv"]).flatmap(
+ANY = st.sampled_from(["gpipe", "1f1b", "interleaved", "llama3-interleaved", "looped-bfs", "zb-h1", "zbv"]).flatmap(
     lambda name: sized(name).map(lambda pmv: (name, *pmv)))
 
 TIMES = st.sampled_from([Fr(1, 2), Fr(1), Fr(3, 2), Fr(2), Fr(3)])

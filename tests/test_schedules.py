@@ -19,7 +19,7 @@ def chunk_choices(name: str, p: int, m: int) -> list[int]:
         return [1]
     if name == "zbv":
         return [2]
-    if name == "interleaved":
+    if name in ("interleaved", "llama3-interleaved"):
         return [1] + ([2, 3, 4] if m % p == 0 else [])
     return [1, 2, 3]
 

@@ -345,14 +345,21 @@ EXPLORE = {"model": "gpt-1.7b", "gpu": "a100", "gpus": 8, "seq": 2048, "global_b
 def test_explore_answers_the_core_s_ranking(client):
     from modelcut import catalog
     from modelcut.core import explore as ex
-    from modelcut.service.explore import predictor
+    from modelcut.core.step.bounds import lower_bound
+    from modelcut.service.explore import memory_options, predictor, stack, ExploreRequest
+    from modelcut.service.predict import efficiency_for
 
     r = client.post("/api/explore", json=EXPLORE)
     assert r.status_code == 200, r.text
     ans = r.json()
     a100 = catalog.hardware("a100")
+    fw = stack(ExploreRequest(catalog.model("gpt-1.7b"), a100, 8, 2048, 128 * 1024))
+    eff = efficiency_for(a100)
     core = ex.explore(catalog.model("gpt-1.7b"), a100, predictor("default", a100), gpus=8, seq=2048,
-                      global_batch_tokens=128 * 1024)
+                      global_batch_tokens=128 * 1024, capabilities=catalog.capabilities(None),
+                      options=memory_options(ExploreRequest(catalog.model("gpt-1.7b"), a100, 8, 2048, 128 * 1024), fw),
+                      lower_bound=lambda run, h, plan: lower_bound(run, h, eff, fw, plan), keep=10,
+                      pareto_within=0.05)
     want = [e.as_dict() for e in core.layouts[:10]]
     assert [{k: v for k, v in x.items() if k not in ("rank", "microbatches", "stage_layers")}
             for x in ans["layouts"]] == want

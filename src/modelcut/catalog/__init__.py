@@ -8,6 +8,7 @@ Face ``config.json`` files. The catalog imports only the core.
 
 from __future__ import annotations
 
+from .framework_rules import capabilities
 from .frameworks import default_framework, framework, framework_names
 from .hardware import all_hardware, hardware
 from .hf_config import model_from_hf_config
@@ -19,5 +20,5 @@ from .tables import LAYOUT_KEYS, MODEL_KEYS, TRAINING_KEYS, layout_from_table, m
 __all__ = ["hardware", "all_hardware", "model", "all_models", "published_runs", "published_run",
            "model_from_hf_config", "load_hf_config", "model_from_table", "layout_from_table",
            "training_from_table", "PublishedRun", "RunSettings", "run_settings", "apply_settings",
-           "MODEL_KEYS", "LAYOUT_KEYS", "TRAINING_KEYS", "framework", "framework_names", "default_framework",
+           "MODEL_KEYS", "LAYOUT_KEYS", "TRAINING_KEYS", "framework", "framework_names", "capabilities", "default_framework",
            "Profile", "all_profiles", "load_profile", "profile_for"]

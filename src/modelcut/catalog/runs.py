@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any
 
 from ..core.errors import ModelcutError
+from ..core.sim import registry
 from ..core.specs import Run
 from .frameworks import framework_names
 from .hardware import hardware
@@ -158,6 +159,8 @@ class RunSettings:
     vpp: int | None = None
     recompute: str | None = None
     source: str = ""
+    schedule: str | None = None
+    sequence_parallel: bool | None = None
 
 
 @lru_cache(maxsize=None)
@@ -170,13 +173,19 @@ def run_settings() -> dict[str, RunSettings]:
             raise ModelcutError(f"runs_dev.toml: {rid!r} appears twice")
         if row["framework"] not in framework_names():
             raise ModelcutError(f"runs_dev.toml {rid!r}: unknown framework {row['framework']!r}")
+        if row.get("schedule") is not None:
+            registry.get(row["schedule"])
+        if not isinstance(row.get("sequence_parallel", False), bool):
+            raise ModelcutError(f"runs_dev.toml {rid!r}: sequence_parallel must be true or false")
         out[rid] = RunSettings(rid, row["framework"], row.get("group", row["framework"]), row.get("micro_batch"),
-                               row.get("vpp"), row.get("recompute"), row.get("source", ""))
+                               row.get("vpp"), row.get("recompute"), row.get("source", ""), row.get("schedule"),
+                               row.get("sequence_parallel"))
     return out
 
 
 def apply_settings(run: Run, st: RunSettings | None) -> Run:
-    """The run as it was really run: micro-batch and interleaving from its settings."""
+    """The run as it was really run: micro-batch, recomputation, interleaving, schedule and sequence
+    parallelism from its settings."""
     if st is None:
         return run
     if st.micro_batch is not None:
@@ -185,4 +194,8 @@ def apply_settings(run: Run, st: RunSettings | None) -> Run:
         run = replace(run, training=replace(run.training, recompute=st.recompute))
     if st.vpp is not None:
         run = run.with_layout(vpp=st.vpp if st.vpp > 1 else None)
+    if st.schedule is not None:
+        run = run.with_layout(schedule=st.schedule)
+    if st.sequence_parallel is not None:
+        run = run.with_layout(sequence_parallel=st.sequence_parallel)
     return run

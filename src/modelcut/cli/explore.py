@@ -1,4 +1,4 @@
-"""``modelcut explore``: the layouts that fit, ranked by predicted step time."""
+"""``modelcut explore``: the layouts the stack can run that fit, ranked by predicted step time."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from typing import Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -16,66 +17,127 @@ from ..core.costs.context import CP_KINDS
 from ..core.errors import ModelcutError
 from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, Space, why
 from ..core.explore.search import DEFAULT_MARGIN
-from ..core.memory import MemoryOptions
 from ..export import emit as emitter
 from ..service import inputs
-from ..service.explore import ExploreRequest, ExploreResult, run_explore, why_text
+from ..service.explore import (PARETO_WITHIN, ExploreRequest, ExploreResult, catalog_request, check_row, gpu_counts,
+                               gpu_pareto, run_explore, run_explore_range, why_text)
 from .app import app
 
 GB = 1e9
-ROW_KEYS = ("tp", "cp", "cp form", "ep", "pp", "dp", "v", "b", "schedule", "recompute", "zero")
+#: Terminal width the tables are laid out for.
+WIDTH = 100
 
 
-def _row_name(e: Evaluated) -> list[str]:
+def _shape(e: Evaluated) -> str:
     s = e.structure
-    return [str(s.tp), str(s.cp), s.cp_kind if s.cp > 1 else "—", str(s.ep), str(s.pp), str(s.dp), str(s.vpp),
-            str(s.micro_batch), s.schedule, e.recompute, str(e.zero)]
+    return "·".join(str(x) for x in ((s.tp, s.cp, s.ep, s.pp, s.dp) if e.run.model.is_moe else (s.tp, s.cp, s.pp, s.dp)))
+
+
+def _shape_head(moe: bool) -> str:
+    return "tp·cp·ep·pp·dp" if moe else "tp·cp·pp·dp"
+
+
+#: Short labels that keep the tables within 100 columns.
+SHORT = {"allgather": "gather", "selective": "select"}
+
+
+def _knobs(e: Evaluated) -> list[str]:
+    s = e.structure
+    return [_shape(e), SHORT.get(s.cp_kind, s.cp_kind) if s.cp > 1 else "—", str(s.vpp), str(s.micro_batch),
+            s.schedule, SHORT.get(e.recompute, e.recompute), str(e.zero)]
+
+
+def _describe(e: Evaluated) -> str:
+    s = e.structure
+    cp = f"cp {s.cp} ({s.cp_kind})" if s.cp > 1 else "cp 1"
+    ep = f", ep {s.ep}" if s.ep > 1 else ""
+    return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}, dp {s.dp}, {s.schedule} v {s.vpp}, micro-batch {s.micro_batch}, "
+            f"recompute {e.recompute}, ZeRO-{e.zero}")
+
+
+def _gpus(text: str) -> tuple[int, int | None]:
+    """``--gpus N`` or ``--gpus A-B``."""
+    parts = text.replace(",", "").split("-")
+    try:
+        vals = [int(p) for p in parts]
+    except ValueError:
+        raise ModelcutError(f"--gpus must be a count such as 8192 or a range such as 4096-16384, got {text!r}") from None
+    if len(vals) == 1:
+        return vals[0], None
+    if len(vals) != 2:
+        raise ModelcutError(f"--gpus must be a count such as 8192 or a range such as 4096-16384, got {text!r}")
+    return vals[0], vals[1]
 
 
 @app.command()
 def explore(
-    model: str = typer.Option(..., "--model", help="catalog model name, or a Hugging Face config.json"),
-    gpu: str = typer.Option(..., "--gpu", help="accelerator (catalog name or alias)"),
-    gpus: int = typer.Option(..., "--gpus", help="number of accelerators N; every layout uses all N"),
-    seq: int = typer.Option(..., "--seq", help="sequence length"),
-    global_batch_tokens: str = typer.Option(..., "--global-batch-tokens",
-                                            help="tokens per step, e.g. 16777216 or 16M (binary: 16·2^20)"),
+    model: Optional[str] = typer.Option(None, "--model", help="catalog model name, or a Hugging Face config.json"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="accelerator (catalog name or alias)"),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="number of accelerators N (every layout uses all N), or a "
+                                       "range A-B: A, 2A, 4A, … up to B, with the Pareto set over GPU counts"),
+    seq: Optional[int] = typer.Option(None, "--seq", help="sequence length"),
+    global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens",
+                                                      help="tokens per step, e.g. 16777216 or 16M (binary: 16·2^20)"),
+    run: Optional[str] = typer.Option(None, "--run", help="a published run of the catalog: search its problem on its "
+                                      "stack and check its published layout ('all': every run, one line each)"),
     top: int = typer.Option(5, "--top", help="how many layouts to show"),
     as_json: bool = typer.Option(False, "--json", help="print JSON: {layouts: [...]} sorted by step time"),
-    emit: Optional[str] = typer.Option(None, "--emit", help="print the chosen layout as megatron or torchtitan"),
+    emit: Optional[str] = typer.Option(None, "--emit", help="print the chosen layout's launch settings: megatron, "
+                                                            "torchtitan or nemo"),
     pick: int = typer.Option(1, "--pick", help="which ranked layout --emit prints (1 = the best)"),
     mode: str = typer.Option("default", "--mode", help="step-time model: default (the physics model) or seed "
                              "(the deck's model, faster)"),
-    framework: Optional[str] = typer.Option(None, "--framework", help="default mode: the training stack (a preset; "
-                                            "default megatron-core)"),
+    framework: Optional[str] = typer.Option(None, "--framework", help="the training stack (a preset; default "
+                                            "megatron-core): only layouts it can run are ranked"),
     allow_tp_across_nodes: bool = typer.Option(False, "--allow-tp-across-nodes",
                                                help="let tensor parallelism span nodes"),
     margin: float = typer.Option(DEFAULT_MARGIN, "--margin", help="fraction of memory kept free"),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="default: the hardware's"),
     micro_batches: str = typer.Option("1,2,4", "--micro-batches", help="micro-batch sizes to try"),
     schedules: str = typer.Option(",".join(DEFAULT_SCHEDULES), "--schedules", help="pipeline schedules to try"),
-    flash: bool = typer.Option(True, "--flash/--no-flash", help="FlashAttention (no s² scores)"),
-    reshard: bool = typer.Option(True, "--reshard/--no-reshard",
-                                 help="ZeRO-3 reshards weights after each forward (FSDP's default)"),
-    check: Optional[str] = typer.Option(None, "--check", help="also report a layout, e.g. tp=8,cp=1,pp=16,dp=64"),
+    flash: Optional[bool] = typer.Option(None, "--flash/--no-flash", help="FlashAttention (no s² scores); "
+                                         "default: as the stack runs attention"),
+    reshard: Optional[bool] = typer.Option(None, "--reshard/--no-reshard",
+                                           help="ZeRO-3 reshards weights after each forward; default: as the stack "
+                                                "does (memory and time follow it alike)"),
+    check: Optional[str] = typer.Option(None, "--check", help="also report a layout, e.g. tp=8,cp=1,pp=16,dp=64: "
+                                        "its rank and gap to the best, or the rule it breaks"),
     eps: Optional[str] = typer.Option(None, "--eps", help="expert-parallel sizes to try (MoE models; default: "
                                                           "every divisor of the experts that divides dp)"),
     cp_kinds: str = typer.Option(",".join(CP_KINDS), "--cp-kinds",
                                  help="context-parallel forms to try when cp > 1: ring, allgather"),
+    pareto_within: float = typer.Option(PARETO_WITHIN, "--pareto-within",
+                                        help="time every layout within this fraction of the best (the Pareto set)"),
+    exhaustive: bool = typer.Option(False, "--exhaustive", help="time every layout that fits (no lower bound)"),
 ) -> None:
-    """Enumerate layouts (t, c and its form, e, p, v, d, micro-batch, recomputation, ZeRO, schedule), keep
-    those that fit, rank them by predicted step time."""
+    """Enumerate layouts (t, c and its form, e, p, v, d, micro-batch, recomputation, ZeRO, schedule) the stack
+    can run, keep those that fit, rank them by predicted step time."""
     if top < 1:
         raise ModelcutError(f"--top must be at least 1, got {top}")
-    if emit is not None and emit not in ("megatron", "torchtitan"):
-        raise ModelcutError(f"--emit must be megatron or torchtitan, got {emit!r}")
+    if emit is not None and emit not in emitter.EMITTERS:
+        raise ModelcutError(f"--emit must be one of {', '.join(emitter.EMITTERS)}, got {emit!r}")
+    if not 0 <= pareto_within <= 1:
+        raise ModelcutError(f"--pareto-within must be a fraction in [0, 1], got {pareto_within}")
+    if run is not None:
+        given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
+                                ("--global-batch-tokens", global_batch_tokens), ("--check", check),
+                                ("--framework", framework)) if v is not None]
+        if given:
+            raise ModelcutError(f"--run takes its problem, stack and layout from the catalog; drop {given[0]}")
+        show_runs(run, mode, top, as_json, emit, pick)
+        return
+    missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
+                              ("--global-batch-tokens", global_batch_tokens)) if v is None]
+    if missing:
+        raise ModelcutError(f"explore needs {missing[0]} (or --run with a published run)")
+    lo, hi = _gpus(gpus)
     space = Space(micro_batches=inputs.int_list(micro_batches, "--micro-batches"), schedules=inputs.names(schedules),
                   allow_tp_across_nodes=allow_tp_across_nodes,
                   eps=inputs.int_list(eps, "--eps") if eps is not None else None, cp_kinds=inputs.names(cp_kinds))
-    req = ExploreRequest(inputs.model_spec(model), catalog.hardware(gpu), gpus, seq,
-                         inputs.parse_tokens(global_batch_tokens), gpus_per_node, mode, framework, margin, space,
-                         MemoryOptions(flash_attention=flash, reshard_after_forward=reshard),
-                         inputs.check_spec(check) if check else None, top)
+    hw = catalog.hardware(gpu)
+    req = ExploreRequest(inputs.model_spec(model), hw, lo, seq, inputs.parse_tokens(global_batch_tokens),
+                         gpus_per_node, mode, framework, margin, space, check=inputs.check_spec(check) if check else None,
+                         top=top, flash=flash, reshard=reshard, pareto_within=pareto_within, exhaustive=exhaustive)
     err = Console(stderr=True)
     show_bar = sys.stderr.isatty() and not as_json
     with Progress(TextColumn("exploring layouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -84,71 +146,176 @@ def explore(
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
-        res = run_explore(req, progress)
-    ranked = res.layouts
+        if hi is None:
+            results = [run_explore(req, progress)]
+        else:
+            results = run_explore_range(req, gpu_counts(lo, hi, gpus_per_node or hw.per_node), progress)
     if emit is not None:
+        res = min((r for r in results if r.layouts), key=lambda r: r.layouts[0].step_time_s, default=None)
+        ranked = res.layouts if res is not None else []
         if not ranked:
             raise ModelcutError("no layout fits; nothing to emit")
         if not 1 <= pick <= len(ranked):
             raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
-        e = ranked[pick - 1]
-        print(emitter.megatron_args(e) if emit == "megatron" else emitter.torchtitan_toml(e))
+        print(emitter.EMITTERS[emit](ranked[pick - 1]))
         return
+    if hi is not None:
+        if as_json:
+            print(json.dumps({"gpus": [r.request.gpus for r in results], "searches": [r.as_dict() for r in results],
+                              "pareto_gpus": [r.request.gpus for r in gpu_pareto(results)]}))
+            return
+        show_range(results)
+        return
+    res = results[0]
     if as_json:
         print(json.dumps(res.as_dict()))
         return
-    show(res, check)
+    show(res)
 
 
-def show(res: ExploreResult, check: str | None) -> None:
-    """The search as text: what was searched, the ranked layouts, their time and memory, why the
-    best wins, the checked layout's rank."""
+def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None, pick: int) -> None:
+    """``--run ID``: the run's search as ``show`` prints it; ``--run all``: one line per published run
+    (the validation set's), its published layout's rank and gap to the best and the term that
+    differs most."""
+    ids = [r.id for r in catalog.published_runs() if r.in_validation] if run_id == "all" else [run_id]
+    results = []
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not sys.stderr.isatty() or as_json) as bar:
+        task = bar.add_task("runs", total=len(ids))
+        for rid in ids:
+            bar.update(task, description=rid)
+            results.append((rid, run_explore(catalog_request(rid, mode, top))))
+            bar.advance(task)
+    if emit is not None:
+        ranked = results[0][1].layouts
+        if not ranked:
+            raise ModelcutError("no layout fits; nothing to emit")
+        if not 1 <= pick <= len(ranked):
+            raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
+        print(emitter.EMITTERS[emit](ranked[pick - 1]))
+        return
+    if as_json:
+        print(json.dumps(results[0][1].as_dict() if run_id != "all" else
+                         [{"id": rid, **check_row(res)} for rid, res in results]))
+        return
+    if run_id != "all":
+        show(results[0][1])
+        return
+    con = _console()
+    t = _table("run", "published", "rank", "gap", "best", "differs most", title="published layouts against the "
+               "explorer's best on their stack (tp·cp·(ep·)pp·dp)")
+    notes = []
+    for rid, res in results:
+        row = check_row(res)
+        q = res.request.check
+        pub = "·".join(str(q[k]) for k in ("tp", "cp", "ep", "pp", "dp") if k in q)
+        if row["rank"] is None:
+            t.add_row(rid, pub, "—", "—", _shape(res.layouts[0]) if res.layouts else "", "see below")
+            notes.append(f"{rid} ({row['framework']}): {row['text']}")
+            continue
+        term = row["term"]
+        t.add_row(rid, pub, str(row["rank"]), f"{(row['ratio_to_best'] - 1) * 100:+.1f} %", _shape(res.layouts[0]),
+                  f"{TERMS.get(term['term'], term['term'])} {term['difference_s']:+.2f} s" if term else "")
+    con.print(t)
+    for line in notes:
+        con.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+#: Short names of the time terms for the catalog table.
+TERMS = {"compute_s": "compute", "tp_s": "tp", "cp_s": "cp", "p2p_s": "p2p", "bubble_s": "bubble", "dp_s": "dp",
+         "a2a_s": "a2a"}
+
+
+def _console() -> Console:
+    return Console(width=None if sys.stdout.isatty() else WIDTH)
+
+
+def _table(*cols: str, title: str) -> Table:
+    return Table(*cols, title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+
+
+def show_range(results: list[ExploreResult]) -> None:
+    """A search over GPU counts: the best layout of each count, the counts on the Pareto set."""
+    con = _console()
+    req = results[0].request
+    on = {id(r) for r in gpu_pareto(results)}
+    con.print(f"[bold]{req.model.name}[/bold] on {req.hw.name}, sequence {req.seq:,}, {req.global_batch_tokens:,} "
+              f"tokens a step, framework {results[0].framework.name if results[0].framework else 'none'}")
+    t = _table("GPUs", _shape_head(req.model.is_moe), "cp form", "v", "b", "schedule", "recomp", "ZeRO", "step s",
+               "MFU", "peak GB", "Pareto", title="fastest layout per GPU count")
+    for r in results:
+        if not r.layouts:
+            t.add_row(f"{r.request.gpus:,}", "no layout fits", *[""] * 10)
+            continue
+        e = r.layouts[0]
+        t.add_row(f"{r.request.gpus:,}", *_knobs(e), f"{e.step_time_s:.3f}", f"{e.prediction.mfu:.1%}",
+                  f"{e.peak_bytes / GB:.1f}", "yes" if id(r) in on else "")
+    con.print(t)
+    con.print("Pareto: each count on it steps faster than every smaller count; the others buy no time.")
+
+
+def show(res: ExploreResult) -> None:
+    """The search as text: what was searched, the ranked layouts, their time and memory, the
+    Pareto set, why the best wins, the checked layout."""
     req, ex, ranked = res.request, res.exploration, res.layouts
     spec, hw, gpus, seq, top, mode = req.model, req.hw, req.gpus, req.seq, req.top, req.mode
-    tokens, margin, options = req.global_batch_tokens, req.margin, req.options
-    flash, want, checked = options.flash_attention, req.check, res.checked
-    con = Console(width=None if sys.stdout.isatty() else 150)
+    tokens, margin, options = req.global_batch_tokens, req.margin, res.options
+    con = _console()
     s = ex.summary()
+    fw = res.framework.name if res.framework is not None else "none (every layout)"
     con.print(f"[bold]{spec.name}[/bold] on {gpus:,} × {hw.name}, sequence {seq:,}, {tokens:,} tokens a step "
-              f"({tokens // seq:,} sequences), mode {mode}")
-    con.print(f"searched {s['space']:,} layouts ({s['structures']:,} shapes × recomputation × ZeRO), "
-              f"{s['memory_evaluations']:,} memory checks, {s['predictions']:,} step-time predictions; "
-              f"memory limit {s['limit_bytes'] / GB:.1f} GB = {hw.mem_bytes / GB:.0f} GB less {margin:.0%}")
+              f"({tokens // seq:,} sequences), mode {mode}, framework {fw}")
+    rejected = sum(s["rule_rejections"].values())
+    con.print(f"searched {s['space']:,} layouts the stack runs ({s['structures']:,} shapes × recomputation × ZeRO"
+              + (f"; {rejected:,} it cannot run left out" if rejected else "") + f"), {s['memory_evaluations']:,} "
+              f"memory checks, {s['predictions']:,} timed, {s['pruned_by_bound']:,} pruned by a lower bound on "
+              f"step time; memory limit {s['limit_bytes'] / GB:.1f} GB = {hw.mem_bytes / GB:.1f} GB less {margin:.0%}")
     if not ranked:
         con.print("[red]no layout fits in memory[/red]")
+        if req.check is not None:
+            con.print(f"--check {res.check_answer()['text']}", soft_wrap=True, markup=False, highlight=False)
         raise typer.Exit(1)
     shown = ranked[:top]
-    t = Table("#", *ROW_KEYS, "step s", "TFLOP/s", "MFU", "peak GB", title="fastest layouts that fit")
+    cols = ("#", _shape_head(spec.is_moe), "cp form", "v", "b", "schedule", "recomp", "ZeRO", "step s", "MFU",
+            "peak GB")
+    t = _table(*cols, title="fastest layouts that fit")
     for i, e in enumerate(shown, 1):
         p = e.prediction
-        t.add_row(str(i), *_row_name(e), f"{p.step_time_s:.3f}", f"{p.tflops_per_gpu:.0f}", f"{p.mfu:.1%}",
-                  f"{e.peak_bytes / GB:.1f}")
+        t.add_row(str(i), *_knobs(e), f"{p.step_time_s:.3f}", f"{p.mfu:.1%}", f"{e.peak_bytes / GB:.1f}")
     con.print(t)
-    tb = Table("#", "compute", "tp", "cp", "p2p", "bubble", "dp", "a2a", title="time breakdown (s, busiest device)")
+    tb = _table("#", "compute", "tp", "cp", "p2p", "bubble", "dp", "a2a", "optimizer",
+                title="time breakdown (s, busiest device)")
     for i, e in enumerate(shown, 1):
         b = e.prediction.breakdown
-        tb.add_row(str(i), *(f"{getattr(b, k):.3f}" for k in ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s",
-                                                                  "dp_s", "a2a_s")))
+        tb.add_row(str(i), *(f"{getattr(b, k, 0.0):.3f}" for k in ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s",
+                                                                      "dp_s", "a2a_s", "optimizer_s")))
     con.print(tb)
-    mb = Table("#", "stage", "weights", "grads", "optimizer", "activations", "buffers", "total",
-               title="memory breakdown (GB, the fullest device)")
+    mb = _table("#", "stage", "weights", "grads", "optimizer", "activations", "buffers", "total",
+                title="memory breakdown (GB, the fullest device)")
     for i, e in enumerate(shown, 1):
         st = e.peak_stage
         mb.add_row(str(i), str(st.stage), *(f"{x / GB:.1f}" for x in (st.weights_bytes, st.gradients_bytes,
                                                                        st.optimizer_bytes, st.activations_bytes,
                                                                        st.buffers_bytes, st.total_bytes)))
     con.print(mb)
+    front = res.pareto
+    pt = _table("rank", _shape_head(spec.is_moe), "cp form", "v", "b", "schedule", "recomp", "ZeRO", "step s",
+                "peak GB", title=f"Pareto set: step time against peak memory (all layouts within "
+                                 f"{req.pareto_within:.0%} of the best timed)")
+    for e in front:
+        pt.add_row(str(res.rank(e)), *_knobs(e), f"{e.step_time_s:.3f}", f"{e.peak_bytes / GB:.1f}")
+    con.print(pt)
+    con.print(f"#1: {_describe(ranked[0])}.")
     if len(ranked) >= 2:
         con.print(why_text(why(ranked[0], ranked[1])))
-    if want is not None:
-        if checked:
-            c = checked[0]
-            con.print(f"--check {check}: best such layout ranks {ranked.index(c) + 1} of {len(ranked)}: "
-                      + " ".join(f"{k} {v}" for k, v in zip(ROW_KEYS, _row_name(c)))
-                      + f", {c.step_time_s:.3f} s ({(c.step_time_s / ranked[0].step_time_s - 1) * 100:+.1f} % "
-                      f"vs the best), peak {c.peak_bytes / GB:.1f} GB")
-        else:
-            con.print(f"--check {check}: no such layout fits in memory")
-    con.print(f"[dim]memory: FlashAttention {'on' if flash else 'off'}, buffers allowance "
-              f"{options.buffer_fixed_bytes / 2**30:.0f} GiB + {options.fragmentation:.0%}; "
+    if req.check is not None:
+        ans = res.check_answer()
+        con.print(f"--check {ans['text']}", soft_wrap=True, markup=False, highlight=False)
+        if ans["why"] is not None:
+            con.print(ans["why"]["text"])
+    con.print(f"[dim]memory: FlashAttention {'on' if options.flash_attention else 'off'}, ZeRO-3 "
+              f"{'reshards' if options.reshard_after_forward else 'keeps weights'} (with a pipeline: "
+              f"{'as without' if options.reshard_with_pipeline is None else ('reshards' if options.reshard_with_pipeline else 'keeps them')}), "
+              f"buffers allowance {options.buffer_fixed_bytes / 2**30:.0f} GiB + {options.fragmentation:.0%}; "
               f"recomputation levels {', '.join(RECOMPUTE_ORDER)}[/dim]")

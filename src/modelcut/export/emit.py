@@ -20,6 +20,17 @@ the gathered weights through the backward, the memory of ZeRO-2), ``tensor_paral
 ``pipeline_parallel_schedule`` (torch.distributed.pipelining names), ``pipeline_parallel_microbatch_size``
 and ``module_fqns_per_model_part`` (the exact split); ``[activation_checkpoint] mode``;
 ``[training] local_batch_size, global_batch_size, seq_len``.
+
+NeMo 2.0 (NeMo-Run overrides of a pretraining recipe, ``nemo llm pretrain --factory RECIPE``):
+``trainer.strategy`` (``MegatronStrategy``: ``tensor_model_parallel_size``,
+``pipeline_model_parallel_size``, ``virtual_pipeline_model_parallel_size``,
+``context_parallel_size``, ``sequence_parallel``, ``expert_model_parallel_size``,
+``account_for_embedding_in_pipeline_split``/``account_for_loss_in_pipeline_split`` for the split
+that gives the embedding and the loss a layer's slot, ``fsdp = "megatron"`` with
+``ddp.data_parallel_sharding_strategy`` for ZeRO-2/3: NeMo v2.4 nemo/lightning/pytorch/strategies/
+megatron_strategy.py, scripts/performance/helpers.py), ``optim.config.use_distributed_optimizer``
+(ZeRO-1), ``model.config.recompute_granularity``/``recompute_method``/``recompute_num_layers``,
+``model.config.cp_comm_type``, and ``data.micro_batch_size``/``global_batch_size``/``seq_length``.
 """
 
 from __future__ import annotations
@@ -145,3 +156,48 @@ def torchtitan_toml(e: Evaluated) -> str:
     out += ["", "[training]", f"local_batch_size = {tr.global_batch // s.dp}",
             f"global_batch_size = {tr.global_batch}", f"seq_len = {tr.seq_len}"]
     return "\n".join(out)
+
+
+def nemo_overrides(e: Evaluated) -> str:
+    """NeMo 2.0 recipe overrides for the layout, one per line after the command, with ``#`` notes
+    where a setting has no NeMo field."""
+    s, run = e.structure, e.run
+    tr, lay = run.training, run.layout
+    lines = [f"trainer.strategy.tensor_model_parallel_size={s.tp}",
+             f"trainer.strategy.pipeline_model_parallel_size={s.pp}",
+             f"trainer.strategy.virtual_pipeline_model_parallel_size={s.vpp if s.vpp > 1 else 'null'}",
+             f"trainer.strategy.context_parallel_size={s.cp}",
+             f"trainer.strategy.sequence_parallel={'true' if lay.sequence_parallel else 'false'}"]
+    if s.ep > 1:
+        lines.append(f"trainer.strategy.expert_model_parallel_size={s.ep}")
+    split = _split(e)
+    if s.pp > 1 and len(set(split)) > 1 and sum(split) + 2 == len(split) * (max(split)):
+        lines += ["trainer.strategy.account_for_embedding_in_pipeline_split=true",
+                  "trainer.strategy.account_for_loss_in_pipeline_split=true"]
+    if s.cp > 1:
+        lines.append(f"model.config.cp_comm_type={'all_gather' if lay.cp_form == 'allgather' else 'p2p'}")
+    if e.zero == 1:
+        lines.append("optim.config.use_distributed_optimizer=true")
+    elif e.zero in (2, 3):
+        lines += ["optim.config.use_distributed_optimizer=true", "trainer.strategy.fsdp=megatron",
+                  f"trainer.strategy.ddp.data_parallel_sharding_strategy="
+                  f"{'optim_grads' if e.zero == 2 else 'optim_grads_params'}"]
+    if e.recompute == "selective":
+        lines.append("model.config.recompute_granularity=selective")
+    elif e.recompute == "full":
+        lines += ["model.config.recompute_granularity=full", "model.config.recompute_method=uniform",
+                  "model.config.recompute_num_layers=1"]
+    lines += [f"data.micro_batch_size={tr.micro_batch}", f"data.global_batch_size={tr.global_batch}",
+              f"data.seq_length={tr.seq_len}"]
+    notes = [f"# nemo llm pretrain --factory RECIPE (the model's pretraining recipe) with these overrides; "
+             f"data-parallel size {s.dp} follows from the {run.layout.gpus} ranks"]
+    if not registry.get(s.schedule).megatron and s.pp > 1:
+        notes.append(f"# schedule {s.schedule}: NeMo runs Megatron-core's "
+                     f"{'1F1B' if s.vpp == 1 else 'interleaved schedule'} with these settings")
+    if s.pp > 1 and len(set(split)) > 1 and not any("account_for" in x for x in lines):
+        notes.append(f"# uneven split {list(split)}: give it as trainer.strategy.pipeline_model_parallel_layout")
+    return "\n".join(notes + lines)
+
+
+#: The launch formats ``--emit`` knows, each a function of the chosen layout.
+EMITTERS = {"megatron": megatron_args, "torchtitan": torchtitan_toml, "nemo": nemo_overrides}

@@ -3,26 +3,40 @@
 :meth:`ExploreResult.as_dict` is the documented JSON: ``model`` and ``hardware`` (their fields),
 ``seq``, ``global_batch``, ``mode``, ``framework``, ``memory_assumptions``, ``summary`` (what the
 search did: gpus, capacity_bytes, margin, limit_bytes, structures, space, memory_evaluations,
-predictions, infeasible_structures, ranked), ``notes``, ``layouts`` (the fastest ``top``, each
-with its ``rank``, knobs, step time, throughput, breakdown, memory, ``microbatches`` and
-``stage_layers``), ``why`` (the best against the runner-up: ``knobs``, ``step_time_s``,
-``time_terms`` and ``memory_terms`` as {term, best, runner_up, difference}, ``text``) and, with a
-``check``, the best layout matching it and its rank.
+predictions, infeasible_structures, ranked, bounded, pruned_by_bound, enumerated, rule_rejections,
+framework, and ``pareto``: the ranked layouts no other beats in both step time and peak memory,
+each {rank, step_time_s, peak_bytes}), ``notes``, ``layouts`` (the fastest ``top``, each with its
+``rank``, knobs, step time, throughput, breakdown, memory, ``microbatches`` and ``stage_layers``),
+``why`` (the best against the runner-up: ``knobs``, ``step_time_s``, ``time_terms`` and
+``memory_terms`` as {term, best, runner_up, difference}, ``text``) and, with a ``check``: the
+best layout matching it, its ``rank`` and ``ratio_to_best``, ``why`` (the best against it), or,
+where none is ranked, ``rule`` (the stack's rule its layouts break: framework, rule, message,
+source, text) or ``least_peak_bytes`` (the least memory its layouts need), and ``text``, the
+answer in one line.
+
+Progress: :func:`run_explore` calls ``progress(done, total)`` as the search settles candidate
+layouts (timed, pruned by the bound, or over memory), first with done = 0 and last with
+done = total; :func:`run_explore_range` calls it with the counts of all its searches together.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .. import catalog
 from ..analysis.validation import seed_eta
 from ..core.errors import ModelcutError
-from ..core.explore import Evaluated, Exploration, Space, explore, find, why
+from ..core.explore import DEFAULT_SCHEDULES, Evaluated, Exploration, Space, explore, find, why
+from ..core.explore.rules import Capabilities
+from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions
 from ..core.specs import Hardware, ModelSpec, Run
 from ..core.step import predict as step_predict
+from ..core.step.bounds import lower_bound
+from ..core.step.frameworks import Framework
 from .predict import efficiency_for
 
 GB = 1e9
@@ -30,6 +44,10 @@ TERM_NAMES = {"compute_s": "compute", "tp_s": "tensor-parallel", "cp_s": "contex
               "p2p_s": "pipeline sends", "bubble_s": "bubble", "dp_s": "data-parallel", "a2a_s": "expert all-to-all",
               "weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer states",
               "activations_bytes": "activations", "buffers_bytes": "buffers"}
+#: Every layout within this fraction of the fastest is timed (the Pareto set's reach), by default.
+PARETO_WITHIN = 0.05
+#: The layouts the bound keeps timed at least: the table's and the runner-up's.
+MIN_KEEP = 2
 
 
 @dataclass
@@ -47,9 +65,38 @@ class ExploreRequest:
     options: MemoryOptions = field(default_factory=MemoryOptions)
     check: dict[str, Any] | None = None
     top: int = 5
+    flash: bool | None = None              # None: as the stack runs attention
+    reshard: bool | None = None            # None: as the stack reshards (ZeRO-3)
+    pareto_within: float = PARETO_WITHIN
+    exhaustive: bool = False               # time every layout that fits (no bound)
 
 
-def predictor(mode: str, hw: Hardware, framework: str | None = None) -> Callable[[Run, Hardware], Any]:
+def stack(req: ExploreRequest) -> Framework | None:
+    """The training stack the search ranks for: the named preset (default mode: the default
+    preset), with ``reshard`` overriding its ZeRO-3 resharding; None in seed mode without one."""
+    if req.mode == "seed" and req.framework is None:
+        return None
+    fw = catalog.framework(req.framework)
+    if req.reshard is not None:
+        fw = replace(fw, reshard_after_forward=req.reshard, reshard_with_pipeline=req.reshard)
+    return fw
+
+
+def memory_options(req: ExploreRequest, fw: Framework | None) -> MemoryOptions:
+    """The memory assumptions of the search: the stack's attention kernel, resharding and gradient
+    reduction (what its step time assumes too), the request's flags where given."""
+    o = req.options
+    if fw is not None:
+        o = replace(o, flash_attention=fw.attention != "unfused", reshard_after_forward=fw.reshard_after_forward,
+                    reshard_with_pipeline=fw.reshard_with_pipeline, pipeline_grad_sync=fw.pipeline_grad_sync)
+    if req.flash is not None:
+        o = replace(o, flash_attention=req.flash)
+    if req.reshard is not None:
+        o = replace(o, reshard_after_forward=req.reshard, reshard_with_pipeline=req.reshard)
+    return o
+
+
+def predictor(mode: str, hw: Hardware, framework: str | Framework | None = None) -> Callable[[Run, Hardware], Any]:
     """The step model the explorer ranks by: the default model on the named stack with the
     shipped constants, or the seed model with its fitted η."""
     if mode == "seed":
@@ -57,28 +104,37 @@ def predictor(mode: str, hw: Hardware, framework: str | None = None) -> Callable
         return lambda run, h: step_predict(run, h, "seed", eta=eta)
     if mode != "default":
         raise ModelcutError(f"unknown mode {mode!r}; choose default or seed")
-    fw = catalog.framework(framework)
+    fw = framework if isinstance(framework, Framework) else catalog.framework(framework)
     eff = efficiency_for(hw)
     return lambda run, h: step_predict(run, h, "default", efficiency=eff, framework=fw)
 
 
-def why_text(w: dict) -> str:
-    """The explanation of :func:`..core.explore.why` in one sentence."""
-    knobs = ", ".join(f"{k} {a} vs {b}" for k, (a, b) in w["knobs"].items()) or "no knob"
+def bound_for(mode: str, hw: Hardware, fw: Framework | None):
+    """The lower bound on the step model's time (:func:`..core.step.bounds.lower_bound`); None for
+    the seed model (fast enough to time every layout)."""
+    if mode != "default" or fw is None:
+        return None
+    eff = efficiency_for(hw)
+    return lambda run, h, plan: lower_bound(run, h, eff, fw, plan)
+
+
+def why_text(w: dict, a: str = "#1", b: str = "#2") -> str:
+    """The explanation of :func:`..core.explore.why` in one sentence (``a`` beats ``b``)."""
+    knobs = ", ".join(f"{k} {x} vs {y}" for k, (x, y) in w["knobs"].items()) or "no knob"
     t_best, t_other = w["step_time_s"]
     terms = [f"{TERM_NAMES[k]} {d:+.2f} s" for k, _, _, d in w["time_terms"][:3] if abs(d) > 1e-9]
-    mem = [f"{TERM_NAMES[k]} {d / GB:+.1f} GB" for k, _, _, d in w["memory_terms"][:2] if abs(d) > 1e6]
-    return (f"#1 beats #2 by {t_other - t_best:.3f} s ({(t_other / t_best - 1) * 100:.1f} %): they differ in {knobs}; "
-            f"#2 spends {', '.join(terms) or 'the same time in every term'}"
+    mem = [f"{TERM_NAMES[k]} {d / GB:+.1f} GB" for k, _, _, d in w["memory_terms"][:2] if abs(d) >= 0.05 * GB]
+    return (f"{a} beats {b} by {t_other - t_best:.3f} s ({(t_other / t_best - 1) * 100:.1f} %): they differ in "
+            f"{knobs}; {b} spends {', '.join(terms) or 'the same time in every term'}"
             + (f"; its peak device holds {', '.join(mem)}" if mem else "") + ".")
 
 
-def why_json(w: dict) -> dict[str, Any]:
+def why_json(w: dict, a: str = "#1", b: str = "#2") -> dict[str, Any]:
     return {"knobs": {k: list(v) for k, v in w["knobs"].items()}, "step_time_s": list(w["step_time_s"]),
-            "time_terms": [{"term": k, "best": a, "runner_up": b, "difference": d} for k, a, b, d in w["time_terms"]],
-            "memory_terms": [{"term": k, "best": a, "runner_up": b, "difference": d}
-                             for k, a, b, d in w["memory_terms"]],
-            "text": why_text(w)}
+            "time_terms": [{"term": k, "best": x, "runner_up": y, "difference": d} for k, x, y, d in w["time_terms"]],
+            "memory_terms": [{"term": k, "best": x, "runner_up": y, "difference": d}
+                             for k, x, y, d in w["memory_terms"]],
+            "text": why_text(w, a, b)}
 
 
 def layout_json(e: Evaluated, rank: int) -> dict[str, Any]:
@@ -89,46 +145,218 @@ def layout_json(e: Evaluated, rank: int) -> dict[str, Any]:
     return d
 
 
+def query_text(q: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in q.items())
+
+
 @dataclass
 class ExploreResult:
     request: ExploreRequest
     exploration: Exploration
     checked: list[Evaluated]
+    options: MemoryOptions = field(default_factory=MemoryOptions)
+    framework: Framework | None = None
 
     @property
     def layouts(self) -> list[Evaluated]:
         return self.exploration.layouts
 
+    def rank(self, e: Evaluated) -> int:
+        return self.exploration.layouts.index(e) + 1
+
+    @property
+    def pareto(self) -> list[Evaluated]:
+        """The ranked layouts within ``pareto_within`` of the fastest (every one of them is timed)
+        that no other beats in both step time and peak memory."""
+        ranked = self.exploration.layouts
+        if not ranked:
+            return []
+        reach = ranked[0].step_time_s * (1 + self.request.pareto_within)
+        return pareto([e for e in ranked if e.step_time_s <= reach])
+
+    def check_answer(self) -> dict[str, Any] | None:
+        """What became of the ``check`` layout (module doc)."""
+        req, ex = self.request, self.exploration
+        if req.check is None:
+            return None
+        q = query_text(req.check)
+        out: dict[str, Any] = {"query": req.check, "best": None, "rank": None, "ratio_to_best": None, "why": None,
+                               "rule": None, "least_peak_bytes": None}
+        if self.checked:
+            c = self.checked[0]
+            best = ex.layouts[0]
+            out.update(best=layout_json(c, self.rank(c)), rank=self.rank(c), ratio_to_best=c.step_time_s / best.step_time_s)
+            if c is not best:
+                out["why"] = why_json(why(best, c), "#1", f"#{self.rank(c)}")
+            gap = (c.step_time_s / best.step_time_s - 1) * 100
+            out["text"] = (f"{q}: best such layout ranks {self.rank(c)} of {len(ex.layouts)} timed, "
+                           f"{c.step_time_s:.3f} s ({gap:+.1f} % vs the best), peak {c.peak_bytes / GB:.1f} GB")
+            return out
+        v = None
+        if ex.check_violations:
+            counts = Counter((x.rule, x.message) for x in ex.check_violations)
+            (rule, message), _ = counts.most_common(1)[0]
+            v = next(x for x in ex.check_violations if (x.rule, x.message) == (rule, message))
+        if ex.check_least_peak is not None:      # some of its layouts the stack runs: memory refused them
+            out["least_peak_bytes"] = ex.check_least_peak
+            out["text"] = (f"{q}: does not fit: the layouts {self.framework.name if self.framework else 'one'} can run "
+                           f"need at least {ex.check_least_peak / GB:.1f} GB, the limit is {ex.limit_bytes / GB:.1f} GB"
+                           + (f"; the others break a rule: {v.message} (rule {v.rule})" if v is not None else ""))
+        elif v is not None:
+            out["rule"] = v.as_dict()
+            out["text"] = f"{q}: {v.line()}"
+        else:
+            out["text"] = f"{q}: no layout of {ex.gpus:,} GPUs in the searched space matches it"
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         req, ex = self.request, self.exploration
         top = ex.layouts[:req.top]
-        o = req.options
+        o = self.options
+        ranks = {id(e): i for i, e in enumerate(ex.layouts, 1)}
+        summary = ex.summary()
+        summary["pareto"] = [{"rank": ranks[id(e)], "step_time_s": e.step_time_s, "peak_bytes": e.peak_bytes}
+                             for e in self.pareto]
         out: dict[str, Any] = {
             "model": dataclasses.asdict(req.model), "hardware": req.hw.as_dict(), "seq": req.seq,
             "global_batch": req.global_batch_tokens // req.seq, "mode": req.mode,
-            "framework": catalog.framework(req.framework).name if req.mode == "default" else None,
+            "framework": self.framework.name if self.framework is not None else None,
             "memory_assumptions": {"flash_attention": o.flash_attention, "reshard_after_forward": o.reshard_after_forward,
+                                   "reshard_with_pipeline": o.reshard_with_pipeline,
+                                   "pipeline_grad_sync": o.pipeline_grad_sync,
                                    "buffer_fixed_bytes": o.buffer_fixed_bytes, "fragmentation": o.fragmentation},
-            "summary": ex.summary(), "notes": list(ex.notes),
+            "summary": summary, "notes": list(ex.notes),
             "layouts": [layout_json(e, i) for i, e in enumerate(top, 1)],
             "why": why_json(why(top[0], top[1])) if len(top) >= 2 else None,
         }
         if req.check is not None:
-            c = self.checked[0] if self.checked else None
-            out["check"] = {"query": req.check, "best": layout_json(c, ex.layouts.index(c) + 1) if c else None,
-                            "rank": ex.layouts.index(c) + 1 if c else None,
-                            "ratio_to_best": c.step_time_s / ex.layouts[0].step_time_s if c else None}
+            out["check"] = self.check_answer()
         return out
 
 
+def _check_query(req: ExploreRequest) -> None:
+    q = req.check or {}
+    sizes = [q.get(k) for k in ("tp", "cp", "pp", "dp")]
+    if all(x is not None for x in sizes):
+        n = sizes[0] * sizes[1] * sizes[2] * sizes[3]
+        if n != req.gpus:
+            raise ModelcutError(f"--check: tp·cp·pp·dp = {n:,} but the search uses {req.gpus:,} GPUs")
+
+
 def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None = None) -> ExploreResult:
-    """Search, rank, and find the ``check`` layout among the ranked ones."""
+    """Search the layouts the stack runs, rank them, and find the ``check`` layout among them
+    (module doc for ``progress``)."""
     for name, val in (("gpus", req.gpus), ("seq", req.seq), ("global_batch_tokens", req.global_batch_tokens),
                       ("top", req.top)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ModelcutError(f"{name} must be a positive integer, got {val!r}")
-    ex = explore(req.model, req.hw, predictor(req.mode, req.hw, req.framework), gpus=req.gpus, seq=req.seq,
-                 global_batch_tokens=req.global_batch_tokens, gpus_per_node=req.gpus_per_node, margin=req.margin,
-                 space=req.space, options=req.options, progress=progress)
+    if req.mode not in ("default", "seed"):
+        raise ModelcutError(f"unknown mode {req.mode!r}; choose default or seed")
+    _check_query(req)
+    fw = stack(req)
+    caps: Capabilities | None = catalog.capabilities(fw.name) if fw is not None else None
+    space = req.space
+    if caps is not None and space.schedules == DEFAULT_SCHEDULES:
+        # by default: the registry's explored schedules and every other one the stack runs
+        space = replace(space, schedules=tuple(dict.fromkeys(DEFAULT_SCHEDULES + caps.schedules)))
+    options = memory_options(req, fw)
+    pred = predictor(req.mode, req.hw, fw) if req.mode == "default" else predictor("seed", req.hw)
+    ex = explore(req.model, req.hw, pred, gpus=req.gpus, seq=req.seq, global_batch_tokens=req.global_batch_tokens,
+                 gpus_per_node=req.gpus_per_node, margin=req.margin, space=space, options=options,
+                 progress=progress, capabilities=caps,
+                 lower_bound=None if req.exhaustive else bound_for(req.mode, req.hw, fw),
+                 keep=max(req.top, MIN_KEEP), pareto_within=req.pareto_within, must=req.check)
     checked = find(ex, **req.check) if req.check else []
-    return ExploreResult(req, ex, checked)
+    return ExploreResult(req, ex, checked, options, fw)
+
+
+def gpu_counts(lo: int, hi: int, per_node: int) -> list[int]:
+    """The GPU counts a range searches: lo, doubling, up to hi (hi itself included)."""
+    for name, val in (("lowest GPU count", lo), ("highest GPU count", hi)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ModelcutError(f"{name} must be a positive integer, got {val!r}")
+    if hi < lo:
+        raise ModelcutError(f"GPU range {lo}-{hi}: the first count must not exceed the second")
+    out, n = [], lo
+    while n <= hi:
+        out.append(n)
+        n *= 2
+    if out[-1] != hi:
+        out.append(hi)
+    if len(out) > 16:
+        raise ModelcutError(f"GPU range {lo}-{hi} spans {len(out)} doublings; at most 16")
+    del per_node
+    return out
+
+
+def run_explore_range(req: ExploreRequest, counts: list[int],
+                      progress: Callable[[int, int], None] | None = None) -> list[ExploreResult]:
+    """One search per GPU count (the check applies to each where it fits the count); ``progress``
+    sees the candidates of all the searches as one count."""
+    results: list[ExploreResult] = []
+    done_before = [0]
+    totals: dict[int, int] = {}
+
+    for n in counts:
+        sub = replace(req, gpus=n)
+        if sub.check and any(k in sub.check for k in ("tp", "cp", "pp", "dp")):
+            q = sub.check
+            if all(k in q for k in ("tp", "cp", "pp", "dp")) and q["tp"] * q["cp"] * q["pp"] * q["dp"] != n:
+                sub = replace(sub, check=None)
+
+        def prog(done: int, total: int, n=n) -> None:
+            totals[n] = total
+            if progress is not None:
+                progress(done_before[0] + done, done_before[0] + total + sum(1 for c in counts if c > n))
+        results.append(run_explore(sub, prog))
+        done_before[0] += totals.get(n, 0)
+    if progress is not None:
+        progress(done_before[0], done_before[0])
+    return results
+
+
+def gpu_pareto(results: list[ExploreResult]) -> list[ExploreResult]:
+    """The GPU counts where more GPUs buy a faster step: each one's best step time is below every
+    smaller count's."""
+    out, best = [], float("inf")
+    for r in sorted(results, key=lambda r: r.request.gpus):
+        if r.layouts and r.layouts[0].step_time_s < best:
+            out.append(r)
+            best = r.layouts[0].step_time_s
+    return out
+
+
+def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> ExploreRequest:
+    """The search a published run of the catalog answers: its model, accelerator, GPU count,
+    sequence and tokens a step, on its stack (runs_dev.toml), checking its published layout
+    (tp, cp, pp, dp, and ep for an MoE model); the run's micro-batch among those tried."""
+    ids = [r.id for r in catalog.published_runs()]
+    if run_id not in ids:
+        raise ModelcutError(f"no published run {run_id!r}; choose one of {', '.join(ids)}")
+    pr = catalog.published_run(run_id)
+    st = catalog.run_settings().get(run_id)
+    run = catalog.apply_settings(pr.run, st)
+    L, tr = run.layout, run.training
+    check: dict[str, Any] = {"tp": L.tp, "cp": L.cp, "pp": L.pp, "dp": L.dp}
+    if run.model.is_moe:
+        check["ep"] = L.ep
+    space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})))
+    return ExploreRequest(run.model, catalog.hardware(run.gpu), L.gpus, tr.seq_len, tr.global_batch * tr.seq_len,
+                          run.gpus_per_node, mode, st.framework if st is not None else None, space=space,
+                          check=check, top=top)
+
+
+def check_row(res: ExploreResult) -> dict[str, Any]:
+    """One line of the catalog table (``modelcut explore --run all``): the published layout's rank
+    and gap to the best, the best layout, and the time term that differs most between them."""
+    ans = res.check_answer() or {}
+    best = res.layouts[0] if res.layouts else None
+    row: dict[str, Any] = {"framework": res.framework.name if res.framework else None, "rank": ans.get("rank"),
+                           "ratio_to_best": ans.get("ratio_to_best"), "text": ans.get("text"),
+                           "best": layout_json(best, 1) if best is not None else None, "term": None}
+    if ans.get("why"):
+        terms = ans["why"]["time_terms"]
+        if terms:
+            t = terms[0]
+            row["term"] = {"term": t["term"], "difference_s": t["difference"]}
+    return row

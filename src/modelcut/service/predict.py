@@ -21,6 +21,7 @@ from ..analysis.validation import seed_eta
 from ..catalog import Profile, PublishedRun
 from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
+from ..core.explore.rules import violations
 from ..core.memory import memory_report
 from ..core.specs import Hardware, Run
 from ..core.step import MODES, predict as step_predict
@@ -147,6 +148,17 @@ def _memory(run: Run, hw: Hardware, pred: Prediction, framework: Framework | Non
         return {"error": str(exc)}
 
 
+def stack_violations(run: Run, fw: Framework, pred: Prediction) -> list:
+    """The rules of the stack (catalog/framework_rules.toml) the run breaks, as it was timed: a
+    prediction of a layout the stack cannot run says so in its notes."""
+    L = run.layout
+    zero = max(L.zero, 1) if fw.dist_optimizer else L.zero
+    return violations(catalog.capabilities(fw.name), run.model, tp=L.tp, cp=L.cp, pp=L.pp, dp=L.dp, ep=L.ep,
+                      vpp=pred.vpp, schedule=pred.schedule, cp_kind=(L.cp_kind or fw.cp_kind) if L.cp > 1 else None,
+                      seq=run.training.seq_len, sequence_parallel=L.sequence_parallel, zero=zero,
+                      recompute=run.training.recompute)
+
+
 def predict(req: PredictRequest) -> PredictResult:
     """The prediction, its memory and, when asked, the published figure and the error budget."""
     if req.mode not in MODES:
@@ -162,6 +174,8 @@ def predict(req: PredictRequest) -> PredictResult:
         fw = catalog.framework(req.framework)
         eff = efficiency_for(hw, req.profile)
         pred = step_predict(run, hw, "default", eta=req.eta, efficiency=eff, framework=fw.with_overlap(overlap))
+    if fw is not None:
+        pred.notes += [f"stack rule: {v.line()}" for v in stack_violations(run, fw, pred)]
     result = PredictResult(run, hw, pred, fw, _memory(run, hw, pred, fw))
     if req.published is not None:
         result.published = published_figure(req.published, pred, run)

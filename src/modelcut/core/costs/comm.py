@@ -20,6 +20,7 @@ outermost: :mod:`.mesh`). Ranks ``k·g … k·g + g − 1`` share a node
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 from ..errors import ModelcutError
@@ -123,6 +124,17 @@ def group_spans_nodes(layout: Layout, dim: str | Iterable[str], gpus_per_node: i
     """Whether a group along ``dim`` (a name, or several names for a combined group such as
     ("cp", "dp")) has members in different nodes, with ranks numbered in ``layout.order``
     (:func:`.mesh.group_crosses_nodes`)."""
+    return _spans(_mesh_key(layout), dim if isinstance(dim, str) else tuple(dim), gpus_per_node)
+
+
+def _mesh_key(layout: Layout) -> Layout:
+    """The layout's sizes and rank order only: what decides where groups sit."""
+    return Layout(tp=layout.tp, cp=layout.cp, pp=layout.pp, dp=layout.dp, ep=layout.ep, etp=layout.etp,
+                  order=layout.order)
+
+
+@lru_cache(maxsize=8192)
+def _spans(layout: Layout, dim, gpus_per_node: int) -> bool:
     return group_crosses_nodes(layout, dim, gpus_per_node)
 
 
@@ -203,7 +215,13 @@ def group_bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic
     """Per-accelerator bandwidth each way of each group's traffic: tp, cp and pp exchanges are
     bounded by one hop (:func:`group_bandwidth`); the data-parallel collectives are rings over
     all the group's network ports (:func:`collective_bandwidth`); each at the share of line rate
-    NCCL's own tests reach on that kind of link (:func:`achievable`)."""
+    NCCL's own tests reach on that kind of link (:func:`achievable`). Computed once per layout
+    shape (sizes and rank order)."""
+    return dict(_bandwidths(_mesh_key(layout), hw, gpus_per_node, multi_nic))
+
+
+@lru_cache(maxsize=4096)
+def _bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic: bool) -> dict[str, float]:
     out = {dim: achievable(group_bandwidth(layout, dim, hw, gpus_per_node), hw) for dim in ("tp", "cp", "pp")}
     out["dp"] = achievable(collective_bandwidth(layout, ("cp", "dp"), hw, gpus_per_node, multi_nic=multi_nic), hw)
     return out

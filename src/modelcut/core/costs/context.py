@@ -23,9 +23,13 @@ Two forms, chosen per run (``Layout.cp_kind``):
   per hop) while each rank computes its share of the backward, and a last hop of dK, dV takes
   the finished gradients home, exposed.
 * ``"allgather"`` (Llama 3, Grattafiori et al. 2024, arXiv 2407.21783 §3.3.2): K and V of the
-  whole sequence are all-gathered before the attention, (cp − 1)/cp · b·s·2·kv_t·2 bytes, and
-  the gradients dK, dV reduce-scattered after the backward; both exposed ("the all-gather
-  communication latency is exposed in the critical path").
+  whole sequence are all-gathered before the attention, (cp − 1)/cp · b·s·2·kv_t·2 bytes,
+  gathered again before the backward (only the local K and V are saved for it), and the
+  gradients dK, dV reduce-scattered after it; all exposed ("the all-gather communication
+  latency is exposed in the critical path"). Transformer Engine's implementation of Llama 3's
+  form does so: ``AttnFuncWithCPAndKVAllGather`` saves the local q, k, v and calls
+  ``gather_along_first_dim`` on k and v again in its backward
+  (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @9c61cd7e5e0c).
 
 Both put the same (cp − 1) · block bytes on the wire in the forward and compute the same
 attention: they agree on FLOPs and differ in what is exposed and in memory.
@@ -40,10 +44,10 @@ mean work; cutting it into 2·cp chunks and giving rank i chunks i and 2·cp −
 pairs exactly: with n = s/(2·cp) positions per chunk, n²·(2·cp − 1) + n·(n + 1) each
 (:func:`causal_pairs`).
 
-**Memory per layer.** All-gather: the gathered K and V of the whole sequence, b·s·2·kv_t·2
-bytes, are kept for the backward (the attention's saved inputs), cp times the local K and V;
-the backward's dK, dV of the whole sequence, as large again, exist until reduce-scattered.
-Ring: only the local K and V are kept; two blocks are in flight while computing (the one in use
+**Memory per layer.** All-gather: only the local K and V are kept for the backward (the gathered
+copy is gathered again there, above); while a layer computes, the gathered K and V of the whole
+sequence, b·s·2·kv_t·2 bytes, exist in the forward, and in the backward with the whole
+sequence's dK, dV, as large again, until reduce-scattered. Ring: only the local K and V are kept; two blocks are in flight while computing (the one in use
 and the one arriving), four in the backward (K, V, dK, dV of the current and the next block).
 
 Attention work is counted as executed: 2·d per (query, key) pair per head for QKᵀ and 2·d for
@@ -251,11 +255,11 @@ def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind:
         rs = comm.reduce_scatter(cp, cp * blk, bw, alpha)
         return CPAttention(
             kind=kind, cp=cp, flops_fwd=flops_fwd, flops_bwd=flops_bwd, attention_fwd_s=att_f,
-            attention_bwd_s=bwd_ratio * att_f, comm_fwd_s=ag, comm_bwd_s=rs, exposed_fwd_s=ag, exposed_bwd_s=rs,
-            wire_fwd_bytes=comm.wire_bytes("all-gather", cp, cp * blk),
-            wire_bwd_bytes=comm.wire_bytes("reduce-scatter", cp, cp * blk),
-            kv_kept_bytes=cp * kv_local, transient_fwd_bytes=0.0,
-            transient_bwd_bytes=cp * kv_local if cp > 1 else 0.0)
+            attention_bwd_s=bwd_ratio * att_f, comm_fwd_s=ag, comm_bwd_s=ag + rs, exposed_fwd_s=ag,
+            exposed_bwd_s=ag + rs, wire_fwd_bytes=comm.wire_bytes("all-gather", cp, cp * blk),
+            wire_bwd_bytes=comm.wire_bytes("all-gather", cp, cp * blk) + comm.wire_bytes("reduce-scatter", cp, cp * blk),
+            kv_kept_bytes=kv_local, transient_fwd_bytes=cp * kv_local if cp > 1 else 0.0,
+            transient_bwd_bytes=2 * cp * kv_local if cp > 1 else 0.0)
 
     # Ring: step k, rank i holds the block of rank (i − k) mod cp.
     hop = comm.p2p(blk, bw, alpha) if cp > 1 else 0.0

@@ -1,9 +1,11 @@
-"""Fit, prune and rank: each structure's memory under every recomputation × ZeRO variant at
-once, the cheapest variants that fit predicted, the rest ranked by step time (the package
-docstring, **Fit** and **Pruning**)."""
+"""Fit, prune and rank (the package docstring, **Stack**, **Fit**, **Pruning**): the layouts the
+stack can run, each structure's memory under every recomputation × ZeRO variant at once, the
+cheapest variants that fit, timed in the order of a valid lower bound on their step time until
+no remaining layout can reach the kept set."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -13,11 +15,14 @@ from ..memory import DEFAULT_OPTIONS, MemoryOptions, StageMemory, memory_plan, p
 from ..plan import PipelinePlan
 from ..sim import registry
 from ..specs import Hardware, Run, ModelSpec
+from .rules import Capabilities, Violation, violations
 from .space import RECOMPUTE_ORDER, ZERO_ORDER, Space, Structure, make_run, structures
 from .why import MEMORY_TERMS
 
 #: Fraction of the accelerator's memory kept free (see the package docstring).
 DEFAULT_MARGIN = 0.02
+#: Structure fields a ``must`` query (``--check``) may name besides recompute and zero.
+STRUCTURE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "schedule", "vpp", "ep", "cp_kind")
 
 
 @dataclass
@@ -34,6 +39,7 @@ class Evaluated:
     options: MemoryOptions = DEFAULT_OPTIONS
     plan: PipelinePlan | None = None
     _stages: list[StageMemory] | None = None
+    lower_bound_s: float = 0.0
 
     @property
     def stages(self) -> list[StageMemory]:
@@ -50,14 +56,19 @@ class Evaluated:
     def peak_stage(self) -> StageMemory:
         return max(self.stages, key=lambda s: s.total_bytes)
 
+    def knobs(self) -> dict[str, Any]:
+        """The layout's knobs as a query would name them (:func:`find`)."""
+        return {"recompute": self.recompute, "zero": self.zero, **self.structure.__dict__}
+
     def as_dict(self) -> dict[str, Any]:
         s = self.structure
         ps = self.peak_stage
         mem = {"peak_bytes": self.peak_bytes, "peak_stage": ps.stage,
                **{k: getattr(ps, k) for k in MEMORY_TERMS},
                "stages_total_bytes": [x.total_bytes for x in self.stages]}
-        out = {"tp": s.tp, "cp": s.cp, "ep": s.ep, "cp_kind": s.cp_kind if s.cp > 1 else None, "pp": s.pp, "dp": s.dp, "vpp": s.vpp,
-               "micro_batch": s.micro_batch, "order": list(self.run.layout.order),
+        out = {"tp": s.tp, "cp": s.cp, "ep": s.ep, "cp_kind": s.cp_kind if s.cp > 1 else None, "pp": s.pp, "dp": s.dp,
+               "vpp": s.vpp, "micro_batch": s.micro_batch, "order": list(self.run.layout.order),
+               "sequence_parallel": self.run.layout.sequence_parallel,
                "recompute": self.recompute, "zero": self.zero, "schedule": s.schedule,
                "step_time_s": None, "tflops_per_gpu": None, "mfu": None, "feasible": self.feasible,
                "memory": mem, "breakdown": None}
@@ -70,19 +81,33 @@ class Evaluated:
 
 @dataclass
 class Exploration:
-    """The ranked feasible layouts and what the search did."""
+    """The ranked layouts and what the search did. ``layouts``: every layout timed, fastest first
+    (with pruning, every layout whose step time could beat the ``keep``-th fastest, or come within
+    ``pareto_within`` of the fastest, is among them). ``rule_rejections``: layouts (structures ×
+    variants) left out per broken rule of the stack. ``check``: what became of a ``must`` query:
+    the rules its layouts break, or the least memory its layouts need."""
 
     layouts: list[Evaluated]          # feasible and predicted, fastest first
     gpus: int
     capacity_bytes: float
     margin: float
-    structures: int = 0               # (t, c, e, p, d, b, schedule, v, form) enumerated
+    structures: int = 0               # (t, c, e, p, d, b, schedule, v, form) the stack runs
     space: int = 0                    # layouts covered: structures × recompute × ZeRO variants
     memory_evaluations: int = 0
     predictions: int = 0
     infeasible_structures: int = 0
     feasible_seen: int = 0
+    bounded: int = 0                  # candidates whose lower bound was computed
+    pruned_by_bound: int = 0          # candidates never timed: their lower bound could not win
+    enumerated: int = 0               # structures of the whole space, before the stack's rules
+    rule_rejections: dict[str, int] = field(default_factory=dict)
+    framework: str | None = None
     notes: list[str] = field(default_factory=list)
+    check_violations: list[Violation] = field(default_factory=list)
+    check_least_peak: float | None = None
+    check_seen: int = 0
+    keep: int = 1
+    pareto_within: float = 0.0
 
     @property
     def limit_bytes(self) -> float:
@@ -92,16 +117,12 @@ class Exploration:
         return {"gpus": self.gpus, "capacity_bytes": self.capacity_bytes, "margin": self.margin,
                 "limit_bytes": self.limit_bytes, "structures": self.structures, "space": self.space,
                 "memory_evaluations": self.memory_evaluations, "predictions": self.predictions,
-                "infeasible_structures": self.infeasible_structures, "ranked": len(self.layouts)}
+                "infeasible_structures": self.infeasible_structures, "ranked": len(self.layouts),
+                "bounded": self.bounded, "pruned_by_bound": self.pruned_by_bound, "enumerated": self.enumerated,
+                "rule_rejections": dict(self.rule_rejections), "framework": self.framework}
 
 
-def explore(model: ModelSpec, hw: Hardware, predictor: Callable[[Run, Hardware], Any], *, gpus: int, seq: int,
-            global_batch_tokens: int, gpus_per_node: int | None = None, margin: float = DEFAULT_MARGIN,
-            space: Space = Space(), options: MemoryOptions = DEFAULT_OPTIONS, prune: bool = True,
-            progress: Callable[[int, int], None] | None = None, cached: bool = True) -> Exploration:
-    """Enumerate, keep what fits, rank by ``predictor(run, hw)`` step time (the package docstring).
-    ``predictor`` returns an object with ``step_time_s``, ``tflops_per_gpu``, ``mfu``,
-    ``breakdown``, ``vpp``, ``schedule`` and ``stage_layers`` (a step model's prediction)."""
+def _check_inputs(model: ModelSpec, gpus: int, seq: int, global_batch_tokens: int, margin: float, space: Space) -> None:
     for name, val in (("gpus", gpus), ("seq", seq), ("global_batch_tokens", global_batch_tokens)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ModelcutError(f"{name} must be a positive integer, got {val!r}")
@@ -124,51 +145,195 @@ def explore(model: ModelSpec, hw: Hardware, predictor: Callable[[Run, Hardware],
                or (model.is_moe and model.experts % e)]
         if bad:
             raise ModelcutError(f"ep {bad[0]!r} does not divide the {model.experts} experts")
+
+
+def _matches(s: Structure, want: dict[str, Any]) -> bool:
+    return all(getattr(s, k) == v for k, v in want.items() if k in STRUCTURE_KEYS)
+
+
+def explore(model: ModelSpec, hw: Hardware, predictor: Callable[[Run, Hardware], Any], *, gpus: int, seq: int,
+            global_batch_tokens: int, gpus_per_node: int | None = None, margin: float = DEFAULT_MARGIN,
+            space: Space = Space(), options: MemoryOptions = DEFAULT_OPTIONS, prune: bool = True,
+            progress: Callable[[int, int], None] | None = None, cached: bool = True,
+            capabilities: Capabilities | None = None,
+            lower_bound: Callable[[Run, Hardware, PipelinePlan], float] | None = None,
+            keep: int = 5, pareto_within: float = 0.0, must: dict[str, Any] | None = None) -> Exploration:
+    """Enumerate the layouts ``capabilities`` allows (None: every layout), keep what fits, rank by
+    ``predictor(run, hw)`` step time (the package docstring). ``predictor`` returns an object with
+    ``step_time_s``, ``tflops_per_gpu``, ``mfu``, ``breakdown``, ``vpp``, ``schedule`` and
+    ``stage_layers`` (a step model's prediction). With ``lower_bound(run, hw, plan)`` (seconds the
+    predictor's step takes at least) and ``prune``, candidates are timed cheapest bound first and
+    the search stops once no remaining bound can beat the ``keep``-th fastest time or come within
+    ``pareto_within`` of the fastest; every layout matching ``must`` is timed whatever its bound.
+    ``progress(done, total)`` is called as candidates are settled (timed, pruned or over memory)."""
+    _check_inputs(model, gpus, seq, global_batch_tokens, margin, space)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ModelcutError(f"keep must be a positive integer, got {keep!r}")
+    if not 0 <= pareto_within:
+        raise ModelcutError(f"pareto_within must be a non-negative fraction, got {pareto_within!r}")
     gb = global_batch_tokens // seq
     gpn = gpus_per_node or hw.per_node
-    ex = Exploration([], gpus, hw.mem_bytes, margin)
+    ex = Exploration([], gpus, hw.mem_bytes, margin, framework=capabilities.framework if capabilities else None,
+                     keep=keep, pareto_within=pareto_within)
     limit = ex.limit_bytes
-    structs = list(structures(model, gpus, seq, gb, gpn, space))
-    ex.structures = len(structs)
-    variants = [(r, z) for r in RECOMPUTE_ORDER if r in space.recomputes for z in ZERO_ORDER if z in space.zeros]
-    ex.space = len(structs) * len(variants)
-    if not structs:
-        ex.notes.append("no layout of these sizes divides the GPUs, heads, sequence and batch")
+    caps = capabilities
+    sp_ok = caps.sequence_parallel if caps is not None else True
+    want = dict(must or {})
 
-    def evaluate(s: Structure) -> list[Evaluated]:
+    def allowed_variants(s: Structure) -> list[tuple[str, int]]:
+        out = []
+        for r in RECOMPUTE_ORDER:
+            if r not in space.recomputes:
+                continue
+            for z in ZERO_ORDER:
+                if z not in space.zeros:
+                    continue
+                if caps is not None:
+                    bad = violations(caps, model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, zero=z, recompute=r)
+                    if bad:
+                        for v in bad:
+                            ex.rule_rejections[v.rule] = ex.rule_rejections.get(v.rule, 0) + 1
+                        if _matches(s, want) and want.get("zero", z) == z and want.get("recompute", r) == r:
+                            ex.check_violations += bad
+                        continue
+                out.append((r, z))
+        return out
+
+    # 1. the structures and variants the stack runs
+    kept: list[tuple[Structure, list[tuple[str, int]]]] = []
+    n_variants = sum(1 for r in RECOMPUTE_ORDER if r in space.recomputes for z in ZERO_ORDER if z in space.zeros)
+    for s in structures(model, gpus, seq, gb, gpn, space):
+        ex.enumerated += 1
+        if caps is not None:
+            bad = violations(caps, model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, schedule=s.schedule,
+                             cp_kind=s.cp_kind if s.cp > 1 else None, seq=seq, sequence_parallel=s.tp > 1 and sp_ok)
+            if bad:
+                for v in bad:
+                    ex.rule_rejections[v.rule] = ex.rule_rejections.get(v.rule, 0) + n_variants
+                if _matches(s, want):
+                    ex.check_violations += bad
+                continue
+        variants = allowed_variants(s)
+        if variants:
+            kept.append((s, variants))
+    ex.structures = len(kept)
+    ex.space = sum(len(v) for _, v in kept)
+    if not kept:
+        ex.notes.append("no layout of these sizes divides the GPUs, heads, sequence and batch"
+                        + (f" and runs on {caps.framework}" if caps is not None and ex.enumerated else ""))
+
+    def run_of(s: Structure, r: str, z: int) -> Run:
+        return make_run(model, hw.name, s, seq, gb, r, z, gpus_per_node, sequence_parallel=sp_ok)
+
+    plans: dict[Structure, PipelinePlan] = {}
+    memory: dict[Structure, list[Evaluated]] = {}
+
+    def plan_of(s: Structure, variants) -> PipelinePlan:
+        if s not in plans:
+            plans[s] = memory_plan(run_of(s, *variants[0]), options, vpp=s.vpp, schedule=s.schedule)
+        return plans[s]
+
+    def evaluate(s: Structure, variants) -> list[Evaluated]:
         """Every variant's peak memory; the fast path shares the work between variants, the
         baseline (``cached=False``) computes each variant's stages from scratch."""
-        base = make_run(model, hw.name, s, seq, gb, variants[0][0], variants[0][1], gpus_per_node)
-        plan = memory_plan(base, options, vpp=s.vpp, schedule=s.schedule)
+        if s in memory:
+            return memory[s]
+        plan = plan_of(s, variants)
+        base = run_of(s, *variants[0])
         if cached:
             peaks = variant_peaks(base, plan, variants, options=options)
         else:
-            peaks = {}
-            for r, z in variants:
-                run = make_run(model, hw.name, s, seq, gb, r, z, gpus_per_node)
-                peaks[(r, z)] = peak_bytes(stage_memory(run, options=options, plan=plan, cached=False))
+            peaks = {(r, z): peak_bytes(stage_memory(run_of(s, r, z), options=options, plan=plan, cached=False))
+                     for r, z in variants}
         ex.memory_evaluations += len(variants)
-        return [Evaluated(s, r, z, make_run(model, hw.name, s, seq, gb, r, z, gpus_per_node), pk, pk <= limit,
-                          options=options, plan=plan) for (r, z), pk in peaks.items()]
-
-    ranked: list[Evaluated] = []
-    for i, s in enumerate(structs):
-        if progress is not None:
-            progress(i, len(structs))
-        evs = [e for e in evaluate(s) if e.feasible]
-        if not evs:
+        evs = [Evaluated(s, r, z, run_of(s, r, z), pk, pk <= limit, options=options, plan=plan)
+               for (r, z), pk in peaks.items()]
+        feas = [e for e in evs if e.feasible]
+        if not feas:
             ex.infeasible_structures += 1
-            continue
-        kept = frugal(evs) if prune else evs
-        ex.feasible_seen += len(evs)
-        for e in kept:
-            e.prediction = predictor(e.run, hw)
-            ex.predictions += 1
-            ranked.append(e)
-    if progress is not None:
-        progress(len(structs), len(structs))
-    ranked.sort(key=lambda e: (e.step_time_s, e.peak_bytes))
-    ex.layouts = ranked
+        ex.feasible_seen += len(feas)
+        if _matches(s, want):
+            ex.check_seen += 1
+            matching = [e for e in evs if want.get("zero", e.zero) == e.zero
+                        and want.get("recompute", e.recompute) == e.recompute]
+            if matching:
+                least = min(e.peak_bytes for e in matching)
+                ex.check_least_peak = least if ex.check_least_peak is None else min(ex.check_least_peak, least)
+        memory[s] = evs
+        return evs
+
+    timed: list[Evaluated] = []
+    times: list[float] = []          # sorted step times of ``timed``
+
+    def time_it(e: Evaluated) -> None:
+        e.prediction = predictor(e.run, hw)
+        ex.predictions += 1
+        timed.append(e)
+        bisect.insort(times, e.step_time_s)
+
+    def bound() -> float:
+        if not prune or lower_bound is None or len(times) < keep:
+            return float("inf")
+        return max(times[keep - 1], times[0] * (1 + pareto_within))
+
+    def worth(s: Structure, variants, r: str) -> list[Evaluated]:
+        """The frugal variant(s) of recomputation level r that fit (none if dominated)."""
+        feas = [e for e in evaluate(s, variants) if e.feasible]
+        chosen = frugal(feas) if prune else feas
+        return [e for e in chosen if e.recompute == r]
+
+    # 2. candidates (structure, recomputation level) in the order of their lower bounds
+    cands: list[tuple[float, int, Structure, Any, str]] = []
+    for i, (s, variants) in enumerate(kept):
+        levels = list(dict.fromkeys(r for r, _ in variants))
+        for r in levels:
+            lb = 0.0
+            if lower_bound is not None and prune:
+                z = min(z for rr, z in variants if rr == r)
+                lb = lower_bound(run_of(s, r, z), hw, plan_of(s, variants))
+                ex.bounded += 1
+            cands.append((lb, i, s, variants, r))
+    cands.sort(key=lambda c: (c[0], c[1]))
+    total = len(cands)
+    step = max(1, total // 100)
+    done = 0
+
+    def tick(force: bool = False) -> None:
+        if progress is not None and (force or done % step == 0):
+            progress(done, total)
+
+    tick(True)
+    # layouts the query names are timed first, whatever their bound
+    rest = []
+    for c in cands:
+        if want and _matches(c[2], want) and want.get("recompute", c[4]) == c[4]:
+            for e in worth(c[2], c[3], c[4]) if not ("zero" in want) else \
+                    [e for e in evaluate(c[2], c[3]) if e.feasible and e.recompute == c[4] and e.zero == want["zero"]]:
+                e.lower_bound_s = c[0]
+                time_it(e)
+            done += 1
+            tick()
+        else:
+            rest.append(c)
+    for k, (lb, _, s, variants, r) in enumerate(rest):
+        if lb >= bound():
+            ex.pruned_by_bound += len(rest) - k
+            done = total
+            break
+        for e in worth(s, variants, r):
+            e.lower_bound_s = lb
+            if lower_bound is not None and prune and e.zero != min(z for rr, z in variants if rr == r):
+                e.lower_bound_s = lower_bound(e.run, hw, e.plan)
+                if e.lower_bound_s >= bound():
+                    ex.pruned_by_bound += 1
+                    continue
+            time_it(e)
+        done += 1
+        tick()
+    done = total
+    tick(True)
+    timed.sort(key=lambda e: (e.step_time_s, e.peak_bytes))
+    ex.layouts = timed
     return ex
 
 
@@ -192,9 +357,16 @@ def frugal(feasible: list[Evaluated]) -> list[Evaluated]:
 def find(ex: Exploration, **want: Any) -> list[Evaluated]:
     """Ranked layouts matching the given fields (tp, cp, ep, cp_kind, pp, dp, vpp, micro_batch,
     schedule, recompute, zero)."""
-    out = []
-    for e in ex.layouts:
-        d = {"recompute": e.recompute, "zero": e.zero, **e.structure.__dict__}
-        if all(d.get(k) == v for k, v in want.items()):
+    return [e for e in ex.layouts if all(e.knobs().get(k) == v for k, v in want.items())]
+
+
+def pareto(layouts: list[Evaluated], key: Callable[[Evaluated], float] = lambda e: e.peak_bytes) -> list[Evaluated]:
+    """The layouts no other beats in both step time and ``key`` (peak memory by default), fastest
+    first: each one needs less of ``key`` than every faster one."""
+    out: list[Evaluated] = []
+    least = float("inf")
+    for e in sorted(layouts, key=lambda e: (e.step_time_s, key(e))):
+        if key(e) < least:
             out.append(e)
+            least = key(e)
     return out

@@ -117,10 +117,12 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
 
 
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
-             gpus_per_node: int | None = None) -> Run:
-    """The run of one layout: sequence parallelism with t > 1; with e > 1 Megatron-core's rank
-    order (ep next to tp and cp, the pipeline outermost), else Llama 3's [tp, cp, pp, dp]."""
-    lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.tp > 1, zero=zero,
+             gpus_per_node: int | None = None, sequence_parallel: bool = True) -> Run:
+    """The run of one layout: sequence parallelism with t > 1 (where the stack has it,
+    ``sequence_parallel``); with e > 1 Megatron-core's rank order (ep next to tp and cp, the
+    pipeline outermost), else Llama 3's [tp, cp, pp, dp]."""
+    lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
+                 zero=zero,
                  schedule=s.schedule, cp_kind=s.cp_kind, order=MEGATRON_ORDER if s.ep > 1 else DIMS)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=recompute), gpus_per_node=gpus_per_node)

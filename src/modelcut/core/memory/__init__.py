@@ -52,12 +52,13 @@ layer's activations. Mixture-of-experts layers hold the routed tokens' expert ML
 activations top_k times (times the capacity factor, if any), plus the permuted input 2h·top_k.
 
 **Context parallelism** (:mod:`.context`, the per-token terms above are on n = b·s/cp
-tokens). The all-gather form (Llama 3 §3.3.2) keeps the gathered K and V of the whole
-sequence for the backward: cp blocks where the local K and V above are one, so
-(cp − 1)·block more per layer per micro-batch in flight, block = b·(s/cp)·2·kv_t·2 bytes
-(:func:`.context.block_bytes`); its backward's dK, dV of the whole sequence, cp blocks, exist
-until reduce-scattered. The ring form keeps only the local block; two blocks are in flight in
-its forward and four in its backward (K, V, dK, dV of the current and the next step). Those
+tokens). Both forms keep only the local K and V for the backward. The all-gather form (Llama 3
+§3.3.2) gathers the whole sequence's K and V again in the backward (Transformer Engine's
+``AttnFuncWithCPAndKVAllGather``; the step time pays that second gather): while a layer computes,
+cp blocks of gathered K and V exist in its forward, and in its backward those and the whole
+sequence's dK, dV, 2·cp blocks, until reduce-scattered, block = b·(s/cp)·2·kv_t·2 bytes
+(:func:`.context.block_bytes`). The ring form has two blocks in flight in its forward and four
+in its backward (K, V, dK, dV of the current and the next step). Those
 transient buffers (``CPAttention.transient_fwd_bytes``/``transient_bwd_bytes``) belong to the
 one layer being computed: each device adds the larger once, like full recomputation's
 working set. Full recomputation keeps neither copy of K and V.

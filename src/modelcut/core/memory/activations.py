@@ -79,26 +79,24 @@ def _cp_check(cp: int, cp_kind: str) -> None:
 
 def cp_kept_extra_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
                         cp_kind: str = "ring") -> float:
-    """K and V one layer keeps for its backward beyond the rank's own, per micro-batch: the
-    all-gather form's gathered copy, ``kv_kept_bytes`` − block = (cp − 1)·block
-    (:func:`.context.cp_attention`); none for the ring form or without context parallelism."""
+    """K and V one layer keeps for its backward beyond the rank's own, per micro-batch,
+    ``kv_kept_bytes`` − block (:func:`.context.cp_attention`): none for either form (the
+    all-gather form gathers K and V again in the backward, the ring passes them round again)."""
     _cp_check(cp, cp_kind)
-    if cp == 1 or cp_kind == "ring":
-        return 0.0
-    return (cp - 1) * context.block_bytes(model, micro_batch, seq, cp, t)
+    return 0.0
 
 
 def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
                        cp_kind: str = "ring") -> float:
     """The context-parallel buffers alive while one layer's attention runs, beyond what it
     keeps: max(forward, backward) of ``CPAttention.transient_*_bytes`` — ring: 4 blocks in the
-    backward (K, V, dK, dV of this step and the next); all-gather: the whole sequence's dK, dV,
-    cp blocks, until reduce-scattered."""
+    backward (K, V, dK, dV of this step and the next); all-gather: the whole sequence's K, V
+    gathered again and its dK, dV until reduce-scattered, 2·cp blocks."""
     _cp_check(cp, cp_kind)
     if cp == 1:
         return 0.0
     blk = context.block_bytes(model, micro_batch, seq, cp, t)
-    return 4 * blk if cp_kind == "ring" else cp * blk   # ring: 2 blocks forward, 4 backward
+    return 4 * blk if cp_kind == "ring" else 2 * cp * blk   # ring: 2 blocks forward, 4 backward
 
 
 def embedding_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,

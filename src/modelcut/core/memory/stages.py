@@ -11,6 +11,7 @@ from .. import plan as plans
 from ..costs import fp8 as fp8_mod
 from ..costs import params as counts
 from ..costs.fp8 import Fp8
+from ..costs.residency import Residency, residency
 from ..plan import PipelinePlan
 from ..sim import registry
 from ..specs import Hardware, Run
@@ -37,6 +38,9 @@ class MemoryOptions:
     as a fraction of the tensors (5 %, an allowance). ``fp8``: FP8 weight copies (their own
     line, :func:`..costs.fp8.weight_copy_bytes` per linear parameter held unsharded) and linear
     inputs kept in FP8.
+    ``reshard_with_pipeline``/``pipeline_grad_sync``: the stack's resharding with a pipeline and
+    its gradient reduction under ZeRO-2/3 with one (:func:`..costs.residency.residency`, the rule
+    the step-time model reads too).
     """
 
     flash_attention: bool = True
@@ -47,6 +51,13 @@ class MemoryOptions:
     buffer_fixed_bytes: float = 2 * GiB
     fragmentation: float = 0.05
     fp8: Fp8 | None = None      # the run's FP8 as its stack keeps it (:mod:`..costs.fp8`)
+    reshard_with_pipeline: bool | None = None
+    pipeline_grad_sync: str = "microbatch"
+
+    def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
+        """What a rank keeps resident under these assumptions (:func:`..costs.residency.residency`)."""
+        return residency(zero, pp, microbatches, reshard_after_forward=self.reshard_after_forward,
+                         reshard_with_pipeline=self.reshard_with_pipeline, pipeline_grad_sync=self.pipeline_grad_sync)
 
 
 DEFAULT_OPTIONS = MemoryOptions()
@@ -102,14 +113,18 @@ def shard_groups(run: Run) -> tuple[int, int]:
 
 
 def state_bytes(params: float, expert_params: float, zero: int, d: int, de: int,
-                gathered_params: float) -> tuple[float, float, float]:
+                gathered_params: float, grads_sharded: bool | None = None) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes for a device's parameters (module table).
 
     ``gathered_params``: parameters ZeRO-3 holds unsharded while computing (one layer being
-    used and one prefetched, or the whole stage without resharding)."""
+    used and one prefetched, or the whole stage without resharding); ``grads_sharded``: only the
+    shard of the gradients is kept (None: zero ≥ 2; False where the stack accumulates them whole,
+    :attr:`..costs.residency.Residency.grads_sharded`)."""
+    g_shard = zero >= 2 if grads_sharded is None else grads_sharded
+
     def one(n: float, D: int) -> tuple[float, float, float]:
         w = WEIGHT_BYTES * n / (D if zero >= 3 else 1)
-        g = GRAD_BYTES * n / (D if zero >= 2 else 1)
+        g = GRAD_BYTES * n / (D if g_shard else 1)
         o = OPTIMIZER_STATE_BYTES * n / (D if zero >= 1 else 1)
         return w, g, o
     a, b = one(params, d), one(expert_params, de)
@@ -172,32 +187,35 @@ def _device_params(run: Run, plan: PipelinePlan) -> list[tuple[float, float, flo
     return out
 
 
-def _fp8_copies(run: Run, options: MemoryOptions, params, zero: int) -> np.ndarray:
+def _fp8_copies(run: Run, options: MemoryOptions, params, zero: int, plan: PipelinePlan) -> np.ndarray:
     """Per device: the FP8 weight copies' bytes (:func:`..costs.fp8.weight_copy_bytes` per
     transformer-layer parameter it holds unsharded; with ZeRO-3 only the layers it has gathered)."""
     f8 = options.fp8
     if f8 is None:
         return np.zeros(len(params))
     per = fp8_mod.weight_copy_bytes(f8)
+    res = options.residency(zero, plan.p, plan.m)
     rows = []
     for dense, expert, unit, info in params:
         held = info["_layer_params"]
-        if zero >= 3:
-            held = min(2 * unit, held) if options.reshard_after_forward else held
+        if zero >= 3 and not res.whole_weights_resident:
+            held = min(2 * unit, held)
         rows.append(per * held)
     return np.array(rows)
 
 
-def _states(run: Run, options: MemoryOptions, params, zero: int) -> np.ndarray:
-    """Per device: (weights, gradients, optimizer) bytes under a ZeRO stage."""
+def _states(run: Run, options: MemoryOptions, params, zero: int, plan: PipelinePlan) -> np.ndarray:
+    """Per device: (weights, gradients, optimizer) bytes under a ZeRO stage, what is resident as
+    :func:`..costs.residency.residency` says (the rule the step time reads)."""
     d, de = shard_groups(run)
+    res = options.residency(zero, plan.p, plan.m)
     rows = []
     for dense, expert, unit, _ in params:
         if zero >= 3:
-            gathered = min(2 * unit, dense + expert) if options.reshard_after_forward else dense + expert
+            gathered = dense + expert if res.whole_weights_resident else min(2 * unit, dense + expert)
         else:
             gathered = 0.0
-        rows.append(state_bytes(dense, expert, zero, d, de, gathered))
+        rows.append(state_bytes(dense, expert, zero, d, de, gathered, res.grads_sharded))
     return np.array(rows).reshape(len(rows), 3)
 
 
@@ -214,8 +232,8 @@ def stage_memory(run: Run, hw: Hardware | None = None, *, options: MemoryOptions
     plan = plan or memory_plan(run, options, vpp, schedule, stage_layers)
     acts, share = _activations(run, options, plan, run.training.recompute, cached)
     params = _device_params(run, plan)
-    states = _states(run, options, params, run.layout.zero)
-    copies = _fp8_copies(run, options, params, run.layout.zero)
+    states = _states(run, options, params, run.layout.zero, plan)
+    copies = _fp8_copies(run, options, params, run.layout.zero, plan)
     if options.fp8 is not None and options.fp8.param_gather:
         states[:, 0] += copies          # FP8 parameters: the FP8 weights are the weights
         copies = np.zeros_like(copies)
@@ -241,7 +259,7 @@ def variant_peaks(run: Run, plan: PipelinePlan, variants: list[tuple[str, int]],
     as :func:`stage_memory`)."""
     params = _device_params(run, plan)
     acts = {r: _activations(run, options, plan, r)[0] for r in {r for r, _ in variants}}
-    states = {z: _states(run, options, params, z).sum(axis=1) + _fp8_copies(run, options, params, z)
+    states = {z: _states(run, options, params, z, plan).sum(axis=1) + _fp8_copies(run, options, params, z, plan)
               for z in {z for _, z in variants}}
     return {(r, z): float(_total(options, acts[r] + states[z]).max()) for r, z in variants}
 
@@ -269,7 +287,9 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     if zero != lay.zero or lay.cp_kind is None:
         run = replace(run, layout=replace(lay, zero=zero, cp_kind=lay.cp_kind or framework.cp_kind))
     opts = replace(options, flash_attention=framework.attention != "unfused",
-                   reshard_after_forward=framework.reshard_after_forward)
+                   reshard_after_forward=framework.reshard_after_forward,
+                   reshard_with_pipeline=framework.reshard_with_pipeline,
+                   pipeline_grad_sync=framework.pipeline_grad_sync)
     if hw is not None and run.training.precision == "fp8":
         opts = replace(opts, fp8=fp8_mod.for_stack(run.training, hw, framework))
     return run, opts
@@ -291,6 +311,11 @@ def dtypes(options: MemoryOptions) -> dict[str, str]:
     return out
 
 
+def _residency_json(options: MemoryOptions, run: Run, plan: PipelinePlan) -> dict[str, str]:
+    res = options.residency(run.layout.zero, plan.p, plan.m)
+    return {"weights": res.weights, "grads": res.grads}
+
+
 def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | None = None,
                   options: MemoryOptions = DEFAULT_OPTIONS, framework: Framework | None = None) -> dict[str, Any]:
     """The JSON piece for ``predict --json``: ``{"stages": [{"stage", "layers", "weights_bytes",
@@ -301,6 +326,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
     if framework is not None:
         run, options = for_framework(run, framework, options, hw)
         fw_name = framework.name
+    plan = plan or memory_plan(run, options)
     stages = stage_memory(run, hw, options=options, plan=plan)
     peak = peak_bytes(stages)
     rep: dict[str, Any] = {
@@ -309,6 +335,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
         "assumptions": {
             "flash_attention": options.flash_attention,
             "reshard_after_forward": options.reshard_after_forward,
+            "residency": _residency_json(options, run, plan),
             "buffer_fixed_bytes": options.buffer_fixed_bytes,
             "fragmentation": options.fragmentation,
             "zero": run.layout.zero,

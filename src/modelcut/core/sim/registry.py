@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..errors import ModelcutError
 from . import closed_forms as cf
 from .ops import Schedule
-from .schedules.basic import check_interleaved, gpipe, interleaved, looped_bfs, one_f_one_b
+from .schedules.basic import check_interleaved, gpipe, interleaved, llama3_interleaved, looped_bfs, one_f_one_b
 from .schedules.dualpipe import check_dualpipe, check_dualpipev, dualpipe, dualpipev
 from .schedules.sizes import check_sizes, one_chunk
 from .schedules.zero_bubble import check_zbv, zb_h1, zbv
@@ -149,6 +149,10 @@ SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in (
                  lambda p, m, layers, b: [] if p == 1 or m % p else _balanced(p, layers, b),
                  repeat=lambda p, g: (g or p, 2 * (g or p) + 2 * p), grouped=True, explored_by_default=True,
                  megatron=True, torch_class="ScheduleInterleaved1F1B"),
+    ScheduleSpec("llama3-interleaved", llama3_interleaved, check_interleaved, 2, False, False, "looped",
+                 lambda p, m, v, t_f, t_b, t_w: cf.chunked_bubble(p, m, v, t_f) if m % p == 0 else None,
+                 lambda p, m, layers, b: [] if p == 1 or m % p else _balanced(p, layers, b),
+                 repeat=lambda p, g: (g or p, 2 * (g or p) + 2 * p), grouped=True),
     ScheduleSpec("looped-bfs", looped_bfs, check_sizes, 2, False, False, "looped",
                  lambda p, m, v, t_f, t_b, t_w: cf.chunked_bubble(p, m, v, t_f) if m >= p else None,
                  lambda p, m, layers, b: [] if p == 1 else _balanced(p, layers, b), holds_all=True,

@@ -1,7 +1,11 @@
 """What data parallelism adds to each pipeline device's step in the default model, read off the
 simulated trace: the gradient reduction (behind the backward where the framework overlaps it,
-after the flush where not), the tied embedding's all-reduce between the end stages, the
-optimizer step, and sharded weights' all-gather."""
+after the flush where not; after every micro-batch's backward where only a shard of the
+gradients is kept), the tied embedding's all-reduce between the end stages, the optimizer step,
+and sharded weights' all-gather (once a step, or, where ZeRO-3 reshards, every pass of every
+micro-batch through every chunk: :func:`pass_gathers`, paid inside the stages' durations). What
+is resident, and so what is moved, is :func:`..costs.residency.residency`'s, the rule memory
+reads too."""
 
 from __future__ import annotations
 
@@ -14,8 +18,8 @@ from ..sim.engine import Trace
 from ..specs import Hardware, Run
 from ..units import BF16_BYTES, optimizer_step_bytes
 from ..costs import fp8 as fp8_mod
-from .stage_costs import run_fp8
-from .exposure import exposed_after
+from ..costs.residency import Residency
+from .exposure import exposed_after, prefetch_timeline
 from .frameworks import Framework
 
 
@@ -26,6 +30,70 @@ class DeviceEnd:
     end: float
     exposed: float     # gradient reduction, tied-embedding all-reduce, weight gathers
     optimizer: float
+
+
+def run_residency(run: Run, framework: Framework, microbatches: int) -> Residency:
+    """What a rank of the run keeps resident on the stack (the distributed optimizer counts as
+    ZeRO-1): the same rule memory applies (:func:`..memory.stages.for_framework`)."""
+    zero = max(run.layout.zero, 1) if framework.dist_optimizer else run.layout.zero
+    return framework.residency(zero, run.layout.pp, microbatches)
+
+
+def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float]):
+    """A collective over the data-parallel group (dp·cp ranks, which shard ZeRO's states), as
+    ``coll(kind, bytes) -> seconds``."""
+    L = run.layout
+    gpn = run.gpus_per_node or hw.per_node
+    alpha = comm.dp_ring_alpha(L, gpn)
+    inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
+
+    def coll(kind: str, nbytes: float) -> float:
+        return comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net)
+    return coll
+
+
+def pass_gathers(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan,
+                 unit_costs: list[tuple[list[float], list[float]]], bw: dict[str, float]
+                 ) -> list[tuple[float, float]]:
+    """Per virtual stage, the (forward, backward) seconds ZeRO-3's weight gathers add to one pass of
+    one micro-batch where the stack reshards (:attr:`..costs.residency.Residency.gathers_each_pass`),
+    else zeros. ``unit_costs``: per stage, the seconds of each unit (output layer and final norm,
+    transformer layers last to first, embedding: :func:`..costs.params.device_modules`' order) in
+    the forward and in the backward. Each pass is a compute stream waiting on a gather stream
+    that, with ``param_gather``, prefetches the next unit (:func:`.exposure.prefetch_timeline`);
+    one gather serves a recomputed forward and the backward that follows."""
+    L = run.layout
+    zeros = [(0.0, 0.0)] * len(plan.stages)
+    if L.dp * L.cp == 1 or not run_residency(run, framework, plan.m).gathers_each_pass:
+        return zeros
+    coll = dp_collective(run, hw, eff, bw)
+    pf = framework.overlap.param_gather
+    pf_b = pf and framework.prefetch_backward
+    mods = params.device_modules(run.model, L.tp, L.ep, L.etp,
+                                 [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in plan.stages])
+    out = []
+    for units, (fwd, bwd) in zip(mods, unit_costs):
+        g = [coll("all-gather", (a + b) * BF16_BYTES) for a, b in units]
+        f_tasks = [(gi, ci, pf) for gi, ci in zip(reversed(g), fwd)]      # forward order
+        b_tasks = [(gi, ci, pf_b) for gi, ci in zip(g, bwd)]              # backward order
+        f_end, _ = prefetch_timeline(f_tasks)
+        b_end, _ = prefetch_timeline(b_tasks)
+        out.append((max(f_end - sum(fwd), 0.0), max(b_end - sum(bwd), 0.0)))
+    return out
+
+
+def backward_ends(plan: PipelinePlan, trace: Trace) -> dict[int, list[tuple[float, float]]]:
+    """Each stage's backward ops that finish its weight gradients (W where the lists split the
+    backward, else B), (start, end) in time order."""
+    sched = plan.schedule
+    kind = "W" if plan.spec.split_backward else "B"
+    out: dict[int, list[tuple[float, float]]] = {st.index: [] for st in plan.stages}
+    for dev, order in enumerate(sched.orders):
+        starts, stops = trace.starts[dev], trace.ends[dev]
+        for i, op in enumerate(order):
+            if op.kind == kind:
+                out[op.stage].append((float(starts[i]), float(stops[i])))
+    return out
 
 
 def last_backwards(plan: PipelinePlan, trace: Trace) -> dict[int, tuple[float, float]]:
@@ -56,13 +124,10 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     t, p = L.tp, L.pp
     dp_group = L.dp * L.cp
     sharded = L.zero >= 1 or framework.dist_optimizer
+    res = run_residency(run, framework, plan.m)
+    per_mb = res.grads == "per-microbatch" and res.zero >= 2 and plan.m > 1
     grad_b = framework.grad_bytes
-    gpn = run.gpus_per_node or hw.per_node
-    alpha = comm.dp_ring_alpha(L, gpn)
-    inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
-
-    def coll(kind: str, nbytes: float) -> float:
-        return comm.collective(kind, dp_group, nbytes, bw["dp"], hw, alpha, inside, eff.net)
+    coll = dp_collective(run, hw, eff, bw)
 
     def reduce_time(params: float) -> float:
         return coll("reduce-scatter" if sharded else "all-reduce", params * grad_b)
@@ -73,9 +138,10 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     ends = [float(e[-1]) if e else 0.0 for e in trace.ends]
     last_b = last_backwards(plan, trace)
     # weights gathered in FP8 where the stack keeps FP8 parameters (:func:`..costs.fp8.param_gather_bytes`)
-    layer_gather_b = fp8_mod.param_gather_bytes(run_fp8(run, hw, framework))
+    layer_gather_b = fp8_mod.param_gather_bytes(fp8_mod.for_stack(run.training, hw, framework))
     dense_l = sum(params.layer_params(model, t, False))
     moe_l = sum(params.layer_params(model, t, True, L.ep, L.etp)) if model.is_moe else 0.0
+    every_b = backward_ends(plan, trace) if per_mb else {}
     out = []
     for dev in range(p):
         requests, params_dev, layers_dev = [], 0.0, 0
@@ -90,11 +156,15 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
             layer_params_dev += st.dense_layers * dense_l + st.moe_layers * moe_l
             for j, (a, b) in enumerate(units):   # finished in this order through the last backward
                 requests.append((b_start + (b_end - b_start) * (j + 1) / len(units), reduce_time(a + b)))
+            # only a shard is kept: every earlier micro-batch's gradients are reduce-scattered
+            # after its backward, before the next one accumulates
+            stage_rs = reduce_time(sum(a + b for a, b in units))
+            requests += [(end, stage_rs) for _, end in every_b.get(st.index, [])[:-1]]
         exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
         tied = tied_extra if (dev in (0, p - 1) and p > 1) else 0.0
-        opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1), hw, eff)
+        opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1, res.grads_sharded), hw, eff)
         gather = 0.0
-        if sharded and dp_group > 1:
+        if sharded and dp_group > 1 and not res.gathers_each_pass:
             g = coll("all-gather", params_dev * BF16_BYTES - layer_params_dev * (BF16_BYTES - layer_gather_b))
             # gathered ahead of use: only the first layer's share waits, the rest hides behind the forward
             gather = g / max(1, layers_dev) if ov.param_gather else g

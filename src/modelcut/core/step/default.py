@@ -43,6 +43,7 @@ from ..specs import Hardware, Run
 from .checks import check_run
 from .data_parallel import device_ends
 from .frameworks import Framework
+from .pipeline_time import simulated_trace
 from .result import DefaultBreakdown, Prediction
 from .stage_costs import StageCosts, kernels, stage_costs
 from .zero3 import zero3_step
@@ -87,9 +88,13 @@ def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: 
     first layers, the device that ends last may be a light one that mostly waits); its idle time
     until the step ends is the bubble."""
     step_ends = [e.end for e in ends]
-    crit = max(range(plan.p), key=lambda i: (float(trace.busy(i)), step_ends[i]))
+    if unit is None:    # a device's busy time is its ops' durations
+        busy = [plan.passes * sum(sum(costs.durations[st.index]) for st in plan.on_device(d)) for d in range(plan.p)]
+    else:
+        busy = [float(trace.busy(d)) for d in range(plan.p)]
+    crit = max(range(plan.p), key=lambda i: (busy[i], step_ends[i]))
     mine = [costs.parts[st.index] for st in plan.on_device(crit)]
-    sums = [plan.passes * sum(x[i] for x in mine) for i in range(5)]
+    sums = [plan.passes * sum(x[i] for x in mine) for i in range(6)]
     hidden = 0.0   # all-to-all hidden inside the device's overlapped F&B units
     if unit is not None:
         sched = plan.schedule
@@ -100,7 +105,7 @@ def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: 
         notes.append(f"{plan.name}: all-to-all hidden behind the paired chunk's compute, "
                      f"{hidden / max(sums[3], 1e-30):.0%} of the busiest device's")
     bd = DefaultBreakdown(compute_s=sums[0], tp_s=sums[1], cp_s=sums[2], p2p_s=sums[4], bubble_s=0.0,
-                          dp_s=ends[crit].exposed, a2a_s=max(sums[3] - hidden, 0.0), optimizer_s=ends[crit].optimizer)
+                          dp_s=ends[crit].exposed + sums[5], a2a_s=max(sums[3] - hidden, 0.0), optimizer_s=ends[crit].optimizer)
     bd.bubble_s = max(max(step_ends) - bd.total_s, 0.0)
     return bd
 
@@ -133,8 +138,11 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     sched = plan.schedule
     unit = (_overlapped_unit(costs.durations, costs.a2a_fb) if sched.units and any(a or b for a, b in costs.a2a_fb)
             else None)
-    trace = simulate(sched, Timing(stage_durations=costs.durations, p2p=costs.tau if framework.overlap.p2p_async
-                                   else 0.0, overlap=unit), validate=False)
+    p2p = costs.tau if framework.overlap.p2p_async else 0.0
+    if unit is None:    # layouts of one schedule shape share their simulation (scaled)
+        trace = simulated_trace(plan, costs.durations, p2p)
+    else:
+        trace = simulate(sched, Timing(stage_durations=costs.durations, p2p=p2p, overlap=unit), validate=False)
     ends = device_ends(run, hw, eff, framework, plan, trace, bw)
     bd = _breakdown(plan, trace, costs, unit, ends, notes)
     if len(set(plan.layers)) > 1:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES
 
@@ -102,7 +103,12 @@ class Framework:
     with FP8 (:mod:`..costs.fp8`): ``fp8_norm_fused``, the QKV and MLP-up inputs quantized inside
     the norm (Transformer Engine's LayerNormLinear, as Megatron-core builds its layers);
     ``fp8_param_gather``, weights kept and gathered in FP8; ``fp8_default_recipe``, the recipe
-    when the run names none ("auto": Transformer Engine's choice for the accelerator)."""
+    when the run names none ("auto": Transformer Engine's choice for the accelerator).;
+    ``reshard_with_pipeline``: ZeRO-3/FSDP's resharding when the run has a pipeline, where the stack
+    chooses apart from ``reshard_after_forward`` (None: the same); ``pipeline_grad_sync``: with a
+    pipeline and ZeRO-2/3, "microbatch" reduce-scatters the gradients after every backward (only
+    the shard is kept), "step" accumulates them whole and reduces once (:mod:`..costs.residency`,
+    the one rule memory and time both read: :meth:`residency`)."""
 
     name: str
     overlap: Overlap
@@ -123,16 +129,24 @@ class Framework:
     fp8_norm_fused: bool = True
     fp8_param_gather: bool = False
     fp8_default_recipe: str = "auto"
+    reshard_with_pipeline: bool | None = None
+    pipeline_grad_sync: str = "microbatch"
     source: str = ""
 
     def __post_init__(self) -> None:
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
                    "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3"),
-                   "fp8_default_recipe": ("auto", *FP8_RECIPES)}
+                   "fp8_default_recipe": ("auto", *FP8_RECIPES),
+                   "pipeline_grad_sync": PIPELINE_GRAD_SYNC}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
+
+    def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
+        """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""
+        return residency(zero, pp, microbatches, reshard_after_forward=self.reshard_after_forward,
+                         reshard_with_pipeline=self.reshard_with_pipeline, pipeline_grad_sync=self.pipeline_grad_sync)
 
     def with_overlap(self, overrides: dict[str, bool] | None) -> "Framework":
         """This stack with some overlap options switched (``--overlap``)."""

@@ -41,7 +41,7 @@ runs them asynchronously, a column-parallel product's backward collectives hide 
 own gradient products and only the excess is paid.
 **Context parallelism** (``LayerSetup.cp_kind``), all-gather form (Grattafiori et al. 2024
 §3.3.2): K and V of the whole sequence gathered in the forward, their gradients
-reduce-scattered in the backward, (cp − 1)/cp · s·2·(kv/t)·2 bytes each, per layer; ring form
+gathered again and reduce-scattered in the backward, (cp − 1)/cp · s·2·(kv/t)·2 bytes each, per layer; ring form
 (Liu et al. 2023): what the ring leaves exposed, :func:`.context.cp_attention` with the
 attention kernel's own rate (its FLOPs over the time :func:`.kernels.attention_time` gives).
 Ring costs from :mod:`.comm` at η_net of the link each group uses.
@@ -313,8 +313,10 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
         ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=bw,
                                     attention_flops_per_s=rate, t=t)
         return ring.exposed_fwd_s, ring.exposed_bwd_s
-    return (comm.collective("all-gather", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside, net=eff.net),
-            comm.collective("reduce-scatter", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside, net=eff.net))
+    ag = comm.collective("all-gather", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside, net=eff.net)
+    # the backward gathers K and V again (only the local ones are kept: :mod:`..costs.context`)
+    return ag, ag + comm.collective("reduce-scatter", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside,
+                                    net=eff.net)
 
 
 def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,

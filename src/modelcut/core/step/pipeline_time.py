@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from .. import plan as plans
 from ..plan import PipelinePlan
 from ..sim import registry
-from ..sim.engine import Timing, simulate
+from ..sim.engine import Timing, Trace, simulate
 
 Durations = list[tuple[float, float, float]]
 
@@ -46,3 +47,24 @@ def pipeline_time(plan: PipelinePlan, durations: Durations, force_simulation: bo
             return busy * (1 + cf), [busy] * p, "closed form (equal to the simulation)"
     T, busy = simulate_pipeline(plan, durations)
     return T, busy, "simulation"
+
+
+@lru_cache(maxsize=1024)
+def _trace(name: str, p: int, m: int, v: int, group: int | None, durations: tuple, p2p: float) -> Trace:
+    return simulate(plans._build(name, p, m, v, group), Timing(stage_durations=list(durations), p2p=p2p),
+                    validate=False)
+
+
+def simulated_trace(plan: PipelinePlan, durations: Durations, p2p: float = 0.0) -> Trace:
+    """The engine's trace of the plan's schedule with per-stage (F, B, W) durations and send time
+    ``p2p``, shared between layouts of the same schedule shape: a trace scales with its durations
+    and sends (every start and end is a sum of them), so it is simulated once per shape and ratio
+    of durations (12 significant digits) and scaled."""
+    scale = max([x for d in durations for x in d] + [p2p])
+    if scale <= 0:
+        return simulate(plan.schedule, Timing(stage_durations=list(durations), p2p=p2p), validate=False)
+    key = tuple(tuple(float(f"{x / scale:.12g}") for x in d) for d in durations)
+    base = _trace(plan.name, plan.p, plan.m, plan.v, plan.group, key, float(f"{p2p / scale:.12g}"))
+    return Trace(plan.schedule, [[x * scale for x in row] for row in base.starts],
+                 [[x * scale for x in row] for row in base.ends], [tuple(x * scale for x in d) for d in base.durations],
+                 base.p2p * scale)

@@ -1,11 +1,14 @@
 """The default model's per-stage costs: each virtual stage's forward, backward and weight-gradient
 durations for one micro-batch, built from its layers (:mod:`.layers`), the embedding on the
 first stage of each model copy and the logits and loss on the last, the communication the
-framework leaves on the path, and the pipeline sends."""
+framework leaves on the path, the pipeline sends, and, where ZeRO-3 reshards, the weight gathers
+of every pass (:func:`.data_parallel.pass_gathers`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
 
 from ..costs import comm
 from ..costs import fp8 as fp8_mod
@@ -13,8 +16,9 @@ from ..costs.fp8 import Fp8
 from ..costs import moe as moe_mod
 from ..costs.kernels import Efficiency, generation
 from ..plan import PipelinePlan
-from ..specs import Hardware, Run
+from ..specs import Hardware, ModelSpec, Run
 from ..units import BF16_BYTES
+from .data_parallel import pass_gathers
 from .exposure import exposed_tp
 from .frameworks import Framework
 from .layers import LayerSetup, LayerTime, PassTime, embedding_time, layer_time, loss_time
@@ -75,19 +79,26 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        tp_inside=not comm.group_spans_nodes(L, "tp", gpn),
                        cp_inside=not comm.group_spans_nodes(L, "cp", gpn),
                        fp8=f8, weight_cast_share=1.0 / max(1, tr.global_batch // (L.dp * tr.micro_batch)))
+    return _kernels(model, setup, hw, eff, L.ep)
+
+
+@lru_cache(maxsize=4096)
+def _kernels(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, ep: int) -> Kernels:
+    """The passes of one setup, computed once (layouts that differ only in pp, dp, the schedule or
+    the ZeRO stage share them; pure, so cached)."""
     return Kernels(setup, layer_time(model, setup, hw, eff),
-                   layer_time(model, setup, hw, eff, moe=True, ep=L.ep) if model.is_moe else None,
+                   layer_time(model, setup, hw, eff, moe=True, ep=ep) if model.is_moe else None,
                    embedding_time(model, setup, hw, eff), loss_time(model, setup, hw, eff))
 
 
 @dataclass
 class StageCosts:
     """Per virtual stage: the engine's (F, B, W) durations, the seconds per micro-batch by term
-    (compute, tp, cp, all-to-all, p2p), and the forward's and backward's all-to-all; ``tau`` is
-    one pipeline send."""
+    (compute, tp, cp, all-to-all, p2p, ZeRO-3's exposed weight gathers), and the forward's and
+    backward's all-to-all; ``tau`` is one pipeline send."""
 
     durations: list[tuple[float, float, float]]
-    parts: list[tuple[float, float, float, float, float]]
+    parts: list[tuple[float, float, float, float, float, float]]
     a2a_fb: list[tuple[float, float]]
     tau: float
 
@@ -105,6 +116,43 @@ def a2a_time(run: Run, hw: Hardware, eff: Efficiency, fw: Framework) -> float:
                           local=comm.group_members_in_node(L, "ep", gpn),
                           node_dedup=fw.moe_dispatch == "deepep")
     return mc.a2a_fwd_s + mc.etp_s
+
+
+Terms = tuple[float, float, float, float]   # compute, exposed tp, cp, all-to-all
+
+
+@dataclass
+class UnitCosts:
+    """One micro-batch's pass through each kind of unit on one device, by term (:data:`Terms`):
+    ``layers[False]``/``layers[True]`` a dense and an MoE layer as (forward, backward with its
+    recomputation, weight-gradient seconds), None where the model has no MoE layer; ``cost``
+    turns a pass into (compute, exposed tp, cp). What :func:`stage_costs` sums per stage and
+    :func:`.bounds.lower_bound` per device."""
+
+    layers: dict[bool, tuple[Terms, Terms, float] | None]
+    emb: tuple[Terms, Terms]
+    loss: tuple[Terms, Terms]
+    cost: Callable[[PassTime], tuple[float, float, float]]
+
+
+def unit_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, k: Kernels) -> UnitCosts:
+    """Per pass: compute, plus the tensor-parallel time the framework leaves exposed, plus context
+    parallelism's; MoE layers add their all-to-all (twice in the backward with full recomputation)."""
+    ov = framework.overlap
+    full = run.training.recompute == "full"
+    a2a = a2a_time(run, hw, eff, framework)
+
+    def cost(pt: PassTime) -> tuple[float, float, float]:
+        return pt.compute, exposed_tp(pt.tp, pt.gemm, ov.tp_comm), pt.cp
+
+    def layer_cost(lt: LayerTime, is_moe: bool):
+        fc = cost(lt.fwd)
+        bc = tuple(x + y for x, y in zip(cost(lt.bwd), cost(lt.recompute)))
+        return fc + (a2a if is_moe else 0.0,), bc + ((2 if full else 1) * a2a if is_moe else 0.0,), lt.wgrad
+
+    return UnitCosts({False: layer_cost(k.dense, False), True: layer_cost(k.moe, True) if k.moe is not None else None},
+                     (cost(k.emb[0]) + (0.0,), cost(k.emb[1]) + (0.0,)),
+                     (cost(k.loss[0]) + (0.0,), cost(k.loss[1]) + (0.0,)), cost)
 
 
 def send_time(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float]) -> float:
@@ -128,37 +176,42 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     framework leaves exposed, plus context parallelism's; MoE layers add their all-to-all (twice
     in the backward with full recomputation); blocking sends hold both devices."""
     ov = framework.overlap
-    full = run.training.recompute == "full"
-    a2a = a2a_time(run, hw, eff, framework)
-
-    def cost(pt: PassTime) -> tuple[float, float, float]:
-        return pt.compute, exposed_tp(pt.tp, pt.gemm, ov.tp_comm), pt.cp
-
-    def layer_cost(lt: LayerTime, is_moe: bool):
-        fc = cost(lt.fwd)
-        bc = tuple(x + y for x, y in zip(cost(lt.bwd), cost(lt.recompute)))
-        return fc + (a2a if is_moe else 0.0,), bc + ((2 if full else 1) * a2a if is_moe else 0.0,), lt.wgrad
-
+    uc = unit_costs(run, hw, eff, framework, k)
+    layer_costs = uc.layers
     tau = send_time(run, hw, eff, bw)
     blocking = plan.p > 1 and not ov.p2p_async
     out = StageCosts([], [], [], tau)
+    sums = []
+    units = []   # per stage: each unit's forward seconds (forward order), backward seconds (backward order)
     for st in plan.stages:
         fsum, bsum, w = [0.0] * 4, [0.0] * 4, 0.0
-        for cnt, lt, is_moe in ((st.dense_layers, k.dense, False), (st.moe_layers, k.moe, True)):
-            if cnt == 0 or lt is None:
+        f_units: list[float] = []
+        b_units: list[float] = []
+        for cnt, is_moe in ((st.dense_layers, False), (st.moe_layers, True)):
+            lc = layer_costs[is_moe]
+            if cnt == 0 or lc is None:
                 continue
-            fc, bc, wg = layer_cost(lt, is_moe)
+            fc, bc, wg = lc
             fsum = [x + cnt * y for x, y in zip(fsum, fc)]
             bsum = [x + cnt * y for x, y in zip(bsum, bc)]
             w += cnt * wg
-        for present, (f_pt, b_pt) in ((st.embedding, k.emb), (st.loss, k.loss)):
+            f_units += [sum(fc)] * cnt           # dense layers come first in the forward
+            b_units = [sum(bc)] * cnt + b_units  # and last in the backward
+        for present, (fc, bc), first in ((st.embedding, uc.emb, True), (st.loss, uc.loss, False)):
             if present:
-                fsum = [x + y for x, y in zip(fsum, cost(f_pt) + (0.0,))]
-                bsum = [x + y for x, y in zip(bsum, cost(b_pt) + (0.0,))]
+                fsum = [x + y for x, y in zip(fsum, fc)]
+                bsum = [x + y for x, y in zip(bsum, bc)]
+                f_units = [sum(fc)] + f_units if first else f_units + [sum(fc)]
+                b_units = b_units + [sum(bc)] if first else [sum(bc)] + b_units
+        sums.append((fsum, bsum, w))
+        units.append((f_units, b_units))
+    gathers = pass_gathers(run, hw, eff, framework, plan, units, bw)
+    for st, (fsum, bsum, w), (g_f, g_b) in zip(plan.stages, sums, gathers):
         p2p_f = tau if blocking and not st.loss else 0.0
         p2p_b = tau if blocking and not st.embedding else 0.0
-        F, B = sum(fsum) + p2p_f, sum(bsum) + p2p_b
-        out.parts.append((fsum[0] + bsum[0], fsum[1] + bsum[1], fsum[2] + bsum[2], fsum[3] + bsum[3], p2p_f + p2p_b))
+        F, B = sum(fsum) + p2p_f + g_f, sum(bsum) + p2p_b + g_b
+        out.parts.append((fsum[0] + bsum[0], fsum[1] + bsum[1], fsum[2] + bsum[2], fsum[3] + bsum[3], p2p_f + p2p_b,
+                          g_f + g_b))
         out.a2a_fb.append((fsum[3], bsum[3]))
         if plan.weight_apart:
             w = min(w, B)

@@ -93,11 +93,13 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     ov = fw.overlap
     pf_f = ov.param_gather
     pf_b = ov.param_gather and fw.prefetch_backward
+    # what stays resident is the rule memory reads too (:mod:`..costs.residency`)
+    reshard = fw.residency(run.layout.zero, run.layout.pp, m).gathers_each_pass
     tasks: list[tuple[float, float, bool]] = []
     after: list[tuple[int, float]] = []
     a2a_total = 0.0
     for mb in range(m):
-        gather_fwd = mb == 0 or fw.reshard_after_forward
+        gather_fwd = mb == 0 or reshard
         # Forward: embedding, layers, loss (the loss uses the (tied) output weights).
         tasks.append((gather(p_emb) if gather_fwd else 0.0, exposed(emb[0]), pf_f))
         for i in range(model.layers):
@@ -116,10 +118,10 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
             # One gather serves the recomputed forward and the backward that follows it
             # (DeepSpeed keeps weights reused within stage3_max_reuse_distance; FSDP recomputes
             # inside the unit's backward, its weights gathered).
-            g = gather_layer(pp_) if fw.reshard_after_forward else 0.0
+            g = gather_layer(pp_) if reshard else 0.0
             tasks.append((g, exposed(lt.recompute) + exposed(lt.bwd) + x, pf_b))
             after.append((len(tasks) - 1, rs(pp_)))
-        tasks.append((gather(p_emb) if fw.reshard_after_forward else 0.0, exposed(emb[1]), pf_b))
+        tasks.append((gather(p_emb) if reshard else 0.0, exposed(emb[1]), pf_b))
         after.append((len(tasks) - 1, rs(p_emb)))
     compute_total = sum(c for _, c, _ in tasks) - a2a_total
     if not ov.grad_reduce:

@@ -97,6 +97,12 @@ def interleaved(p: int, m: int, v: int = 2, group: int | None = None) -> Schedul
     ScheduleInterleaved1F1B runs when m < p.
     """
     N = check_interleaved(p, m, v, group)
+    return make("interleaved", p, m, v, _interleaved_orders(p, m, v, N, 2))
+
+
+def _interleaved_orders(p: int, m: int, v: int, N: int, per_rank: int) -> list[list[Op]]:
+    """The interleaved lists in Megatron-LM's table order, device d warming up with
+    ``per_rank``·(p − 1 − d) + (v − 1)·N chunk forwards (capped at m·v)."""
     table = megatron_schedule_table(m, v, N)
     total = m * v
     orders = []
@@ -109,13 +115,29 @@ def interleaved(p: int, m: int, v: int = 2, group: int | None = None) -> Schedul
             mb, c = table[k]
             return B(mb, (v - 1 - c) * p + d)
 
-        warm = min((p - 1 - d) * 2 + (v - 1) * N, total)
+        warm = min((p - 1 - d) * per_rank + (v - 1) * N, total)
         o = [fwd(k) for k in range(warm)]
         for k in range(total - warm):
             o += [fwd(warm + k), bwd(k)]
         o += [bwd(k) for k in range(total - warm, total)]
         orders.append(o)
-    return make("interleaved", p, m, v, orders)
+    return orders
+
+
+def llama3_interleaved(p: int, m: int, v: int = 2, group: int | None = None) -> Schedule:
+    """Llama 3's interleaved 1F1B (Grattafiori et al. 2024 §3.3.2, Fig. 6): Megatron-LM's order
+    of (micro-batch, chunk) pairs in groups of N (tunable, N ≥ p), warming up with one chunk
+    forward per downstream rank, (v − 1)·N + (p − 1 − d), where Megatron-LM runs two.
+
+    Assumed, as the paper draws the schedule but gives no warm-up: with asynchronous
+    point-to-point sends (§3.3.2) the second forward per downstream rank, which covers
+    Megatron-LM's blocking batched send/receive pairs, is not needed to keep the devices
+    busy: with free sends the bubble is Megatron-LM's, (p − 1)/(v·m) for m a multiple of p,
+    and each device holds p − 1 − d fewer chunks' activations at its peak (the paper's
+    "memory imbalance" and "best communication and memory efficiency"). Size rules as
+    :func:`interleaved`'s."""
+    N = check_interleaved(p, m, v, group)
+    return make("llama3-interleaved", p, m, v, _interleaved_orders(p, m, v, N, 1))
 
 
 def looped_bfs(p: int, m: int, v: int = 2) -> Schedule:

@@ -1,0 +1,103 @@
+"""What a data-parallel rank keeps resident between micro-batches, and so what it must move again:
+the one decision that memory (:mod:`..memory.stages`) and step time (:mod:`..step.stage_costs`,
+:mod:`..step.data_parallel`, :mod:`..step.zero3`) both read, so that whatever memory assumes is
+resident is what time pays for.
+
+**Weights.** Below ZeRO-3 every rank holds its weights whole (``"replicated"``); a sharded
+optimizer all-gathers the updated ones once a step. ZeRO-3 / FSDP shards them and gathers them
+where they are used. A stack that *reshards* after the forward frees each unit (one transformer
+layer, the embedding, the output layer) once it has run, so every pass of every micro-batch
+through every chunk gathers it again: forward, then backward (``"per-pass"``; memory holds the
+unit in use and the one prefetched). A stack that *keeps* them gathers each unit once, in the
+first micro-batch's forward, and holds the device's whole weights until the optimizer step
+(``"per-step"``; Grattafiori et al. 2024 §3.3.2: "we do not reshard after forward computation to
+avoid an extra all-gather communication during backward passes"). With a pipeline a stack may
+choose differently than without: torchtitan resharding after the forward only without one
+(``fsdp_reshard_after_forward = "default"`` is ``not pp_enabled``, torchtitan v0.2
+torchtitan/models/llama3/infra/parallelize.py ``apply_fsdp``).
+
+**Gradients.** Below ZeRO-2 the whole FP32 gradient buffer accumulates over the micro-batches and
+is reduced once, through the last backward (``"per-step"``). ZeRO-2/3 keeps only this rank's shard,
+so with more than one micro-batch each backward's gradients are reduce-scattered before the next
+accumulates (``"per-microbatch"``: DeepSpeed's ZeRO-2/3 reduce in buckets every backward; FSDP
+without ``no_sync``), unless the stack accumulates the whole gradients and reduce-scatters once
+(``"per-step"``, memory pays the full buffer): torch.distributed.pipelining does so for an FSDP2
+stage, turning ``requires_gradient_sync`` off for every backward of the schedule and reducing
+after it (pytorch/pytorch torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``,
+commit 0138610331c90b8053a0bfc6df0175b200a1cad2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ModelcutError
+
+#: How often sharded weights are gathered, and how often gradients are reduced.
+WEIGHT_MODES = ("replicated", "per-pass", "per-step")
+GRAD_MODES = ("per-step", "per-microbatch")
+#: A stack's choice for gradients under ZeRO-2/3 with a pipeline (``Framework.pipeline_grad_sync``).
+PIPELINE_GRAD_SYNC = ("microbatch", "step")
+
+
+@dataclass(frozen=True)
+class Residency:
+    """What one rank keeps between micro-batches (module doc).
+
+    ``weights``: "replicated" (ZeRO 0-2: held whole), "per-pass" (ZeRO-3 resharding: each unit
+    gathered for every forward and backward of every micro-batch, two units resident) or
+    "per-step" (ZeRO-3 keeping them: gathered once, the device's whole weights resident);
+    ``grads``: "per-step" (the whole buffer resident, reduced once) or "per-microbatch" (only the
+    shard resident, reduce-scattered after every backward)."""
+
+    zero: int
+    weights: str
+    grads: str
+
+    @property
+    def weights_sharded(self) -> bool:
+        return self.zero >= 3
+
+    @property
+    def grads_sharded(self) -> bool:
+        """Memory keeps only this rank's share of the gradients."""
+        return self.zero >= 2 and self.grads == "per-microbatch"
+
+    @property
+    def gathers_each_pass(self) -> bool:
+        """Time gathers every unit for every pass of every micro-batch."""
+        return self.weights == "per-pass"
+
+    @property
+    def whole_weights_resident(self) -> bool:
+        """Memory holds the device's weights whole for the step (replicated, or gathered and kept)."""
+        return self.weights != "per-pass"
+
+
+def residency(zero: int, pp: int, microbatches: int, *, reshard_after_forward: bool,
+              reshard_with_pipeline: bool | None = None, pipeline_grad_sync: str = "microbatch") -> Residency:
+    """What a rank of a run with ``pp`` pipeline stages and ``microbatches`` micro-batches per step
+    keeps resident under ZeRO stage ``zero`` on a stack that reshards after the forward
+    (``reshard_after_forward``; with a pipeline ``reshard_with_pipeline`` where the stack chooses
+    apart, None: the same) and, with a pipeline, reduces sharded gradients every micro-batch or
+    once (``pipeline_grad_sync``, :data:`PIPELINE_GRAD_SYNC`). The module doc gives the rules."""
+    if zero not in (0, 1, 2, 3):
+        raise ModelcutError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    if pipeline_grad_sync not in PIPELINE_GRAD_SYNC:
+        raise ModelcutError(f"pipeline_grad_sync must be one of {', '.join(PIPELINE_GRAD_SYNC)}, "
+                            f"got {pipeline_grad_sync!r}")
+    for name, val in (("pp", pp), ("microbatches", microbatches)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ModelcutError(f"{name} must be a positive integer, got {val!r}")
+    if zero < 3:
+        weights = "replicated"
+    else:
+        reshard = reshard_after_forward if pp == 1 or reshard_with_pipeline is None else reshard_with_pipeline
+        weights = "per-pass" if reshard else "per-step"
+    if zero < 2 or microbatches == 1:
+        grads = "per-step" if zero < 2 else "per-microbatch"
+    elif pp > 1 and pipeline_grad_sync == "step":
+        grads = "per-step"
+    else:
+        grads = "per-microbatch"
+    return Residency(zero, weights, grads)

@@ -1,0 +1,78 @@
+"""A valid lower bound on the default model's step time, cheap enough to compute for every layout
+the explorer enumerates, so that it times only the layouts that can still win.
+
+For a pipeline device d the step lasts at least as long as it computes, plus the time before its
+first op can start, plus the time after its last op: T ≥ head_d + busy_d + tail_d.
+
+* busy_d: every op it runs, each of its stages' forward and backward (recomputation and the
+  weight gradient included) for each micro-batch through it, the very unit costs the step model
+  sums (:func:`.stage_costs.unit_costs`), without what only adds to them (blocking sends, ZeRO-3's
+  per-pass gathers, its data-parallel tail); overlapped F&B units (DualPipe) count their compute
+  only, the all-to-all they may hide left out.
+* head_d: its first op is the first micro-batch's forward through its lowest stage (stage d in
+  both placements), which waits for that micro-batch's forwards through stages 0 … d − 1.
+* tail_d: where the backward is not split, its last op is the last micro-batch's backward through
+  stage d, after which stages d − 1 … 0 run that micro-batch's backwards (0 for split schedules,
+  whose weight gradients may run alongside, and for DualPipe's two copies).
+
+Without a pipeline under ZeRO-3 the compute stream runs every unit of every micro-batch
+(:mod:`.zero3`): the bound is their sum. Where ZeRO-3 reshards (:mod:`..costs.residency`) a
+pass lasts at least as long as its units' gathers on the one gather stream, so each stage's pass
+counts the larger of its compute and its gathers (without a pipeline: the step at least every
+gather of every micro-batch). The optimizer step and every other collective only add."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..costs import comm, params
+from ..costs.kernels import Efficiency
+from ..plan import PipelinePlan
+from ..specs import Hardware, Run
+from ..units import BF16_BYTES
+from .data_parallel import dp_collective, run_residency
+from .frameworks import Framework
+from .stage_costs import kernels, unit_costs
+
+
+def lower_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan) -> float:
+    """Seconds the step takes at least on the default model (module doc), for ``plan`` (the one the
+    step model resolves for the run: :func:`.default.default_plan`)."""
+    L = run.layout
+    if L.zero == 3 and L.pp == 1 and framework.zero3_runtime != "unit":
+        return 0.0           # DeepSpeed v0.3's replay: no bound claimed
+    bw = comm.group_bandwidths(L, hw, run.gpus_per_node or hw.per_node, framework.multi_nic_rings)
+    uc = unit_costs(run, hw, eff, framework, kernels(run, hw, eff, framework, bw))
+    overlapped = plan.spec.overlapped
+    dense, moe = uc.layers[False], uc.layers[True]
+
+    def total(terms, hide_a2a: bool) -> float:
+        return sum(terms) - (terms[3] if hide_a2a else 0.0)
+
+    f = np.array([total(dense[0], overlapped), total(moe[0], overlapped) if moe else 0.0,
+                  total(uc.emb[0], False), total(uc.loss[0], False)])
+    b = np.array([total(dense[1], overlapped), total(moe[1], overlapped) if moe else 0.0,
+                  total(uc.emb[1], False), total(uc.loss[1], False)])
+    counts = np.array([(st.dense_layers, st.moe_layers, float(st.embedding), float(st.loss)) for st in plan.stages])
+    F, B = counts @ f, counts @ b
+    if L.dp * L.cp > 1 and run_residency(run, framework, plan.m).gathers_each_pass:
+        coll = dp_collective(run, hw, eff, bw)
+        mods = params.device_modules(run.model, L.tp, L.ep, L.etp,
+                                     [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in plan.stages])
+        per_unit = [[coll("all-gather", (a + b_) * BF16_BYTES) for a, b_ in units] for units in mods]
+        G = np.array([sum(g) for g in per_unit])
+        if L.pp == 1:
+            # every unit gathered in each micro-batch's forward and backward, the output layer once
+            return float(plan.m * max(F.sum() + B.sum(), 2 * G.sum() - max(max(g) for g in per_unit)))
+        F, B = np.maximum(F, G), np.maximum(B, G)
+    if L.pp == 1:
+        return float(plan.m * (F.sum() + B.sum()))
+    busy = np.zeros(plan.p)
+    for st, x in zip(plan.stages, F + B):
+        busy[st.device] += x
+    busy *= plan.passes
+    if plan.copies != 1:
+        return float(busy.max())
+    head = np.concatenate(([0.0], np.cumsum(F)))[:plan.p]
+    tail = np.zeros(plan.p) if plan.spec.split_backward else np.concatenate(([0.0], np.cumsum(B)))[:plan.p]
+    return float((head + busy + tail).max())

@@ -1,0 +1,128 @@
+"""What is resident is what is paid for: ZeRO-3 with a pipeline, resharding or keeping the weights;
+ZeRO-2/3 gradients reduced every micro-batch or once (modelcut.core.costs.residency, read by both
+memory and step time)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from modelcut import catalog
+from modelcut.core.costs.kernels import Efficiency, gemm_time
+from modelcut.core.costs.residency import residency
+from modelcut.core.errors import ModelcutError
+from modelcut.core.memory import memory_report
+from modelcut.core.specs import Layout, Run, Training
+from modelcut.core.step import predict
+
+EFF = Efficiency(0.75, 0.65, 0.6)
+H100 = catalog.hardware("h100")
+LLAMA8 = catalog.model("llama3-8b")
+FSDP = catalog.framework("fsdp")
+#: A stack that reshards after every forward even with a pipeline (torchtitan's
+#: fsdp_reshard_after_forward = "always") and reduces sharded gradients every micro-batch.
+RESHARDING = replace(FSDP, name="fsdp-always", reshard_with_pipeline=True, pipeline_grad_sync="microbatch")
+KEEPING = replace(FSDP, name="fsdp-never", reshard_after_forward=False, reshard_with_pipeline=False,
+                  pipeline_grad_sync="microbatch")
+
+
+def run(zero: int, pp: int = 4, dp: int = 8, tp: int = 2, gb: int = 64, mb: int = 1, model=LLAMA8) -> Run:
+    return Run(model, H100.name, Layout(tp=tp, pp=pp, dp=dp, zero=zero, sequence_parallel=tp > 1),
+               Training(seq_len=4096, global_batch=gb, micro_batch=mb))
+
+
+def step(r: Run, fw) -> float:
+    return predict(r, H100, "default", efficiency=EFF, framework=fw).step_time_s
+
+
+def test_the_rule():
+    assert residency(1, 4, 16, reshard_after_forward=True).weights == "replicated"
+    assert residency(3, 1, 16, reshard_after_forward=True).weights == "per-pass"
+    assert residency(3, 4, 16, reshard_after_forward=True, reshard_with_pipeline=False).weights == "per-step"
+    assert residency(3, 1, 16, reshard_after_forward=True, reshard_with_pipeline=False).weights == "per-pass"
+    assert residency(2, 4, 16, reshard_after_forward=True, pipeline_grad_sync="step").grads == "per-step"
+    assert residency(2, 1, 16, reshard_after_forward=True, pipeline_grad_sync="step").grads == "per-microbatch"
+    assert residency(1, 4, 16, reshard_after_forward=True).grads == "per-step"
+    with pytest.raises(ModelcutError, match="zero must be"):
+        residency(4, 1, 1, reshard_after_forward=True)
+    with pytest.raises(ModelcutError, match="pipeline_grad_sync"):
+        residency(3, 2, 2, reshard_after_forward=True, pipeline_grad_sync="sometimes")
+
+
+def test_zero3_with_a_pipeline_that_reshards_pays_the_regathers():
+    """ZeRO-3 with pp > 1 on a stack that reshards is slower than ZeRO-1 (every pass of every
+    micro-batch gathers its chunk's weights again), and holds less; keeping the weights costs
+    about ZeRO-1's time and ZeRO-1's weight memory."""
+    z1, z3 = run(1), run(3)
+    t1, t3 = step(z1, RESHARDING), step(z3, RESHARDING)
+    assert t3 > t1 * 1.01
+    t3_keep = step(z3, KEEPING)
+    assert t3_keep < t3
+    m1 = memory_report(z1, H100, framework=RESHARDING)
+    m3 = memory_report(z3, H100, framework=RESHARDING)
+    m3_keep = memory_report(z3, H100, framework=KEEPING)
+    w = lambda m: max(s["weights_bytes"] for s in m["stages"])  # noqa: E731
+    assert w(m3) < w(m3_keep)
+    assert w(m3_keep) >= w(m1)
+    assert m3["assumptions"]["residency"] == {"weights": "per-pass", "grads": "per-microbatch"}
+    assert m3_keep["assumptions"]["residency"]["weights"] == "per-step"
+
+
+def test_more_micro_batches_cost_a_resharding_stack_more_gathers():
+    """At a fixed global batch, halving the micro-batch doubles the passes and so the gathers."""
+    fast = step(run(3, mb=2), RESHARDING) - step(run(1, mb=2), RESHARDING)
+    slow = step(run(3, mb=1), RESHARDING) - step(run(1, mb=1), RESHARDING)
+    assert slow > fast > 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(zero=st.sampled_from([2, 3]), pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([2, 4, 8]),
+       mb=st.sampled_from([1, 2]), reshard=st.booleans(), reshard_pp=st.sampled_from([None, True, False]),
+       sync=st.sampled_from(["microbatch", "step"]))
+def test_memory_and_time_agree_on_what_is_resident(zero, pp, dp, mb, reshard, reshard_pp, sync):
+    """For any stack and layout: memory reports the residency time used; where memory holds only
+    the units in use (weights gathered every pass) time pays more than where it holds them all,
+    and where memory keeps only a shard of the gradients time reduces them every micro-batch
+    (more gradient traffic than reducing once)."""
+    fw = replace(FSDP, name="fsdp-x", reshard_after_forward=reshard, reshard_with_pipeline=reshard_pp,
+                 pipeline_grad_sync=sync)
+    r = run(zero, pp=pp, dp=dp, mb=mb, gb=16 * dp // 4)
+    pred = predict(r, H100, "default", efficiency=EFF, framework=fw)
+    rep = memory_report(r, H100, plan=pred.plan, framework=fw)
+    res = fw.residency(zero, pp, pred.plan.m)
+    assert rep["assumptions"]["residency"] == {"weights": res.weights, "grads": res.grads}
+    stage = max(rep["stages"], key=lambda s: s["total_bytes"])
+    # weights: the whole device's BF16 weights resident, or only the sharded copy and two units
+    other = replace(fw, reshard_after_forward=not res.gathers_each_pass,
+                    reshard_with_pipeline=not res.gathers_each_pass)
+    if zero == 3:
+        flip = memory_report(r, H100, plan=pred.plan, framework=other)
+        flip_stage = flip["stages"][stage["stage"]]
+        t_other = predict(r, H100, "default", efficiency=EFF, framework=other).step_time_s
+        if res.gathers_each_pass:
+            assert stage["weights_bytes"] < flip_stage["weights_bytes"]
+            assert pred.step_time_s >= t_other
+        else:
+            assert stage["weights_bytes"] > flip_stage["weights_bytes"]
+            assert pred.step_time_s <= t_other
+    # gradients: a shard, or the whole buffer
+    whole = flip_g = memory_report(r, H100, plan=pred.plan, framework=replace(
+        fw, pipeline_grad_sync="step" if sync == "microbatch" else "microbatch"))
+    if pp > 1 and pred.plan.m > 1:
+        g, g_flip = stage["gradients_bytes"], whole["stages"][stage["stage"]]["gradients_bytes"]
+        assert (g < g_flip) == res.grads_sharded and g != g_flip
+    del flip_g
+
+
+def test_context_parallelism_at_short_sequences_shrinks_the_products_it_splits():
+    """cp cuts the tokens of every product (m = b·s/cp): at a short sequence the products run
+    smaller and at a lower fraction of peak, so time per FLOP rises."""
+    from modelcut.core.step.layers import LayerSetup, layer_time
+    h, f = LLAMA8.hidden, LLAMA8.ffn_hidden
+    per_flop = [gemm_time(m, f, h, H100, EFF) / (2 * m * f * h) for m in (512, 1024, 8192)]
+    assert per_flop[0] > per_flop[2] and per_flop[1] > per_flop[2]
+    one = layer_time(LLAMA8, LayerSetup(micro_batch=1, seq_len=2048, cp=1), H100, EFF)
+    four = layer_time(LLAMA8, LayerSetup(micro_batch=1, seq_len=2048, cp=4), H100, EFF)
+    assert four.fwd.gemm * 4 > one.fwd.gemm     # a quarter of the work, more than a quarter of the time
