@@ -147,3 +147,17 @@ def test_catalog_fp8_runs_are_scored_in_fp8():
     assert {m.family for m in fp8_runs} >= {"nemo-24.07", "megatron-bridge-25.11"}
     for m in fp8_runs:
         assert m.hw.fp8_recipes
+
+
+def test_the_explorer_searches_in_fp8(capsys):
+    args = ["explore", "--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq", "8192",
+            "--global-batch-tokens", "1M", "--framework", "nemo", "--top", "3", "--json"]
+    assert main(args) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert main(args + ["--precision", "fp8"]) == 0
+    fp8 = json.loads(capsys.readouterr().out)
+    assert fp8["layouts"][0]["step_time_s"] < bf16["layouts"][0]["step_time_s"]
+    assert main(["explore", "--model", "llama3-70b", "--gpu", "a100", "--gpus", "64", "--seq", "8192",
+                 "--global-batch-tokens", "1M", "--precision", "fp8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "FP8" in err[0]

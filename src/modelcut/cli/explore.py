@@ -109,6 +109,10 @@ def explore(
     pareto_within: float = typer.Option(PARETO_WITHIN, "--pareto-within",
                                         help="time every layout within this fraction of the best (the Pareto set)"),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="time every layout that fits (no lower bound)"),
+    precision: str = typer.Option("bf16", "--precision", help="the products' precision of every layout: bf16, fp16 "
+                                                               "or fp8 (docs/fp8.md)"),
+    fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise or "
+                                                                         "mxfp8 (default: the stack's choice)"),
 ) -> None:
     """Enumerate layouts (t, c and its form, e, p, v, d, micro-batch, recomputation, ZeRO, schedule) the stack
     can run, keep those that fit, rank them by predicted step time."""
@@ -133,7 +137,8 @@ def explore(
     lo, hi = _gpus(gpus)
     space = Space(micro_batches=inputs.int_list(micro_batches, "--micro-batches"), schedules=inputs.names(schedules),
                   allow_tp_across_nodes=allow_tp_across_nodes,
-                  eps=inputs.int_list(eps, "--eps") if eps is not None else None, cp_kinds=inputs.names(cp_kinds))
+                  eps=inputs.int_list(eps, "--eps") if eps is not None else None, cp_kinds=inputs.names(cp_kinds),
+                  precision=inputs.precision(precision, fp8_recipe)[0], fp8_recipe=inputs.precision(precision, fp8_recipe)[1])
     hw = catalog.hardware(gpu)
     req = ExploreRequest(inputs.model_spec(model), hw, lo, seq, inputs.parse_tokens(global_batch_tokens),
                          gpus_per_node, mode, framework, margin, space, check=inputs.check_spec(check) if check else None,
@@ -265,7 +270,9 @@ def show(res: ExploreResult) -> None:
     s = ex.summary()
     fw = res.framework.name if res.framework is not None else "none (every layout)"
     con.print(f"[bold]{spec.name}[/bold] on {gpus:,} × {hw.name}, sequence {seq:,}, {tokens:,} tokens a step "
-              f"({tokens // seq:,} sequences), mode {mode}, framework {fw}")
+              f"({tokens // seq:,} sequences), mode {mode}, framework {fw}"
+              + (f", {req.space.precision}" + (f" ({options.fp8.recipe} scaling)" if options.fp8 is not None else "")
+                 if req.space.precision != "bf16" else ""))
     rejected = sum(s["rule_rejections"].values())
     con.print(f"searched {s['space']:,} layouts the stack runs ({s['structures']:,} shapes × recomputation × ZeRO"
               + (f"; {rejected:,} it cannot run left out" if rejected else "") + f"), {s['memory_evaluations']:,} "

@@ -33,7 +33,8 @@ from ..core.explore import DEFAULT_SCHEDULES, Evaluated, Exploration, Space, exp
 from ..core.explore.rules import Capabilities
 from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions
-from ..core.specs import Hardware, ModelSpec, Run
+from ..core.costs import fp8 as fp8_mod
+from ..core.specs import Hardware, ModelSpec, Run, Training
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.frameworks import Framework
@@ -93,6 +94,9 @@ def memory_options(req: ExploreRequest, fw: Framework | None) -> MemoryOptions:
         o = replace(o, flash_attention=req.flash)
     if req.reshard is not None:
         o = replace(o, reshard_after_forward=req.reshard, reshard_with_pipeline=req.reshard)
+    if fw is not None and req.space.precision == "fp8":   # FP8's weight copies and FP8-kept inputs
+        tr = Training(seq_len=req.seq, global_batch=1, precision="fp8", fp8_recipe=req.space.fp8_recipe)
+        o = replace(o, fp8=fp8_mod.for_stack(tr, req.hw, fw))
     return o
 
 

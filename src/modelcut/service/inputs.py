@@ -10,12 +10,18 @@ from typing import Any
 
 from .. import catalog
 from ..core.errors import ModelcutError
-from ..core.specs import ModelSpec
+from ..core.specs import ModelSpec, Training
 from ..core.step.frameworks import OPTIONS
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
 CHECK_KEYS = {"tp": int, "cp": int, "ep": int, "pp": int, "dp": int, "vpp": int, "micro_batch": int, "zero": int,
               "cp_kind": str, "schedule": str, "recompute": str}
+
+
+def precision(precision: str, fp8_recipe: str | None = None) -> tuple[str, str | None]:
+    """``--precision`` and ``--fp8-recipe`` checked as ``[training]`` checks them (one line each)."""
+    t = Training(seq_len=1, global_batch=1, precision=precision, fp8_recipe=fp8_recipe)
+    return t.precision, t.fp8_recipe
 
 
 def model_spec(spec: str) -> ModelSpec:

@@ -223,7 +223,8 @@ def explore(model: ModelSpec, hw: Hardware, predictor: Callable[[Run, Hardware],
                         + (f" and runs on {caps.framework}" if caps is not None and ex.enumerated else ""))
 
     def run_of(s: Structure, r: str, z: int) -> Run:
-        return make_run(model, hw.name, s, seq, gb, r, z, gpus_per_node, sequence_parallel=sp_ok)
+        return make_run(model, hw.name, s, seq, gb, r, z, gpus_per_node, sequence_parallel=sp_ok,
+                        precision=space.precision, fp8_recipe=space.fp8_recipe)
 
     plans: dict[Structure, PipelinePlan] = {}
     memory: dict[Structure, list[Evaluated]] = {}

@@ -31,6 +31,8 @@ class Space:
     balanced_vpp_only: bool = True
     eps: tuple[int, ...] | None = None       # None: every divisor of the experts dividing d
     cp_kinds: tuple[str, ...] = CP_KINDS      # tried when c > 1
+    precision: str = "bf16"                   # the products' precision of every layout searched
+    fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
 
 
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
-             gpus_per_node: int | None = None, sequence_parallel: bool = True) -> Run:
+             gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
+             fp8_recipe: str | None = None) -> Run:
     """The run of one layout: sequence parallelism with t > 1 (where the stack has it,
     ``sequence_parallel``); with e > 1 Megatron-core's rank order (ep next to tp and cp, the
     pipeline outermost), else Llama 3's [tp, cp, pp, dp]."""
@@ -125,4 +128,5 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
                  zero=zero,
                  schedule=s.schedule, cp_kind=s.cp_kind, order=MEGATRON_ORDER if s.ep > 1 else DIMS)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
-                                         recompute=recompute), gpus_per_node=gpus_per_node)
+                                         recompute=recompute, precision=precision, fp8_recipe=fp8_recipe),
+               gpus_per_node=gpus_per_node)
