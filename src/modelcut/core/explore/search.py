@@ -171,171 +171,195 @@ def explore(model: ModelSpec, hw: Hardware, predictor: Callable[[Run, Hardware],
         raise ModelcutError(f"keep must be a positive integer, got {keep!r}")
     if not 0 <= pareto_within:
         raise ModelcutError(f"pareto_within must be a non-negative fraction, got {pareto_within!r}")
-    gb = global_batch_tokens // seq
-    gpn = gpus_per_node or hw.per_node
-    ex = Exploration([], gpus, hw.mem_bytes, margin, framework=capabilities.framework if capabilities else None,
-                     keep=keep, pareto_within=pareto_within)
-    limit = ex.limit_bytes
-    caps = capabilities
-    sp_ok = caps.sequence_parallel if caps is not None else True
-    want = dict(must or {})
+    ex = Exploration([], gpus, hw.mem_bytes, margin,
+                     framework=capabilities.framework if capabilities else None, keep=keep, pareto_within=pareto_within)
+    search = _Search(model, hw, predictor, ex, seq, global_batch_tokens // seq, gpus_per_node, space, options,
+                     prune, cached, capabilities, lower_bound, keep, pareto_within, dict(must or {}))
+    kept = search.runnable(gpus, gpus_per_node or hw.per_node)
+    search.rank(kept, progress)
+    return ex
 
-    def allowed_variants(s: Structure) -> list[tuple[str, int]]:
+
+class _Search:
+    """One search's state (:func:`explore`): the stack's rules, the memory of each structure, the
+    layouts timed so far."""
+
+    def __init__(self, model, hw, predictor, ex: Exploration, seq: int, gb: int, gpus_per_node, space: Space,
+                 options: MemoryOptions, prune: bool, cached: bool, caps: Capabilities | None, lower_bound,
+                 keep: int, pareto_within: float, want: dict[str, Any]) -> None:
+        self.model, self.hw, self.predictor, self.ex = model, hw, predictor, ex
+        self.seq, self.gb, self.gpus_per_node, self.space, self.options = seq, gb, gpus_per_node, space, options
+        self.prune, self.cached, self.caps, self.lower_bound = prune, cached, caps, lower_bound
+        self.keep, self.pareto_within, self.want = keep, pareto_within, want
+        self.sp_ok = caps.sequence_parallel if caps is not None else True
+        self.plans: dict[Structure, PipelinePlan] = {}
+        self.memory: dict[Structure, list[Evaluated]] = {}
+        self.timed: list[Evaluated] = []
+        self.times: list[float] = []          # sorted step times of ``timed``
+
+    # 1. the structures and variants the stack runs
+    def _rejected(self, bad, count: int, matched: bool) -> bool:
+        for v in bad:
+            self.ex.rule_rejections[v.rule] = self.ex.rule_rejections.get(v.rule, 0) + count
+        if bad and matched:
+            self.ex.check_violations += bad
+        return bool(bad)
+
+    def allowed_variants(self, s: Structure) -> list[tuple[str, int]]:
         out = []
-        for r in RECOMPUTE_ORDER:
-            if r not in space.recomputes:
-                continue
-            for z in ZERO_ORDER:
-                if z not in space.zeros:
-                    continue
-                if caps is not None:
-                    bad = violations(caps, model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, zero=z, recompute=r)
-                    if bad:
-                        for v in bad:
-                            ex.rule_rejections[v.rule] = ex.rule_rejections.get(v.rule, 0) + 1
-                        if _matches(s, want) and want.get("zero", z) == z and want.get("recompute", r) == r:
-                            ex.check_violations += bad
+        for r in (r for r in RECOMPUTE_ORDER if r in self.space.recomputes):
+            for z in (z for z in ZERO_ORDER if z in self.space.zeros):
+                if self.caps is not None:
+                    bad = violations(self.caps, self.model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, zero=z, recompute=r)
+                    matched = (_matches(s, self.want) and self.want.get("zero", z) == z
+                               and self.want.get("recompute", r) == r)
+                    if self._rejected(bad, 1, matched):
                         continue
                 out.append((r, z))
         return out
 
-    # 1. the structures and variants the stack runs
-    kept: list[tuple[Structure, list[tuple[str, int]]]] = []
-    n_variants = sum(1 for r in RECOMPUTE_ORDER if r in space.recomputes for z in ZERO_ORDER if z in space.zeros)
-    for s in structures(model, gpus, seq, gb, gpn, space):
-        ex.enumerated += 1
-        if caps is not None:
-            bad = violations(caps, model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, schedule=s.schedule,
-                             cp_kind=s.cp_kind if s.cp > 1 else None, seq=seq, sequence_parallel=s.tp > 1 and sp_ok)
-            if bad:
-                for v in bad:
-                    ex.rule_rejections[v.rule] = ex.rule_rejections.get(v.rule, 0) + n_variants
-                if _matches(s, want):
-                    ex.check_violations += bad
-                continue
-        variants = allowed_variants(s)
-        if variants:
-            kept.append((s, variants))
-    ex.structures = len(kept)
-    ex.space = sum(len(v) for _, v in kept)
-    if not kept:
-        ex.notes.append("no layout of these sizes divides the GPUs, heads, sequence and batch"
-                        + (f" and runs on {caps.framework}" if caps is not None and ex.enumerated else ""))
+    def runnable(self, gpus: int, gpn: int) -> list[tuple[Structure, list[tuple[str, int]]]]:
+        ex, caps, space = self.ex, self.caps, self.space
+        kept: list[tuple[Structure, list[tuple[str, int]]]] = []
+        n_variants = sum(1 for r in RECOMPUTE_ORDER if r in space.recomputes for z in ZERO_ORDER if z in space.zeros)
+        for s in structures(self.model, gpus, self.seq, self.gb, gpn, space):
+            ex.enumerated += 1
+            if caps is not None:
+                bad = violations(caps, self.model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp,
+                                 schedule=s.schedule, cp_kind=s.cp_kind if s.cp > 1 else None, seq=self.seq,
+                                 sequence_parallel=s.tp > 1 and self.sp_ok)
+                if self._rejected(bad, n_variants, _matches(s, self.want)):
+                    continue
+            variants = self.allowed_variants(s)
+            if variants:
+                kept.append((s, variants))
+        ex.structures = len(kept)
+        ex.space = sum(len(v) for _, v in kept)
+        if not kept:
+            ex.notes.append("no layout of these sizes divides the GPUs, heads, sequence and batch"
+                            + (f" and runs on {caps.framework}" if caps is not None and ex.enumerated else ""))
+        return kept
 
-    def run_of(s: Structure, r: str, z: int) -> Run:
-        return make_run(model, hw.name, s, seq, gb, r, z, gpus_per_node, sequence_parallel=sp_ok,
-                        precision=space.precision, fp8_recipe=space.fp8_recipe)
+    # memory, once per structure
+    def run_of(self, s: Structure, r: str, z: int) -> Run:
+        return make_run(self.model, self.hw.name, s, self.seq, self.gb, r, z, self.gpus_per_node,
+                        sequence_parallel=self.sp_ok, precision=self.space.precision,
+                        fp8_recipe=self.space.fp8_recipe)
 
-    plans: dict[Structure, PipelinePlan] = {}
-    memory: dict[Structure, list[Evaluated]] = {}
+    def plan_of(self, s: Structure, variants) -> PipelinePlan:
+        if s not in self.plans:
+            self.plans[s] = memory_plan(self.run_of(s, *variants[0]), self.options, vpp=s.vpp, schedule=s.schedule)
+        return self.plans[s]
 
-    def plan_of(s: Structure, variants) -> PipelinePlan:
-        if s not in plans:
-            plans[s] = memory_plan(run_of(s, *variants[0]), options, vpp=s.vpp, schedule=s.schedule)
-        return plans[s]
-
-    def evaluate(s: Structure, variants) -> list[Evaluated]:
+    def evaluate(self, s: Structure, variants) -> list[Evaluated]:
         """Every variant's peak memory; the fast path shares the work between variants, the
         baseline (``cached=False``) computes each variant's stages from scratch."""
-        if s in memory:
-            return memory[s]
-        plan = plan_of(s, variants)
-        base = run_of(s, *variants[0])
-        if cached:
-            peaks = variant_peaks(base, plan, variants, options=options)
+        if s in self.memory:
+            return self.memory[s]
+        ex, options = self.ex, self.options
+        plan = self.plan_of(s, variants)
+        if self.cached:
+            peaks = variant_peaks(self.run_of(s, *variants[0]), plan, variants, options=options)
         else:
-            peaks = {(r, z): peak_bytes(stage_memory(run_of(s, r, z), options=options, plan=plan, cached=False))
+            peaks = {(r, z): peak_bytes(stage_memory(self.run_of(s, r, z), options=options, plan=plan, cached=False))
                      for r, z in variants}
         ex.memory_evaluations += len(variants)
-        evs = [Evaluated(s, r, z, run_of(s, r, z), pk, pk <= limit, options=options, plan=plan)
+        evs = [Evaluated(s, r, z, self.run_of(s, r, z), pk, pk <= ex.limit_bytes, options=options, plan=plan)
                for (r, z), pk in peaks.items()]
         feas = [e for e in evs if e.feasible]
         if not feas:
             ex.infeasible_structures += 1
         ex.feasible_seen += len(feas)
-        if _matches(s, want):
+        if _matches(s, self.want):
             ex.check_seen += 1
-            matching = [e for e in evs if want.get("zero", e.zero) == e.zero
-                        and want.get("recompute", e.recompute) == e.recompute]
+            matching = [e for e in evs if self.want.get("zero", e.zero) == e.zero
+                        and self.want.get("recompute", e.recompute) == e.recompute]
             if matching:
                 least = min(e.peak_bytes for e in matching)
                 ex.check_least_peak = least if ex.check_least_peak is None else min(ex.check_least_peak, least)
-        memory[s] = evs
+        self.memory[s] = evs
         return evs
 
-    timed: list[Evaluated] = []
-    times: list[float] = []          # sorted step times of ``timed``
+    # 2. timing, cheapest lower bound first
+    def time_it(self, e: Evaluated) -> None:
+        e.prediction = self.predictor(e.run, self.hw)
+        self.ex.predictions += 1
+        self.timed.append(e)
+        bisect.insort(self.times, e.step_time_s)
 
-    def time_it(e: Evaluated) -> None:
-        e.prediction = predictor(e.run, hw)
-        ex.predictions += 1
-        timed.append(e)
-        bisect.insort(times, e.step_time_s)
-
-    def bound() -> float:
-        if not prune or lower_bound is None or len(times) < keep:
+    def bound(self) -> float:
+        if not self.prune or self.lower_bound is None or len(self.times) < self.keep:
             return float("inf")
-        return max(times[keep - 1], times[0] * (1 + pareto_within))
+        return max(self.times[self.keep - 1], self.times[0] * (1 + self.pareto_within))
 
-    def worth(s: Structure, variants, r: str) -> list[Evaluated]:
+    def worth(self, s: Structure, variants, r: str) -> list[Evaluated]:
         """The frugal variant(s) of recomputation level r that fit (none if dominated)."""
-        feas = [e for e in evaluate(s, variants) if e.feasible]
-        chosen = frugal(feas) if prune else feas
+        feas = [e for e in self.evaluate(s, variants) if e.feasible]
+        chosen = frugal(feas) if self.prune else feas
         return [e for e in chosen if e.recompute == r]
 
-    # 2. candidates (structure, recomputation level) in the order of their lower bounds
-    cands: list[tuple[float, int, Structure, Any, str]] = []
-    for i, (s, variants) in enumerate(kept):
-        levels = list(dict.fromkeys(r for r, _ in variants))
-        for r in levels:
-            lb = 0.0
-            if lower_bound is not None and prune:
-                z = min(z for rr, z in variants if rr == r)
-                lb = lower_bound(run_of(s, r, z), hw, plan_of(s, variants))
-                ex.bounded += 1
-            cands.append((lb, i, s, variants, r))
-    cands.sort(key=lambda c: (c[0], c[1]))
-    total = len(cands)
-    step = max(1, total // 100)
-    done = 0
+    def candidates(self, kept) -> list[tuple[float, int, Structure, Any, str]]:
+        """(structure, recomputation level) pairs with their lower bounds, cheapest first."""
+        cands = []
+        for i, (s, variants) in enumerate(kept):
+            for r in dict.fromkeys(r for r, _ in variants):
+                lb = 0.0
+                if self.lower_bound is not None and self.prune:
+                    z = min(z for rr, z in variants if rr == r)
+                    lb = self.lower_bound(self.run_of(s, r, z), self.hw, self.plan_of(s, variants))
+                    self.ex.bounded += 1
+                cands.append((lb, i, s, variants, r))
+        cands.sort(key=lambda c: (c[0], c[1]))
+        return cands
 
-    def tick(force: bool = False) -> None:
-        if progress is not None and (force or done % step == 0):
-            progress(done, total)
+    def _named(self, c) -> list[Evaluated]:
+        """The variants of a candidate the query names (its ZeRO stage where it names one)."""
+        if "zero" not in self.want:
+            return self.worth(c[2], c[3], c[4])
+        return [e for e in self.evaluate(c[2], c[3]) if e.feasible and e.recompute == c[4]
+                and e.zero == self.want["zero"]]
 
-    tick(True)
-    # layouts the query names are timed first, whatever their bound
-    rest = []
-    for c in cands:
-        if want and _matches(c[2], want) and want.get("recompute", c[4]) == c[4]:
-            for e in worth(c[2], c[3], c[4]) if not ("zero" in want) else \
-                    [e for e in evaluate(c[2], c[3]) if e.feasible and e.recompute == c[4] and e.zero == want["zero"]]:
-                e.lower_bound_s = c[0]
-                time_it(e)
+    def rank(self, kept, progress: Callable[[int, int], None] | None) -> None:
+        ex, want = self.ex, self.want
+        cands = self.candidates(kept)
+        total = len(cands)
+        step = max(1, total // 100)
+        done = 0
+
+        def tick(force: bool = False) -> None:
+            if progress is not None and (force or done % step == 0):
+                progress(done, total)
+
+        tick(True)
+        rest = []
+        for c in cands:        # layouts the query names are timed first, whatever their bound
+            if want and _matches(c[2], want) and want.get("recompute", c[4]) == c[4]:
+                for e in self._named(c):
+                    e.lower_bound_s = c[0]
+                    self.time_it(e)
+                done += 1
+                tick()
+            else:
+                rest.append(c)
+        for k, (lb, _, s, variants, r) in enumerate(rest):
+            if lb >= self.bound():
+                ex.pruned_by_bound += len(rest) - k
+                break
+            least_zero = min(z for rr, z in variants if rr == r)
+            for e in self.worth(s, variants, r):
+                e.lower_bound_s = lb
+                if self.lower_bound is not None and self.prune and e.zero != least_zero:
+                    e.lower_bound_s = self.lower_bound(e.run, self.hw, e.plan)
+                    if e.lower_bound_s >= self.bound():
+                        ex.pruned_by_bound += 1
+                        continue
+                self.time_it(e)
             done += 1
             tick()
-        else:
-            rest.append(c)
-    for k, (lb, _, s, variants, r) in enumerate(rest):
-        if lb >= bound():
-            ex.pruned_by_bound += len(rest) - k
-            done = total
-            break
-        for e in worth(s, variants, r):
-            e.lower_bound_s = lb
-            if lower_bound is not None and prune and e.zero != min(z for rr, z in variants if rr == r):
-                e.lower_bound_s = lower_bound(e.run, hw, e.plan)
-                if e.lower_bound_s >= bound():
-                    ex.pruned_by_bound += 1
-                    continue
-            time_it(e)
-        done += 1
-        tick()
-    done = total
-    tick(True)
-    timed.sort(key=lambda e: (e.step_time_s, e.peak_bytes))
-    ex.layouts = timed
-    return ex
+        done = total
+        tick(True)
+        self.timed.sort(key=lambda e: (e.step_time_s, e.peak_bytes))
+        ex.layouts = self.timed
 
 
 def frugal(feasible: list[Evaluated]) -> list[Evaluated]:
