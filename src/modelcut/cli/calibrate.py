@@ -15,17 +15,13 @@ from ..service import calibrate as service
 from ..service.runs_csv import CSV_COLUMNS
 from ..service.validation import DefaultTable
 from .app import app
+from .common import check_writable, progress, write_file
 from .views import console
 
 _COLUMNS_HELP = "CSV columns: " + ", ".join(CSV_COLUMNS)
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write a file the user named, in one line of error if it cannot be written."""
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ModelcutError(f"{path}: cannot write ({exc.strerror})") from None
+write_text = write_file
 
 
 @app.command()
@@ -44,7 +40,11 @@ def calibrate(
 ) -> None:
     """Fit ≤ 3 constants (matrix-product, memory and network efficiency) by least squares on measured
     runs; print per-run errors and a leave-one-group-out table; write a hardware profile."""
-    res = service.calibrate(runs, gpu, fit_names, base, cv)
+    if out is not None:
+        check_writable(out)
+    with progress("fitting", enabled=not as_json) as update:
+        res = service.calibrate(runs, gpu, fit_names, base, cv,
+                                progress=lambda done, total, text: update(done, total, f"{text}: {done} predictions"))
     if out is not None:
         write_text(out, res.text)
     if as_json:

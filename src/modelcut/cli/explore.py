@@ -8,21 +8,24 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.errors import ModelcutError
-from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, Space, why
+from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
-from ..core.memory import MemoryOptions
 from ..export import emit as emitter
 from ..service import inputs
-from ..service.explore import ExploreRequest, ExploreResult, run_explore, why_text
+from ..service.explore import ExploreResult, explore_input, why_text
+from ..service.requests import ExploreInput
 from .app import app
+from .common import limit_option, limits, parse, progress
 
 GB = 1e9
+FLAGS = {"gpus": "--gpus", "seq": "--seq", "global_batch_tokens": "--global-batch-tokens", "top": "--top",
+         "gpus_per_node": "--gpus-per-node", "margin": "--margin", "micro_batches": "--micro-batches",
+         "schedules": "--schedules", "eps": "--eps", "cp_kinds": "--cp-kinds", "mode": "--mode",
+         "framework": "--framework", "gpu": "--gpu"}
 ROW_KEYS = ("tp", "cp", "cp form", "ep", "pp", "dp", "v", "b", "schedule", "recompute", "zero")
 
 
@@ -62,6 +65,10 @@ def explore(
                                                           "every divisor of the experts that divides dp)"),
     cp_kinds: str = typer.Option(",".join(CP_KINDS), "--cp-kinds",
                                  help="context-parallel forms to try when cp > 1: ring, allgather"),
+    max_layouts: Optional[int] = limit_option("max_layouts"),
+    max_gpus: Optional[int] = limit_option("max_gpus"),
+    max_seq: Optional[int] = limit_option("max_seq"),
+    max_ops: Optional[int] = limit_option("max_ops"),
 ) -> None:
     """Enumerate layouts (t, c and its form, e, p, v, d, micro-batch, recomputation, ZeRO, schedule), keep
     those that fit, rank them by predicted step time."""
@@ -69,22 +76,19 @@ def explore(
         raise ModelcutError(f"--top must be at least 1, got {top}")
     if emit is not None and emit not in ("megatron", "torchtitan"):
         raise ModelcutError(f"--emit must be megatron or torchtitan, got {emit!r}")
-    space = Space(micro_batches=inputs.int_list(micro_batches, "--micro-batches"), schedules=inputs.names(schedules),
-                  allow_tp_across_nodes=allow_tp_across_nodes,
-                  eps=inputs.int_list(eps, "--eps") if eps is not None else None, cp_kinds=inputs.names(cp_kinds))
-    req = ExploreRequest(inputs.model_spec(model), catalog.hardware(gpu), gpus, seq,
-                         inputs.parse_tokens(global_batch_tokens), gpus_per_node, mode, framework, margin, space,
-                         MemoryOptions(flash_attention=flash, reshard_after_forward=reshard),
-                         inputs.check_spec(check) if check else None, top)
-    err = Console(stderr=True)
-    show_bar = sys.stderr.isatty() and not as_json
-    with Progress(TextColumn("exploring layouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True, disable=not show_bar) as bar:
-        task = bar.add_task("explore", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-        res = run_explore(req, progress)
+    lim = limits(max_gpus=max_gpus, max_layouts=max_layouts, max_seq=max_seq, max_ops=max_ops)
+    fields = {**inputs.model_arg(model, lim), "gpu": gpu.lower(), "gpus": gpus, "seq": seq,
+              "global_batch_tokens": inputs.parse_tokens(global_batch_tokens), "top": top, "mode": mode,
+              "framework": framework.lower() if framework else None, "margin": margin,
+              "gpus_per_node": gpus_per_node, "allow_tp_across_nodes": allow_tp_across_nodes,
+              "micro_batches": list(inputs.int_list(micro_batches, "--micro-batches")),
+              "schedules": list(inputs.names(schedules)), "flash_attention": flash, "reshard_after_forward": reshard,
+              "check": inputs.check_spec(check) if check else None,
+              "eps": list(inputs.int_list(eps, "--eps")) if eps is not None else None,
+              "cp_kinds": list(inputs.names(cp_kinds))}
+    inp = parse(ExploreInput, fields, lim, FLAGS)
+    with progress("exploring layouts", enabled=not as_json) as update:
+        res = explore_input(inp, lim, update)
     ranked = res.layouts
     if emit is not None:
         if not ranked:
@@ -148,7 +152,7 @@ def show(res: ExploreResult, check: str | None) -> None:
                       + f", {c.step_time_s:.3f} s ({(c.step_time_s / ranked[0].step_time_s - 1) * 100:+.1f} % "
                       f"vs the best), peak {c.peak_bytes / GB:.1f} GB")
         else:
-            con.print(f"--check {check}: no such layout fits in memory")
+            con.print(f"--check {check}: {res.check_reason or 'no such layout fits in memory'}")
     con.print(f"[dim]memory: FlashAttention {'on' if flash else 'off'}, buffers allowance "
               f"{options.buffer_fixed_bytes / 2**30:.0f} GiB + {options.fragmentation:.0%}; "
               f"recomputation levels {', '.join(RECOMPUTE_ORDER)}[/dim]")

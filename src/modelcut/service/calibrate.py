@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from .. import catalog
 from ..analysis import calibrate as cal
@@ -15,6 +15,7 @@ from ..analysis.validation import profile_text
 from ..catalog import Profile
 from ..core.costs.kernels import NAMES
 from ..core.errors import ModelcutError
+from .requests import CalibrateInput, parse
 from .runs_csv import read_runs_csv
 
 
@@ -37,16 +38,35 @@ class CalibrateResult:
                                          "errors_pct": f["errors_pct"]} for g, f in self.folds.items()}}
 
 
+Progress = Callable[[int, Optional[int], str], None]
+
+
+def _counting(progress: Progress | None, label: list[str]):
+    """The default predictor, reporting each prediction: (predictions so far, None, what runs)."""
+    if progress is None:
+        return None
+    done = [0]
+
+    def predictor(meas, eff):
+        done[0] += 1
+        if done[0] % 5 == 0:
+            progress(done[0], None, label[0])
+        return cal.default_predictor(meas, eff)
+    return predictor
+
+
 def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str = "gemm,mem,net",
-              base: str | None = None, cv: bool = True,
-              progress: Callable[[str], None] | None = None) -> CalibrateResult:
-    """Fit the named constants by least squares (:func:`..analysis.calibrate.fit`)."""
+              base: str | None = None, cv: bool = True, progress: Progress | None = None) -> CalibrateResult:
+    """Fit the named constants by least squares (:func:`..analysis.calibrate.fit`); ``progress``
+    hears (predictions made, None, what is being fitted) as it goes."""
     names = tuple(x.strip() for x in fit_names.split(",") if x.strip())
     if not names:
         raise ModelcutError("--fit names no constant")
     for k in names:
         if k not in NAMES:
             raise ModelcutError(f"unknown constant {k!r} in --fit; choose among {', '.join(NAMES)}")
+    parse(CalibrateInput, {"fit": list(names), "gpu": gpu.lower() if gpu else None, "cv": cv},
+          names={"fit": "--fit", "gpu": "--gpu"})
     if runs is not None:
         measured = read_runs_csv(runs)
         if gpu:
@@ -66,14 +86,13 @@ def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str =
         base_prof = catalog.load_profile(base)
     else:
         base_prof = catalog.profile_for(catalog.hardware(base).name)
-    if progress:
-        progress(f"fitting {', '.join(names)} on {len(measured)} runs")
-    result = cal.fit(measured, names, base_prof.efficiency)
+    label = [f"fitting {', '.join(names)} on {len(measured)} runs"]
+    predictor = _counting(progress, label)
+    result = cal.fit(measured, names, base_prof.efficiency, predictor)
     folds = {}
     if cv:
-        if progress:
-            progress("leave one group out")
-        folds = cal.leave_one_family_out(measured, names, base_prof.efficiency)
+        label[0] = f"leave one group out: {len({m.family for m in measured})} groups refitted"
+        folds = cal.leave_one_family_out(measured, names, base_prof.efficiency, predictor)
     inherits = base_prof.hardware if set(names) != set(NAMES) else ""
     source = f"modelcut calibrate on {len(measured)} runs" + (f" ({runs.name})" if runs is not None else " (catalog)")
     text = profile_text(hw_name, result, inherits=inherits, source=source, folds=folds)
