@@ -21,6 +21,7 @@ gives exact arithmetic; floats are fast). A set of lists that cannot complete ra
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -153,8 +154,13 @@ def _inputs(schedule: Schedule, fl: Flat) -> tuple[np.ndarray, np.ndarray, np.nd
     first, last = spans(schedule)
     dep1 = np.where(is_f, np.where(stages != first[mbs], keys - m, n_keys), keys - S * m)
     dep2 = np.where(is_b & (stages != last[mbs]), keys + m, n_keys)
-    where = np.full(n_keys + 1, N + 1, dtype=np.int64)
-    where[keys] = np.arange(N)
+    small = n_keys + 1 < 2**31 and N + 2 < 2**31   # halve the index arrays of a large schedule
+    idx = np.int32 if small else np.int64
+    if small:
+        dep1, dep2 = dep1.astype(np.int32), dep2.astype(np.int32)
+    where = np.full(n_keys + 1, N + 1, dtype=idx)
+    where[keys] = np.arange(N, dtype=idx)
+    del keys, is_f, is_b
     where[n_keys] = N
     return dep1, where[dep1], dep2, where[dep2]
 
@@ -173,7 +179,7 @@ def _prepare(schedule: Schedule, fl: Flat, timing: Timing, durs, p2p, zero, vali
     # (same stage); earlier in its list they have ended before the op can start, and later
     # they never will (a deadlock). So B waits on B of stage s + 1 when its F comes first,
     # W on nothing when its B does; otherwise each waits on the own op that comes later.
-    own_done = ~is_f & (j1 < np.arange(N)) & (np.append(dev, [-1, -1])[j1] == dev)
+    own_done = ~is_f & (j1 < np.arange(N, dtype=j1.dtype)) & (np.append(dev, [-1, -1])[j1] == dev)
     dep = np.where(own_done, j2, j1)
     table = np.empty(3 * S, dtype=object)
     table[:] = [durs[s][k] for k in range(3) for s in range(S)]
@@ -190,7 +196,7 @@ def _prepare(schedule: Schedule, fl: Flat, timing: Timing, durs, p2p, zero, vali
         lat_of = np.empty(2, dtype=object)
         lat_of[:] = [zero, p2p]
         lat = lat_of[cross.astype(np.int64)].tolist()
-    dep_l = array("q", dep.astype(np.int64).tobytes())
+    dep_l = array("i", dep.astype(np.int32).tobytes()) if N + 2 < 2**31 else array("q", dep.astype(np.int64).tobytes())
     del dep, own_done, is_f, is_b
     ulen: list[int] = []   # at a unit's first op, its op count; 0 elsewhere
     if schedule.units:
@@ -242,9 +248,10 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
     if not 0 <= p2p < _INF:
         raise ModelcutError(f"p2p time must be finite and non-negative, got {p2p}")
     zero = 0 * durs[0][0] if durs else 0
-    dev, offsets = fl.dev, fl.offsets
+    offsets = fl.offsets
     N, P = fl.n, len(schedule.orders)
     dep_l, dur, lat, ulen = _prepare(schedule, fl, timing, durs, p2p, zero, validate)
+    del fl   # the loop reads plain lists; a deadlock's message reads the arrays again
 
     # A device that waits is parked on the op it waits for, with that op's device; each
     # device knows the lowest op index anyone is parked on (``wake``) and wakes them
@@ -252,7 +259,6 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
     INF, NONE = _INF, N + 2
     en: list[Any] = [INF] * (N + 2)
     en[N] = zero
-    owner = dev.tolist() + [-1, -1]
     st: list[Any] = [None] * N
     ptr, stop = offsets[:-1], offsets[1:]
     free = [zero] * P
@@ -337,13 +343,14 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
             j = dep_l[i]
             if ulen and ulen[i]:
                 j = next(dep_l[x] for x in range(i, i + ulen[i]) if en[dep_l[x]] == INF)
-            o = owner[j]
+            o = bisect_right(offsets, j) - 1 if j < N else -1   # the device whose list holds op j
             if o >= 0:
                 parked[o].append((j, d))
                 if j < wake[o]:
                     wake[o] = j
 
     if any(ptr[d] < stop[d] for d in range(P)):
+        fl = Flat(schedule)
         dep1, j1, dep2, j2 = _inputs(schedule, fl)
         S, m = schedule.stages, schedule.microbatches
         blocked = []
@@ -355,8 +362,16 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
                            if en[j] == INF and j not in unit]
                 blocked.append(f"device {d} at {fl.op(i)} waits for {', '.join(missing)}")
         raise DeadlockError("deadlock: " + "; ".join(blocked), blocked)
-    starts = [st[offsets[d]:offsets[d + 1]] for d in range(P)]
-    ends = [en[offsets[d]:offsets[d + 1]] for d in range(P)]
+    # Each device's share, cut from the end so that the whole lists shrink as their parts are made.
+    del en[N:], dep_l, dur, lat
+    starts, ends = [], []
+    for d in reversed(range(P)):
+        a = offsets[d]
+        starts.append(st[a:])
+        ends.append(en[a:])
+        del st[a:], en[a:]
+    starts.reverse()
+    ends.reverse()
     return Trace(schedule, starts, ends, durs, p2p)
 
 
