@@ -202,9 +202,11 @@ def _check_reason(req: ExploreRequest) -> str:
             "parallelism within a node: see the options)")
 
 
-def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None = None) -> ExploreResult:
+def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None = None,
+                search: bool = True) -> ExploreResult | None:
     """Search, rank, and find the ``check`` layout among the ranked ones; refuse in one line,
-    before searching, a check no layout of these GPUs can be and a space over the limits."""
+    before searching, a check no layout of these GPUs can be and a space over the limits.
+    ``search=False`` stops after those checks (a server refuses a request before queueing it)."""
     for name, val in (("gpus", req.gpus), ("seq", req.seq), ("global_batch_tokens", req.global_batch_tokens),
                       ("top", req.top)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
@@ -229,8 +231,9 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
             raise ModelcutError(f"check {_check_text(req.check)} cannot be a layout of {req.gpus:,} GPUs: "
                                 + "; ".join(problems))
     n, more = count_layouts(req, lim.max_layouts)
-    if more:
-        lim.check_layouts(lim.max_layouts, more=True)
+    lim.check_layouts(n, more)
+    if not search:
+        return None
     ex = explore(req.model, req.hw, predictor(req.mode, req.hw, req.framework), gpus=req.gpus, seq=req.seq,
                  global_batch_tokens=req.global_batch_tokens, gpus_per_node=req.gpus_per_node, margin=req.margin,
                  space=req.space, options=req.options, progress=progress)
@@ -240,11 +243,11 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
 
 
 def explore_input(inp: ExploreInput, limits: Limits | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> ExploreResult:
+                  progress: Callable[[int, int], None] | None = None, search: bool = True) -> ExploreResult | None:
     """The use case from a validated request: the model resolved, the space built, then
-    :func:`run_explore`."""
+    :func:`run_explore` (``search=False``: its checks only)."""
     lim = limits or DEFAULT
-    spec = inputs.model_choice(inp.model, inp.hf_config, inp.model_spec)
+    spec = inputs.model_choice(inp.model, inp.hf_config, inp.model_spec, lim)
     hw = catalog.hardware(inp.gpu)
     kw: dict[str, Any] = {}
     if inp.schedules is not None:
@@ -262,4 +265,4 @@ def explore_input(inp: ExploreInput, limits: Limits | None = None,
                          MemoryOptions(flash_attention=inp.flash_attention,
                                        reshard_after_forward=inp.reshard_after_forward),
                          check, inp.top, lim)
-    return run_explore(req, progress)
+    return run_explore(req, progress, search)

@@ -22,7 +22,7 @@ from ..core.errors import ModelcutError
 class LimitError(ModelcutError):
     """Work over one of the caps of :class:`Limits`, refused before it starts."""
 
-    def __init__(self, message: str, cap: str):
+    def __init__(self, message: str, cap: str = ""):
         super().__init__(message)
         self.cap = cap
 
@@ -101,9 +101,12 @@ class Limits:
             raise self.refuse("max_ops", f"{what} needs {ops:,} ops")
 
     def check_layouts(self, layouts: int, more: bool = False) -> None:
-        if layouts > self.max_layouts:
-            raise self.refuse("max_layouts", f"the explorer space holds {'more than ' if more else ''}"
-                                             f"{layouts:,} layouts (structures × recomputation × ZeRO stage)")
+        """Refuse a search over more than :attr:`max_layouts` layouts; ``more``: the count stopped
+        past the cap (the space holds more than it)."""
+        if more or layouts > self.max_layouts:
+            held = f"more than {self.max_layouts:,}" if more else f"{layouts:,}"
+            raise self.refuse("max_layouts", f"the explorer space holds {held} layouts (structures × recomputation "
+                                             "× ZeRO stage): fix schedules or micro-batch sizes")
 
     def check_model(self, spec: Any) -> None:
         """A model's layers and widths within the caps, before any arithmetic on them."""

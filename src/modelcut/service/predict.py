@@ -131,8 +131,8 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     if req.mode not in MODES:
         raise ModelcutError(f"unknown mode {req.mode!r}; choose one of {', '.join(MODES)}")
     if req.eta is not None and (isinstance(req.eta, bool) or not isinstance(req.eta, (int, float))
-                                or not 0 < req.eta <= 1):
-        raise ModelcutError(f"eta must be a fraction of peak in (0, 1], got {req.eta!r}")
+                                or not 0.01 <= req.eta <= 1):
+        raise ModelcutError(f"eta must be a fraction of peak from 0.01 to 1, got {req.eta!r}")
     run, hw = req.run, catalog.hardware(req.run.gpu)
     check_sizes(run, limits)
     if req.mode == "seed":

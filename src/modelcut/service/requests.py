@@ -15,9 +15,9 @@ service's, in the functions that take these models: they need the catalog and th
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from .. import catalog
 from ..core.costs.context import CP_KINDS
@@ -63,16 +63,42 @@ def _unique(values):
     return values
 
 
+def _whole(value):
+    """A float with nothing after the point, as the integer it is (JSON Schema's integers include
+    4.0); anything else goes on to the strict integer check."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+#: An integer field: strict, but for floats that are whole numbers (:class:`Strict` converts them).
+Int = int
+
+
+def _kinds(tp: Any) -> set[str]:
+    """Whether a field's type holds integers ("int") or lists of them ("list")."""
+    if tp is int:
+        return {"int"}
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is list:
+        return {"list"} if "int" in set().union(*(_kinds(a) for a in args)) else set()
+    if origin is Annotated:
+        return _kinds(args[0])
+    if args:
+        return set().union(*(_kinds(a) for a in args))
+    return set()
+
+
 def Capped(cap: str, minimum: float = 1):
     """A number from ``minimum`` up to a cap of :mod:`.limits` (the schema states the default)."""
     return [Field(ge=minimum, json_schema_extra={"maximum": getattr(DEFAULT, cap)}), _capped(cap)]
 
 
-GpuCount = Annotated[int, *Capped("max_gpus")]
-Width = Annotated[int, *Capped("max_width")]
-Layers = Annotated[int, *Capped("max_layers")]
-SeqLen = Annotated[int, *Capped("max_seq")]
-Tokens = Annotated[int, *Capped("max_tokens")]
+GpuCount = Annotated[Int, *Capped("max_gpus")]
+Width = Annotated[Int, *Capped("max_width")]
+Layers = Annotated[Int, *Capped("max_layers")]
+SeqLen = Annotated[Int, *Capped("max_seq")]
+Tokens = Annotated[Int, *Capped("max_tokens")]
 Time = Annotated[float, Field(ge=0, allow_inf_nan=False, json_schema_extra={"maximum": DEFAULT.max_time}),
                  _capped("max_time")]
 Fraction01 = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
@@ -107,7 +133,31 @@ TokenText = Annotated[str, Field(json_schema_extra={"pattern": TOKEN_PATTERN}), 
 
 
 class Strict(BaseModel):
+    """Strict types, no unknown fields; a whole-number float (4.0) stands for its integer, as in
+    JSON Schema, wherever an integer is asked for."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = None
+        for name, field in cls.model_fields.items():
+            if name not in data:
+                continue
+            kinds = _kinds(field.annotation)
+            val = data[name]
+            new = val
+            if "int" in kinds:
+                new = _whole(val)
+            if "list" in kinds and isinstance(val, list):
+                new = [_whole(x) for x in val]
+            if new is not val:
+                out = dict(data) if out is None else out
+                out[name] = new
+        return data if out is None else out
 
 
 # --- pipeline simulation -------------------------------------------------------------------------
@@ -119,9 +169,9 @@ class SimulateInput(Strict):
     model_config = ConfigDict(extra="forbid", strict=True, title="SimulateRequest")
 
     schedule: ScheduleName = Field("1f1b", description="a schedule of the registry (GET /api/catalog lists them)")
-    devices: int = Field(4, ge=1, description="pipeline devices p")
-    microbatches: int = Field(8, ge=1, description="micro-batches m")
-    chunks: Optional[int] = Field(None, ge=1, description="chunks per device v (null: the schedule's default)")
+    devices: Int = Field(4, ge=1, description="pipeline devices p")
+    microbatches: Int = Field(8, ge=1, description="micro-batches m")
+    chunks: Optional[Int] = Field(None, ge=1, description="chunks per device v (null: the schedule's default)")
     forward: Time = Field(1.0, description="forward time F for a device's whole share of layers")
     backward: Time = Field(2.0, description="backward time B (with a split backward and a weight time: the input "
                                             "gradient)")
@@ -159,16 +209,23 @@ class ModelSpecIn(Strict):
     experts: Width = 1
     top_k: Width = 1
     expert_ffn_hidden: Optional[Width] = None
-    shared_experts: Annotated[int, *Capped("max_width", 0)] = 0
-    dense_layers: Annotated[int, *Capped("max_layers", 0)] = 0
+    shared_experts: Annotated[Int, *Capped("max_width", 0)] = 0
+    dense_layers: Annotated[Int, *Capped("max_layers", 0)] = 0
     capacity_factor: Optional[Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]] = None
     source: str = Field("", max_length=1000)
     learned_positions: bool = False
     qkv_bias: Optional[bool] = None
 
 
-class ModelChoice(BaseModel):
+#: Exactly one of the three ways to name a model, as the schema says it.
+_ONE_MODEL = {"oneOf": [{"required": [k], "properties": {k: {"type": t}}}
+                        for k, t in (("model", "string"), ("hf_config", "object"), ("model_spec", "object"))]}
+
+
+class ModelChoice(Strict):
     """Exactly one of: a catalog model's name, a Hugging Face config.json object, or the fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_ONE_MODEL)
 
     model: Optional[ModelName] = Field(None, description="a catalog model or alias, e.g. llama3-405b")
     hf_config: Optional[dict[str, Any]] = Field(None, description="a Hugging Face config.json, parsed")
@@ -185,7 +242,7 @@ class LayoutIn(Strict):
     ep: GpuCount = 1
     vpp: Optional[Layers] = None
     sequence_parallel: bool = False
-    zero: int = Field(0, ge=0, le=3)
+    zero: Int = Field(0, ge=0, le=3)
     schedule: Optional[ScheduleName] = None
     etp: Optional[GpuCount] = Field(None, description="expert tensor-parallel size")
     cp_kind: Optional[CpKind] = None
@@ -225,8 +282,8 @@ class PredictOptions(Strict):
     """How to predict: the model mode and the default model's stack."""
 
     mode: ModeName = "default"
-    eta: Optional[Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]] = Field(
-        None, description="fraction of peak the matrix products reach (default: fitted)")
+    eta: Optional[Annotated[float, Field(ge=0.01, le=1, allow_inf_nan=False)]] = Field(
+        None, description="fraction of peak the matrix products reach, 0.01 to 1 (default: fitted)")
     framework: Optional[FrameworkName] = Field(None, description="default mode: the training stack, a preset "
                                                                  "(default megatron-core)")
     overlap: Optional[OverlapIn] = Field(None, description="default mode: overlap overrides, e.g. "
@@ -236,7 +293,7 @@ class PredictOptions(Strict):
 class PredictInput(PredictOptions, ModelChoice):
     """One run: model, accelerator, layout and batch (``modelcut predict``, ``POST /api/predict``)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, title="PredictRequest")
+    model_config = ConfigDict(extra="forbid", strict=True, title="PredictRequest", json_schema_extra=_ONE_MODEL)
 
     gpu: GpuName = Field("h100", description="a catalog accelerator or alias")
     gpus_per_node: Optional[GpuCount] = None
@@ -254,7 +311,7 @@ class CheckIn(Strict):
     dp: Optional[GpuCount] = None
     vpp: Optional[Layers] = None
     micro_batch: Optional[Tokens] = None
-    zero: Optional[Annotated[int, Field(ge=0, le=3)]] = None
+    zero: Optional[Annotated[Int, Field(ge=0, le=3)]] = None
     cp_kind: Optional[CpKind] = None
     schedule: Optional[ScheduleName] = None
     recompute: Optional[Recompute] = None
@@ -263,7 +320,7 @@ class CheckIn(Strict):
 class ExploreInput(ModelChoice):
     """The explorer's search (``modelcut explore``, ``POST /api/explore``)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, title="ExploreRequest")
+    model_config = ConfigDict(extra="forbid", strict=True, title="ExploreRequest", json_schema_extra=_ONE_MODEL)
 
     gpu: GpuName = "h100"
     gpus: GpuCount = Field(description="accelerators N; every layout uses exactly N")
@@ -278,10 +335,10 @@ class ExploreInput(ModelChoice):
     check: Optional[CheckIn] = Field(None, description="a layout to find among the ranked ones, e.g. "
                                                        "{\"tp\": 8, \"pp\": 16}")
     margin: Fraction01 = Field(0.02, description="fraction of the accelerator's memory kept free")
-    top: int = Field(20, ge=1, le=500, description="how many ranked layouts to return")
+    top: Int = Field(20, ge=1, le=500, description="how many ranked layouts to return")
     schedules: Optional[Annotated[list[ScheduleName], Field(min_length=1, max_length=len(registry.names()),
                                                             json_schema_extra={"uniqueItems": True}), Unique]] = None
-    micro_batches: Optional[Annotated[list[Annotated[int, Field(ge=1, le=65536)]],
+    micro_batches: Optional[Annotated[list[Annotated[Int, Field(ge=1, le=65536)]],
                                       Field(min_length=1, max_length=8, json_schema_extra={"uniqueItems": True}),
                                       Unique]] = Field(None, description="micro-batch sizes to try (default 1, 2, 4)")
     eps: Optional[Annotated[list[GpuCount], Field(min_length=1, max_length=16, json_schema_extra={"uniqueItems": True}),
@@ -304,7 +361,7 @@ class MeshInput(Strict):
     dp: GpuCount = 1
     ep: GpuCount = 1
     gpus_per_node: GpuCount = 8
-    rank: Annotated[int, *Capped("max_gpus", 0)] = 0
+    rank: Annotated[Int, *Capped("max_gpus", 0)] = 0
     order: Optional[RankOrder] = Field(None, description="rank order, innermost first (default tp, cp, pp, dp; with "
                                                          "ep > 1 Megatron-core's tp, cp, ep, dp, pp)")
 
@@ -316,13 +373,13 @@ class CrosscheckInput(Strict):
     """``modelcut crosscheck``: times in milliseconds, one process per pipeline rank."""
 
     schedules: Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(min_length=1, max_length=16)]
-    devices: int = Field(4, ge=1, le=64, description="pipeline ranks p, one process each")
-    microbatches: int = Field(8, ge=1, le=4096)
-    chunks: Optional[int] = Field(None, ge=1, le=64)
+    devices: Int = Field(4, ge=1, le=64, description="pipeline ranks p, one process each")
+    microbatches: Int = Field(8, ge=1, le=4096)
+    chunks: Optional[Int] = Field(None, ge=1, le=64)
     forward_ms: float = Field(20.0, gt=0, le=1e6, allow_inf_nan=False)
     backward_ms: float = Field(40.0, gt=0, le=1e6, allow_inf_nan=False)
     weight_ms: Optional[float] = Field(None, ge=0, le=1e6, allow_inf_nan=False)
-    steps: int = Field(3, ge=1, le=1000)
+    steps: Int = Field(3, ge=1, le=1000)
     fit_on: Optional[str] = Field(None, min_length=1, max_length=64)
     timeout: float = Field(300.0, gt=0, le=86400, allow_inf_nan=False)
     order_only: bool = False
@@ -347,8 +404,9 @@ _PHRASES = {
     "missing": "is missing", "extra_forbidden": "is not a known field", "too_short": "needs at least {min_length} items",
     "too_long": "takes at most {max_length} items", "string_too_long": "takes at most {max_length} characters",
     "string_too_short": "needs at least {min_length} characters", "list_type": "must be a list",
-    "dict_type": "must be a table (an object)", "model_type": "must be a table (an object)",
-    "model_attributes_type": "must be a table (an object)", "string_pattern_mismatch": "is not in the expected form",
+    "dict_type": "must be a table (an object, a dictionary of fields)",
+    "model_type": "must be a table (an object, a dictionary of fields)",
+    "model_attributes_type": "must be a table (an object, a dictionary of fields)", "string_pattern_mismatch": "is not in the expected form",
 }
 
 
@@ -435,6 +493,8 @@ def one_line(exc: ValidationError | list[dict], where: str = "", names: dict[str
         elif known is not None:
             what, choices = known
             line = f"unknown {what} {_shown(err.get('input'))}; choose one of {', '.join(choices)}"
+            if raw not in ("gpu", "model", "framework", "schedule", "mode"):   # say where, unless it is plain
+                line = f"{field}: {line}"
         else:
             line = f"{field} {_phrase(err)}" if field else _phrase(err)
             if err.get("type") not in ("missing", "extra_forbidden") and "input" in err:

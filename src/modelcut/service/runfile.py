@@ -188,9 +188,9 @@ def check_sizes(run: Run, limits: Limits | None = None) -> None:
     m = tr.global_batch // per if tr.global_batch % per == 0 else tr.global_batch // max(per, 1) + 1
     spec = registry.get(lay.schedule) if lay.schedule is not None else registry.default_schedule(lay.vpp or 1)
     v = lay.vpp or spec.default_chunks
-    if lay.pp > 1:   # without a pipeline nothing is simulated
-        stages = min(lay.pp * v * spec.copies, run.model.layers + 2)
-        lim.check_pipeline(run.model.layers, spec.built_for(lay.pp, m), stages)
+    # The plan simulates its schedule, a one-stage 1F1B without a pipeline.
+    stages = min(lay.pp * v * spec.copies, run.model.layers + 2) if lay.pp > 1 else 1
+    lim.check_pipeline(run.model.layers, spec.built_for(lay.pp, m) if lay.pp > 1 else m, stages)
 
 
 SETTINGS_KEYS = ("framework", "overlap")
