@@ -206,9 +206,9 @@ def create_app(*, max_ops: int = MAX_OPS, max_layouts: int = MAX_LAYOUTS, max_bo
     for path, name in (("/", "index.html"), ("/explorer", "explorer.html"), ("/runs", "runs.html")):
         app.add_api_route(path, _page(name), methods=["GET"], include_in_schema=False)
 
-    async def pooled(fn, *args):
+    async def pooled(fn, *args, place=None):
         """Run a job of :mod:`.jobs` in the pool; its refusal raised here as the service's."""
-        job = searches.submit(fn, *args)
+        job = searches.submit(fn, *args, place=place)
         out = await searches.result(job)
         _raise_refusal(out)
         return out
@@ -241,8 +241,9 @@ def create_app(*, max_ops: int = MAX_OPS, max_layouts: int = MAX_LAYOUTS, max_bo
               responses={200: {"model": schemas.ExploreResponse}, **ERRORS, **BUSY},
               summary="Rank the layouts that fit (`modelcut explore --json`)")
     async def api_explore(req: schemas.ExploreRequest) -> Response:
-        await run_in_threadpool(requests.explore_checks, req, limits)
-        out = await pooled(jobs.explore, req, limits)
+        with searches.admit() as place:   # a place first: refusing a flood costs nothing
+            await run_in_threadpool(requests.explore_checks, req, limits)
+            out = await pooled(jobs.explore, req, limits, place=place)
         return _json(out["result"])
 
     @app.post("/api/explore/stream", response_model=None,
@@ -253,8 +254,9 @@ def create_app(*, max_ops: int = MAX_OPS, max_layouts: int = MAX_LAYOUTS, max_bo
                          **ERRORS, **BUSY},
               summary="The explorer's search with its progress, streamed as NDJSON lines")
     async def api_explore_stream(req: schemas.ExploreRequest) -> StreamingResponse:
-        await run_in_threadpool(requests.explore_checks, req, limits)
-        job = searches.submit(jobs.explore, req, limits)
+        with searches.admit() as place:
+            await run_in_threadpool(requests.explore_checks, req, limits)
+            job = searches.submit(jobs.explore, req, limits, place=place)
 
         async def lines():
             last = None

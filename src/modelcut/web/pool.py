@@ -56,6 +56,30 @@ class Job:
         return {"done": self.done, "total": self.total, "running": self.started is not None}
 
 
+class Place:
+    """An admitted request's place in the pool until its job is submitted (or it gives up)."""
+
+    def __init__(self, pool: "Pool"):
+        self._pool, self._open = pool, True
+
+    def used(self) -> None:
+        """The job took the place (called with the pool's lock held)."""
+        if self._open:
+            self._open = False
+            self._pool._held -= 1
+
+    def release(self) -> None:
+        if self._open:
+            self._open = False
+            self._pool._release()
+
+    def __enter__(self) -> "Place":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 def default_workers() -> int:
     """One worker per core but one, at least one: the server's process keeps a core."""
     return max(1, (os.cpu_count() or 2) - 1)
@@ -79,6 +103,7 @@ class Pool:
         self._reader: threading.Thread | None = None
         self._durations: list[float] = []
         self._closed = False
+        self._held = 0      # places admitted but not yet submitted (their checks run in the server)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -140,7 +165,7 @@ class Pool:
 
     @property
     def admitted(self) -> int:
-        return len(self._jobs)
+        return len(self._jobs) + self._held
 
     def retry_after(self) -> int:
         """Seconds until a place is likely free: the recent jobs' mean time, per worker."""
@@ -148,15 +173,30 @@ class Pool:
         waiting = max(self.admitted - self.workers + 1, 1)
         return int(min(max(math.ceil(mean * waiting / self.workers), 1), 120))
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Job:
-        """Run ``fn(job_id, *args)`` in a worker (a function of :mod:`.jobs`); :class:`Busy`
-        when every place is taken."""
+    def admit(self) -> "Place":
+        """A place in the pool, or :class:`Busy` at once: taken before a request's own checks, so
+        that a flood of searches costs the server nothing beyond the refusal."""
         with self._lock:
             if self._closed:
                 raise Unavailable("the server is stopping")
-            if len(self._jobs) >= self.workers + self.queue:
+            if self.admitted >= self.workers + self.queue:
                 raise Busy(f"the server is busy: {self.workers} running and {self.queue} waiting, the most it "
                            f"takes; retry in {self.retry_after()} s", self.retry_after())
+            self._held += 1
+        return Place(self)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._held -= 1
+
+    def submit(self, fn: Callable[..., Any], *args: Any, place: "Place | None" = None) -> Job:
+        """Run ``fn(job_id, *args)`` in a worker (a function of :mod:`.jobs`) in the place
+        admitted (:meth:`admit`), or in a new one; :class:`Busy` when every place is taken."""
+        place = place or self.admit()
+        with self._lock:
+            place.used()
+            if self._closed:
+                raise Unavailable("the server is stopping")
             self._start()
             job_id = next(self._ids)
             try:
