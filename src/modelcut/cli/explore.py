@@ -69,6 +69,7 @@ def explore(
     max_gpus: Optional[int] = limit_option("max_gpus"),
     max_seq: Optional[int] = limit_option("max_seq"),
     max_ops: Optional[int] = limit_option("max_ops"),
+    max_search_ops: Optional[int] = limit_option("max_search_ops"),
 ) -> None:
     """Enumerate layouts (t, c and its form, e, p, v, d, micro-batch, recomputation, ZeRO, schedule), keep
     those that fit, rank them by predicted step time."""
@@ -76,7 +77,8 @@ def explore(
         raise ModelcutError(f"--top must be at least 1, got {top}")
     if emit is not None and emit not in ("megatron", "torchtitan"):
         raise ModelcutError(f"--emit must be megatron or torchtitan, got {emit!r}")
-    lim = limits(max_gpus=max_gpus, max_layouts=max_layouts, max_seq=max_seq, max_ops=max_ops)
+    lim = limits(max_gpus=max_gpus, max_layouts=max_layouts, max_seq=max_seq, max_ops=max_ops,
+                 max_search_ops=max_search_ops)
     fields = {**inputs.model_arg(model, lim), "gpu": gpu.lower(), "gpus": gpus, "seq": seq,
               "global_batch_tokens": inputs.parse_tokens(global_batch_tokens), "top": top, "mode": mode,
               "framework": framework.lower() if framework else None, "margin": margin,

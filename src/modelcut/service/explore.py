@@ -177,17 +177,21 @@ def _check_text(check: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in check.items())
 
 
-def count_layouts(req: ExploreRequest, cap: int) -> tuple[int, bool]:
-    """(layouts the space holds, whether it holds more than ``cap``), counting structures no
-    further than the cap allows."""
+def count_layouts(req: ExploreRequest, cap: int, ops_cap: int | None = None) -> tuple[int, bool, int]:
+    """(layouts the space holds, whether it holds more than ``cap``, the pipeline ops its shapes
+    would simulate: each p·v·m·3), counting structures no further than the caps allow."""
     space = req.space
     variants = len([r for r in RECOMPUTE_ORDER if r in space.recomputes]) * len(
         [z for z in ZERO_ORDER if z in space.zeros])
     gb = req.global_batch_tokens // req.seq
     gpn = req.gpus_per_node or req.hw.per_node
-    n = sum(1 for _ in itertools.islice(structures(req.model, req.gpus, req.seq, gb, gpn, space),
-                                        cap // max(variants, 1) + 1))
-    return n * variants, n * variants > cap
+    n, ops = 0, 0
+    for s in itertools.islice(structures(req.model, req.gpus, req.seq, gb, gpn, space), cap // max(variants, 1) + 1):
+        n += 1
+        ops += s.pp * s.vpp * (gb // (s.dp * s.micro_batch)) * 3
+        if ops_cap is not None and ops > ops_cap:
+            break
+    return n * variants, n * variants > cap, ops
 
 
 def _check_reason(req: ExploreRequest) -> str:
@@ -230,8 +234,13 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
         if problems:
             raise ModelcutError(f"check {_check_text(req.check)} cannot be a layout of {req.gpus:,} GPUs: "
                                 + "; ".join(problems))
-    n, more = count_layouts(req, lim.max_layouts)
+    n, more, ops = count_layouts(req, lim.max_layouts, lim.max_search_ops)
     lim.check_layouts(n, more)
+    if ops > lim.max_search_ops:
+        raise lim.refuse("max_search_ops", f"the explorer's shapes would simulate over {ops:,} pipeline ops "
+                                           f"(their p·v·m·3, m up to "
+                                           f"{gb:,} micro-batches): use longer sequences, fewer tokens or fewer "
+                                           "schedules")
     if not search:
         return None
     ex = explore(req.model, req.hw, predictor(req.mode, req.hw, req.framework), gpus=req.gpus, seq=req.seq,

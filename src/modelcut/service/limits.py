@@ -31,6 +31,7 @@ class LimitError(ModelcutError):
 CAPS: dict[str, tuple[str, str]] = {
     "max_ops": ("ops per simulation", "--max-ops"),
     "max_layouts": ("layouts per search", "--max-layouts"),
+    "max_search_ops": ("simulated ops per search", "--max-search-ops"),
     "max_gpus": ("GPUs", "--max-gpus"),
     "max_seq": ("tokens per sequence", "--max-seq"),
     "max_tokens": ("tokens per step", "--max-tokens"),
@@ -51,6 +52,10 @@ class Limits:
     #: Candidate layouts (structures × recomputation × ZeRO stage) one explorer search may cover;
     #: Llama 3 405B on 8,192 GPUs covers about 19,000.
     max_layouts: int = 200_000
+    #: Pipeline ops one explorer search may simulate, counted before it starts as each shape's
+    #: p·v·m·3 (the search predicts each fitting shape's step once or a few times): about 0.5 µs
+    #: each; Llama 3 70B on 512 GPUs counts 68 million and searches in about 35 s.
+    max_search_ops: int = 1_000_000_000
     #: Accelerators a layout, a mesh or a search may use (2^20).
     max_gpus: int = 1 << 20
     #: Tokens per sequence (2^24, 16,777,216).
@@ -129,4 +134,4 @@ class Limits:
 #: The command line's limits (and the Python entry points' default).
 DEFAULT = Limits()
 #: The web app's: one request answers in seconds, within a few hundred megabytes.
-WEB = Limits(max_ops=1_000_000, max_layouts=50_000, flags=False)
+WEB = Limits(max_ops=1_000_000, max_layouts=50_000, max_search_ops=200_000_000, flags=False)
