@@ -52,8 +52,12 @@ def opts(**choices):
         lambda keys: st.tuples(*[st.tuples(st.just(k), choices[k]) for k in keys]) if keys else st.just(()))
 
 
+FLAG = st.none()   # an option without a value
+
+
 def argv(command, flags, **choices):
-    return opts(**choices).map(lambda pairs: [command, *flags, *[x for k, v in pairs for x in (k, v)]])
+    return opts(**choices).map(lambda pairs: [command, *flags,
+                                              *[x for k, v in pairs for x in ((k,) if v is None else (k, v))]])
 
 
 # --- each command ---------------------------------------------------------------------------------
@@ -63,7 +67,7 @@ csv_text = st.sampled_from(["0F0,0B0\n", "0F100000000000000000000,0B0\n", "0F0\n
 
 simulate = st.tuples(argv("simulate", [], **{"-s": names, "-p": ints, "-m": ints, "-v": ints, "--forward": floats,
                                                "--backward": floats, "--weight": floats, "--p2p": floats,
-                                               "--max-ops": ints}),
+                                               "--max-ops": ints, "--json": FLAG}),
                      st.sampled_from([[], ["--json"], ["--schedule-csv", "s.csv"], ["--export-csv", "/nonexistent/x.csv"],
                                       ["--trace", "t.json"], ["--plot", "p.gif"], ["--html", "/"]]),
                      csv_text).map(lambda t: {"argv": t[0] + t[1], "files": {"s.csv": t[2]}})
@@ -77,7 +81,8 @@ explore = argv("explore", [], **{"--model": models, "--gpu": gpus, "--gpus": int
                                  "--mode": st.sampled_from(["default", "seed", "magic"]),
                                  "--framework": st.sampled_from(["fsdp", "nope"]),
                                  "--emit": st.sampled_from(["megatron", "torchtitan", "yaml"]), "--pick": ints,
-                                 "--max-layouts": ints, "--max-gpus": ints}).map(
+                                 "--max-layouts": ints, "--max-gpus": ints, "--max-search-ops": ints,
+                                 "--no-flash": FLAG, "--no-reshard": FLAG, "--allow-tp-across-nodes": FLAG}).map(
     lambda a: {"argv": a + [x for k, v in (("--model", "gpt-1.7b"), ("--gpu", "a100"), ("--gpus", "8"),
                                            ("--seq", "2048"), ("--global-batch-tokens", "128K"))
                             if k not in a for x in (k, v)] + ["--json"], "files": HF_FILES})
@@ -115,11 +120,14 @@ predict = st.tuples(toml_changes, settings_text,
                     argv("predict", ["run.toml"], **{"--mode": st.sampled_from(["default", "seed", "x"]),
                                                      "--eta": floats, "--framework": st.sampled_from(["fsdp", "x"]),
                                                      "--overlap": st.sampled_from(["tp_comm=on", "x=1", "tp_comm=2"]),
-                                                     "--max-ops": ints})).map(
+                                                     "--max-ops": ints, "--json": FLAG, "--budget": FLAG,
+                                                     "--profile": st.just("nope.toml")})).map(
     lambda t: {"argv": t[2], "files": {"run.toml": _toml(t[0], t[1])}})
 
 others = st.one_of(
-    argv("validate", [], **{"--mode": st.sampled_from(["seed", "magic"]), "--profile": st.just("nope.toml")}),
+    argv("validate", [], **{"--mode": st.sampled_from(["seed", "default", "magic"]), "--json": FLAG,
+                            "--profile": st.sampled_from(["nope.toml", "runs.csv"])}),
+    argv("validate", ["--budget"], **{"--mode": st.sampled_from(["seed", "magic"])}),
     argv("report", [], **{"-o": st.sampled_from(["/nonexistent/x.md", "r.md", "/", ""]),
                           "--mode": st.sampled_from(["seed", "default", "magic"])}),
     st.just(["bubble-table", "--json"]),
@@ -127,7 +135,8 @@ others = st.one_of(
                                                             "--gpu": gpus, "--out": st.just("/nonexistent/p.toml")}),
     argv("crosscheck", ["--order-only"], **{"-s": names, "-p": ints, "-m": ints, "-v": ints, "--forward-ms": floats,
                                             "--backward-ms": floats, "--weight-ms": floats, "--steps": ints,
-                                            "--timeout": floats}),
+                                            "--timeout": floats, "--json": FLAG,
+                                            "--trace": st.sampled_from(["t.json", "/nonexistent/t.json"])}),
     argv("serve", ["--port", "-1"], **{"--host": st.sampled_from(["not a host", "127.0.0.1"]), "--max-ops": ints,
                                        "--workers": ints}),
 ).map(lambda a: {"argv": a, "files": {"runs.csv": RUNS_CSV}})
