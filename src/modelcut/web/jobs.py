@@ -6,8 +6,9 @@ all cross a process boundary intact)."""
 from __future__ import annotations
 
 import io
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..core.errors import ModelcutError
 from ..export import pipeline_json
@@ -16,8 +17,9 @@ from ..service.limits import LimitError, Limits
 from ..service.requests import ExploreInput, SimulateInput
 from ..service.simulate import simulate_input
 
-#: The pool's progress queue, in this worker (set by :func:`init`, or by a thread pool).
+#: The pool's progress queue, in this worker process (set by :func:`init`).
 EVENTS: Any = None
+_thread = threading.local()   # a thread pool's queue, per worker thread (:func:`in_thread`)
 
 
 def init(events: Any) -> None:
@@ -26,14 +28,24 @@ def init(events: Any) -> None:
     EVENTS = events
 
 
+def in_thread(events: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a job in a thread of the server's own process, its progress to ``events``."""
+    _thread.events = events
+    try:
+        return fn(*args)
+    finally:
+        _thread.events = None
+
+
 def _report(job_id: int):
     last = [0.0]
+    events = getattr(_thread, "events", None) or EVENTS
 
     def progress(done: int, total: int | None) -> None:
         now = time.monotonic()
-        if EVENTS is not None and (now - last[0] >= 0.1 or (total is not None and done >= total)):
+        if events is not None and (now - last[0] >= 0.1 or (total is not None and done >= total)):
             last[0] = now
-            EVENTS.put((job_id, done, total))
+            events.put((job_id, done, total))
     return progress
 
 

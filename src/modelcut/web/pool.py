@@ -112,7 +112,6 @@ class Pool:
             return
         if self.kind == "thread":
             self._events = queue_mod.SimpleQueue()
-            jobs.EVENTS = self._events
             self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="modelcut-search")
         else:
             ctx = multiprocessing.get_context("spawn")   # no fork of a threaded server
@@ -200,7 +199,10 @@ class Pool:
             self._start()
             job_id = next(self._ids)
             try:
-                fut = self._executor.submit(fn, job_id, *args)
+                if self.kind == "thread":
+                    fut = self._executor.submit(jobs.in_thread, self._events, fn, job_id, *args)
+                else:
+                    fut = self._executor.submit(fn, job_id, *args)
             except (BrokenProcessPool, RuntimeError):
                 self._executor = None     # start a fresh pool for the next job
                 raise Unavailable("the search workers stopped; retry shortly") from None
