@@ -284,3 +284,23 @@ def test_the_limits_are_one_module_for_every_face():
     spec = schemas.ExploreInput.model_json_schema()
     assert spec["properties"]["gpus"]["maximum"] == DEFAULT.max_gpus == WEB.max_gpus
     assert spec["properties"]["seq"]["maximum"] == DEFAULT.max_seq
+
+
+@pytest.mark.parametrize("command,caps", [
+    ("simulate", ["max_ops", "max_time"]), ("mesh", ["max_gpus"]),
+    ("explore", ["max_ops", "max_layouts", "max_search_ops", "max_gpus", "max_seq", "max_tokens", "max_layers",
+                 "max_width"]),
+    ("predict", ["max_ops", "max_gpus", "max_seq", "max_tokens", "max_layers", "max_width"])])
+def test_every_flag_a_refusal_names_is_the_command_s(command, caps):
+    from modelcut.service.limits import CAPS
+    _, out, _ = cli(command, "--help")
+    for cap in caps:
+        assert CAPS[cap][1] in out, (command, CAPS[cap][1])
+
+
+def test_calibrate_names_no_flag_it_lacks(tmp_path):
+    csv = tmp_path / "runs.csv"
+    csv.write_text("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,tflops_per_gpu\n"
+                   "a,gpt-1.7b,a100,1,1,99999999999999,2048,512,1,100\n")
+    rc, _, err = cli("calibrate", "--runs", str(csv))
+    assert rc == 2 and "is beyond the limit" in err and "raises it" not in err

@@ -3,6 +3,7 @@ the text view of ``modelcut validate --mode default``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,10 +13,14 @@ from rich.table import Table
 from ..core.costs.kernels import NAMES
 from ..core.errors import ModelcutError
 from ..service import calibrate as service
+from ..service.limits import DEFAULT
 from ..service.runs_csv import CSV_COLUMNS
 from ..service.validation import DefaultTable
 from .app import app
 from .common import check_writable, progress, write_file
+
+#: calibrate's runs meet the default caps, which it has no flags to raise
+NO_FLAGS = dataclasses.replace(DEFAULT, flags=False)
 from .views import console
 
 _COLUMNS_HELP = "CSV columns: " + ", ".join(CSV_COLUMNS)
@@ -44,7 +49,8 @@ def calibrate(
         check_writable(out)
     with progress("fitting", enabled=not as_json) as update:
         res = service.calibrate(runs, gpu, fit_names, base, cv,
-                                progress=lambda done, total, text: update(done, total, f"{text}: {done} predictions"))
+                                progress=lambda done, total, text: update(done, total, f"{text}: {done} predictions"),
+                                limits=NO_FLAGS)
     if out is not None:
         write_text(out, res.text)
     if as_json:

@@ -16,8 +16,8 @@ from ..service import requests
 from ..service.limits import CAPS, DEFAULT, Limits
 
 #: The flag of each cap (``--max-ops`` …), for the commands that take them.
-LIMIT_HELP = {cap: f"raise the cap on {what or 'model widths'} (default {getattr(DEFAULT, cap):,})"
-              for cap, (what, _) in CAPS.items()}
+LIMIT_HELP = {cap: f"raise the cap on {what or 'a model’s widths, heads, vocabulary and experts'} "
+                   f"(default {getattr(DEFAULT, cap):,})" for cap, (what, _) in CAPS.items()}
 
 
 def limit_option(cap: str) -> Any:

@@ -70,6 +70,9 @@ def explore(
     max_seq: Optional[int] = limit_option("max_seq"),
     max_ops: Optional[int] = limit_option("max_ops"),
     max_search_ops: Optional[int] = limit_option("max_search_ops"),
+    max_tokens: Optional[int] = limit_option("max_tokens"),
+    max_layers: Optional[int] = limit_option("max_layers"),
+    max_width: Optional[int] = limit_option("max_width"),
 ) -> None:
     """Enumerate layouts (t, c and its form, e, p, v, d, micro-batch, recomputation, ZeRO, schedule), keep
     those that fit, rank them by predicted step time."""
@@ -78,7 +81,7 @@ def explore(
     if emit is not None and emit not in ("megatron", "torchtitan"):
         raise ModelcutError(f"--emit must be megatron or torchtitan, got {emit!r}")
     lim = limits(max_gpus=max_gpus, max_layouts=max_layouts, max_seq=max_seq, max_ops=max_ops,
-                 max_search_ops=max_search_ops)
+                 max_search_ops=max_search_ops, max_tokens=max_tokens, max_layers=max_layers, max_width=max_width)
     fields = {**inputs.model_arg(model, lim), "gpu": gpu.lower(), "gpus": gpus, "seq": seq,
               "global_batch_tokens": inputs.parse_tokens(global_batch_tokens), "top": top, "mode": mode,
               "framework": framework.lower() if framework else None, "margin": margin,

@@ -62,8 +62,9 @@ def simulate(
     schedule_csv: Optional[Path] = typer.Option(None, "--schedule-csv", help="simulate a custom schedule (action CSV)"),
     export_csv: Optional[Path] = typer.Option(None, "--export-csv", help="write the schedule as an action CSV"),
     max_ops: Optional[int] = limit_option("max_ops"),
+    max_time: Optional[float] = limit_option("max_time"),
 ) -> None:
-    lim = limits(max_ops=max_ops)
+    lim = limits(max_ops=max_ops, max_time=max_time)
     inp = parse(SimulateArgs, {"schedule": schedule, "devices": devices, "microbatches": microbatches,
                                "chunks": chunks, "forward": forward, "backward": backward, "weight": weight,
                                "p2p": p2p}, lim, FLAGS)

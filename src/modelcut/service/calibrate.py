@@ -15,6 +15,7 @@ from ..analysis.validation import profile_text
 from ..catalog import Profile
 from ..core.costs.kernels import NAMES
 from ..core.errors import ModelcutError
+from .limits import Limits
 from .requests import CalibrateInput, parse
 from .runs_csv import read_runs_csv
 
@@ -56,7 +57,8 @@ def _counting(progress: Progress | None, label: list[str]):
 
 
 def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str = "gemm,mem,net",
-              base: str | None = None, cv: bool = True, progress: Progress | None = None) -> CalibrateResult:
+              base: str | None = None, cv: bool = True, progress: Progress | None = None,
+              limits: Limits | None = None) -> CalibrateResult:
     """Fit the named constants by least squares (:func:`..analysis.calibrate.fit`); ``progress``
     hears (predictions made, None, what is being fitted) as it goes."""
     names = tuple(x.strip() for x in fit_names.split(",") if x.strip())
@@ -68,7 +70,7 @@ def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str =
     parse(CalibrateInput, {"fit": list(names), "gpu": gpu.lower() if gpu else None, "cv": cv},
           names={"fit": "--fit", "gpu": "--gpu"})
     if runs is not None:
-        measured = read_runs_csv(runs)
+        measured = read_runs_csv(runs, limits)
         if gpu:
             want = catalog.hardware(gpu).name
             measured = [m for m in measured if m.hw.name == want]

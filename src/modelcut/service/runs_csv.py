@@ -14,6 +14,7 @@ from ..core.specs import Layout, Run, Training
 from ..core.step.checks import check_run
 from . import inputs
 from .inputs import parse_overlap
+from .limits import Limits
 from .runfile import check_sizes
 
 
@@ -62,7 +63,7 @@ def _float(row: dict, key: str, where: str) -> float | None:
         raise ModelcutError(f"{where}: {key} must be a number, got {val!r}") from None
 
 
-def read_runs_csv(path: str | Path) -> list[Measured]:
+def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measured]:
     """A user's measured runs (columns :data:`CSV_COLUMNS`); each bad row is a one-line error."""
     p = Path(path)
     try:
@@ -89,7 +90,7 @@ def read_runs_csv(path: str | Path) -> list[Measured]:
         mname = row.get("model", "").strip()
         if not mname:
             raise ModelcutError(f"{where}: missing 'model'")
-        spec = inputs.model_spec(mname)
+        spec = inputs.model_spec(mname, limits)
         hw = catalog.hardware(row.get("gpu", "").strip() or "?")
         sp = row.get("sequence_parallel", "").strip().lower()
         if sp not in ("", "true", "false", "1", "0", "yes", "no"):
@@ -119,7 +120,7 @@ def read_runs_csv(path: str | Path) -> list[Measured]:
             raise ModelcutError(f"{where}: step_time_s must be a positive number, got {step!r}")
         run = Run(model=spec, gpu=hw.name, layout=layout, training=training, gpus_per_node=gpn, name=rid)
         try:
-            check_sizes(run)
+            check_sizes(run, limits)
             check_run(run)
         except ModelcutError as exc:
             raise ModelcutError(f"{where}: {exc}") from None
