@@ -38,7 +38,6 @@ ModeName = Literal[tuple(MODES)]  # type: ignore[valid-type]
 CpKind = Literal[CP_KINDS]  # type: ignore[valid-type]
 Constant = Literal[CONSTANTS]  # type: ignore[valid-type]
 Recompute = Literal["none", "selective", "full"]
-Dim = Literal["tp", "cp", "pp", "dp"]
 MeshDim = Literal["tp", "cp", "pp", "dp", "ep"]
 
 
@@ -71,10 +70,6 @@ def _whole(value):
     return value
 
 
-#: An integer field: strict, but for floats that are whole numbers (:class:`Strict` converts them).
-Int = int
-
-
 def _kinds(tp: Any) -> set[str]:
     """Whether a field's type holds integers ("int") or lists of them ("list")."""
     if tp is int:
@@ -94,11 +89,11 @@ def Capped(cap: str, minimum: float = 1):
     return [Field(ge=minimum, json_schema_extra={"maximum": getattr(DEFAULT, cap)}), _capped(cap)]
 
 
-GpuCount = Annotated[Int, *Capped("max_gpus")]
-Width = Annotated[Int, *Capped("max_width")]
-Layers = Annotated[Int, *Capped("max_layers")]
-SeqLen = Annotated[Int, *Capped("max_seq")]
-Tokens = Annotated[Int, *Capped("max_tokens")]
+GpuCount = Annotated[int, *Capped("max_gpus")]
+Width = Annotated[int, *Capped("max_width")]
+Layers = Annotated[int, *Capped("max_layers")]
+SeqLen = Annotated[int, *Capped("max_seq")]
+Tokens = Annotated[int, *Capped("max_tokens")]
 Time = Annotated[float, Field(ge=0, allow_inf_nan=False, json_schema_extra={"maximum": DEFAULT.max_time}),
                  _capped("max_time")]
 Fraction01 = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
@@ -169,9 +164,9 @@ class SimulateInput(Strict):
     model_config = ConfigDict(extra="forbid", strict=True, title="SimulateRequest")
 
     schedule: ScheduleName = Field("1f1b", description="a schedule of the registry (GET /api/catalog lists them)")
-    devices: Int = Field(4, ge=1, description="pipeline devices p")
-    microbatches: Int = Field(8, ge=1, description="micro-batches m")
-    chunks: Optional[Int] = Field(None, ge=1, description="chunks per device v (null: the schedule's default)")
+    devices: int = Field(4, ge=1, description="pipeline devices p")
+    microbatches: int = Field(8, ge=1, description="micro-batches m")
+    chunks: Optional[int] = Field(None, ge=1, description="chunks per device v (null: the schedule's default)")
     forward: Time = Field(1.0, description="forward time F for a device's whole share of layers")
     backward: Time = Field(2.0, description="backward time B (with a split backward and a weight time: the input "
                                             "gradient)")
@@ -209,8 +204,8 @@ class ModelSpecIn(Strict):
     experts: Width = 1
     top_k: Width = 1
     expert_ffn_hidden: Optional[Width] = None
-    shared_experts: Annotated[Int, *Capped("max_width", 0)] = 0
-    dense_layers: Annotated[Int, *Capped("max_layers", 0)] = 0
+    shared_experts: Annotated[int, *Capped("max_width", 0)] = 0
+    dense_layers: Annotated[int, *Capped("max_layers", 0)] = 0
     capacity_factor: Optional[Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]] = None
     source: str = Field("", max_length=1000)
     learned_positions: bool = False
@@ -242,7 +237,7 @@ class LayoutIn(Strict):
     ep: GpuCount = 1
     vpp: Optional[Layers] = None
     sequence_parallel: bool = False
-    zero: Int = Field(0, ge=0, le=3)
+    zero: int = Field(0, ge=0, le=3)
     schedule: Optional[ScheduleName] = None
     etp: Optional[GpuCount] = Field(None, description="expert tensor-parallel size")
     cp_kind: Optional[CpKind] = None
@@ -311,7 +306,7 @@ class CheckIn(Strict):
     dp: Optional[GpuCount] = None
     vpp: Optional[Layers] = None
     micro_batch: Optional[Tokens] = None
-    zero: Optional[Annotated[Int, Field(ge=0, le=3)]] = None
+    zero: Optional[Annotated[int, Field(ge=0, le=3)]] = None
     cp_kind: Optional[CpKind] = None
     schedule: Optional[ScheduleName] = None
     recompute: Optional[Recompute] = None
@@ -335,10 +330,10 @@ class ExploreInput(ModelChoice):
     check: Optional[CheckIn] = Field(None, description="a layout to find among the ranked ones, e.g. "
                                                        "{\"tp\": 8, \"pp\": 16}")
     margin: Fraction01 = Field(0.02, description="fraction of the accelerator's memory kept free")
-    top: Int = Field(20, ge=1, le=500, description="how many ranked layouts to return")
+    top: int = Field(20, ge=1, le=500, description="how many ranked layouts to return")
     schedules: Optional[Annotated[list[ScheduleName], Field(min_length=1, max_length=len(registry.names()),
                                                             json_schema_extra={"uniqueItems": True}), Unique]] = None
-    micro_batches: Optional[Annotated[list[Annotated[Int, Field(ge=1, le=65536)]],
+    micro_batches: Optional[Annotated[list[Annotated[int, Field(ge=1, le=65536)]],
                                       Field(min_length=1, max_length=8, json_schema_extra={"uniqueItems": True}),
                                       Unique]] = Field(None, description="micro-batch sizes to try (default 1, 2, 4)")
     eps: Optional[Annotated[list[GpuCount], Field(min_length=1, max_length=16, json_schema_extra={"uniqueItems": True}),
@@ -361,7 +356,7 @@ class MeshInput(Strict):
     dp: GpuCount = 1
     ep: GpuCount = 1
     gpus_per_node: GpuCount = 8
-    rank: Annotated[Int, *Capped("max_gpus", 0)] = 0
+    rank: Annotated[int, *Capped("max_gpus", 0)] = 0
     order: Optional[RankOrder] = Field(None, description="rank order, innermost first (default tp, cp, pp, dp; with "
                                                          "ep > 1 Megatron-core's tp, cp, ep, dp, pp)")
 
@@ -373,13 +368,13 @@ class CrosscheckInput(Strict):
     """``modelcut crosscheck``: times in milliseconds, one process per pipeline rank."""
 
     schedules: Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(min_length=1, max_length=16)]
-    devices: Int = Field(4, ge=1, le=64, description="pipeline ranks p, one process each")
-    microbatches: Int = Field(8, ge=1, le=4096)
-    chunks: Optional[Int] = Field(None, ge=1, le=64)
+    devices: int = Field(4, ge=1, le=64, description="pipeline ranks p, one process each")
+    microbatches: int = Field(8, ge=1, le=4096)
+    chunks: Optional[int] = Field(None, ge=1, le=64)
     forward_ms: float = Field(20.0, gt=0, le=1e6, allow_inf_nan=False)
     backward_ms: float = Field(40.0, gt=0, le=1e6, allow_inf_nan=False)
     weight_ms: Optional[float] = Field(None, ge=0, le=1e6, allow_inf_nan=False)
-    steps: Int = Field(3, ge=1, le=1000)
+    steps: int = Field(3, ge=1, le=1000)
     fit_on: Optional[str] = Field(None, min_length=1, max_length=64)
     timeout: float = Field(300.0, gt=0, le=86400, allow_inf_nan=False)
     order_only: bool = False
