@@ -68,6 +68,18 @@ def to_dict(result: PipelineResult, include_ops: bool = True, notes: Iterable[st
     return out
 
 
+#: One op of ``ops`` as ``json.dumps`` writes it.
+_OP = '{"device": %d, "kind": "%s", "microbatch": %d, "chunk": %d, "stage": %d, "start": %s, "end": %s}'
+
+
+class _Reprs(dict):
+    """A time's JSON text (the repr of its float, as ``json.dumps`` writes it), made once."""
+
+    def __missing__(self, x):
+        text = self[x] = repr(float(x))
+        return text
+
+
 def write(result: PipelineResult, fp: TextIO, notes: Iterable[str] = (), chunk_ops: int = 20_000) -> None:
     """Write ``json.dumps(to_dict(result, notes=notes))`` to ``fp``, a device's timeline and a few
     thousand ops at a time."""
@@ -77,15 +89,15 @@ def write(result: PipelineResult, fp: TextIO, notes: Iterable[str] = (), chunk_o
         fp.write((", " if d else "") + json.dumps([[num(a), num(b)] for a, b in line]))
     fp.write('], "ops": [')
     chunk = chunk_index(result)
-    buf: list[str] = []
-    first = True
-    for d, op, a, b in result.trace.rows():
-        buf.append(f'{{"device": {d}, "kind": "{op.kind}", "microbatch": {op.microbatch}, '
-                   f'"chunk": {chunk[op.stage]}, "stage": {op.stage}, "start": {float(a)!r}, "end": {float(b)!r}}}')
-        if len(buf) >= chunk_ops:
-            fp.write(("" if first else ", ") + ", ".join(buf))
+    trace, first = result.trace, True
+    text = _Reprs()   # a pipeline's times repeat (an op starts as the one before it ends): each written once
+    for d, order in enumerate(result.schedule.orders):
+        if len(text) > 100_000:
+            text.clear()
+        for k in range(0, len(order), chunk_ops):   # a few thousand ops a write
+            part = ", ".join([_OP % (d, op.kind, op.microbatch, chunk[op.stage], op.stage, text[a], text[b])
+                              for op, a, b in zip(order[k:k + chunk_ops], trace.starts[d][k:k + chunk_ops],
+                                                  trace.ends[d][k:k + chunk_ops])])
+            fp.write(part if first else ", " + part)
             first = False
-            buf.clear()
-    if buf:
-        fp.write(("" if first else ", ") + ", ".join(buf))
     fp.write('], "notes": ' + json.dumps(list(notes)) + "}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,12 +79,14 @@ def device_timeline(trace: Trace, d: int, w_fraction: Any = W_FRACTION, split: b
 
 
 class Timelines(Sequence):
-    """Every device's memory timeline, computed device by device when read and kept only for
-    schedules of up to :data:`KEPT_UP_TO` ops: a simulation of millions of ops holds one
-    device's timeline at a time."""
+    """Every device's memory timeline. Schedules of up to :data:`KEPT_UP_TO` ops keep each
+    timeline as its list; larger ones in floats keep them as two arrays of floats per device (16
+    bytes a change, not a tuple and two objects), the lists made when read; otherwise each
+    device's is computed again when read."""
 
-    def __init__(self, trace: Trace, w_fraction: Any, kept: list | None = None, split: bool | None = None):
-        self._trace, self._w, self._kept = trace, w_fraction, kept
+    def __init__(self, trace: Trace, w_fraction: Any, kept: list | None = None, split: bool | None = None,
+                 packed: list | None = None):
+        self._trace, self._w, self._kept, self._packed = trace, w_fraction, kept, packed
         self._split = trace.schedule.split_backward if split is None and kept is None else split
 
     def __len__(self) -> int:
@@ -97,6 +100,9 @@ class Timelines(Sequence):
         d %= len(self)
         if self._kept is not None:
             return self._kept[d]
+        if self._packed is not None:
+            times, values = self._packed[d]
+            return list(zip(times, values))
         return device_timeline(self._trace, d, self._w, self._split)[0]
 
     def __eq__(self, other) -> bool:
@@ -106,8 +112,19 @@ class Timelines(Sequence):
         return repr(list(self))
 
 
-#: Schedules up to this many ops keep their memory timelines once computed.
+#: Schedules up to this many ops keep their memory timelines as lists.
 KEPT_UP_TO = 200_000
+
+
+def _packed(line: list[tuple[Any, Any]]):
+    """A timeline as two arrays of floats, or None when its numbers are not all floats."""
+    times, values = array("d"), array("d")
+    for t, x in line:
+        if type(t) is not float or type(x) is not float:
+            return None
+        times.append(t)
+        values.append(x)
+    return times, values
 
 
 def measure(trace: Trace, w_fraction: Any = W_FRACTION) -> PipelineMetrics:
@@ -119,10 +136,17 @@ def measure(trace: Trace, w_fraction: Any = W_FRACTION) -> PipelineMetrics:
     overall = (P * T - total) / total if total else 0 * T
     keep = trace.schedule.num_ops <= KEPT_UP_TO
     split = trace.schedule.split_backward
-    peaks, lines = [], []
+    peaks, lines, packed = [], [], []
     for d in range(P):
         line, peak = device_timeline(trace, d, w_fraction, split)
         peaks.append(peak)
         if keep:
             lines.append(line)
-    return PipelineMetrics(T, busy, per_dev, overall, peaks, Timelines(trace, w_fraction, lines if keep else None, split))
+        elif packed is not None:
+            p = _packed(line)
+            if p is None:
+                packed = None
+            else:
+                packed.append(p)
+    return PipelineMetrics(T, busy, per_dev, overall, peaks,
+                           Timelines(trace, w_fraction, lines if keep else None, split, None if keep else packed))
