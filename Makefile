@@ -1,5 +1,6 @@
 # Two commands for a newcomer (see README.md):
-#   make demo   installs modelcut in .venv and runs the main job (the deck's results, regenerated)
+#   make demo   installs modelcut in .venv and runs the main job: modelcut's default model against every
+#               published run (out of sample), the deck's seed model beside it, the bubble table, results.md
 #   make test   installs modelcut with its test tools (and Debian's chromium for the browser tests) and runs the tests
 PY ?= python3
 VENV ?= .venv
@@ -23,8 +24,9 @@ browser:
 	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi; }
 
 demo: install
-	$(BIN)/modelcut bubble-table
+	$(BIN)/modelcut validate --mode default
 	$(BIN)/modelcut validate
+	$(BIN)/modelcut bubble-table
 	$(BIN)/modelcut report
 
 test: install-test browser

@@ -1,10 +1,11 @@
 """Engine speed against a straightforward SimPy simulation of the same pipeline.
 
 Both simulate the same schedule (by default Megatron-LM's interleaved 1F1B with
-p = 64 devices, m = 1024 micro-batches, v = 4 chunks: 524,288 ops) with the same
-timing (F = 1, B = 2 for a device's whole share of layers, floats), in the same run.
-The script prints each one's ops per second and the ratio, and checks that both give
-the same makespan (exit status 1 if they do not).
+p = 64 devices, m = 1024 micro-batches, v = 4 chunks: 524,288 ops; ``-s`` takes any
+schedule of the registry, DualPipe's overlapped pairs and two directions included) with
+the same timing (F = 1, B = 2 for a device's whole share of layers, floats), in the same
+run. The script prints each one's ops per second and the ratio, and checks that both give
+the same makespan (exit status 1 if they do not; 2 for sizes the schedule refuses).
 
 The SimPy version is what one would write first: one process per device that walks
 its op list, waits on an event for each input, holds the device for the op's
@@ -23,12 +24,19 @@ import time
 import simpy
 
 from modelcut.core.sim.engine import Timing, simulate
-from modelcut.core.sim.registry import build
+from modelcut.core.errors import ModelcutError
+from modelcut.core.sim.registry import build, get
 
 
 def simpy_makespan(schedule, timing: Timing) -> float:
-    """Simulate ``schedule`` with SimPy: a process per device waiting on input events."""
-    S, m = schedule.stages, schedule.microbatches
+    """Simulate ``schedule`` with SimPy: a process per device waiting on input events.
+
+    It follows the engine's rules, written the plain way: a micro-batch runs through its own
+    stages only (``Schedule.span``: DualPipe's two directions), and the ops a schedule marks as
+    one overlapped unit (``Schedule.units``: DualPipe's F&B pairs) wait for all their inputs
+    from outside the unit, then hold the device together for the unit's duration
+    (``Timing.unit_duration``)."""
+    S = schedule.stages
     durs = timing.per_stage(S, schedule.chunks, schedule.split_backward)
     p2p = timing.p2p
     where = schedule.stage_device()
@@ -46,30 +54,45 @@ def simpy_makespan(schedule, timing: Timing) -> float:
     def inputs(op, d):
         """(table, key) of each input the op waits for."""
         k, s, mb = op.kind, op.stage, op.microbatch
+        first, last = schedule.span(mb)
         if k == "F":
-            if s > 0:
+            if s > first:
                 yield (done if where[s - 1] == d or not p2p else arrived), ("F", s - 1, mb)
         elif k == "B":
             yield done, ("F", s, mb)
-            if s < S - 1:
+            if s < last:
                 yield (done if where[s + 1] == d or not p2p else arrived), ("B", s + 1, mb)
         else:
             yield done, ("B", s, mb)
 
     last_end = [0.0]
 
+    def groups(d, order):
+        """The device's list as runs of ops that start together: each unit, and every other op alone."""
+        starts = dict(schedule.units[d]) if schedule.units else {}
+        i = 0
+        while i < len(order):
+            n = starts.get(i, 1)
+            yield order[i:i + n]
+            i += n
+
     def device(d, order):
-        for op in order:
-            for table, key in inputs(op, d):
-                yield event(table, key)
-            yield env.timeout(durs[op.stage][kind_index[op.kind]])
+        for group in groups(d, order):
+            inside = {(op.kind, op.stage, op.microbatch) for op in group}
+            for op in group:
+                for table, key in inputs(op, d):
+                    if key not in inside:   # a unit's W needs its B, which runs in the same unit
+                        yield event(table, key)
+            each = [durs[op.stage][kind_index[op.kind]] for op in group]
+            yield env.timeout(each[0] if len(group) == 1 else timing.unit_duration(each, schedule.chunks))
             if env.now > last_end[0]:
                 last_end[0] = env.now
-            key = (op.kind, op.stage, op.microbatch)
-            event(done, key).succeed()
-            if p2p:
-                arrival = event(arrived, key)
-                env.timeout(p2p).callbacks.append(lambda _e, a=arrival: a.succeed())
+            for op in group:
+                key = (op.kind, op.stage, op.microbatch)
+                event(done, key).succeed()
+                if p2p:
+                    arrival = event(arrived, key)
+                    env.timeout(p2p).callbacks.append(lambda _e, a=arrival: a.succeed())
 
     for d, order in enumerate(schedule.orders):
         env.process(device(d, order))
@@ -91,12 +114,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-s", "--schedule", default="interleaved")
     ap.add_argument("-p", "--devices", type=int, default=64)
     ap.add_argument("-m", "--microbatches", type=int, default=1024)
-    ap.add_argument("-v", "--chunks", type=int, default=4)
+    ap.add_argument("-v", "--chunks", type=int, default=None,
+                    help="chunks per device (default 4 where the schedule takes several, else its own)")
     ap.add_argument("--p2p", type=float, default=0.0, help="point-to-point time (default 0)")
     ap.add_argument("--repeat", type=int, default=3, help="best of N runs of each (default 3)")
     args = ap.parse_args(argv)
 
-    schedule = build(args.schedule, args.devices, args.microbatches, args.chunks)
+    try:
+        spec = get(args.schedule)
+        chunks = args.chunks if args.chunks is not None else (spec.default_chunks if spec.fixed_chunks else 4)
+        schedule = build(args.schedule, args.devices, args.microbatches, chunks)
+    except ModelcutError as exc:
+        print(f"bench_engine: error: {exc}", file=sys.stderr)
+        return 2
     timing = Timing(1.0, 2.0, None, args.p2p)
     n = schedule.num_ops
     print(f"{schedule.name}: p = {schedule.devices}, m = {schedule.microbatches}, v = {schedule.chunks}, "

@@ -342,3 +342,118 @@ def test_offline_export_plays_without_a_server(browser, tmp_path):
     assert pg.inner_text("[data-testid=bubble]") == pg.inner_text("[data-testid=bubble-closed]").split()[0]
     shot(pg, "export-1280x800")
     ctx.close()
+
+
+# --- the rough edges a new user hits (issue 16) ---------------------------------------------------
+
+def test_runs_page_shows_the_default_model_and_switches_cleanly(server, page):
+    page.goto(server + "/runs?mode=default&set=all")
+    page.wait_for_function("() => document.querySelector('#summary').textContent.includes('Default model')")
+    ans = api(server, "/api/runs?mode=default&set=all")
+    page.wait_for_function("n => document.querySelectorAll('[data-testid=runs] tbody tr').length === n",
+                           arg=len(ans["runs"]))
+    assert page.inner_text("[data-testid=error]") == ""
+    plotted = [r for r in ans["runs"] if r["published_tflops"] is not None]
+    assert page.locator("[data-testid=plot] svg g[data-run]").count() == len(plotted)
+    timed = len(ans["runs"]) - len(plotted)
+    assert timed and f"{timed} runs published as seconds a step" in page.inner_text("[data-testid=timed-runs]")
+    first_timed = next(r for r in ans["runs"] if r["unit"] == "s")
+    row = page.locator("[data-testid=runs] tbody tr", has_text=first_timed["id"])
+    x = first_timed["published"]
+    assert (f"{x:.2f} s" if x >= 10 else f"{x:.3f} s") in row.inner_text()   # in its unit, as published
+    page.select_option("#mode", "seed")
+    seed = api(server, "/api/runs?mode=seed&set=all")
+    page.wait_for_function("() => document.querySelector('#summary').textContent.includes('Seed model')")
+    assert page.locator("[data-testid=runs] tbody tr").count() == len(seed["runs"])
+    page.select_option("#mode", "default")
+    page.wait_for_function("() => document.querySelector('#summary').textContent.includes('Default model')")
+    assert "mode=default" in page.url
+    assert not page.errors
+    shot(page, "runs-default-1280x800")
+
+
+def test_a_refused_simulation_leaves_no_stale_title_or_timeline(server, page):
+    page.goto(server + "/?schedule=1f1b&devices=4&microbatches=8")
+    page.wait_for_selector("[data-testid=bubble]")
+    assert "p = 4" in page.inner_text("#title")
+    page.fill("#devices", "1000")
+    page.fill("#microbatches", "1000")
+    page.wait_for_function("() => document.querySelector('[data-testid=error]').textContent.includes('limit')")
+    title = page.inner_text("#title")
+    assert "p = 1000" in title and "m = 1000" in title and "not simulated" in title
+    assert "p=4" not in page.title() and "not simulated" in page.title()
+    assert not page.is_visible("#player") and page.inner_text("#stats") == ""
+    page.fill("#devices", "2")
+    page.fill("#microbatches", "3")
+    page.wait_for_function("() => document.querySelector('#title').textContent.startsWith('1f1b · p = 2')")
+    assert page.is_visible("#player") and "bubble" in page.inner_text("#stats").lower()
+
+
+def test_a_long_search_streams_its_progress_bar(server, page):
+    # a search of seconds (the pruned explorer settles small ones in a fraction of a second)
+    page.goto(server + "/explorer?model=llama3-405b&gpu=h100-sxm5-80gb&gpus=8192&seq=8192&tokens=16M&top=5")
+    seen: list[float] = []
+    deadline = time.monotonic() + 120
+    while not page.locator("[data-testid=layouts] tbody tr").count():
+        assert time.monotonic() < deadline, "the search did not answer"
+        val = page.evaluate("() => { const b = document.querySelector('[data-testid=progress]');"
+                            " return b && !b.closest('[hidden]') ? b.dataset.value : null; }")
+        if val:
+            x = float(val)
+            if not seen or x != seen[-1]:
+                seen.append(x)
+        page.wait_for_timeout(80)
+    assert len([x for x in seen if 0 < x < 1]) >= 3, seen   # the bar moved while the search ran
+    assert seen == sorted(seen)
+    page.wait_for_selector("#progress", state="hidden")
+    assert page.locator("[data-testid=layouts] tbody tr").count() == 5
+    assert not page.errors
+
+
+@pytest.mark.parametrize("path", ["/", "/explorer?model=gpt-1.7b&gpu=a100-sxm4-80gb&gpus=8&seq=2048&tokens=131072",
+                                  "/runs"])
+def test_the_navigation_fits_a_phone(server, browser, path):
+    ctx = browser.new_context(viewport={"width": 360, "height": 740})
+    pg = ctx.new_page()
+    pg.goto(server + path)
+    pg.wait_for_load_state("networkidle")
+    width = pg.evaluate("document.documentElement.scrollWidth")
+    assert width <= 360, width
+    for link in pg.locator(".topbar nav a").all():
+        box = link.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 360, (link.inner_text(), box)
+    shot(pg, f"nav-360-{path.split('?')[0].strip('/') or 'pipeline'}")
+    ctx.close()
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (1024, 768), (390, 844)])
+def test_the_explorer_memory_column_is_whole_and_its_limit_no_menu(server, browser, width, height):
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    pg = ctx.new_page()
+    pg.goto(server + "/explorer?model=gpt-1.7b&gpu=a100-sxm4-80gb&gpus=8&seq=2048&tokens=131072&top=10")
+    pg.wait_for_selector("[data-testid=layouts] tbody tr")
+    box = pg.locator("#table-wrap").bounding_box()
+    for cell in pg.locator("[data-testid=memory-cell]").all()[:5]:
+        c = cell.bounding_box()
+        assert c["x"] >= box["x"] - 0.5 and c["x"] + c["width"] <= box["x"] + box["width"] + 0.5, (c, box)
+        bar = cell.locator("svg").bounding_box()
+        assert bar["width"] >= 60 and bar["x"] + bar["width"] <= c["x"] + c["width"] + 0.5
+    marks = pg.evaluate("() => [...document.querySelectorAll('[data-testid=memory-cell] svg line')]"
+                        ".map(l => [l.getAttribute('stroke'), l.getAttribute('stroke-dasharray') || ''])")
+    assert marks and all(stroke == "#b3261e" and dash == "" for stroke, dash in marks)
+    ctx.close()
+
+
+def test_the_explanation_names_no_null_knob(server, page):
+    page.goto(server + "/explorer?model=gpt-1.7b&gpu=h100-sxm5-80gb&gpus=8&seq=16384&tokens=1M&top=5")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    ans = api(server, "/api/explore", {"model": "gpt-1.7b", "gpu": "h100-sxm5-80gb", "gpus": 8, "seq": 16384,
+                                       "global_batch_tokens": "1M", "top": 5,
+                                       "schedules": ["1f1b", "interleaved", "zb-h1", "zbv"]})
+    knobs = ans["why"]["knobs"]
+    assert knobs and all(a is not None and b is not None and a != b for a, b in knobs.values())
+    assert "cp_kind" not in knobs or None not in knobs["cp_kind"]
+    text = page.inner_text("#why")
+    for k, (a, b) in knobs.items():     # the runner-up's knob named with both values
+        assert f"{b} instead of {a}" in text, (k, text)
+    assert "null" not in text and "None" not in text and "undefined" not in text

@@ -17,7 +17,7 @@ from modelcut.core.sim.engine import Timing
 from modelcut.core.sim.run import DECK_BUBBLE_TABLE, run_named
 from modelcut.core.sim.registry import build
 from helpers import SCHEDULES
-from modelcut.export import chrome_trace, gantt, timeline_text
+from modelcut.export import chrome_trace, gantt, pipeline_json, timeline_text
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -96,7 +96,7 @@ def test_timeline_fits_100_columns_and_shows_every_op(name, p, m, v):
     assert all(len(line) <= 100 for line in lines)
     cell = timeline_text.fits(r.trace, 100)
     unit = timeline_text.time_unit(r.trace)
-    rows = lines[1:]  # below the time ruler
+    rows = [line for line in lines[1:] if line.startswith("d")]  # below the time ruler; marks between
     assert len(rows) == p
     for d, row in enumerate(rows):
         body = row[len(f"d{p - 1}") + 2:]
@@ -107,6 +107,40 @@ def test_timeline_fits_100_columns_and_shows_every_op(name, p, m, v):
         order = r.schedule.orders[d]
         for kind in "BW" + ("F" if cell > 1 else ""):
             assert body.count(kind) == sum(op.kind == kind for op in order)
+
+
+@pytest.mark.parametrize("name,p,m,v,width", [("interleaved", 4, 8, 2, 100), ("interleaved", 2, 4, 2, 100),
+                                              ("interleaved", 4, 8, 4, 200), ("zbv", 4, 8, 2, 100)])
+def test_chunked_timelines_keep_the_chunk_marks_the_legend_promises(name, p, m, v, width):
+    """Every op of a later chunk shows its mark, in its cells or on the line below its row, and
+    the legend says which; a legend promises only the marks it can show."""
+    r = run_named(name, p, m, v, exact=True)
+    lines = timeline_text.render(r.trace, max_width=width).plain.splitlines()[1:]
+    legend = timeline_text.legend(r.trace, width)
+    cell, unit = timeline_text.fits(r.trace, width), timeline_text.time_unit(r.trace)
+    chunk = pipeline_json.chunk_index(r)
+    below = not lines[1].startswith("d")
+    assert below == ("line below" in legend)
+    assert ("' " in legend or "' =" in legend) and ('"' in legend) == (v > 2)
+    step = 2 if below else 1
+    indent = len(f"d{p - 1}") + 2
+    for d in range(p):
+        row = lines[step * d][indent:]
+        marks = lines[step * d + 1][indent:] if below else ""
+        for op, s, e in zip(r.schedule.orders[d], r.trace.starts[d], r.trace.ends[d]):
+            a, b = int(s / unit) * cell, int(e / unit) * cell
+            k = chunk[op.stage]
+            if k:
+                want = timeline_text._chunk_mark(k)
+                assert want in row[a:b] or marks[a:b].strip() in (want, want[-1]), (d, str(op))
+            else:
+                assert not marks[a:b].strip()
+
+
+def test_legend_names_only_what_the_timeline_shows():
+    one = timeline_text.legend(run_named("1f1b", 4, 8, exact=True).trace, 100)
+    assert "W3" not in one and "chunk" not in one
+    assert "W3" in timeline_text.legend(run_named("zb-h1", 4, 8, exact=True).trace, 100)
 
 
 def test_narrow_cells_keep_micro_batch_digits_in_forward_order():
@@ -276,11 +310,11 @@ def test_csv_errors_exit_non_zero_without_traceback_in_a_real_process(tmp_path):
 # bad input ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args,words", [
-    (("-p", "0"), "devices p must be at least 1"),
-    (("-m", "0"), "micro-batches m must be at least 1"),
+    (("-p", "0"), "--devices must be at least 1, got 0"),
+    (("-m", "0"), "--microbatches must be at least 1, got 0"),
     (("-s", "nope"), "unknown schedule 'nope'"),
     (("-s", "interleaved", "-p", "4", "-m", "6"), "m mod N = 0 or >= p"),
-    (("--forward", "-1"), "forward time must be non-negative"),
+    (("--forward", "-1"), "--forward must be at least 0, got -1.0"),
     (("--schedule-csv", "/nonexistent/x.csv"), "x.csv"),
 ])
 def test_bad_input_is_one_line(capsys, args, words):

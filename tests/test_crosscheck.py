@@ -26,16 +26,18 @@ P, M = 4, 8
 
 
 def _children() -> list[int]:
-    """Live (non-zombie) processes whose parent is this test process."""
+    """Live (non-zombie) processes whose parent is this test process, less multiprocessing's
+    resource tracker (one per process once any worker pool has started, e.g. the web app's)."""
     me, out = os.getpid(), []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == me and fields[0] != "Z":
+        if int(fields[1]) == me and fields[0] != "Z" and b"multiprocessing.resource_tracker" not in cmd:
             out.append(int(entry.name))
     return out
 

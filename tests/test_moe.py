@@ -252,7 +252,7 @@ def test_runfile_moe_fields():
 
 
 @pytest.mark.parametrize("model,msg", [
-    ({"experts": 8, "top_k": 2, "capacity_factor": 0}, "capacity_factor must be a positive number"),
+    ({"experts": 8, "top_k": 2, "capacity_factor": 0}, "capacity_factor must be more than 0"),
     ({"experts": 8, "top_k": 2, "capacity_factor": "x"}, "capacity_factor"),
     ({"experts": 8, "top_k": 9}, "top_k"),
     ({"experts": 8, "top_k": 2, "expert_ffn_hidden": 511}, "must divide expert_ffn_hidden"),

@@ -432,3 +432,62 @@ def test_uploads_read_configs_and_refuse_bad_ones(client):
     assert r.status_code == 413
     r = client.post("/api/upload-config", content=b"{}", headers={"content-type": "application/json"})
     assert r.status_code == 422 and "file" in r.json()["detail"]
+
+
+# --- the pool: large simulations, streamed searches, refusals when full ---------------------------
+
+def test_large_simulations_run_in_the_pool_and_answer_as_the_cli(client, capsys):
+    args = ["-s", "1f1b", "-p", "250", "-m", "250"]           # 125,000 ops: past the pool's threshold
+    assert main(["simulate", *args, "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    r = simulate(client, schedule="1f1b", devices=250, microbatches=250)
+    assert r.status_code == 200 and r.json() == cli and len(cli["ops"]) == 125_000
+
+
+def test_the_stream_reports_progress_then_the_answer(client):
+    lines = []
+    with client.stream("POST", "/api/explore/stream", json=EXPLORE) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+        for line in r.iter_lines():
+            if line.strip():
+                lines.append(json.loads(line))
+    assert all(set(x) <= {"progress", "result", "error"} and len(x) == 1 for x in lines)
+    progress = [x["progress"] for x in lines if "progress" in x]
+    assert progress and "result" in lines[-1]
+    done = [p["done"] for p in progress if p["total"]]
+    assert done == sorted(done) and done[-1] == progress[-1]["total"]
+    assert lines[-1]["result"] == client.post("/api/explore", json=EXPLORE).json()
+    r = client.post("/api/explore/stream", json={**EXPLORE, "global_batch_tokens": 1000})
+    assert r.status_code == 422 and r.headers["modelcut-refusal"] == "combination"   # refused before it streams
+
+
+def test_a_full_pool_answers_429_with_retry_after():
+    import threading
+
+    with TestClient(webapp.create_app(workers=1, queue=0, pool="thread")) as c:
+        slow = {**EXPLORE, "model": "llama3-8b", "gpu": "h100", "gpus": 16, "seq": 8192, "global_batch_tokens": "1M"}
+        first = {}
+        t = threading.Thread(target=lambda: first.setdefault("r", c.post("/api/explore", json=slow)))
+        t.start()
+        deadline = time.monotonic() + 30
+        while c.app.state.pool.admitted == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        r = c.post("/api/explore", json=EXPLORE)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert r.headers["modelcut-refusal"] == "busy" and "busy" in r.json()["detail"]
+        assert c.get("/api/catalog").status_code == 200       # small requests still answer
+        t.join(timeout=120)
+        assert first["r"].status_code == 200
+        assert c.post("/api/explore", json=EXPLORE).status_code == 200   # a place again
+
+
+def test_refusals_say_what_they_refused(client):
+    r = simulate(client, devices=0)
+    assert r.status_code == 422 and r.headers["modelcut-refusal"] == "input"
+    r = simulate(client, schedule="1f1b", chunks=2)
+    assert r.status_code == 422 and r.headers["modelcut-refusal"] == "combination"
+    r = simulate(client, schedule="1f1b", devices=1000, microbatches=1000)
+    assert r.status_code == 422 and r.headers["modelcut-refusal"] == "limit"
+    r = client.post("/api/upload-config", files={"file": ("config.json", b"{not json")})
+    assert r.status_code == 400 and r.headers["modelcut-refusal"] == "content"

@@ -43,3 +43,8 @@ def hardware(name_or_alias: str) -> Hardware:
 
 def all_hardware() -> list[Hardware]:
     return list(_hardware_index()[1])
+
+
+def hardware_keys() -> tuple[str, ...]:
+    """Every name and alias :func:`hardware` takes (lower case), catalog order."""
+    return tuple(_hardware_index()[0])

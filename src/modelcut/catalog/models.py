@@ -46,6 +46,11 @@ def all_models() -> list[ModelSpec]:
     return list(_model_index()[1])
 
 
+def model_keys() -> tuple[str, ...]:
+    """Every name and alias :func:`model` takes (lower case), catalog order."""
+    return tuple(_model_index()[0])
+
+
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a Hugging Face ``config.json`` file."""
     p = Path(path)

@@ -3,6 +3,7 @@ the text view of ``modelcut validate --mode default``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,20 +14,20 @@ from rich.table import Table
 from ..core.costs.kernels import NAMES
 from ..core.errors import ModelcutError
 from ..service import calibrate as service
+from ..service.limits import DEFAULT
 from ..service.runs_csv import CSV_COLUMNS
 from ..service.validation import DefaultTable
 from .app import app
+from .common import check_writable, progress, write_file
+
+#: calibrate's runs meet the default caps, which it has no flags to raise
+NO_FLAGS = dataclasses.replace(DEFAULT, flags=False)
 from .views import console
 
 _COLUMNS_HELP = "CSV columns: " + ", ".join(CSV_COLUMNS)
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write a file the user named, in one line of error if it cannot be written."""
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ModelcutError(f"{path}: cannot write ({exc.strerror})") from None
+write_text = write_file
 
 
 @app.command()
@@ -46,8 +47,12 @@ def calibrate(
     """Fit the default model's constants (the sustained share of measured kernel throughput and of HBM
     bandwidth) by least squares on measured runs; print per-run errors and a leave-one-source-out
     table; write a profile."""
-    err = Console(stderr=True)
-    res = service.calibrate(runs, gpu, fit_names, base, cv, progress=lambda msg: err.print(f"calibrate: {msg} …"))
+    if out is not None:
+        check_writable(out)
+    with progress("fitting", enabled=not as_json) as update:
+        res = service.calibrate(runs, gpu, fit_names, base, cv,
+                                progress=lambda done, total, text: update(done, total, f"{text}: {done} predictions"),
+                                limits=NO_FLAGS)
     if out is not None:
         write_text(out, res.text)
     if as_json:

@@ -16,7 +16,9 @@ from rich.table import Table
 from ..analysis.torchcheck.report import crosscheck as run_check
 from ..core.errors import ModelcutError
 from ..export.chrome_trace import to_trace_multi
+from ..service.requests import CrosscheckInput
 from .app import app
+from .common import check_writable, limits, parse, progress, write_file
 
 
 def _ms(x: float | None) -> str:
@@ -60,12 +62,28 @@ def crosscheck(
         raise ModelcutError("--schedule names no schedule")
     if trace is not None and order_only:
         raise ModelcutError("--trace needs a real run; drop --order-only")
-    entries = run_check(names, devices, microbatches, chunks, forward_s=forward_ms / 1e3,
-                        backward_s=backward_ms / 1e3, weight_s=None if weight_ms is None else weight_ms / 1e3,
-                        steps=steps, fit_on=fit_on, timeout_s=timeout, order_only=order_only)
+    inp = parse(CrosscheckInput, {"schedules": names, "devices": devices, "microbatches": microbatches,
+                                  "chunks": chunks, "forward_ms": forward_ms, "backward_ms": backward_ms,
+                                  "weight_ms": weight_ms, "steps": steps, "fit_on": fit_on, "timeout": timeout,
+                                  "order_only": order_only}, limits(),
+                {k: "--" + k.replace("_", "-") for k in ("devices", "microbatches", "chunks", "forward_ms",
+                                                          "backward_ms", "weight_ms", "steps", "fit_on", "timeout")}
+                | {"schedules": "--schedule"})
+    if inp.weight_ms is not None and inp.weight_ms > inp.backward_ms:
+        raise ModelcutError(f"--weight-ms {inp.weight_ms:g} is more than the backward it is part of "
+                            f"(--backward-ms {inp.backward_ms:g})")
+    if trace is not None:
+        check_writable(trace)
+    with progress("crosscheck: " + ("reading torch's orders" if order_only else "running the pipelines"),
+                  enabled=not as_json and not order_only) as update:
+        update(0)
+        entries = run_check(inp.schedules, inp.devices, inp.microbatches, inp.chunks, forward_s=inp.forward_ms / 1e3,
+                            backward_s=inp.backward_ms / 1e3,
+                            weight_s=None if inp.weight_ms is None else inp.weight_ms / 1e3,
+                            steps=inp.steps, fit_on=inp.fit_on, timeout_s=inp.timeout, order_only=inp.order_only)
     dicts = [e.as_dict() for e in entries]
     if trace is not None:
-        trace.write_text(json.dumps(to_trace_multi([tl for e in entries for tl in e.timelines()],
+        write_file(trace, json.dumps(to_trace_multi([tl for e in entries for tl in e.timelines()],
                                                    metadata={"crosscheck": dicts})))
     if as_json:
         print(json.dumps(dicts[0] if len(dicts) == 1 else {"runs": dicts}))

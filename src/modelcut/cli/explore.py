@@ -15,17 +15,25 @@ from rich.table import Table
 from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.errors import ModelcutError
-from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, Space, why
+from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
 from ..export import emit as emitter
 from ..service import inputs
-from ..service.explore import (PARETO_WITHIN, ExploreRequest, ExploreResult, catalog_request, check_row, gpu_counts,
+from ..service.requests import ExploreInput
+from ..service.explore import (PARETO_WITHIN, explore_request, ExploreResult, catalog_request, check_row, gpu_counts,
                                gpu_pareto, run_explore, run_explore_range, why_text)
 from .app import app
+from .common import limit_option, limits, parse
 
 GB = 1e9
 #: Terminal width the tables are laid out for.
 WIDTH = 100
+#: Each request field as the command line spells it (the one-line errors name the flag).
+FLAGS = {"gpus": "--gpus", "seq": "--seq", "global_batch_tokens": "--global-batch-tokens", "top": "--top",
+         "gpus_per_node": "--gpus-per-node", "margin": "--margin", "micro_batches": "--micro-batches",
+         "schedules": "--schedules", "eps": "--eps", "cp_kinds": "--cp-kinds", "mode": "--mode",
+         "framework": "--framework", "gpu": "--gpu", "pareto_within": "--pareto-within",
+         "precision": "--precision", "fp8_recipe": "--fp8-recipe", "check": "--check"}
 
 
 def _shape(e: Evaluated) -> str:
@@ -113,6 +121,14 @@ def explore(
                                                                "or fp8 (docs/fp8.md)"),
     fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise or "
                                                                          "mxfp8 (default: the stack's choice)"),
+    max_layouts: Optional[int] = limit_option("max_layouts"),
+    max_gpus: Optional[int] = limit_option("max_gpus"),
+    max_seq: Optional[int] = limit_option("max_seq"),
+    max_ops: Optional[int] = limit_option("max_ops"),
+    max_search_ops: Optional[int] = limit_option("max_search_ops"),
+    max_tokens: Optional[int] = limit_option("max_tokens"),
+    max_layers: Optional[int] = limit_option("max_layers"),
+    max_width: Optional[int] = limit_option("max_width"),
 ) -> None:
     """Enumerate layouts (t, c and its form, e, p, v, d, micro-batch, recomputation, ZeRO, schedule) the stack
     can run, keep those that fit, rank them by predicted step time."""
@@ -135,14 +151,21 @@ def explore(
     if missing:
         raise ModelcutError(f"explore needs {missing[0]} (or --run with a published run)")
     lo, hi = _gpus(gpus)
-    space = Space(micro_batches=inputs.int_list(micro_batches, "--micro-batches"), schedules=inputs.names(schedules),
-                  allow_tp_across_nodes=allow_tp_across_nodes,
-                  eps=inputs.int_list(eps, "--eps") if eps is not None else None, cp_kinds=inputs.names(cp_kinds),
-                  precision=inputs.precision(precision, fp8_recipe)[0], fp8_recipe=inputs.precision(precision, fp8_recipe)[1])
-    hw = catalog.hardware(gpu)
-    req = ExploreRequest(inputs.model_spec(model), hw, lo, seq, inputs.parse_tokens(global_batch_tokens),
-                         gpus_per_node, mode, framework, margin, space, check=inputs.check_spec(check) if check else None,
-                         top=top, flash=flash, reshard=reshard, pareto_within=pareto_within, exhaustive=exhaustive)
+    lim = limits(max_gpus=max_gpus, max_layouts=max_layouts, max_seq=max_seq, max_ops=max_ops,
+                 max_search_ops=max_search_ops, max_tokens=max_tokens, max_layers=max_layers, max_width=max_width)
+    # one boundary: the options validated as the web's body is (service/requests.py), errors naming the flag
+    fields = {**inputs.model_arg(model, lim), "gpu": gpu.lower(), "gpus": lo, "seq": seq,
+              "global_batch_tokens": inputs.parse_tokens(global_batch_tokens), "top": top, "mode": mode,
+              "framework": framework.lower() if framework else None, "margin": margin,
+              "gpus_per_node": gpus_per_node, "allow_tp_across_nodes": allow_tp_across_nodes,
+              "micro_batches": list(inputs.int_list(micro_batches, "--micro-batches")),
+              "schedules": list(inputs.names(schedules)), "flash_attention": flash, "reshard_after_forward": reshard,
+              "check": inputs.check_spec(check) if check else None,
+              "eps": list(inputs.int_list(eps, "--eps")) if eps is not None else None,
+              "cp_kinds": list(inputs.names(cp_kinds)), "pareto_within": pareto_within, "exhaustive": exhaustive,
+              "precision": precision, "fp8_recipe": fp8_recipe}
+    req = explore_request(parse(ExploreInput, fields, lim, FLAGS), lim)
+    hw = req.hw
     err = Console(stderr=True)
     show_bar = sys.stderr.isatty() and not as_json
     with Progress(TextColumn("exploring layouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

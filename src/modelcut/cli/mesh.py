@@ -9,8 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..service.mesh import build_mesh, mesh_json
+from ..service.mesh import mesh_input, mesh_order
+from ..service.requests import MeshInput
 from .app import app
+from .common import limit_option, limits, parse
 
 
 def _ranks_text(ranks: list[int], limit: int = 8) -> str:
@@ -36,10 +38,15 @@ def mesh(
         None, "--order", help="rank order, innermost first, e.g. tp,cp,pp,dp or tp-cp-ep-dp-pp; may place ep "
                               "(default: tp,cp,pp,dp; with --ep > 1 Megatron-core's tp,cp,ep,dp,pp)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    max_gpus: Optional[int] = limit_option("max_gpus"),
 ) -> None:
     """A rank's coordinates, its peers in each parallel group, and whether each group crosses nodes."""
-    m = build_mesh(tp, cp, pp, dp, ep, order)
-    out = mesh_json(m, rank, gpus_per_node)
+    lim = limits(max_gpus=max_gpus)
+    inp = parse(MeshInput, {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep, "gpus_per_node": gpus_per_node,
+                            "rank": rank, "order": mesh_order(order)}, lim,
+                {k: f"--{k.replace('_', '-')}" for k in ("tp", "cp", "pp", "dp", "ep", "gpus_per_node", "rank",
+                                                         "order")})
+    m, out = mesh_input(inp, lim)
     if as_json:
         print(json.dumps(out))
         return

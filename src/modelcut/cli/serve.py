@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from typing import Optional
 
 import typer
 
 from ..core.errors import ModelcutError
+from ..service.limits import WEB
 from .app import app
 
 
@@ -24,11 +26,25 @@ def _loopback(host: str) -> bool:
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (loopback unless told otherwise)"),
     port: int = typer.Option(8000, "--port", help="TCP port (0 picks a free one)", min=0, max=65535),
+    max_ops: Optional[int] = typer.Option(None, "--max-ops", help=f"ops one simulation may hold (default "
+                                                                   f"{WEB.max_ops:,})", show_default=False),
+    max_layouts: Optional[int] = typer.Option(None, "--max-layouts", help=f"layouts one search may cover (default "
+                                                                           f"{WEB.max_layouts:,})", show_default=False),
+    workers: Optional[int] = typer.Option(None, "--workers", help="searches run at once, each in a worker process "
+                                                                  "(default: the cores but one)", show_default=False),
+    queue: Optional[int] = typer.Option(None, "--queue", help="searches that may wait for a worker (default twice "
+                                                              "the workers); beyond, the server answers 429",
+                                        show_default=False),
 ) -> None:
     """Start the web app: pipeline animation, layout explorer and published runs. Needs no network."""
     import uvicorn   # the server and the app load only when one is started: every other command starts faster
 
     from ..web.app import create_app
+
+    caps = WEB.raised(max_ops=max_ops, max_layouts=max_layouts)
+    for name, val in (("--workers", workers), ("--queue", queue)):
+        if val is not None and val < (1 if name == "--workers" else 0):
+            raise ModelcutError(f"{name} must be at least {1 if name == '--workers' else 0}, got {val}")
 
     try:
         info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -46,7 +62,8 @@ def serve(
     print(f"modelcut: serving on http://{shown}:{bound}/  (Ctrl-C to stop)", flush=True)
     if not _loopback(host):
         print("modelcut: note: listening beyond loopback; other machines can reach this server", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    app = create_app(max_ops=caps.max_ops, max_layouts=caps.max_layouts, workers=workers, queue=queue)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     try:
         server.run(sockets=[sock])
     finally:

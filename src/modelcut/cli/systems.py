@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -15,8 +16,11 @@ from ..service import predict as service
 from ..service import simulate as simulation
 from ..service import validation
 from ..service.runfile import load_run_with_settings
+from ..service import inputs
+from ..service.requests import PredictOptions
 from .app import app, fail
 from .calibrate import show_default_table, write_text
+from .common import check_writable, limit_option, limits, parse, progress
 from .views import console, show_prediction
 
 _MODE_HELP = f"model mode: {', '.join(MODES)}"
@@ -33,7 +37,11 @@ def validate(
     """Check the systems model against the published runs: η fitted on one, the rest predicted.
     ``--mode default``: every run (deck and dev sets), the default model beside the seed."""
     if mode == "default":
-        table = validation.default_table(service.load_profile(profile), budget)
+        prof = service.load_profile(profile)
+        with progress("predicting every published run" + (" and its error budget" if budget else ""),
+                      enabled=not as_json) as upd:
+            upd(0)
+            table = validation.default_table(prof, budget)
         if as_json:
             print(json.dumps(table.as_dict()))
         else:
@@ -82,22 +90,37 @@ def predict(
                                                             "(default: the run's [training] precision, bf16)"),
     fp8_recipe: str = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise or mxfp8 "
                                                               "(default: the stack's, else Transformer Engine's)"),
+    max_ops: Optional[int] = limit_option("max_ops"),
+    max_gpus: Optional[int] = limit_option("max_gpus"),
+    max_seq: Optional[int] = limit_option("max_seq"),
+    max_tokens: Optional[int] = limit_option("max_tokens"),
+    max_layers: Optional[int] = limit_option("max_layers"),
+    max_width: Optional[int] = limit_option("max_width"),
 ) -> None:
     """Predict one run's step time, TFLOP/s per GPU, MFU, breakdown and memory per device from a RUN.toml
     (whose optional [settings] table may name the framework and overlap overrides), or a published run."""
+    lim = limits(max_ops=max_ops, max_gpus=max_gpus, max_seq=max_seq, max_tokens=max_tokens, max_layers=max_layers,
+                 max_width=max_width)
     if (runfile is None) == (run_id is None):
         fail("give a RUN.toml file or --run with a published run's id (one of the two)")
     pr = None
     if run_id is not None:
         pr, run, settings = service.catalog_run(run_id, mode)
     else:
-        run, settings = load_run_with_settings(runfile)
+        run, settings = load_run_with_settings(runfile, lim)
     if mode == "default":
         framework = framework or settings.get("framework")
         overlap = overlap or settings.get("overlap")
-    result = service.predict(service.PredictRequest(
-        run, mode=mode, eta=eta, framework=framework, overlap=overlap, profile=service.load_profile(profile),
-        budget=budget, published=pr, precision=precision, fp8_recipe=fp8_recipe))
+    opts = parse(PredictOptions, {"mode": mode, "eta": eta, "framework": framework.lower() if framework else None,
+                                  "overlap": inputs.parse_overlap(overlap) if overlap else None}, lim,
+                 {"mode": "--mode", "eta": "--eta", "framework": "--framework", "overlap": "--overlap"})
+    with progress("predicting" + (" and its error budget" if budget else ""), enabled=budget and not as_json) as upd:
+        upd(0)
+        result = service.predict(service.PredictRequest(
+            run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
+            overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
+            profile=service.load_profile(profile), budget=budget, published=pr, precision=precision,
+            fp8_recipe=fp8_recipe), lim)
     if as_json:
         print(json.dumps(result.as_dict()))
         return
@@ -112,8 +135,9 @@ def report(
     """Write docs/results.md: the bubble table and the published-run table, regenerated from code."""
     if mode == "default":
         fail("report writes the seed mode's page; for the default model run modelcut validate --mode default")
-    if not output.parent.is_dir():
-        fail(f"{output.parent}: no such directory (report writes a file; it makes no directories)")
+    if mode not in MODES:
+        fail(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    check_writable(output)
     text = report_page.render(validation.seed_table(), simulation.bubble_table(), validation.deck_runs(), ASSUMPTIONS)
     write_text(output, text)
     print(f"wrote {output}")

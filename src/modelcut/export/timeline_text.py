@@ -29,6 +29,7 @@ PALETTE = ["red", "green", "blue", "magenta", "cyan", "yellow", "bright_red", "b
            "bright_blue", "bright_magenta", "bright_cyan", "bright_yellow"]
 CELL_WIDTHS = (3, 2, 1)  # characters per time unit, widest first
 IDLE = "·"
+#: The key to a timeline with every mark (:func:`legend` gives the one for a drawn timeline).
 LEGEND = "F3 B3 W3 = forward, backward, weight gradient of micro-batch 3; ' \" = chunks 1, 2; · = idle"
 
 
@@ -126,37 +127,82 @@ def fits(trace: Trace, max_width: int) -> int | None:
     return None if layout is None else layout[0]
 
 
-def render(trace: Trace, max_width: int = 100, ruler: bool = True) -> Text | None:
-    """The timeline as rich Text, at most ``max_width`` characters wide, or None when it
-    cannot fit even at one character per time step."""
+def _mark_cell(chunk: int, cells: int) -> str:
+    mark = _chunk_mark(chunk)
+    return (mark if len(mark) <= cells else mark[-1]).ljust(cells)
+
+
+def _blocks(trace: Trace, cell: int, unit: Fraction):
+    """Per device, (first step, last step, op, chunk) of every op that takes a cell or more."""
+    chunk_of = {}
+    for order in trace.schedule.orders:
+        for k, s in enumerate(sorted({op.stage for op in order})):
+            chunk_of[s] = k
+    for d, order in enumerate(trace.schedule.orders):
+        yield d, [(a, b, op, chunk_of[op.stage]) for op, s, e in zip(order, trace.starts[d], trace.ends[d])
+                  for a, b in [(_steps(s, unit), _steps(e, unit))] if b > a]
+
+
+def _draw(trace: Trace, max_width: int, ruler: bool) -> tuple[Text, dict[str, bool]] | None:
+    """The timeline and what it shows: W ops, forwards without their letter, chunk marks, and
+    whether some marks sit on a line of their own (ops too short to carry them)."""
     layout = _layout(trace, max_width)
     if layout is None:
         return None
     cell, unit = layout
     sched = trace.schedule
     indent = len(f"d{sched.devices - 1}") + 2
-    chunk_of = {}
-    for order in sched.orders:
-        for k, s in enumerate(sorted({op.stage for op in order})):
-            chunk_of[s] = k
     total = _steps(trace.makespan, unit)
+    rows = list(_blocks(trace, cell, unit))
+    labels = {(d, i): label(op.kind, op.microbatch, chunk, (b - a) * cell)
+              for d, blocks in rows for i, (a, b, op, chunk) in enumerate(blocks)}
+    lost = {key for key, text in labels.items()
+            if rows[key[0]][1][key[1]][3] > 0 and _chunk_mark(rows[key[0]][1][key[1]][3]) not in text}
+    seen = {"W": any(op.kind == "W" for _, blocks in rows for _, _, op, _ in blocks),
+            "bare_forward": any(rows[d][1][i][2].kind == "F" and not t.startswith("F") for (d, i), t in labels.items()),
+            "chunks": sched.chunks > 1, "mark_rows": bool(lost)}
     out = Text()
     if ruler:
         out.append(_ruler(total, unit, cell, indent) + "\n", style="dim")
-    for d, order in enumerate(sched.orders):
+    for d, blocks in rows:
         out.append(f"d{d}".ljust(indent))
-        pos = 0
-        for op, s, e in zip(order, trace.starts[d], trace.ends[d]):
-            a, b = _steps(s, unit), _steps(e, unit)
+        pos, marks = 0, []
+        for i, (a, b, op, chunk) in enumerate(blocks):
             if a > pos:
                 out.append(IDLE * ((a - pos) * cell), style="dim")
+                marks.append(" " * ((a - pos) * cell))
             cells = (b - a) * cell
-            if cells > 0:
-                chunk = chunk_of[op.stage]
-                out.append(label(op.kind, op.microbatch, chunk, cells),
-                           style=_style(op.kind, op.microbatch, chunk))
+            out.append(labels[(d, i)], style=_style(op.kind, op.microbatch, chunk))
+            marks.append(_mark_cell(chunk, cells) if (d, i) in lost else " " * cells)
             pos = max(pos, b)
         if total > pos:
             out.append(IDLE * ((total - pos) * cell), style="dim")
         out.append("\n")
-    return out
+        if lost:   # every device gets its mark line, so that the rows pair up
+            out.append((" " * indent + "".join(marks)).rstrip() + "\n", style="dim")
+    return out, seen
+
+
+def render(trace: Trace, max_width: int = 100, ruler: bool = True) -> Text | None:
+    """The timeline as rich Text, at most ``max_width`` characters wide, or None when it
+    cannot fit even at one character per time step. Where an op of a later chunk is too short
+    to carry its chunk mark, the mark goes on a line below the device's row, under the op."""
+    drawn = _draw(trace, max_width, ruler)
+    return None if drawn is None else drawn[0]
+
+
+def legend(trace: Trace, max_width: int = 100) -> str:
+    """The key to :func:`render`'s timeline at this width: what its cells show, and only that."""
+    drawn = _draw(trace, max_width, False)
+    seen = drawn[1] if drawn is not None else {"W": trace.schedule.split_backward, "bare_forward": False,
+                                               "chunks": trace.schedule.chunks > 1, "mark_rows": False}
+    kinds = "F3 B3 W3 = forward, backward, weight gradient" if seen["W"] else "F3 B3 = forward, backward"
+    parts = [kinds + " of micro-batch 3" + ("; 3 alone = its forward (F3 where there is room)"
+                                          if seen["bare_forward"] else "")]
+    if seen["chunks"]:
+        marks = "' \" = chunks 1, 2 (c3 … later ones)" if trace.schedule.chunks > 3 else (
+            "' \" = chunks 1, 2" if trace.schedule.chunks > 2 else "' = chunk 1")
+        parts.append(marks + ("; the line below a device's row marks the ops too short to carry it"
+                              if seen["mark_rows"] else ""))
+    parts.append(f"{IDLE} = idle")
+    return "; ".join(parts)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from .. import catalog
 from ..analysis import calibrate as cal
@@ -15,6 +15,8 @@ from ..analysis.validation import profile_text
 from ..catalog import Profile
 from ..core.costs.kernels import NAMES
 from ..core.errors import ModelcutError
+from .limits import Limits
+from .requests import CalibrateInput, parse
 from .runs_csv import read_runs_csv
 
 
@@ -40,19 +42,38 @@ class CalibrateResult:
 #: The constants the model fits (:data:`..analysis.calibrate.FITTED`), as ``--fit`` spells them.
 FITTED = ",".join(cal.FITTED)
 
+Progress = Callable[[int, Optional[int], str], None]
+
+
+def _counting(progress: Progress | None, label: list[str]):
+    """The default predictor, reporting each prediction: (predictions so far, None, what runs)."""
+    if progress is None:
+        return None
+    done = [0]
+
+    def predictor(meas, eff):
+        done[0] += 1
+        if done[0] % 5 == 0:
+            progress(done[0], None, label[0])
+        return cal.default_predictor(meas, eff)
+    return predictor
+
 
 def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str = FITTED,
-              base: str | None = None, cv: bool = True,
-              progress: Callable[[str], None] | None = None) -> CalibrateResult:
-    """Fit the named constants by least squares (:func:`..analysis.calibrate.fit`)."""
+              base: str | None = None, cv: bool = True, progress: Progress | None = None,
+              limits: Limits | None = None) -> CalibrateResult:
+    """Fit the named constants by least squares (:func:`..analysis.calibrate.fit`); ``progress``
+    hears (predictions made, None, what is being fitted) as it goes."""
     names = tuple(x.strip() for x in fit_names.split(",") if x.strip())
     if not names:
         raise ModelcutError("--fit names no constant")
     for k in names:
         if k not in NAMES:
             raise ModelcutError(f"unknown constant {k!r} in --fit; choose among {', '.join(NAMES)}")
+    parse(CalibrateInput, {"fit": list(names), "gpu": gpu.lower() if gpu else None, "cv": cv},
+          names={"fit": "--fit", "gpu": "--gpu"})
     if runs is not None:
-        measured = read_runs_csv(runs)
+        measured = read_runs_csv(runs, limits)
         if gpu:
             want = catalog.hardware(gpu).name
             measured = [m for m in measured if m.hw.name == want]
@@ -68,12 +89,13 @@ def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str =
         base_prof = catalog.load_profile(base)
     else:
         base_prof = catalog.profile_for(catalog.hardware(base).name)
-    if progress:
-        progress(f"fitting {', '.join(names)} on {len(measured)} runs of {len({m.family for m in measured})} sources")
-    result = cal.fit(measured, names, base_prof.efficiency)
+    label = [f"fitting {', '.join(names)} on {len(measured)} runs of {len({m.family for m in measured})} sources"]
+    predictor = _counting(progress, label)
+    result = cal.fit(measured, names, base_prof.efficiency, predictor)
     folds = {}
     if cv:
-        folds = cal.leave_one_family_out(measured, names, base_prof.efficiency, progress=progress)
+        label[0] = f"leave one source out: {len({m.family for m in measured})} sources refitted"
+        folds = cal.leave_one_family_out(measured, names, base_prof.efficiency, predictor)
     inherits = base_prof.hardware if set(names) != set(NAMES) else ""
     source = f"modelcut calibrate on {len(measured)} runs" + (f" ({runs.name})" if runs is not None else " (catalog)")
     text = profile_text(hw_name, result, inherits=inherits, source=source, folds=folds)

@@ -22,6 +22,7 @@ done = total; :func:`run_explore_range` calls it with the counts of all its sear
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -29,8 +30,9 @@ from typing import Any, Callable
 from .. import catalog
 from ..analysis.validation import seed_eta
 from ..core.errors import ModelcutError
-from ..core.explore import DEFAULT_SCHEDULES, Evaluated, Exploration, Space, explore, find, why
+from ..core.explore import DEFAULT_SCHEDULES, Evaluated, Exploration, Space, explore, find, structures, why
 from ..core.explore.rules import Capabilities
+from ..core.explore.space import RECOMPUTE_ORDER, ZERO_ORDER, tp_ok
 from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions
 from ..core.costs import fp8 as fp8_mod
@@ -38,7 +40,10 @@ from ..core.specs import Hardware, ModelSpec, Run, Training
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.frameworks import Framework
+from . import inputs
+from .limits import DEFAULT, Limits
 from .predict import efficiency_for
+from .requests import ExploreInput
 
 GB = 1e9
 TERM_NAMES = {"compute_s": "compute", "tp_s": "tensor-parallel", "cp_s": "context-parallel",
@@ -70,6 +75,7 @@ class ExploreRequest:
     reshard: bool | None = None            # None: as the stack reshards (ZeRO-3)
     pareto_within: float = PARETO_WITHIN
     exhaustive: bool = False               # time every layout that fits (no bound)
+    limits: Limits = DEFAULT               # the work a request may ask for (service/limits.py)
 
 
 def stack(req: ExploreRequest) -> Framework | None:
@@ -210,7 +216,8 @@ class ExploreResult:
             out["rule"] = v.as_dict()
             out["text"] = f"{q}: {v.line()}"
         else:
-            out["text"] = f"{q}: no layout of {ex.gpus:,} GPUs in the searched space matches it"
+            out["text"] = (f"{q}: no layout of the searched space is like it ({ex.gpus:,} GPUs; schedules, "
+                           "micro-batch sizes, chunks, tensor parallelism within a node: see the options)")
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -238,25 +245,109 @@ class ExploreResult:
         return out
 
 
-def _check_query(req: ExploreRequest) -> None:
-    q = req.check or {}
-    sizes = [q.get(k) for k in ("tp", "cp", "pp", "dp")]
-    if all(x is not None for x in sizes):
-        n = sizes[0] * sizes[1] * sizes[2] * sizes[3]
-        if n != req.gpus:
-            raise ModelcutError(f"--check: tp·cp·pp·dp = {n:,} but the search uses {req.gpus:,} GPUs")
+def check_problems(check: dict[str, Any], model: ModelSpec, gpus: int, seq: int) -> list[str]:
+    """Why no layout of ``gpus`` GPUs can be the checked one, whatever fits: its sizes against
+    the GPUs, the heads and the sequence (empty when it could be a layout)."""
+    dims = {k: check[k] for k in ("tp", "cp", "pp", "dp") if check.get(k) is not None}
+    out = []
+    if len(dims) == 4:
+        prod = dims["tp"] * dims["cp"] * dims["pp"] * dims["dp"]
+        if prod != gpus:
+            out.append(f"tp·cp·pp·dp = {prod:,} ≠ {gpus:,} GPUs")
+    else:
+        prod = 1
+        for k, v in dims.items():
+            prod *= v
+        if gpus % prod:
+            out.append(f"{'·'.join(dims)} = {prod:,} does not divide the {gpus:,} GPUs")
+    for k, v in dims.items():
+        if gpus % v:
+            out.append(f"{k} {v:,} does not divide the {gpus:,} GPUs")
+    tp = check.get("tp")
+    if tp is not None and not tp_ok(model, tp):
+        if model.heads % tp:
+            out.append(f"tp {tp:,} does not divide the model's {model.heads} heads")
+        else:
+            out.append(f"tp {tp:,} does not split the model's heads ({model.heads}, {model.kv_heads} KV) "
+                       f"and MLP ({model.ffn_hidden}) evenly")
+    cp = check.get("cp")
+    if cp is not None and cp > 1 and seq % (2 * cp):
+        out.append(f"cp {cp:,} does not split the {seq:,}-token sequence into 2·cp equal pieces")
+    pp = check.get("pp")
+    if pp is not None and pp > model.layers:
+        out.append(f"pp {pp:,} is more stages than the model's {model.layers} layers")
+    ep = check.get("ep")
+    if ep is not None and ep > 1 and (not model.is_moe or model.experts % ep):
+        out.append(f"ep {ep:,} does not divide the model's {model.experts} experts")
+    return list(dict.fromkeys(out))
 
 
-def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None = None) -> ExploreResult:
+def _check_text(check: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in check.items())
+
+
+def count_layouts(req: ExploreRequest, cap: int, ops_cap: int | None = None) -> tuple[int, bool, int]:
+    """(layouts the space holds, whether it holds more than ``cap``, the pipeline ops its shapes
+    would simulate: each p·v·m·3), counting structures no further than the caps allow."""
+    space = req.space
+    variants = len([r for r in RECOMPUTE_ORDER if r in space.recomputes]) * len(
+        [z for z in ZERO_ORDER if z in space.zeros])
+    gb = req.global_batch_tokens // req.seq
+    gpn = req.gpus_per_node or req.hw.per_node
+    n, ops = 0, 0
+    for s in itertools.islice(structures(req.model, req.gpus, req.seq, gb, gpn, space), cap // max(variants, 1) + 1):
+        n += 1
+        ops += s.pp * s.vpp * (gb // (s.dp * s.micro_batch)) * 3
+        if ops_cap is not None and ops > ops_cap:
+            break
+    return n * variants, n * variants > cap, ops
+
+
+def _within_limits(req: ExploreRequest) -> None:
+    """Refuse in one line, before any search, what is over the request's limits or a check no
+    layout of these GPUs can be."""
+    lim = req.limits
+    lim.check("max_gpus", req.gpus, "gpus")
+    lim.check("max_seq", req.seq, "seq")
+    lim.check("max_tokens", req.global_batch_tokens, "global_batch_tokens")
+    if req.gpus_per_node is not None:
+        if isinstance(req.gpus_per_node, bool) or not isinstance(req.gpus_per_node, int) or req.gpus_per_node < 1:
+            raise ModelcutError(f"gpus_per_node must be a positive integer, got {req.gpus_per_node!r}")
+        lim.check("max_gpus", req.gpus_per_node, "gpus_per_node")
+    lim.check_model(req.model)
+    if req.global_batch_tokens % req.seq:
+        raise ModelcutError(f"global batch of {req.global_batch_tokens:,} tokens is not a whole number of "
+                            f"{req.seq:,}-token sequences")
+    gb = req.global_batch_tokens // req.seq
+    lim.check_pipeline(req.model.layers, gb)
+    if req.check:
+        problems = check_problems(req.check, req.model, req.gpus, req.seq)
+        if problems:
+            raise ModelcutError(f"check {_check_text(req.check)} cannot be a layout of {req.gpus:,} GPUs: "
+                                + "; ".join(problems))
+    n, more, ops = count_layouts(req, lim.max_layouts, lim.max_search_ops)
+    lim.check_layouts(n, more)
+    if ops > lim.max_search_ops:
+        raise lim.refuse("max_search_ops", f"the explorer's shapes would simulate over {ops:,} pipeline ops "
+                                           f"(their p·v·m·3, m up to {gb:,} micro-batches): use longer sequences, "
+                                           "fewer tokens or fewer schedules")
+
+
+def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None = None,
+                search: bool = True) -> ExploreResult | None:
     """Search the layouts the stack runs, rank them, and find the ``check`` layout among them
-    (module doc for ``progress``)."""
+    (module doc for ``progress``); refuse in one line, before searching, a check no layout of
+    these GPUs can be and a search over the request's limits. ``search=False`` stops after those
+    checks (a server refuses a request before queueing it)."""
     for name, val in (("gpus", req.gpus), ("seq", req.seq), ("global_batch_tokens", req.global_batch_tokens),
                       ("top", req.top)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ModelcutError(f"{name} must be a positive integer, got {val!r}")
     if req.mode not in ("default", "seed"):
         raise ModelcutError(f"unknown mode {req.mode!r}; choose default or seed")
-    _check_query(req)
+    _within_limits(req)
+    if not search:
+        return None
     fw = stack(req)
     caps: Capabilities | None = catalog.capabilities(fw.name) if fw is not None else None
     space = req.space
@@ -364,3 +455,33 @@ def check_row(res: ExploreResult) -> dict[str, Any]:
             t = terms[0]
             row["term"] = {"term": t["term"], "difference_s": t["difference"]}
     return row
+
+
+def explore_request(inp: ExploreInput, limits: Limits | None = None) -> ExploreRequest:
+    """The search a validated request asks for (the CLI's options and the web's body alike)."""
+    lim = limits or DEFAULT
+    spec = inputs.model_choice(inp.model, inp.hf_config, inp.model_spec, lim)
+    hw = catalog.hardware(inp.gpu)
+    kw: dict[str, Any] = {}
+    if inp.schedules is not None:
+        kw["schedules"] = tuple(inp.schedules)
+    if inp.micro_batches is not None:
+        kw["micro_batches"] = tuple(sorted(inp.micro_batches))
+    if inp.eps is not None:
+        kw["eps"] = tuple(inp.eps)
+    if inp.cp_kinds is not None:
+        kw["cp_kinds"] = tuple(inp.cp_kinds)
+    space = Space(allow_tp_across_nodes=inp.allow_tp_across_nodes, precision=inp.precision,
+                  fp8_recipe=inp.fp8_recipe, **kw)
+    check = inp.check.model_dump(exclude_none=True) if inp.check is not None else None
+    return ExploreRequest(spec, hw, inp.gpus, inp.seq, inputs.parse_tokens(inp.global_batch_tokens),
+                          inp.gpus_per_node, inp.mode, inp.framework, inp.margin, space, check=check, top=inp.top,
+                          flash=inp.flash_attention, reshard=inp.reshard_after_forward,
+                          pareto_within=inp.pareto_within, exhaustive=inp.exhaustive, limits=lim)
+
+
+def explore_input(inp: ExploreInput, limits: Limits | None = None,
+                  progress: Callable[[int, int], None] | None = None, search: bool = True) -> ExploreResult | None:
+    """The use case from a validated request: :func:`explore_request`, then :func:`run_explore`
+    (``search=False``: its checks only)."""
+    return run_explore(explore_request(inp, limits), progress, search)

@@ -4,39 +4,83 @@ binary suffixes; lists of integers; a layout to check. Every problem is one
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 from .. import catalog
 from ..core.errors import ModelcutError
-from ..core.specs import ModelSpec, Training
+from ..core.specs import ModelSpec
 from ..core.step.frameworks import OPTIONS
+from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
 CHECK_KEYS = {"tp": int, "cp": int, "ep": int, "pp": int, "dp": int, "vpp": int, "micro_batch": int, "zero": int,
               "cp_kind": str, "schedule": str, "recompute": str}
 
 
-def precision(precision: str, fp8_recipe: str | None = None) -> tuple[str, str | None]:
-    """``--precision`` and ``--fp8-recipe`` checked as ``[training]`` checks them (one line each)."""
-    t = Training(seq_len=1, global_batch=1, precision=precision, fp8_recipe=fp8_recipe)
-    return t.precision, t.fp8_recipe
-
-
-def model_spec(spec: str) -> ModelSpec:
-    """A catalog model name, or a path to a Hugging Face ``config.json``."""
+def model_spec(spec: str, limits: Limits | None = None) -> ModelSpec:
+    """A catalog model name, or a path to a Hugging Face ``config.json``; its sizes within the limits."""
     path = Path(spec)
+    lim = limits or DEFAULT
     if spec.endswith(".json") or path.is_file():
         if not path.is_file():
             raise ModelcutError(f"no such config file: {spec}")
-        return catalog.load_hf_config(path)
-    return catalog.model(spec)
+        if path.stat().st_size > 10_000_000:
+            raise ModelcutError(f"{spec}: {path.stat().st_size:,} bytes is not a config.json (at most 10 MB)")
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            cfg = None      # load_hf_config says what is wrong, in one line
+        if isinstance(cfg, dict):
+            check_hf_sizes(cfg, lim)
+        out = catalog.load_hf_config(path)
+    else:
+        out = catalog.model(spec)
+    lim.check_model(out)
+    return out
 
 
-def model_choice(model: str | None = None, hf_config: dict | None = None, model_spec_table: dict | None = None
-                 ) -> ModelSpec:
-    """The web's model: a catalog name, a config.json object or the fields, exactly one."""
+#: The sizes a config.json gives that modelcut reads (:mod:`..catalog.hf_config`).
+HF_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+            "vocab_size", "head_dim", "max_position_embeddings", "n_embd", "n_layer", "n_head", "n_inner",
+            "n_positions", "num_local_experts", "num_experts_per_tok", "num_experts", "moe_intermediate_size",
+            "shared_expert_intermediate_size", "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
+            "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def check_hf_sizes(cfg: dict, limits: Limits | None = None) -> None:
+    """A config.json's sizes within the limits, before it is read (a shape's arithmetic loops
+    over its sizes)."""
+    lim = limits or DEFAULT
+    for k in HF_SIZES:
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            lim.check("max_layers" if k in ("num_hidden_layers", "n_layer", "first_k_dense_replace")
+                      else "max_seq" if k in ("max_position_embeddings", "n_positions") else "max_width",
+                      v, f"config.json {k}")
+
+
+def model_arg(spec: str, limits: Limits | None = None) -> dict[str, Any]:
+    """The command line's ``--model`` as a :class:`.requests.ModelChoice`'s fields: a catalog
+    name (lower case, as the catalog keys it), or a config.json file read into the model's fields."""
+    path = Path(spec)
+    if spec.endswith(".json") or path.is_file():
+        return {"model_spec": dataclasses.asdict(model_spec(spec, limits))}
+    return {"model": spec.lower()}
+
+
+def model_choice(model: str | None = None, hf_config: dict | None = None, model_spec_table: Any = None,
+                 limits: Limits | None = None) -> ModelSpec:
+    """A request's model: a catalog name, a config.json object or the fields (a mapping or a
+    :class:`.requests.ModelSpecIn`), exactly one; its sizes within the limits."""
+    lim = limits or DEFAULT
+    if isinstance(hf_config, dict):
+        check_hf_sizes(hf_config, lim)
+    if hasattr(model_spec_table, "model_dump"):
+        model_spec_table = model_spec_table.model_dump(exclude_none=True)
     given = [k for k, v in (("model", model), ("hf_config", hf_config), ("model_spec", model_spec_table))
              if v is not None]
     if len(given) != 1:
@@ -44,11 +88,14 @@ def model_choice(model: str | None = None, hf_config: dict | None = None, model_
                             f"or model_spec (the fields); got {', '.join(given) or 'none'}")
     try:
         if model is not None:
-            return catalog.model(model)
-        if hf_config is not None:
-            return catalog.model_from_hf_config(hf_config)
-        return catalog.model_from_table(model_spec_table, name=str(model_spec_table.get("name", "model")),
-                                        where="model_spec")
+            spec = catalog.model(model)
+        elif hf_config is not None:
+            spec = catalog.model_from_hf_config(hf_config)
+        else:
+            spec = catalog.model_from_table(model_spec_table, name=str(model_spec_table.get("name", "model")),
+                                            where="model_spec")
+        lim.check_model(spec)
+        return spec
     except ModelcutError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError) as exc:

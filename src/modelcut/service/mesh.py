@@ -13,6 +13,8 @@ from typing import Any
 from ..core.costs.mesh import (DIMS, MEGATRON_ORDER, Mesh, crossing_fraction, dims_in_node, node_ranks,
                                nodes_spanned)
 from ..core.errors import ModelcutError
+from .limits import DEFAULT, Limits
+from .requests import MeshInput
 
 
 def build_mesh(tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, order: str | None = None) -> Mesh:
@@ -20,6 +22,24 @@ def build_mesh(tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, 
     if order is None:
         order = ",".join(MEGATRON_ORDER if ep > 1 else DIMS)
     return Mesh.build(tp, cp, pp, dp, ep, order)
+
+
+def mesh_order(text: str | None) -> list[str] | None:
+    """The command line's ``--order``, ``tp,cp,pp,dp`` or ``tp-cp-ep-dp-pp``, as a list."""
+    if text is None:
+        return None
+    return [x.strip() for x in text.replace("-", ",").split(",") if x.strip()]
+
+
+def mesh_input(inp: MeshInput, limits: Limits | None = None) -> tuple[Mesh, dict[str, Any]]:
+    """The use case: the world within the limits (before any array is made), the mesh, its JSON."""
+    lim = limits or DEFAULT
+    world = inp.tp * inp.cp * inp.pp * inp.dp
+    lim.check("max_gpus", world, "tp·cp·pp·dp")
+    if inp.rank >= world:
+        raise ModelcutError(f"rank {inp.rank:,} is outside the {world:,} ranks (0..{world - 1:,})")
+    m = build_mesh(inp.tp, inp.cp, inp.pp, inp.dp, inp.ep, ",".join(inp.order) if inp.order else None)
+    return m, mesh_json(m, inp.rank, inp.gpus_per_node)
 
 
 def mesh_json(m: Mesh, rank: int, gpus_per_node: int) -> dict[str, Any]:

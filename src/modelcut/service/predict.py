@@ -25,9 +25,13 @@ from ..core.explore.rules import violations
 from ..core.memory import memory_report
 from ..core.specs import Hardware, Run
 from ..core.step import MODES, predict as step_predict
+from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
 from ..core.step.result import Prediction
-from .inputs import parse_overlap
+from .inputs import model_choice, parse_overlap
+from .limits import DEFAULT, Limits
+from .requests import PredictInput
+from .runfile import check_sizes
 
 
 def profile_on(hw: Hardware, profile: Profile | None = None) -> Profile:
@@ -159,11 +163,16 @@ def stack_violations(run: Run, fw: Framework, pred: Prediction) -> list:
                       recompute=run.training.recompute)
 
 
-def predict(req: PredictRequest) -> PredictResult:
-    """The prediction, its memory and, when asked, the published figure and the error budget."""
+def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
+    """The prediction, its memory and, when asked, the published figure and the error budget;
+    a run over the limits refused before any of it."""
     if req.mode not in MODES:
         raise ModelcutError(f"unknown mode {req.mode!r}; choose one of {', '.join(MODES)}")
+    if req.eta is not None and (isinstance(req.eta, bool) or not isinstance(req.eta, (int, float))
+                                or not 0.01 <= req.eta <= 1):
+        raise ModelcutError(f"eta must be a fraction of peak from 0.01 to 1, got {req.eta!r}")
     run, hw = with_precision(req.run, req.precision, req.fp8_recipe), catalog.hardware(req.run.gpu)
+    check_sizes(run, limits)
     if req.mode == "seed":
         if req.framework is not None or req.overlap is not None or req.profile is not None or req.budget:
             raise ModelcutError("--framework, --overlap, --profile and --budget apply to --mode default")
@@ -186,3 +195,18 @@ def predict(req: PredictRequest) -> PredictResult:
         overlap = parse_overlap(req.overlap) if isinstance(req.overlap, str) else req.overlap
         result.budget = error_budget(run, hw, eff, fw.name, overlap)
     return result
+
+
+def predict_input(inp: PredictInput, limits: Limits | None = None) -> PredictResult:
+    """The use case from a validated request (``POST /api/predict``): the run built from its
+    model, layout and batch, then :func:`predict`."""
+    lim = limits or DEFAULT
+    spec = model_choice(inp.model, inp.hf_config, inp.model_spec, lim)
+    hw = catalog.hardware(inp.gpu)
+    layout = catalog.layout_from_table(inp.layout.model_dump(exclude_none=True), "layout")
+    training = catalog.training_from_table(inp.training.model_dump(), "training")
+    run = Run(model=spec, gpu=hw.name, layout=layout, training=training, gpus_per_node=inp.gpus_per_node, name="web")
+    check_sizes(run, lim)
+    check_run(run)
+    overlap = inp.overlap.model_dump(exclude_none=True) if inp.overlap is not None else None
+    return predict(PredictRequest(run, mode=inp.mode, eta=inp.eta, framework=inp.framework, overlap=overlap), lim)

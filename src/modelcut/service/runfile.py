@@ -42,9 +42,14 @@ import tomllib
 from pathlib import Path
 
 from .. import catalog
+from ..catalog import LAYOUT_KEYS, MODEL_KEYS, TRAINING_KEYS
 from ..core.errors import ModelcutError
+from ..core.sim import registry
 from ..core.specs import Run
 from ..core.step.checks import check_run
+from . import inputs
+from .limits import DEFAULT, LimitError, Limits
+from .requests import HardwareIn, LayoutIn, ModelSpecIn, TrainingIn, parse
 
 SECTIONS = ("model", "hardware", "layout", "training")
 HARDWARE_KEYS = ("gpu", "gpus", "gpus_per_node")
@@ -70,7 +75,7 @@ def _prefixed(build, table: dict, where: str):
         raise ModelcutError(f"{where}: {exc}") from None
 
 
-def load_run(path: str | Path) -> Run:
+def load_run(path: str | Path, limits: Limits | None = None) -> Run:
     """Read and check a RUN.toml file."""
     p = Path(path)
     try:
@@ -83,11 +88,24 @@ def load_run(path: str | Path) -> Run:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ModelcutError(f"{p.name}: invalid TOML: {exc}") from None
-    return run_from_dict(doc, p.name, p.parent)
+    return run_from_dict(doc, p.name, p.parent, limits)
 
 
-def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None) -> Run:
-    """A Run from a parsed RUN.toml document; ``base`` resolves a relative ``config`` path."""
+def _fields(model, table: dict, where: str, lim: Limits, allowed=None) -> dict:
+    """A section read through its request model: unknown keys named with the allowed ones, then
+    each field's own rule; the fields the file gave, as it gave them."""
+    allowed = tuple(model.model_fields) if allowed is None else allowed
+    for k in table:
+        if k not in allowed:
+            raise ModelcutError(f"{where}: unknown key {k!r} (allowed: {', '.join(allowed)})")
+    parse(model, table, lim, where=where)
+    return dict(table)
+
+
+def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None, limits: Limits | None = None) -> Run:
+    """A Run from a parsed RUN.toml document; ``base`` resolves a relative ``config`` path. Each
+    section is read through the request models (:mod:`.requests`) under ``limits``."""
+    lim = limits or DEFAULT
     for k in doc:
         if k not in SECTIONS:
             raise ModelcutError(f"{where}: unknown section [{k}] (allowed: {', '.join(SECTIONS)})")
@@ -98,17 +116,24 @@ def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None) 
         extra = [k for k in mt if k not in ("config", "name")]
         if extra:
             raise ModelcutError(f"{where}: [model] with config takes no other fields, got {extra[0]!r}")
-        cfg = Path(str(mt["config"]))
+        if not isinstance(mt["config"], str) or (mt.get("name") is not None and not isinstance(mt["name"], str)):
+            raise ModelcutError(f"{where} [model]: config and name must be strings")
+        cfg = Path(mt["config"])
         if base is not None and not cfg.is_absolute():
             cfg = base / cfg
+        inputs.model_spec(str(cfg), lim)           # its sizes within the limits, before it is read
         model = catalog.load_hf_config(cfg, mt.get("name"))
     elif set(mt) == {"name"}:
+        if not isinstance(mt["name"], str):
+            raise ModelcutError(f"{where} [model]: name must be a string, got {mt['name']!r}")
         try:
             model = catalog.model(mt["name"])
         except ModelcutError as exc:
             raise ModelcutError(f"{where} [model]: {exc}") from None
     else:
-        model = catalog.model_from_table(mt, name=str(mt.get("name", Path(where).stem)), where=f"{where} [model]")
+        table = _fields(ModelSpecIn, mt, f"{where} [model]", lim, MODEL_KEYS)
+        model = catalog.model_from_table(table, name=str(mt.get("name") or Path(where).stem), where=f"{where} [model]")
+    lim.check_model(model)
 
     # [hardware]
     ht = _table(doc, "hardware", where)
@@ -117,46 +142,73 @@ def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None) 
             raise ModelcutError(f"{where} [hardware]: unknown key {k!r} (allowed: {', '.join(HARDWARE_KEYS)})")
     if "gpu" not in ht:
         raise ModelcutError(f"{where} [hardware]: missing 'gpu'")
+    if not isinstance(ht["gpu"], str):
+        raise ModelcutError(f"{where} [hardware]: gpu must be a string, got {ht['gpu']!r}")
     try:
         hw = catalog.hardware(ht["gpu"])
     except ModelcutError as exc:
         raise ModelcutError(f"{where} [hardware]: {exc}") from None
+    parse(HardwareIn, {**ht, "gpu": hw.name}, lim, where=f"{where} [hardware]")
     gpn = ht.get("gpus_per_node")
-    if gpn is not None and (isinstance(gpn, bool) or not isinstance(gpn, int) or gpn < 1):
-        raise ModelcutError(f"{where} [hardware]: gpus_per_node must be a positive integer, got {gpn!r}")
 
     # [layout], [training]
-    layout = _prefixed(catalog.layout_from_table, _table(doc, "layout", where), f"{where} [layout]")
-    training = _prefixed(catalog.training_from_table, _table(doc, "training", where), f"{where} [training]")
+    lt = _fields(LayoutIn, _table(doc, "layout", where), f"{where} [layout]", lim, LAYOUT_KEYS)
+    tt = _table(doc, "training", where)
+    for k in ("seq_len", "global_batch"):
+        if k not in tt:
+            raise ModelcutError(f"{where} [training]: missing {k!r}")
+    tt = _fields(TrainingIn, tt, f"{where} [training]", lim, TRAINING_KEYS)
+    layout = _prefixed(catalog.layout_from_table, lt, f"{where} [layout]")
+    training = _prefixed(catalog.training_from_table, tt, f"{where} [training]")
     gpus = ht.get("gpus")
-    if gpus is not None:
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-            raise ModelcutError(f"{where} [hardware]: gpus must be a positive integer, got {gpus!r}")
-        if layout.gpus != gpus:
-            raise ModelcutError(f"{where}: layout tp·cp·pp·dp = {layout.tp}·{layout.cp}·{layout.pp}·{layout.dp} "
-                                f"= {layout.gpus} is not the GPU count {gpus}")
+    if gpus is not None and layout.gpus != gpus:
+        raise ModelcutError(f"{where}: layout tp·cp·pp·dp = {layout.tp}·{layout.cp}·{layout.pp}·{layout.dp} "
+                            f"= {layout.gpus} is not the GPU count {gpus}")
     run = Run(model=model, gpu=hw.name, layout=layout, training=training, gpus_per_node=gpn, name=where)
     try:
+        check_sizes(run, lim)
         check_run(run)
+    except LimitError as exc:
+        raise LimitError(f"{where}: {exc}", exc.cap) from None
     except ModelcutError as exc:
         raise ModelcutError(f"{where}: {exc}") from None
     return run
 
 
+def check_sizes(run: Run, limits: Limits | None = None) -> None:
+    """A run's sizes and the work predicting it takes, within the limits (before any of it):
+    the model, the GPUs, the tokens of a step and the pipeline the step models simulate."""
+    lim = limits or DEFAULT
+    lim.check_model(run.model)
+    lay, tr = run.layout, run.training
+    lim.check("max_gpus", lay.gpus, "tp·cp·pp·dp")
+    lim.check("max_seq", tr.seq_len, "seq_len")
+    lim.check("max_tokens", tr.global_batch * tr.seq_len, "global_batch · seq_len (tokens per step)")
+    if run.gpus_per_node is not None:
+        lim.check("max_gpus", run.gpus_per_node, "gpus_per_node")
+    per = lay.dp * tr.micro_batch
+    m = tr.global_batch // per if tr.global_batch % per == 0 else tr.global_batch // max(per, 1) + 1
+    spec = registry.get(lay.schedule) if lay.schedule is not None else registry.default_schedule(lay.vpp or 1)
+    v = lay.vpp or spec.default_chunks
+    # The plan simulates its schedule, a one-stage 1F1B without a pipeline.
+    stages = min(lay.pp * v * spec.copies, run.model.layers + 2) if lay.pp > 1 else 1
+    lim.check_pipeline(run.model.layers, spec.built_for(lay.pp, m) if lay.pp > 1 else m, stages)
+
+
 SETTINGS_KEYS = ("framework", "overlap")
 
 
-def load_run_with_settings(path: str | Path) -> tuple[Run, dict]:
+def load_run_with_settings(path: str | Path, limits: Limits | None = None) -> tuple[Run, dict]:
     """A RUN.toml and its optional [settings] table (framework = a preset of ``modelcut predict
     --framework``, overlap = overrides as ``--overlap`` takes them)."""
     path = Path(path)
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return load_run(path), {}        # its one-line error
+        return load_run(path, limits), {}        # its one-line error
     st = doc.pop("settings", None)
     if st is None:
-        return load_run(path), {}
+        return load_run(path, limits), {}
     if not isinstance(st, dict):
         raise ModelcutError(f"{path.name}: [settings] must be a table")
     for k, v in st.items():
@@ -164,4 +216,4 @@ def load_run_with_settings(path: str | Path) -> tuple[Run, dict]:
             raise ModelcutError(f"{path.name} [settings]: unknown key {k!r} (allowed: {', '.join(SETTINGS_KEYS)})")
         if not isinstance(v, str):
             raise ModelcutError(f"{path.name} [settings]: {k} must be a string, got {v!r}")
-    return run_from_dict(doc, path.name, path.parent), dict(st)
+    return run_from_dict(doc, path.name, path.parent, limits), dict(st)

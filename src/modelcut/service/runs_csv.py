@@ -4,13 +4,18 @@ each bad row is a one-line error."""
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 from .. import catalog
 from ..analysis.measured import Measured
 from ..core.errors import ModelcutError
 from ..core.specs import Layout, Run, Training
+from ..core.step.checks import check_run
+from . import inputs
 from .inputs import parse_overlap
+from .limits import Limits
+from .runfile import check_sizes
 
 
 # ---------------------------------------------------------------- a user's runs (CSV)
@@ -58,15 +63,19 @@ def _float(row: dict, key: str, where: str) -> float | None:
         raise ModelcutError(f"{where}: {key} must be a number, got {val!r}") from None
 
 
-def read_runs_csv(path: str | Path) -> list[Measured]:
+def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measured]:
     """A user's measured runs (columns :data:`CSV_COLUMNS`); each bad row is a one-line error."""
     p = Path(path)
     try:
+        if p.stat().st_size > 50_000_000:
+            raise ModelcutError(f"{p}: {p.stat().st_size:,} bytes is more than a runs table (at most 50 MB)")
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ModelcutError(f"{p}: no such file") from None
     except UnicodeDecodeError:
         raise ModelcutError(f"{p}: not a UTF-8 text file") from None
+    except IsADirectoryError:
+        raise ModelcutError(f"{p}: is a directory, not a CSV file") from None
     reader = csv.DictReader(text.splitlines())
     if reader.fieldnames is None:
         raise ModelcutError(f"{p}: empty file")
@@ -81,18 +90,22 @@ def read_runs_csv(path: str | Path) -> list[Measured]:
         mname = row.get("model", "").strip()
         if not mname:
             raise ModelcutError(f"{where}: missing 'model'")
-        spec = catalog.load_hf_config(mname) if mname.endswith(".json") else catalog.model(mname)
+        spec = inputs.model_spec(mname, limits)
         hw = catalog.hardware(row.get("gpu", "").strip() or "?")
         sp = row.get("sequence_parallel", "").strip().lower()
         if sp not in ("", "true", "false", "1", "0", "yes", "no"):
             raise ModelcutError(f"{where}: sequence_parallel must be true or false, got {sp!r}")
         vpp = _int(row, "vpp", where, 1)
-        layout = Layout(tp=_int(row, "tp", where), cp=_int(row, "cp", where, 1), pp=_int(row, "pp", where),
-                        dp=_int(row, "dp", where), vpp=vpp if vpp and vpp > 1 else None,
-                        sequence_parallel=sp in ("true", "1", "yes"), zero=_int(row, "zero", where, 0))
-        training = Training(seq_len=_int(row, "seq_len", where), global_batch=_int(row, "global_batch", where),
-                            micro_batch=_int(row, "micro_batch", where),
-                            recompute=(row.get("recompute", "").strip() or "none"))
+        try:
+            layout = Layout(tp=_int(row, "tp", where), cp=_int(row, "cp", where, 1), pp=_int(row, "pp", where),
+                            dp=_int(row, "dp", where), vpp=vpp if vpp and vpp > 1 else None,
+                            sequence_parallel=sp in ("true", "1", "yes"), zero=_int(row, "zero", where, 0))
+            training = Training(seq_len=_int(row, "seq_len", where), global_batch=_int(row, "global_batch", where),
+                                micro_batch=_int(row, "micro_batch", where),
+                                recompute=(row.get("recompute", "").strip() or "none"))
+        except ModelcutError as exc:
+            msg = str(exc)
+            raise ModelcutError(msg if msg.startswith(where) else f"{where}: {msg}") from None
         gpn = _int(row, "gpus_per_node", where, 0) or None
         fw = row.get("framework", "").strip() or None
         if fw is not None and fw not in catalog.framework_names():
@@ -101,7 +114,16 @@ def read_runs_csv(path: str | Path) -> list[Measured]:
         tflops, step = _float(row, "tflops_per_gpu", where), _float(row, "step_time_s", where)
         if tflops is None and step is None:
             raise ModelcutError(f"{where}: give tflops_per_gpu or step_time_s")
+        if tflops is not None and not (math.isfinite(tflops) and tflops > 0):
+            raise ModelcutError(f"{where}: tflops_per_gpu must be a positive number, got {tflops!r}")
+        if step is not None and not (math.isfinite(step) and step > 0):
+            raise ModelcutError(f"{where}: step_time_s must be a positive number, got {step!r}")
         run = Run(model=spec, gpu=hw.name, layout=layout, training=training, gpus_per_node=gpn, name=rid)
+        try:
+            check_sizes(run, limits)
+            check_run(run)
+        except ModelcutError as exc:
+            raise ModelcutError(f"{where}: {exc}") from None
         group = row.get("group", "").strip() or (fw or "megatron-core")
         out.append(Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, str(p)))
     if not out:

@@ -298,8 +298,9 @@ class _Search:
         chosen = frugal(feas) if self.prune else feas
         return [e for e in chosen if e.recompute == r]
 
-    def candidates(self, kept) -> list[tuple[float, int, Structure, Any, str]]:
-        """(structure, recomputation level) pairs with their lower bounds, cheapest first."""
+    def candidates(self, kept, tick) -> list[tuple[float, int, Structure, Any, str]]:
+        """(structure, recomputation level) pairs with their lower bounds, cheapest first;
+        ``tick()`` after each bound (the search's first half of progress)."""
         cands = []
         for i, (s, variants) in enumerate(kept):
             for r in dict.fromkeys(r for r, _ in variants):
@@ -309,6 +310,7 @@ class _Search:
                     lb = self.lower_bound(self.run_of(s, r, z), self.hw, self.plan_of(s, variants))
                     self.ex.bounded += 1
                 cands.append((lb, i, s, variants, r))
+                tick()
         cands.sort(key=lambda c: (c[0], c[1]))
         return cands
 
@@ -320,24 +322,29 @@ class _Search:
                 and e.zero == self.want["zero"]]
 
     def rank(self, kept, progress: Callable[[int, int], None] | None) -> None:
+        """Bound every candidate, then time them cheapest first until none can win. ``progress``
+        counts both: each candidate once when bounded and once when settled (timed, pruned or
+        over memory)."""
         ex, want = self.ex, self.want
-        cands = self.candidates(kept)
-        total = len(cands)
+        n = sum(len(dict.fromkeys(r for r, _ in variants)) for _, variants in kept)
+        total = 2 * n
         step = max(1, total // 100)
-        done = 0
+        done = [0]
 
         def tick(force: bool = False) -> None:
-            if progress is not None and (force or done % step == 0):
-                progress(done, total)
+            if not force:
+                done[0] += 1
+            if progress is not None and (force or done[0] % step == 0):
+                progress(done[0], total)
 
         tick(True)
+        cands = self.candidates(kept, tick)
         rest = []
         for c in cands:        # layouts the query names are timed first, whatever their bound
             if want and _matches(c[2], want) and want.get("recompute", c[4]) == c[4]:
                 for e in self._named(c):
                     e.lower_bound_s = c[0]
                     self.time_it(e)
-                done += 1
                 tick()
             else:
                 rest.append(c)
@@ -354,9 +361,8 @@ class _Search:
                         ex.pruned_by_bound += 1
                         continue
                 self.time_it(e)
-            done += 1
             tick()
-        done = total
+        done[0] = total
         tick(True)
         self.timed.sort(key=lambda e: (e.step_time_s, e.peak_bytes))
         ex.layouts = self.timed

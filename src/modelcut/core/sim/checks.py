@@ -32,9 +32,19 @@ class Flat:
                 self.kinds[codes == ord(name)] = k
         else:
             self.kinds = np.fromiter((_KIND_ID.get(op.kind, 3) for op in flat), dtype=np.int64, count=n)
-        self.stages = np.fromiter(map(attrgetter("stage"), flat), dtype=np.int64, count=n)
-        self.mbs = np.fromiter(map(attrgetter("microbatch"), flat), dtype=np.int64, count=n)
+        del flat
+        self.stages = np.fromiter((op.stage for o in orders for op in o), dtype=np.int64, count=n)
+        self.mbs = np.fromiter((op.microbatch for o in orders for op in o), dtype=np.int64, count=n)
         self.dev = np.repeat(np.arange(len(orders), dtype=np.int64), lens)
+        # Half the memory where every key the engine and the checks compute, (kind·S + stage)·m +
+        # micro-batch, fits in 32 bits (any schedule of sensible sizes; the keys' arithmetic keeps
+        # the arrays' type).
+        S, m = schedule.stages, schedule.microbatches
+        small = (n and 3 * S * m + 2 * n + 2 < 2**31 and 0 <= int(self.stages.min()) and int(self.stages.max()) < S
+                 and 0 <= int(self.mbs.min()) and int(self.mbs.max()) < m)
+        if small:
+            for name in ("kinds", "stages", "mbs", "dev"):
+                setattr(self, name, getattr(self, name).astype(np.int32))
         offsets = np.zeros(len(orders) + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
         self.offsets = offsets.tolist()

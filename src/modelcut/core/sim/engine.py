@@ -20,6 +20,8 @@ gives exact arithmetic; floats are fast). A set of lists that cannot complete ra
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -139,57 +141,53 @@ class Trace:
 _INF = float("inf")  # the end time of an op that has not run yet
 
 
-def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool = True) -> Trace:
-    """Run the schedule's op lists; return every op's start and end.
-
-    Each op starts at max(its device's previous end, each input's end + its latency)
-    and ends its duration later. Devices are advanced in turn, each as far as its
-    inputs allow; a device that waits is parked on the op it waits for and woken when
-    that op ends, so the work is linear in the number of ops.
-    """
-    timing = timing or Timing()
-    fl = Flat(schedule)
-    if validate:
-        check(schedule, fl)
+def _inputs(schedule: Schedule, fl: Flat) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each op's two inputs (keys ``dep1``, ``dep2``) and the indices of the ops that produce
+    them (``j1``, ``j2``): F needs F of stage s − 1, B its own F and B of stage s + 1, W its own
+    B. A missing input points at op N, which ended at time zero; one that no list holds at op
+    N + 1, which never ends."""
     S, m = schedule.stages, schedule.microbatches
-    split = fl.split()
-    durs = timing.per_stage(S, schedule.chunks, split)
-    p2p = timing.p2p
-    for s, row in enumerate(durs):
-        for k, x in zip(KINDS, row):
-            if not 0 <= x < _INF:  # also refuses NaN
-                raise ModelcutError(f"stage {s}: {k} time must be finite and non-negative, got {x}")
-    if not 0 <= p2p < _INF:
-        raise ModelcutError(f"p2p time must be finite and non-negative, got {p2p}")
-    zero = 0 * durs[0][0] if durs else 0
-    dev, kinds, stages, mbs, offsets = fl.dev, fl.kinds, fl.stages, fl.mbs, fl.offsets
-    N, P = fl.n, len(schedule.orders)
-
-    # Each op's two inputs as indices of the ops that produce them: F needs F of stage
-    # s − 1, B its own F and B of stage s + 1, W its own B. A missing input points at
-    # op N, which ended at time zero; one that no list holds at op N + 1, which never ends.
+    kinds, stages, mbs, N = fl.kinds, fl.stages, fl.mbs, fl.n
     n_keys = 3 * S * m
     keys = (kinds * S + stages) * m + mbs
     is_f, is_b = kinds == 0, kinds == 1
     first, last = spans(schedule)
-    at_first, at_last = stages == first[mbs], stages == last[mbs]
-    dep1 = np.where(is_f, np.where(~at_first, keys - m, n_keys), keys - S * m)
-    dep2 = np.where(is_b & ~at_last, keys + m, n_keys)
-    where = np.full(n_keys + 1, N + 1, dtype=np.int64)
-    where[keys] = np.arange(N)
+    dep1 = np.where(is_f, np.where(stages != first[mbs], keys - m, n_keys), keys - S * m)
+    dep2 = np.where(is_b & (stages != last[mbs]), keys + m, n_keys)
+    small = n_keys + 1 < 2**31 and N + 2 < 2**31   # halve the index arrays of a large schedule
+    idx = np.int32 if small else np.int64
+    if small:
+        dep1, dep2 = dep1.astype(np.int32), dep2.astype(np.int32)
+    where = np.full(n_keys + 1, N + 1, dtype=idx)
+    where[keys] = np.arange(N, dtype=idx)
+    del keys, is_f, is_b
     where[n_keys] = N
-    j1, j2 = where[dep1], where[dep2]
+    return dep1, where[dep1], dep2, where[dep2]
+
+
+def _prepare(schedule: Schedule, fl: Flat, timing: Timing, durs, p2p, zero, validate: bool):
+    """What the event loop reads, as plain lists: each op's one awaited input (``dep``), its
+    duration, its input's latency and, at an overlapped unit's first op, the unit's length.
+    The arrays that compute them are freed on return (a schedule of millions of ops needs them
+    only here)."""
+    S, N = schedule.stages, fl.n
+    dev, kinds, stages, offsets = fl.dev, fl.kinds, fl.stages, fl.offsets
+    _, j1, _, j2 = _inputs(schedule, fl)
+    is_f, is_b = kinds == 0, kinds == 1
+    first, last = spans(schedule)
     # Each op waits on one input only. B's own F and W's own B run on the same device
     # (same stage); earlier in its list they have ended before the op can start, and later
     # they never will (a deadlock). So B waits on B of stage s + 1 when its F comes first,
     # W on nothing when its B does; otherwise each waits on the own op that comes later.
-    own = ~is_f
-    own_done = own & (j1 < np.arange(N)) & (np.append(dev, [-1, -1])[j1] == dev)
+    own_done = ~is_f & (j1 < np.arange(N, dtype=j1.dtype)) & (np.append(dev, [-1, -1])[j1] == dev)
     dep = np.where(own_done, j2, j1)
     table = np.empty(3 * S, dtype=object)
     table[:] = [durs[s][k] for k in range(3) for s in range(S)]
     dur = table[kinds * S + stages].tolist()
+    lat: list[Any] = []
     if p2p:
+        mbs = fl.mbs
+        at_first, at_last = stages == first[mbs], stages == last[mbs]
         home = np.full(S, -1, dtype=np.int64)
         home[stages] = dev
         from_prev = is_f & ~at_first & (home[np.maximum(stages - 1, 0)] != dev)
@@ -198,7 +196,8 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
         lat_of = np.empty(2, dtype=object)
         lat_of[:] = [zero, p2p]
         lat = lat_of[cross.astype(np.int64)].tolist()
-    dep_l = dep.tolist()
+    dep_l = array("i", dep.astype(np.int32).tobytes()) if N + 2 < 2**31 else array("q", dep.astype(np.int64).tobytes())
+    del dep, own_done, is_f, is_b
     ulen: list[int] = []   # at a unit's first op, its op count; 0 elsewhere
     if schedule.units:
         if not validate:
@@ -223,6 +222,36 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
                     dur[x] = u
         if not p2p:
             lat = [zero] * N
+    return dep_l, dur, lat, ulen
+
+
+def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool = True) -> Trace:
+    """Run the schedule's op lists; return every op's start and end.
+
+    Each op starts at max(its device's previous end, each input's end + its latency)
+    and ends its duration later. Devices are advanced in turn, each as far as its
+    inputs allow; a device that waits is parked on the op it waits for and woken when
+    that op ends, so the work is linear in the number of ops.
+    """
+    timing = timing or Timing()
+    fl = Flat(schedule)
+    if validate:
+        check(schedule, fl)
+    S, m = schedule.stages, schedule.microbatches
+    split = fl.split()
+    durs = timing.per_stage(S, schedule.chunks, split)
+    p2p = timing.p2p
+    for s, row in enumerate(durs):
+        for k, x in zip(KINDS, row):
+            if not 0 <= x < _INF:  # also refuses NaN
+                raise ModelcutError(f"stage {s}: {k} time must be finite and non-negative, got {x}")
+    if not 0 <= p2p < _INF:
+        raise ModelcutError(f"p2p time must be finite and non-negative, got {p2p}")
+    zero = 0 * durs[0][0] if durs else 0
+    offsets = fl.offsets
+    N, P = fl.n, len(schedule.orders)
+    dep_l, dur, lat, ulen = _prepare(schedule, fl, timing, durs, p2p, zero, validate)
+    del fl   # the loop reads plain lists; a deadlock's message reads the arrays again
 
     # A device that waits is parked on the op it waits for, with that op's device; each
     # device knows the lowest op index anyone is parked on (``wake``) and wakes them
@@ -230,7 +259,6 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
     INF, NONE = _INF, N + 2
     en: list[Any] = [INF] * (N + 2)
     en[N] = zero
-    owner = dev.tolist() + [-1, -1]
     st: list[Any] = [None] * N
     ptr, stop = offsets[:-1], offsets[1:]
     free = [zero] * P
@@ -315,13 +343,16 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
             j = dep_l[i]
             if ulen and ulen[i]:
                 j = next(dep_l[x] for x in range(i, i + ulen[i]) if en[dep_l[x]] == INF)
-            o = owner[j]
+            o = bisect_right(offsets, j) - 1 if j < N else -1   # the device whose list holds op j
             if o >= 0:
                 parked[o].append((j, d))
                 if j < wake[o]:
                     wake[o] = j
 
     if any(ptr[d] < stop[d] for d in range(P)):
+        fl = Flat(schedule)
+        dep1, j1, dep2, j2 = _inputs(schedule, fl)
+        S, m = schedule.stages, schedule.microbatches
         blocked = []
         for d in range(P):
             i = ptr[d]
@@ -331,8 +362,16 @@ def simulate(schedule: Schedule, timing: Timing | None = None, *, validate: bool
                            if en[j] == INF and j not in unit]
                 blocked.append(f"device {d} at {fl.op(i)} waits for {', '.join(missing)}")
         raise DeadlockError("deadlock: " + "; ".join(blocked), blocked)
-    starts = [st[offsets[d]:offsets[d + 1]] for d in range(P)]
-    ends = [en[offsets[d]:offsets[d + 1]] for d in range(P)]
+    # Each device's share, cut from the end so that the whole lists shrink as their parts are made.
+    del en[N:], dep_l, dur, lat
+    starts, ends = [], []
+    for d in reversed(range(P)):
+        a = offsets[d]
+        starts.append(st[a:])
+        ends.append(en[a:])
+        del st[a:], en[a:]
+    starts.reverse()
+    ends.reverse()
     return Trace(schedule, starts, ends, durs, p2p)
 
 

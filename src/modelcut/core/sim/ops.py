@@ -25,16 +25,25 @@ class Op:
         return f"{self.stage}{self.kind}{self.microbatch}"
 
 
+#: One int object for each micro-batch and stage index below 2^16, shared by every op that names
+#: it: a schedule of millions of ops holds each index once rather than once per op.
+_SHARED = tuple(range(1 << 16))
+
+
+def _shared(x: int) -> int:
+    return _SHARED[x] if type(x) is int and 0 <= x < 65536 else x
+
+
 def F(mb: int, stage: int) -> Op:
-    return Op("F", mb, stage)
+    return Op("F", _shared(mb), _shared(stage))
 
 
 def B(mb: int, stage: int) -> Op:
-    return Op("B", mb, stage)
+    return Op("B", _shared(mb), _shared(stage))
 
 
 def W(mb: int, stage: int) -> Op:
-    return Op("W", mb, stage)
+    return Op("W", _shared(mb), _shared(stage))
 
 
 @dataclass(frozen=True)

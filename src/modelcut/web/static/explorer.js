@@ -5,7 +5,9 @@
   const {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, TIME_TERMS, MEMORY_TERMS} = window.MC;
   const $ = (id) => document.getElementById(id);
   const UPLOAD = '__upload__';
+  const KNOB_NAME = {cp_kind: 'context-parallel form', micro_batch: 'micro-batch', vpp: 'chunks v', zero: 'ZeRO'};
   const DEFAULTS = {model: 'llama3-8b', gpu: 'h100-sxm5-80gb', gpus: '64', seq: '8192', tokens: '4M', top: '20'};
+  const LIMIT = '#b3261e';   // the memory limit's mark: a solid red line, not a dashed one (no menu look-alike)
   let hfConfig = null;
   let last = null;
   let hardware = {};
@@ -63,6 +65,61 @@
     return st;
   }
 
+  /** The search's progress bar: done of total shapes searched, or waiting for a worker. */
+  function showProgress(p) {
+    const box = $('progress'), bar = $('search-progress'), text = $('progress-text');
+    if (!p) { box.hidden = true; return; }
+    box.hidden = false;
+    if (!p.running || !p.total) {
+      bar.removeAttribute('value');   // indeterminate: queued, or counting the space
+      bar.dataset.value = '';
+      text.textContent = p.running ? 'searching…' : 'waiting for a search worker…';
+      return;
+    }
+    const f = Math.min(1, p.done / p.total);
+    bar.value = f;
+    bar.dataset.value = String(f);
+    text.textContent = `${fmt(p.done, 0)} of ${fmt(p.total, 0)} shapes searched`;
+  }
+
+  /** POST /api/explore/stream: NDJSON lines of progress, then the answer (or its refusal). */
+  async function streamSearch(body, onProgress) {
+    let res;
+    try {
+      res = await fetch('/api/explore/stream', {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                                body: JSON.stringify(body)});
+    } catch (e) {
+      throw new Error(`could not reach the server (${e.message})`);
+    }
+    if (!res.ok) {
+      const data = await res.json().catch(() => null);
+      const wait = res.headers.get('Retry-After');
+      let msg = data && typeof data.detail === 'string' ? data.detail : `the server answered ${res.status}`;
+      if (res.status === 429 && wait && !msg.includes('retry')) msg += ` (retry in ${wait} s)`;
+      throw new Error(msg);
+    }
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '', answer = null;
+    for (;;) {
+      const {value, done} = await reader.read();
+      if (value) buf += dec.decode(value, {stream: true});
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (!line) continue;
+        const msg = JSON.parse(line);
+        if (msg.progress) onProgress(msg.progress);
+        if (msg.error) throw new Error(msg.error.detail);
+        if (msg.result) answer = msg.result;
+      }
+      if (done) break;
+    }
+    if (!answer) throw new Error('the search ended without an answer');
+    return answer;
+  }
+
   async function search() {
     let body;
     try { body = readForm(); } catch (e) { showError(e.message); return; }
@@ -71,9 +128,10 @@
     $('go').disabled = true;
     $('go').textContent = 'Searching…';
     $('table-wrap').classList.add('busy');
+    showProgress({done: 0, total: null, running: false});
     const t0 = performance.now();
     try {
-      const ans = await api('POST', '/api/explore', body);
+      const ans = await streamSearch(body, showProgress);
       last = ans;
       render(ans, (performance.now() - t0) / 1000);
     } catch (e) {
@@ -82,6 +140,7 @@
       $('go').disabled = false;
       $('go').textContent = 'Explore layouts';
       $('table-wrap').classList.remove('busy');
+      showProgress(null);
     }
   }
 
@@ -125,7 +184,8 @@
       const gap = w.step_time_s[1] - w.step_time_s[0];
       const terms = w.time_terms.filter((t) => Math.abs(t.difference) > 1e-9).slice(0, 2)
         .map((t) => `${seconds(Math.abs(t.difference))} ${t.difference > 0 ? 'more' : 'less'} ${termLabel(t.term)}`);
-      const knobs = Object.entries(w.knobs).map(([k, [a, b]]) => `${k.replace('_', '-')} ${b} instead of ${a}`);
+      const knobs = Object.entries(w.knobs).filter(([, [a, b]]) => a !== null && b !== null)
+        .map(([k, [a, b]]) => `${KNOB_NAME[k] || k.replace('_', ' ')} ${b} instead of ${a}`);
       const other = `the runner-up (${knobs.join(', ') || 'same knobs'})`;
       if (gap <= 1e-9 * Math.max(1, w.step_time_s[0])) {
         el.append(h('br'), `It ties with ${other} on step time and needs less memory.`);
@@ -143,7 +203,7 @@
       ['b', 'micro-batch, sequences'], ['Recompute'], ['ZeRO'], ['Step'], ['TFLOP/s', 'per GPU'], ['Time per step'],
       ['Memory', 'the fullest device against the memory limit']]
       .map(([t, title]) => h('th', {scope: 'col', text: t, title,
-        class: ['tp·cp·pp·dp', 'Schedule', 'Recompute'].includes(t) ? 'left' : null})));
+        class: ['tp·cp·pp·dp', 'Schedule', 'Recompute'].includes(t) ? 'left' : t === 'Memory' ? 'sticky-end' : null})));
     table.append(h('thead', {}, head));
     const tbody = h('tbody');
     const maxT = Math.max(...ans.layouts.map((x) => x.step_time_s), 1e-9);
@@ -163,8 +223,9 @@
         h('td', {text: seconds(x.step_time_s)}),
         h('td', {text: fmt(x.tflops_per_gpu, 0)}),
         h('td', {class: 'bars-cell'}, cell(stackedBar(tb, TIME_TERMS, maxT, 120, 18))),
-        h('td', {class: 'bars-cell'}, cell(stackedBar(mem, MEMORY_TERMS, capacity, 100, 18,
-          [[ans.summary.limit_bytes, '#1f2430', '3 2', `limit ${gb(ans.summary.limit_bytes)}`]]))),
+        h('td', {class: 'bars-cell sticky-end', 'data-testid': 'memory-cell'},
+          cell(stackedBar(mem, MEMORY_TERMS, capacity, 100, 18,
+            [[ans.summary.limit_bytes, LIMIT, '', `limit ${gb(ans.summary.limit_bytes)}`]]))),
       ]);
       tbody.append(tr);
     });
@@ -197,7 +258,7 @@
     const mcol = h('div', {}, [h('h3', {text: `Memory: ${gb(x.memory.peak_bytes)} on the fullest device (stage ${x.memory.peak_stage})`})]);
     const mem = Object.assign({__fmt: gb}, x.memory);
     mcol.append(wide(stackedBar(mem, MEMORY_TERMS, ans.summary.capacity_bytes, 420, 24,
-      [[ans.summary.limit_bytes, '#1f2430', '3 2', `limit ${gb(ans.summary.limit_bytes)}`]])));
+      [[ans.summary.limit_bytes, LIMIT, '', `limit ${gb(ans.summary.limit_bytes)}`]])));
     const mkv = h('div', {class: 'kv'});
     for (const [k, label, colour] of MEMORY_TERMS) {
       const sw = h('span', {class: 'mc-swatch'}); sw.style.background = colour;
@@ -258,7 +319,7 @@
       r.append(s('title', {text: `stage ${i}: ${gb(v)}`}));
       svg.append(r);
     });
-    svg.append(s('line', {x1: 0, x2: W, y1: y(limit), y2: y(limit), stroke: '#1f2430', 'stroke-dasharray': '3 2'}));
+    svg.append(s('line', {x1: 0, x2: W, y1: y(limit), y2: y(limit), stroke: LIMIT, 'stroke-width': 1.5}));
     svg.append(s('text', {x: W - 2, y: y(limit) - 3, 'text-anchor': 'end', 'font-size': 12, fill: '#1f2430',
                           text: `limit ${gb(limit)}`}));
     svg.append(s('text', {x: 2, y: H + 14, 'font-size': 12, fill: '#5b6170',

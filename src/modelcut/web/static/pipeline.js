@@ -130,6 +130,19 @@
 
   function showError(msg) { $('error').textContent = msg || ''; }
 
+  /** A refused simulation: the title names what was asked, not the last answer; the stale
+   *  timeline and figures go until the next answer. */
+  function refused(body) {
+    const v = body.chunks === null || body.chunks === undefined ? '' : ` · v = ${body.chunks}`;
+    $('title').textContent = `${body.schedule} · p = ${body.devices} devices · m = ${body.microbatches}${v}: not simulated`;
+    document.title = `modelcut · ${body.schedule} p=${body.devices} m=${body.microbatches}: not simulated`;
+    $('stats').textContent = '';
+    $('stats').hidden = true;
+    $('player').hidden = true;
+    player.pause && player.pause();
+    shown = null;
+  }
+
   async function simulate(opts) {
     const {body, problems} = readForm();
     if (problems.length) { showError(problems.join('; ')); return; }
@@ -146,7 +159,13 @@
         body: JSON.stringify(body), signal: ctrl.signal});
       const data = await res.json().catch(() => ({detail: `the server answered ${res.status}`}));
       if (mine !== seq) return;
-      if (!res.ok) { showError(typeof data.detail === 'string' ? data.detail : `error ${res.status}`); return; }
+      if (!res.ok) {
+        showError(typeof data.detail === 'string' ? data.detail : `error ${res.status}`);
+        refused(body);
+        return;
+      }
+      $('player').hidden = false;
+      $('stats').hidden = false;
       shown = data;
       $('title').textContent = TL.title(data);
       document.title = `modelcut · ${data.schedule} p=${data.devices} m=${data.microbatches} v=${data.chunks}`;

@@ -8,6 +8,7 @@
   const FAMILY = {megatron: '#4e79a7', llama3: '#e15759', zero3: '#59a14f'};
   const OTHER = ['#b07aa1', '#f28e2b', '#76b7b2', '#9c755f'];
   let data = null;
+  let loads = 0;
 
   function colour(fam) {
     if (!FAMILY[fam]) FAMILY[fam] = OTHER[Object.keys(FAMILY).length % OTHER.length];
@@ -19,11 +20,20 @@
     return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * p;
   }
 
+  /** A figure in the unit its source published: TFLOP/s per GPU, or seconds a step. */
+  function inUnit(r, x) { return r.unit === 's' ? seconds(x) : fmt(x, 1); }
+
   function plot() {
     const box = $('plot');
     box.textContent = '';
     if (!data) return;
-    const rows = data.runs;
+    // The plot is in TFLOP/s per GPU; runs whose source published a step time are in the table.
+    const rows = data.runs.filter((r) => r.published_tflops !== null && r.published_tflops !== undefined);
+    const timed = data.runs.length - rows.length;
+    if (!rows.length) {
+      box.append(h('p', {class: 'muted', text: 'Every run here was published as a step time: see the table.'}));
+      return;
+    }
     const W = Math.max(560, box.clientWidth || 900);
     // Type follows the page's size (larger on projectors, see style.css).
     const k = (parseFloat(getComputedStyle(document.documentElement).fontSize) || 16) / 16;
@@ -78,13 +88,18 @@
                             text: r.fitted ? 'fitted (η)' : `${r.error_pct > 0 ? '+' : '−'}${fixed(Math.abs(r.error_pct), 1)} %`}));
     });
     box.append(svg);
+    if (timed) {
+      box.append(h('p', {class: 'small muted', 'data-testid': 'timed-runs',
+                         text: `${timed} run${timed === 1 ? '' : 's'} published as seconds a step: in the table below.`}));
+    }
   }
 
   function table() {
     const t = $('runs');
     t.textContent = '';
     t.append(h('thead', {}, h('tr', {}, [['Run'], ['GPUs'], ['tp·cp·pp·dp', 'tensor · context · pipeline · data parallel'],
-      ['Schedule'], ['Published', 'TFLOP/s per GPU, as the source reports it'], ['Predicted', 'TFLOP/s per GPU'],
+      ['Schedule'], ['Published', 'as the source reports it: TFLOP/s per GPU, or seconds a step'],
+      ['Predicted', 'in the published unit'],
       ['Error'], ['Step', 'predicted step time'], ['Where the step goes', 'shares of the predicted step time']]
       .map(([x, title]) => h('th', {scope: 'col', text: x, title, class: x === 'Schedule' ? 'left' : null})))));
     const body = h('tbody');
@@ -97,7 +112,7 @@
         h('td', {text: fmt(r.gpus, 0)}),
         h('td', {text: `${L.tp}·${L.cp}·${L.pp}·${L.dp}`}),
         h('td', {class: 'left', text: L.vpp > 1 ? `${L.schedule}, v = ${L.vpp}` : L.schedule}),
-        h('td', {text: fmt(r.published_tflops, 1)}), h('td', {text: fmt(r.predicted_tflops, 1)}), err,
+        h('td', {text: inUnit(r, r.published)}), h('td', {text: inUnit(r, r.predicted)}), err,
         h('td', {text: seconds(r.step_time_s)}),
         h('td', {class: 'bars-cell'}, stackedBar(Object.assign({__fmt: seconds}, r.breakdown), TIME_TERMS, r.step_time_s, 200, 16)),
       ]));
@@ -118,24 +133,45 @@
 
   function summary() {
     const sm = data.summary;
-    const fams = Object.entries(sm.max_error_pct).map(([f, e]) => `${f} ${fixed(e, 1)} %`).join(', ');
     $('summary').textContent = '';
-    $('summary').append(h('strong', {text: `η = ${fixed(data.eta, 3)}`}),
-      ` fitted on ${data.calibration}; every other row is a prediction (${sm.predicted} runs). Largest error: ${fams}; `
-      + `mean ${fixed(sm.mean_abs_error_pct, 1)} %. Every prediction low: ${sm.all_low ? 'yes' : 'no'}.`);
+    if (data.mode === 'seed') {
+      const fams = Object.entries(sm.max_error_pct).map(([f, e]) => `${f} ${fixed(e, 1)} %`).join(', ');
+      $('summary').append(h('strong', {text: `Seed model: η = ${fixed(data.eta, 3)}`}),
+        ` fitted on ${data.calibration}; every other row is a prediction (${sm.predicted} runs). Largest error: ${fams}; `
+        + `mean ${fixed(sm.mean_abs_error_pct, 1)} %. Every prediction low: ${sm.all_low ? 'yes' : 'no'}.`);
+      return;
+    }
+    const signs = sm.signs ? ` ${sm.signs.low} predictions low, ${sm.signs.high} high.` : '';
+    $('summary').append(h('strong', {text: "Default model (modelcut's)"}),
+      `: every row is a prediction (${sm.predicted} runs), from the shipped profiles' constants. `
+      + `Mean |error| ${fixed(sm.mean_abs_error_pct, 1)} %, largest ${fixed(sm.max_abs_error_pct, 1)} %.${signs}`);
+  }
+
+  function clear() {
+    data = null;
+    $('summary').textContent = '';
+    $('plot').textContent = '';
+    $('runs').textContent = '';
+    $('sources').textContent = '';
+    for (const e of document.querySelectorAll('.legend-inline')) e.remove();
   }
 
   async function load() {
     $('error').textContent = '';
     const q = new URLSearchParams({set: $('set').value, mode: $('mode').value});
     history.replaceState(null, '', location.pathname + '?' + q.toString());
+    const mine = ++loads;
     try {
-      data = await api('GET', '/api/runs?' + q.toString());
+      const ans = await api('GET', '/api/runs?' + q.toString());
+      if (mine !== loads) return;   // a later choice's answer wins, whichever comes back first
+      data = ans;
       summary();
       plot();
       for (const e of document.querySelectorAll('.legend-inline')) e.remove();
       table();
     } catch (e) {
+      if (mine !== loads) return;
+      clear();   // no stale table under the message
       $('error').textContent = e.message;
     }
   }

@@ -1,0 +1,536 @@
+"""The inputs of every use case as pydantic models: the one boundary every face validates through.
+
+The command line builds these from its options, the web API takes them as request bodies (its
+OpenAPI schema is theirs), RUN.toml's tables are read with them, and the Python entry points
+accept them. Each field carries its own rule here: its type, finite numbers, positive sizes, a
+name the catalog or the registry knows, a size within the caps of :mod:`.limits` (the schema
+states the default caps; the command line validates against the caps its flags raise, passed in
+the validation context as ``{"limits": Limits(...)}``). Rules that join several fields (tp·cp·pp·dp
+against the GPUs, a chunk count the schedule runs) and the caps on work (ops, layouts) are the
+service's, in the functions that take these models: they need the catalog and the registry.
+
+:func:`parse` turns a mapping into a model or a one-line :class:`ModelcutError`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+
+from .. import catalog
+from ..core.costs.context import CP_KINDS
+from ..core.costs.kernels import NAMES as CONSTANTS
+from ..core.errors import ModelcutError
+from ..core.sim import registry
+from ..core.step import MODES
+from ..core.step.frameworks import OPTIONS
+from .limits import DEFAULT, LimitError, Limits
+
+# --- names the catalog and the registry know --------------------------------------------------------
+
+ScheduleName = Literal[registry.names()]  # type: ignore[valid-type]
+ModelName = Literal[catalog.model_keys()]  # type: ignore[valid-type]
+GpuName = Literal[catalog.hardware_keys()]  # type: ignore[valid-type]
+FrameworkName = Literal[catalog.framework_names()]  # type: ignore[valid-type]
+ModeName = Literal[tuple(MODES)]  # type: ignore[valid-type]
+CpKind = Literal[CP_KINDS]  # type: ignore[valid-type]
+Constant = Literal[CONSTANTS]  # type: ignore[valid-type]
+Recompute = Literal["none", "selective", "full"]
+MeshDim = Literal["tp", "cp", "pp", "dp", "ep"]
+
+
+def limits_of(info: ValidationInfo | None) -> Limits:
+    """The caps a validation runs under: the context's ``limits``, else :data:`.limits.DEFAULT`."""
+    ctx = getattr(info, "context", None)
+    lim = ctx.get("limits") if isinstance(ctx, dict) else None
+    return lim if isinstance(lim, Limits) else DEFAULT
+
+
+def _capped(cap: str):
+    def check(value, info: ValidationInfo):
+        if value is not None:
+            limits_of(info).check(cap, value, info.field_name or cap)
+        return value
+    return AfterValidator(check)
+
+
+def _unique(values):
+    if values is not None and len(set(values)) != len(values):
+        raise ValueError("must name each item once")
+    return values
+
+
+def _whole(value):
+    """A float with nothing after the point, as the integer it is (JSON Schema's integers include
+    4.0); anything else goes on to the strict integer check."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def _kinds(tp: Any) -> set[str]:
+    """Whether a field's type holds integers ("int") or lists of them ("list")."""
+    if tp is int:
+        return {"int"}
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is list:
+        return {"list"} if "int" in set().union(*(_kinds(a) for a in args)) else set()
+    if origin is Annotated:
+        return _kinds(args[0])
+    if args:
+        return set().union(*(_kinds(a) for a in args))
+    return set()
+
+
+def Capped(cap: str, minimum: float = 1):
+    """A number from ``minimum`` up to a cap of :mod:`.limits` (the schema states the default)."""
+    return [Field(ge=minimum, json_schema_extra={"maximum": getattr(DEFAULT, cap)}), _capped(cap)]
+
+
+GpuCount = Annotated[int, *Capped("max_gpus")]
+Width = Annotated[int, *Capped("max_width")]
+Layers = Annotated[int, *Capped("max_layers")]
+SeqLen = Annotated[int, *Capped("max_seq")]
+Tokens = Annotated[int, *Capped("max_tokens")]
+Time = Annotated[float, Field(ge=0, allow_inf_nan=False, json_schema_extra={"maximum": DEFAULT.max_time}),
+                 _capped("max_time")]
+Fraction01 = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
+Unique = AfterValidator(_unique)
+
+
+def _order(values):
+    if values is not None and (sorted(x for x in values if x != "ep") != sorted(("tp", "cp", "pp", "dp"))
+                               or values.count("ep") > 1):
+        raise ValueError("must name tp, cp, pp and dp once each (ep at most once)")
+    return values
+
+
+#: A rank order, innermost first: tp, cp, pp and dp once each, ep at most once (the schema says so).
+RankOrder = Annotated[list[MeshDim], Field(json_schema_extra={
+    "minItems": 4, "maxItems": 5, "uniqueItems": True,
+    "allOf": [{"contains": {"const": d}} for d in ("tp", "cp", "pp", "dp")]}), AfterValidator(_order)]
+
+#: Token counts as text: digits, or digits and a binary suffix (k = 2^10, M = 2^20, G = 2^30), at
+#: most the default cap of 2^40 tokens (so the schema holds no count the server refuses).
+TOKEN_PATTERN = r"^([1-9][0-9]{0,11}|[1-9][0-9]{0,8}[kK]|[1-9][0-9]{0,5}[mM]|[1-9][0-9]{0,2}[gG])$"
+
+
+def _token_text(text: str) -> str:
+    if not re.fullmatch(TOKEN_PATTERN, text):
+        raise ValueError("must be a whole token count such as 16777216 or 16M (k, M, G: 2^10, 2^20, 2^30), "
+                         "at most 2^40")
+    return text
+
+
+TokenText = Annotated[str, Field(json_schema_extra={"pattern": TOKEN_PATTERN}), AfterValidator(_token_text)]
+
+
+Precision = Literal["bf16", "fp16", "fp8"]
+Fp8Recipe = Literal["delayed", "current", "blockwise", "mxfp8"]
+
+
+class Strict(BaseModel):
+    """Strict types, no unknown fields; a whole-number float (4.0) stands for its integer, as in
+    JSON Schema, wherever an integer is asked for."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = None
+        for name, field in cls.model_fields.items():
+            if name not in data:
+                continue
+            kinds = _kinds(field.annotation)
+            val = data[name]
+            new = val
+            if "int" in kinds:
+                new = _whole(val)
+            if "list" in kinds and isinstance(val, list):
+                new = [_whole(x) for x in val]
+            if new is not val:
+                out = dict(data) if out is None else out
+                out[name] = new
+        return data if out is None else out
+
+
+# --- pipeline simulation -------------------------------------------------------------------------
+
+
+class SimulateInput(Strict):
+    """``modelcut simulate`` and ``POST /api/simulate``: a named schedule and its timing."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="SimulateRequest")
+
+    schedule: ScheduleName = Field("1f1b", description="a schedule of the registry (GET /api/catalog lists them)")
+    devices: int = Field(4, ge=1, description="pipeline devices p")
+    microbatches: int = Field(8, ge=1, description="micro-batches m")
+    chunks: Optional[int] = Field(None, ge=1, description="chunks per device v (null: the schedule's default)")
+    forward: Time = Field(1.0, description="forward time F for a device's whole share of layers")
+    backward: Time = Field(2.0, description="backward time B (with a split backward and a weight time: the input "
+                                            "gradient)")
+    weight: Optional[Time] = Field(None, description="weight-gradient time W (split schedules; null: B and W share "
+                                                     "the backward; other schedules add it to B)")
+    p2p: Time = Field(0.0, description="point-to-point time added to each input that crosses devices")
+
+
+class SimulateArgs(SimulateInput):
+    """The command line's simulate: a registry schedule, or ``torch:<Class>`` as torch executes it."""
+
+    schedule: Union[ScheduleName, Annotated[str, Field(pattern=r"^torch:[A-Za-z_][A-Za-z0-9_]{0,63}$")]] = "1f1b"
+
+
+# --- models, layouts, runs -----------------------------------------------------------------------
+
+
+class ModelSpecIn(Strict):
+    """A model's fields (those of a RUN.toml's [model] table)."""
+
+    name: Optional[str] = Field(None, max_length=128)
+    layers: Layers
+    hidden: Width
+    ffn_hidden: Optional[Width] = Field(None, description="default 4·hidden")
+    heads: Width
+    kv_heads: Optional[Width] = Field(None, description="default heads")
+    vocab: Width
+    gated_mlp: bool = False
+    tied_embeddings: bool = False
+    head_dim: Optional[Width] = None
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    bias: bool = True
+    dropout: bool = True
+    max_seq: Optional[SeqLen] = None
+    experts: Width = 1
+    top_k: Width = 1
+    expert_ffn_hidden: Optional[Width] = None
+    shared_experts: Annotated[int, *Capped("max_width", 0)] = 0
+    dense_layers: Annotated[int, *Capped("max_layers", 0)] = 0
+    capacity_factor: Optional[Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]] = None
+    source: str = Field("", max_length=1000)
+    learned_positions: bool = False
+    qkv_bias: Optional[bool] = None
+
+
+#: Exactly one of the three ways to name a model, as the schema says it.
+_ONE_MODEL = {"oneOf": [{"required": [k], "properties": {k: {"type": t}}}
+                        for k, t in (("model", "string"), ("hf_config", "object"), ("model_spec", "object"))]}
+
+
+class ModelChoice(Strict):
+    """Exactly one of: a catalog model's name, a Hugging Face config.json object, or the fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_ONE_MODEL)
+
+    model: Optional[ModelName] = Field(None, description="a catalog model or alias, e.g. llama3-405b")
+    hf_config: Optional[dict[str, Any]] = Field(None, description="a Hugging Face config.json, parsed")
+    model_spec: Optional[ModelSpecIn] = Field(None, description="the model's fields")
+
+
+class LayoutIn(Strict):
+    """A layout (RUN.toml's [layout], the web's ``layout``)."""
+
+    tp: GpuCount = 1
+    cp: GpuCount = 1
+    pp: GpuCount = 1
+    dp: GpuCount = 1
+    ep: GpuCount = 1
+    vpp: Optional[Layers] = None
+    sequence_parallel: bool = False
+    zero: int = Field(0, ge=0, le=3)
+    schedule: Optional[ScheduleName] = None
+    etp: Optional[GpuCount] = Field(None, description="expert tensor-parallel size")
+    cp_kind: Optional[CpKind] = None
+    order: Optional[RankOrder] = Field(None, description="rank order, innermost first (ep may be placed)")
+
+
+class TrainingIn(Strict):
+    """Batch and sequence (RUN.toml's [training], the web's ``training``)."""
+
+    seq_len: SeqLen
+    global_batch: Tokens = Field(description="sequences per step")
+    micro_batch: Tokens = 1
+    recompute: Recompute = "none"
+    precision: Precision = Field("bf16", description="the matrix products' precision")
+    fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe (default: the stack's, "
+                                                              "else Transformer Engine's)")
+
+
+class HardwareIn(Strict):
+    """RUN.toml's [hardware]."""
+
+    gpu: GpuName
+    gpus: Optional[GpuCount] = Field(None, description="must equal tp·cp·pp·dp")
+    gpus_per_node: Optional[GpuCount] = Field(None, description="default: the hardware's")
+
+
+class OverlapIn(Strict):
+    """Overlap overrides of the default model's framework preset (null keeps the preset's)."""
+
+    grad_reduce: Optional[bool] = None
+    param_gather: Optional[bool] = None
+    p2p_async: Optional[bool] = None
+    tp_comm: Optional[bool] = None
+
+
+assert set(OverlapIn.model_fields) == set(OPTIONS), "OverlapIn must hold every overlap option"
+
+
+class PredictOptions(Strict):
+    """How to predict: the model mode and the default model's stack."""
+
+    mode: ModeName = "default"
+    eta: Optional[Annotated[float, Field(ge=0.01, le=1, allow_inf_nan=False)]] = Field(
+        None, description="fraction of peak the matrix products reach, 0.01 to 1 (default: fitted)")
+    framework: Optional[FrameworkName] = Field(None, description="default mode: the training stack, a preset "
+                                                                 "(default megatron-core)")
+    overlap: Optional[OverlapIn] = Field(None, description="default mode: overlap overrides, e.g. "
+                                                           "{\"tp_comm\": true}")
+
+
+class PredictInput(PredictOptions, ModelChoice):
+    """One run: model, accelerator, layout and batch (``modelcut predict``, ``POST /api/predict``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="PredictRequest", json_schema_extra=_ONE_MODEL)
+
+    gpu: GpuName = Field("h100", description="a catalog accelerator or alias")
+    gpus_per_node: Optional[GpuCount] = None
+    layout: LayoutIn
+    training: TrainingIn
+
+
+class CheckIn(Strict):
+    """A layout to find among the ranked ones: any of its knobs."""
+
+    tp: Optional[GpuCount] = None
+    cp: Optional[GpuCount] = None
+    ep: Optional[GpuCount] = None
+    pp: Optional[GpuCount] = None
+    dp: Optional[GpuCount] = None
+    vpp: Optional[Layers] = None
+    micro_batch: Optional[Tokens] = None
+    zero: Optional[Annotated[int, Field(ge=0, le=3)]] = None
+    cp_kind: Optional[CpKind] = None
+    schedule: Optional[ScheduleName] = None
+    recompute: Optional[Recompute] = None
+
+
+class ExploreInput(ModelChoice):
+    """The explorer's search (``modelcut explore``, ``POST /api/explore``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="ExploreRequest", json_schema_extra=_ONE_MODEL)
+
+    gpu: GpuName = "h100"
+    gpus: GpuCount = Field(description="accelerators N; every layout uses exactly N")
+    seq: SeqLen = Field(description="sequence length in tokens")
+    global_batch_tokens: Union[Tokens, TokenText] = Field(
+        description="tokens per optimizer step: an integer, or with a binary suffix, 16M = 16·2^20",
+        json_schema_extra={"examples": [16777216, "16M"]})
+    gpus_per_node: Optional[GpuCount] = Field(None, description="default: the hardware's")
+    mode: ModeName = "default"
+    framework: Optional[FrameworkName] = Field(None, description="default mode: the training stack, a preset "
+                                                                 "(default megatron-core)")
+    check: Optional[CheckIn] = Field(None, description="a layout to find among the ranked ones, e.g. "
+                                                       "{\"tp\": 8, \"pp\": 16}")
+    margin: Fraction01 = Field(0.02, description="fraction of the accelerator's memory kept free")
+    top: int = Field(20, ge=1, le=500, description="how many ranked layouts to return")
+    schedules: Optional[Annotated[list[ScheduleName], Field(min_length=1, max_length=len(registry.names()),
+                                                            json_schema_extra={"uniqueItems": True}), Unique]] = None
+    micro_batches: Optional[Annotated[list[Annotated[int, Field(ge=1, le=65536)]],
+                                      Field(min_length=1, max_length=8, json_schema_extra={"uniqueItems": True}),
+                                      Unique]] = Field(None, description="micro-batch sizes to try (default 1, 2, 4)")
+    eps: Optional[Annotated[list[GpuCount], Field(min_length=1, max_length=16, json_schema_extra={"uniqueItems": True}),
+                            Unique]] = Field(None, description="expert-parallel sizes to try (MoE models)")
+    cp_kinds: Optional[Annotated[list[CpKind], Field(min_length=1, max_length=len(CP_KINDS),
+                                                     json_schema_extra={"uniqueItems": True}), Unique]] = None
+    allow_tp_across_nodes: bool = False
+    flash_attention: Optional[bool] = Field(None, description="FlashAttention: no s² attention scores held "
+                                                              "(default: as the stack runs attention)")
+    reshard_after_forward: Optional[bool] = Field(None, description="ZeRO-3 reshards weights after each forward "
+                                                                    "(default: as the stack does)")
+    pareto_within: Fraction01 = Field(0.05, description="time every layout within this fraction of the best "
+                                                        "(the Pareto set's reach)")
+    exhaustive: bool = Field(False, description="time every layout that fits (no lower bound)")
+    precision: Precision = Field("bf16", description="the products' precision of every layout searched")
+    fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe")
+
+
+class MeshInput(Strict):
+    """``modelcut mesh``, ``POST /api/mesh``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="MeshRequest")
+
+    tp: GpuCount = 1
+    cp: GpuCount = 1
+    pp: GpuCount = 1
+    dp: GpuCount = 1
+    ep: GpuCount = 1
+    gpus_per_node: GpuCount = 8
+    rank: Annotated[int, *Capped("max_gpus", 0)] = 0
+    order: Optional[RankOrder] = Field(None, description="rank order, innermost first (default tp, cp, pp, dp; with "
+                                                         "ep > 1 Megatron-core's tp, cp, ep, dp, pp)")
+
+
+# --- the command line's other commands ---------------------------------------------------------------
+
+
+class CrosscheckInput(Strict):
+    """``modelcut crosscheck``: times in milliseconds, one process per pipeline rank."""
+
+    schedules: Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(min_length=1, max_length=16)]
+    devices: int = Field(4, ge=1, le=64, description="pipeline ranks p, one process each")
+    microbatches: int = Field(8, ge=1, le=4096)
+    chunks: Optional[int] = Field(None, ge=1, le=64)
+    forward_ms: float = Field(20.0, gt=0, le=1e6, allow_inf_nan=False)
+    backward_ms: float = Field(40.0, gt=0, le=1e6, allow_inf_nan=False)
+    weight_ms: Optional[float] = Field(None, ge=0, le=1e6, allow_inf_nan=False)
+    steps: int = Field(3, ge=1, le=1000)
+    fit_on: Optional[str] = Field(None, min_length=1, max_length=64)
+    timeout: float = Field(300.0, gt=0, le=86400, allow_inf_nan=False)
+    order_only: bool = False
+
+
+class CalibrateInput(Strict):
+    """``modelcut calibrate``'s constants."""
+
+    fit: Annotated[list[Constant], Field(min_length=1, max_length=len(CONSTANTS)), Unique]
+    gpu: Optional[GpuName] = None
+    cv: bool = True
+
+
+# --- one line out of a validation error --------------------------------------------------------------
+
+_PHRASES = {
+    "greater_than_equal": "must be at least {ge}", "greater_than": "must be more than {gt}",
+    "less_than_equal": "must be at most {le}", "less_than": "must be less than {lt}",
+    "finite_number": "must be a finite number", "int_type": "must be an integer", "int_parsing": "must be an integer",
+    "int_from_float": "must be a whole number", "float_type": "must be a number", "float_parsing": "must be a number",
+    "bool_type": "must be true or false", "bool_parsing": "must be true or false", "string_type": "must be a string",
+    "missing": "is missing", "extra_forbidden": "is not a known field", "too_short": "needs at least {min_length} items",
+    "too_long": "takes at most {max_length} items", "string_too_long": "takes at most {max_length} characters",
+    "string_too_short": "needs at least {min_length} characters", "list_type": "must be a list",
+    "dict_type": "must be a table (an object, a dictionary of fields)",
+    "model_type": "must be a table (an object, a dictionary of fields)",
+    "model_attributes_type": "must be a table (an object, a dictionary of fields)", "string_pattern_mismatch": "is not in the expected form",
+}
+
+
+_TYPE_ERRORS = {"int_type", "float_type", "string_type", "bool_type", "list_type", "dict_type", "model_type",
+                "int_parsing", "float_parsing", "bool_parsing", "model_attributes_type"}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _phrase(err: dict) -> str:
+    kind, ctx = err.get("type", ""), err.get("ctx") or {}
+    if kind == "value_error":
+        exc = ctx.get("error")
+        return str(exc) if exc is not None else err.get("msg", "invalid")
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '')}"
+    template = _PHRASES.get(kind)
+    if template is None:
+        return err.get("msg", "invalid")[:1].lower() + err.get("msg", "invalid")[1:]
+    shown = {k: (f"{v:g}" if isinstance(v, float) else v) for k, v in ctx.items()}
+    try:
+        return template.format(**shown)
+    except (KeyError, IndexError):
+        return template
+
+
+def _known(field: str) -> tuple[str, tuple[str, ...]] | None:
+    """What a name field names, and the canonical names to offer, for the catalog's own wording
+    ("unknown GPU 'a200'; choose one of …")."""
+    last = field.rsplit(".", 1)[-1].split("[")[0]
+    if last == "gpu":
+        return "GPU", tuple(h.name for h in catalog.all_hardware())
+    if last == "model":
+        return "model", tuple(m.name for m in catalog.all_models())
+    if last == "framework":
+        return "framework", catalog.framework_names()
+    if last in ("schedule", "schedules"):
+        return "schedule", registry.names()
+    if last in ("mode",):
+        return "mode", tuple(MODES)
+    return None
+
+
+def _branch(part: str) -> bool:
+    """A union branch's tag pydantic puts in an error's location (not a field name)."""
+    return part in ("int", "str", "float", "bool", "list", "dict") or "[" in part or part.startswith(
+        ("function-", "constrained-", "literal"))
+
+
+def one_line(exc: ValidationError | list[dict], where: str = "", names: dict[str, str] | None = None) -> str:
+    """A validation error (or its ``errors()``) in one line: each problem as ``field must …, got
+    value``; ``names`` maps a field to what the face calls it (a command-line flag)."""
+    parts, seen = [], set()
+    errors = exc.errors(include_url=False) if isinstance(exc, ValidationError) else list(exc)
+    fields = [tuple(x for x in e.get("loc", ()) if isinstance(x, int) or not _branch(str(x))) for e in errors]
+    for i, err in enumerate(errors):
+        # A union's branches each report: keep the branch the input's type chose.
+        peers = [e for e, f in zip(errors, fields) if f == fields[i]]
+        if len(peers) > 1:
+            kinds = {e.get("type") for e in peers}
+            if err.get("type") in _TYPE_ERRORS and kinds - _TYPE_ERRORS:
+                continue
+            if err.get("type") == "string_pattern_mismatch" and "literal_error" in kinds:
+                continue
+        field = ""
+        for x in err.get("loc", ()):
+            if isinstance(x, int):
+                field += f"[{x}]"
+            elif not _branch(str(x)):
+                field += ("." if field else "") + str(x)
+        raw = field
+        if names and field in names:
+            field = names[field]
+        ctx = err.get("ctx") or {}
+        known = _known(raw) if err.get("type") == "literal_error" else None
+        if isinstance(ctx.get("error"), LimitError):   # the cap's own line says it all
+            line = str(ctx["error"])
+            leaf = str(err.get("loc", ("",))[-1])
+            if field != leaf and line.startswith(leaf + " "):   # the face's name for the field
+                line = field + line[len(leaf):]
+        elif known is not None:
+            what, choices = known
+            line = f"unknown {what} {_shown(err.get('input'))}; choose one of {', '.join(choices)}"
+            if raw not in ("gpu", "model", "framework", "schedule", "mode"):   # say where, unless it is plain
+                line = f"{field}: {line}"
+        else:
+            line = f"{field} {_phrase(err)}" if field else _phrase(err)
+            if err.get("type") not in ("missing", "extra_forbidden") and "input" in err:
+                line += f", got {_shown(err['input'])}"
+        if line not in seen:
+            seen.add(line)
+            parts.append(line)
+    text = "; ".join(parts[:3]) + ("; …" if len(parts) > 3 else "")
+    return f"{where}: {text}" if where else text
+
+
+def parse(model: type[BaseModel], data: Any, limits: Limits | None = None, where: str = "",
+          names: dict[str, str] | None = None, strict: bool | None = None):
+    """``data`` validated as ``model`` under ``limits``; a problem is one :class:`ModelcutError` line
+    (prefixed with ``where``)."""
+    if isinstance(data, model):
+        data = data.model_dump(exclude_unset=True)
+    try:
+        return model.model_validate(data, context={"limits": limits or DEFAULT}, strict=strict)
+    except ValidationError as exc:
+        raise ModelcutError(one_line(exc, where, names)) from None
+
+
+def limits_error(exc: ValidationError) -> LimitError | None:
+    """The cap a validation error refused, if one did."""
+    for err in exc.errors(include_url=False):
+        e = (err.get("ctx") or {}).get("error")
+        if isinstance(e, LimitError):
+            return e
+    return None
