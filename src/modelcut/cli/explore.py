@@ -26,6 +26,15 @@ from .app import app
 from .common import limit_option, limits, parse
 
 GB = 1e9
+def _emit(ranked: list, emit: str, pick: int) -> None:
+    """Print the launch settings of the ``pick``-th ranked layout (``--emit``)."""
+    if not ranked:
+        raise ModelcutError("no layout fits; nothing to emit")
+    if not 1 <= pick <= len(ranked):
+        raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
+    print(emitter.EMITTERS[emit](ranked[pick - 1]))
+
+
 #: Terminal width the tables are laid out for.
 WIDTH = 100
 #: Each request field as the command line spells it (the one-line errors name the flag).
@@ -180,12 +189,7 @@ def explore(
             results = run_explore_range(req, gpu_counts(lo, hi, gpus_per_node or hw.per_node), progress)
     if emit is not None:
         res = min((r for r in results if r.layouts), key=lambda r: r.layouts[0].step_time_s, default=None)
-        ranked = res.layouts if res is not None else []
-        if not ranked:
-            raise ModelcutError("no layout fits; nothing to emit")
-        if not 1 <= pick <= len(ranked):
-            raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
-        print(emitter.EMITTERS[emit](ranked[pick - 1]))
+        _emit(res.layouts if res is not None else [], emit, pick)
         return
     if hi is not None:
         if as_json:
@@ -216,12 +220,7 @@ def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None,
             results.append((rid, run_explore(catalog_request(rid, mode, top))))
             bar.advance(task)
     if emit is not None:
-        ranked = results[0][1].layouts
-        if not ranked:
-            raise ModelcutError("no layout fits; nothing to emit")
-        if not 1 <= pick <= len(ranked):
-            raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
-        print(emitter.EMITTERS[emit](ranked[pick - 1]))
+        _emit(results[0][1].layouts, emit, pick)
         return
     if as_json:
         print(json.dumps(results[0][1].as_dict() if run_id != "all" else
