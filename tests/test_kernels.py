@@ -172,3 +172,13 @@ def test_a_device_of_an_architecture_scales_its_tables():
     assert slow == pytest.approx(fast * H100.link_bw / h800.link_bw, rel=0.01)
     assert comm.collective("all-gather", 8, small, h800.link_bw, h800, inside=True) == pytest.approx(
         comm.collective("all-gather", 8, small, H100.link_bw, H100, inside=True), rel=0.05)
+
+
+def test_the_fp8_ratio_the_docs_quote_is_the_b200_tables():
+    """kernels.toml and docs/fp8.md quote B200's measured FP8/bf16 ratio: 1.0 at 256³, 1.45 at
+    2048³, 1.95 at 4096³ (the ratio the H100 FP8 table borrows)."""
+    b200 = catalog.hardware("b200")
+    ratio = {s: product_tflops(s, s, s, b200, dtype="fp8") / product_tflops(s, s, s, b200) for s in (256, 2048, 4096)}
+    assert ratio[256] == pytest.approx(1.0, abs=0.05)
+    assert ratio[2048] == pytest.approx(1.45, abs=0.01)
+    assert ratio[4096] == pytest.approx(1.95, abs=0.01)

@@ -97,6 +97,6 @@ def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str =
         label[0] = f"leave one source out: {len({m.family for m in measured})} sources refitted"
         folds = cal.leave_one_family_out(measured, names, base_prof.efficiency, predictor)
     inherits = base_prof.hardware if set(names) != set(NAMES) else ""
-    source = f"modelcut calibrate on {len(measured)} runs" + (f" ({runs.name})" if runs is not None else " (catalog)")
+    source = f"modelcut calibrate on {len(measured)} runs" + (f" ({runs.name})" if runs is not None else " (catalog: the published runs of shared/reference/published-runs*.md)")
     text = profile_text(hw_name, result, inherits=inherits, source=source, folds=folds)
     return CalibrateResult(hw_name, names, measured, base_prof, result, folds, text)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import ModelcutError
-from ..specs import Hardware
+from ..specs import Hardware, Training
 from ..units import BF16_BYTES
 from .tables import quantization
 
@@ -138,11 +138,11 @@ def gemm_fwd_bwd(m: int, n: int, k: int, hw: Hardware, eff: Efficiency, dtype: s
             gemm_time(k, n, m, hw, eff, dtype=dtype))
 
 
-def mfu_peak(hw: Hardware, training) -> float:
+def mfu_peak(hw: Hardware, training: Training) -> float:
     """The dense peak MFU is counted against: the 16-bit tensor-core peak, or the FP8 peak for a
     run whose products run in FP8 (its attention and output layer stay 16-bit and are timed at
     no more than the 16-bit peak, so MFU stays below 1 either way)."""
-    if getattr(training, "precision", "bf16") == "fp8" and hw.peak_flops_8:
+    if training.precision == "fp8" and hw.peak_flops_8:
         return hw.peak_flops_8
     return hw.peak_flops_16
 

@@ -47,9 +47,11 @@ from ..errors import ModelcutError
 #: (CUTLASS's default threadblock shapes 128×256, 256×128, 128×128; the smaller ones, which the
 #: libraries pick for small products, 128×64, 64×128 and 64×64).
 TILES: tuple[tuple[int, int], ...] = ((128, 256), (256, 128), (128, 128), (128, 64), (64, 128), (64, 64))
-#: Split-K factors a library may use when a product has fewer tiles than SMs.
+#: Split-K factors a library may use when a product has fewer tiles than SMs (an assumption: cuBLAS
+#: picks split-K heuristically and does not document its choices; 1-4 covers CUTLASS's examples).
 SPLIT_K = (1, 2, 3, 4)
-#: A split keeps at least this much k per slice (one 32-deep main loop of 8 stages).
+#: A split keeps at least this much k per slice (an assumption: one 32-deep main loop of 8 stages,
+#: the depth of CUTLASS's multistage Ampere/Hopper mainloops).
 MIN_K_PER_SPLIT = 256
 
 

@@ -52,6 +52,18 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float])
     return coll
 
 
+def unit_gather_bytes(run: Run, hw: Hardware, framework: Framework, stage, units) -> list[float]:
+    """Bytes each of a stage's units (:func:`..costs.params.device_modules`' order: the output layer
+    and final norm where the stage has the loss, its transformer layers, the embedding where it has
+    it) moves when its weights are all-gathered: 16-bit, except the transformer layers' where the
+    stack keeps FP8 parameters (:func:`..costs.fp8.param_gather_bytes`). The one rule every
+    weight gather reads (once a step, every pass, the lower bound)."""
+    layer_b = fp8_mod.param_gather_bytes(fp8_mod.for_stack(run.training, hw, framework))
+    last = len(units) - 1
+    return [(a + b) * (BF16_BYTES if (j == 0 and stage.loss) or (j == last and stage.embedding) else layer_b)
+            for j, (a, b) in enumerate(units)]
+
+
 def pass_gathers(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan,
                  unit_costs: list[tuple[list[float], list[float]]], bw: dict[str, float]
                  ) -> list[tuple[float, float]]:
@@ -72,8 +84,8 @@ def pass_gathers(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
     mods = params.device_modules(run.model, L.tp, L.ep, L.etp,
                                  [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in plan.stages])
     out = []
-    for units, (fwd, bwd) in zip(mods, unit_costs):
-        g = [coll("all-gather", (a + b) * BF16_BYTES) for a, b in units]
+    for st, units, (fwd, bwd) in zip(plan.stages, mods, unit_costs):
+        g = [coll("all-gather", nb) for nb in unit_gather_bytes(run, hw, framework, st, units)]
         f_tasks = [(gi, ci, pf) for gi, ci in zip(reversed(g), fwd)]      # forward order
         b_tasks = [(gi, ci, pf_b) for gi, ci in zip(g, bwd)]              # backward order
         f_end, _ = prefetch_timeline(f_tasks)
@@ -137,23 +149,18 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         tied_extra = comm.ring_allreduce(2, model.vocab * model.hidden / t * grad_b, bw["pp"] * eff.net)
     ends = [float(e[-1]) if e else 0.0 for e in trace.ends]
     last_b = last_backwards(plan, trace)
-    # weights gathered in FP8 where the stack keeps FP8 parameters (:func:`..costs.fp8.param_gather_bytes`)
-    layer_gather_b = fp8_mod.param_gather_bytes(fp8_mod.for_stack(run.training, hw, framework))
-    dense_l = sum(params.layer_params(model, t, False))
-    moe_l = sum(params.layer_params(model, t, True, L.ep, L.etp)) if model.is_moe else 0.0
     every_b = backward_ends(plan, trace) if per_mb else {}
     out = []
     for dev in range(p):
-        requests, params_dev, layers_dev = [], 0.0, 0
+        requests, params_dev, layers_dev, gather_bytes = [], 0.0, 0, 0.0
         mine = plan.on_device(dev)
         mods = params.device_modules(model, t, L.ep, L.etp,
                                      [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in mine])
-        layer_params_dev = 0.0
         for st, units in zip(mine, mods):
             b_start, b_end = last_b[st.index]
             params_dev += sum(a + b for a, b in units)
             layers_dev += st.layers
-            layer_params_dev += st.dense_layers * dense_l + st.moe_layers * moe_l
+            gather_bytes += sum(unit_gather_bytes(run, hw, framework, st, units))
             for j, (a, b) in enumerate(units):   # finished in this order through the last backward
                 requests.append((b_start + (b_end - b_start) * (j + 1) / len(units), reduce_time(a + b)))
             # only a shard is kept: every earlier micro-batch's gradients are reduce-scattered
@@ -165,7 +172,7 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1, res.grads_sharded), hw, eff)
         gather = 0.0
         if sharded and dp_group > 1 and not res.gathers_each_pass:
-            g = coll("all-gather", params_dev * BF16_BYTES - layer_params_dev * (BF16_BYTES - layer_gather_b))
+            g = coll("all-gather", gather_bytes)
             # gathered ahead of use: only the first layer's share waits, the rest hides behind the forward
             gather = g / max(1, layers_dev) if ov.param_gather else g
         out.append(DeviceEnd(ends[dev] + exp_dp + tied + opt + gather, exp_dp + tied + gather, opt))

@@ -12,7 +12,6 @@ from typing import Callable
 
 from ..costs import comm
 from ..costs import fp8 as fp8_mod
-from ..costs.fp8 import Fp8
 from ..costs import moe as moe_mod
 from ..costs.kernels import Efficiency, generation
 from ..plan import PipelinePlan
@@ -58,17 +57,11 @@ def attention_kind(framework: Framework, hw: Hardware) -> str:
     return "flash2"
 
 
-def run_fp8(run: Run, hw: Hardware, framework: Framework) -> Fp8 | None:
-    """The run's FP8 as its stack runs it on this accelerator (:func:`..costs.fp8.resolve`); the
-    memory model reads the same."""
-    return fp8_mod.for_stack(run.training, hw, framework)
-
-
 def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: dict[str, float]) -> Kernels:
     """Time every pass of one micro-batch (:mod:`.layers`)."""
     model, L, tr = run.model, run.layout, run.training
     gpn = run.gpus_per_node or hw.per_node
-    f8 = run_fp8(run, hw, framework)
+    f8 = fp8_mod.for_stack(run.training, hw, framework)
     setup = LayerSetup(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=L.tp, cp=L.cp,
                        sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
                        attention=attention_kind(framework, hw), grad_accum_fusion=framework.grad_accum_fusion,

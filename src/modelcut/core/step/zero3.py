@@ -17,7 +17,7 @@ from .frameworks import Framework
 from .layers import LayerTime, PassTime, dense_linears
 from .result import DefaultBreakdown
 from ..costs import fp8 as fp8_mod
-from .stage_costs import Kernels, a2a_time, run_fp8
+from .stage_costs import Kernels, a2a_time
 
 
 def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernels, m: int,
@@ -36,7 +36,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
     dense, moe_lt, emb, loss = k.dense, k.moe, k.emb, k.loss
 
-    layer_b = fp8_mod.param_gather_bytes(run_fp8(run, hw, fw))   # FP8 weights gathered as FP8
+    layer_b = fp8_mod.param_gather_bytes(fp8_mod.for_stack(run.training, hw, fw))   # FP8 weights gathered as FP8
 
     def gather(params: float, per: float = BF16_BYTES) -> float:
         return comm.collective("all-gather", dp_group, params * per, bw["dp"], hw, alpha, inside, eff.net)
