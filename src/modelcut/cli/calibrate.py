@@ -8,11 +8,9 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..core.costs.kernels import NAMES
-from ..core.errors import ModelcutError
 from ..service import calibrate as service
 from ..service.limits import DEFAULT
 from ..service.runs_csv import CSV_COLUMNS
