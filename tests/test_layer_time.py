@@ -147,3 +147,47 @@ def test_eager_elementwise_costs_more_memory_time_where_pytorch_splits_ops():
     assert eager.fwd.gemm == fused.fwd.gemm and eager.bwd.gemm == fused.bwd.gemm
     gpt = _replace(_cat.model("gpt3-175b"), dropout=False)
     assert _lt(gpt, _replace(base, fused_elementwise=False), hw, eff).fwd.memory == _lt(gpt, base, hw, eff).fwd.memory
+
+
+# --- the tp_comm overlap: products cut into the chunks the collective delivers -----------------
+
+from modelcut.core.costs.kernels import gemm_time  # noqa: E402
+from modelcut.core.step.layers import (UB_PIPELINE_SMS, UB_PIPELINE_SPLITS, UB_STREAMS,  # noqa: E402
+                                       pipeline_overlap_time, ring_exchange_time)
+
+
+def test_ring_exchange_runs_t_chunks_at_most_three_at_a_time():
+    m, n, k = 4096, 2560, 8192
+    assert ring_exchange_time(m, n, k, 2, H100, EFF, "fp8") == pytest.approx(
+        gemm_time(m // 2, n, k, H100, EFF, batch=2, dtype="fp8"))
+    # t = 8: rounds of 3, 3 and 2 chunks of m/8 rows
+    assert ring_exchange_time(m, n, k, 8, H100, EFF, "bf16") == pytest.approx(
+        2 * gemm_time(m // 8, n, k, H100, EFF, batch=UB_STREAMS) + gemm_time(m // 8, n, k, H100, EFF, batch=2))
+
+
+def test_pipelined_overlap_gives_up_the_collectives_sms():
+    m, n, k = 8192, 8192, 2048
+    share = (H100.sms - UB_PIPELINE_SMS) / H100.sms
+    assert pipeline_overlap_time(m, n, k, H100, EFF, "bf16") == pytest.approx(
+        UB_PIPELINE_SPLITS * gemm_time(m // UB_PIPELINE_SPLITS, n, k, H100, EFF) / share)
+
+
+@pytest.mark.parametrize("tp,mb,seq", [(2, 1, 4096), (4, 1, 4096), (8, 1, 2048), (4, 2, 8192)])
+@pytest.mark.parametrize("fp8", [False, True])
+def test_overlapped_products_cost_no_less_and_touch_only_forward_and_data_gradients(tp, mb, seq, fp8):
+    from modelcut.core.costs import fp8 as fp8_mod
+    f8 = fp8_mod.Fp8("delayed", transposes=True, norm_fused=True, param_gather=False) if fp8 else None
+    base = LayerSetup(micro_batch=mb, seq_len=seq, tp=tp, sequence_parallel=True, attention="cudnn",
+                      tp_bw=H100.link_bw, fp8=f8)
+    plain = layer_time(LLAMA, base, H100, EFF)
+    split = layer_time(LLAMA, replace(base, tp_overlap_split=True), H100, EFF)
+    assert split.fwd.gemm >= plain.fwd.gemm * (1 - 1e-9)
+    assert split.bwd.gemm >= plain.bwd.gemm * (1 - 1e-9)
+    assert split.wgrad == pytest.approx(plain.wgrad)                  # weight gradients are not cut
+    assert split.fwd.gemm <= 1.6 * plain.fwd.gemm                     # chunks of ≥ 256 rows lose little
+    assert (split.fwd.tp, split.bwd.tp) == (plain.fwd.tp, plain.bwd.tp)
+
+
+def test_no_tensor_parallelism_nothing_to_overlap():
+    base = LayerSetup(micro_batch=1, seq_len=4096, tp=1, attention="cudnn")
+    assert layer_time(LLAMA, replace(base, tp_overlap_split=True), H100, EFF) == layer_time(LLAMA, base, H100, EFF)

@@ -38,7 +38,9 @@ sequence parallelism each becomes an all-gather plus a reduce-scatter moving the
 and the backward gathers the inputs of QKV and MLP-up once more for their weight gradients
 (only their sharded copies are kept; Korthikanti et al. 2022 §4.2.2). Where the framework
 runs them asynchronously, a column-parallel product's backward collectives hide behind its
-own gradient products and only the excess is paid.
+own gradient products and only the excess is paid. With the ``tp_comm`` overlap the products
+the collectives hide behind run in chunks (:func:`_overlapped`: ring exchange, or a pipelined
+reduce-scatter on fewer SMs), each timed at its own shape.
 **Context parallelism** (``LayerSetup.cp_kind``), all-gather form (Grattafiori et al. 2024
 §3.3.2): K and V of the whole sequence gathered in the forward, their gradients
 gathered again and reduce-scattered in the backward, (cp − 1)/cp · s·2·(kv/t)·2 bytes each, per layer; ring form
@@ -61,7 +63,7 @@ from ..costs import comm, context
 from ..costs import moe as moe_mod
 from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
-from ..costs.kernels import ATTENTION_KINDS, BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, mem_time
+from ..costs.kernels import ATTENTION_KINDS, BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
 from ..errors import ModelcutError
 from ..specs import Hardware, ModelSpec
 
@@ -111,7 +113,9 @@ class LayerSetup:
     ``cp_kind``: context parallelism's form, "allgather" or "ring"; ``etp``: expert tensor
     parallelism (default tp); ``fused_elementwise``: norms, activation, rotary embedding and
     bias-dropout-residual run as fused kernels (Megatron-LM, Transformer Engine, compiled
-    code); off, as PyTorch's eager ops (:data:`EAGER_RMSNORM_FWD` and the rest)."""
+    code); off, as PyTorch's eager ops (:data:`EAGER_RMSNORM_FWD` and the rest);
+    ``tp_overlap_split``: the ``tp_comm`` overlap is on, so the products its collectives overlap
+    run cut into the chunks those collectives deliver (:func:`_overlapped`)."""
 
     micro_batch: int
     seq_len: int
@@ -133,6 +137,7 @@ class LayerSetup:
     selective: str = "attention"
     fp8: Fp8 | None = None           # the run's FP8 (:mod:`..costs.fp8`), None for 16-bit products
     weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
+    tp_overlap_split: bool = False   # tp_comm overlap: products decomposed into ring-exchange chunks
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -207,6 +212,58 @@ def dense_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, 
                                                   for g in moe_mod.dense_mlp_gemms(model, tokens, t)]
 
 
+#: Most chunk products Transformer Engine's ring-exchange overlap keeps in flight (its compute
+#: streams, ``_NUM_MAX_UB_STREAMS = 3``, transformer_engine/pytorch/module/base.py).
+UB_STREAMS = 3
+
+
+#: Transformer Engine's default for a pipelined (reduce-scatter) overlap: the output cut into 4
+#: row chunks, the collective on 16 SMs the product gives up (``num_splits = 4``, ``num_sm = 16``,
+#: ``set_sm_margin = True``; transformer_engine/pytorch/module/base.py ``initialize_ub``).
+UB_PIPELINE_SPLITS = 4
+UB_PIPELINE_SMS = 16
+#: The products whose forward (column-parallel, and row-parallel) or data gradient (row-parallel)
+#: a tensor-parallel collective overlaps chunk by chunk.
+_OVERLAPPED = ("qkv", "proj", "mlp up", "mlp down")
+
+
+def ring_exchange_time(m: float, n: int, k: int, t: int, hw: Hardware, eff: Efficiency, dtype: str) -> float:
+    """A product overlapped with its tensor-parallel collective by ring exchange: t chunk
+    products of m/t rows each, up to :data:`UB_STREAMS` in flight at once (run as one batch)."""
+    rows = max(1, int(m) // t)
+    total, left = 0.0, t
+    while left > 0:
+        c = min(UB_STREAMS, left)
+        total += gemm_time(rows, n, k, hw, eff, batch=c, dtype=dtype)
+        left -= c
+    return total
+
+
+def pipeline_overlap_time(m: float, n: int, k: int, hw: Hardware, eff: Efficiency, dtype: str) -> float:
+    """A row-parallel product whose reduce-scatter is pipelined behind it: :data:`UB_PIPELINE_SPLITS`
+    row chunks one after another, on the SMs the collective leaves (throughput in proportion)."""
+    rows = max(1, int(m) // UB_PIPELINE_SPLITS)
+    share = max(hw.sms - UB_PIPELINE_SMS, 1) / hw.sms if hw.sms else 1.0
+    return UB_PIPELINE_SPLITS * gemm_time(rows, n, k, hw, eff, dtype=dtype) / share
+
+
+def _overlapped(name: str, m: float, n: int, k: int, t: int, hw: Hardware, eff: Efficiency, dtype: str,
+                whole: tuple[float, float]) -> tuple[float, float]:
+    """(forward, data gradient) of a product under Transformer Engine's userbuffers overlap, as
+    NeMo's tuned H100 configurations run it (Megatron-Bridge training/comm_overlap.py
+    ``userbuffers_*_h100_*``): column-parallel forwards (QKV, MLP up) and row-parallel data
+    gradients (projection, MLP down) by ring exchange (:func:`ring_exchange_time`); row-parallel
+    forwards by ring exchange with FP8, pipelined with 16-bit operands
+    (:func:`pipeline_overlap_time`). The bulk overlaps of the column-parallel backward take 2 to
+    24 SMs beside a product that keeps all of them (``set_sm_margin = False``): not charged."""
+    fwd, dgrad = whole
+    if name in ("qkv", "mlp up"):
+        return ring_exchange_time(m, n, k, t, hw, eff, dtype), dgrad
+    fwd = (ring_exchange_time(m, n, k, t, hw, eff, dtype) if dtype == "fp8"
+           else pipeline_overlap_time(m, n, k, hw, eff, dtype))
+    return fwd, ring_exchange_time(m, k, n, t, hw, eff, dtype)
+
+
 def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool, ep: int):
     """The layer's linear products on this device: (forward, backward, weight-gradient seconds,
     (data gradient, weight gradient) of each column-parallel product, the MLP's products, the
@@ -223,7 +280,10 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     inputs = fused_inputs = grads = weights = 0.0
     for m_, n_, k_, c_, name in linears:
         in_fp8 = f8 is not None and name != "router"
-        f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff, "fp8" if in_fp8 else "bf16")
+        dt = "fp8" if in_fp8 else "bf16"
+        f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff, dt)
+        if setup.tp_overlap_split and t > 1 and name in _OVERLAPPED:
+            f_, dg = _overlapped(name, m_, n_, k_, t, hw, eff, dt, (f_, dg))
         per_linear.append((c_ * dg, c_ * wg))
         fwd_g += c_ * f_
         bwd_g += c_ * (dg + wg)
