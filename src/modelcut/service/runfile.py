@@ -75,6 +75,17 @@ def _prefixed(build, table: dict, where: str):
         raise ModelcutError(f"{where}: {exc}") from None
 
 
+def _catalog_entry(lookup, value, field: str, where: str):
+    """A catalog entry named by a RUN.toml string field; a non-string or an unknown name is one
+    line with the file and section in front."""
+    if not isinstance(value, str):
+        raise ModelcutError(f"{where}: {field} must be a string, got {value!r}")
+    try:
+        return lookup(value)
+    except ModelcutError as exc:
+        raise ModelcutError(f"{where}: {exc}") from None
+
+
 def load_run(path: str | Path, limits: Limits | None = None) -> Run:
     """Read and check a RUN.toml file."""
     p = Path(path)
@@ -124,12 +135,7 @@ def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None, 
         inputs.model_spec(str(cfg), lim)           # its sizes within the limits, before it is read
         model = catalog.load_hf_config(cfg, mt.get("name"))
     elif set(mt) == {"name"}:
-        if not isinstance(mt["name"], str):
-            raise ModelcutError(f"{where} [model]: name must be a string, got {mt['name']!r}")
-        try:
-            model = catalog.model(mt["name"])
-        except ModelcutError as exc:
-            raise ModelcutError(f"{where} [model]: {exc}") from None
+        model = _catalog_entry(catalog.model, mt["name"], "name", f"{where} [model]")
     else:
         table = _fields(ModelSpecIn, mt, f"{where} [model]", lim, MODEL_KEYS)
         model = catalog.model_from_table(table, name=str(mt.get("name") or Path(where).stem), where=f"{where} [model]")
@@ -142,12 +148,7 @@ def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None, 
             raise ModelcutError(f"{where} [hardware]: unknown key {k!r} (allowed: {', '.join(HARDWARE_KEYS)})")
     if "gpu" not in ht:
         raise ModelcutError(f"{where} [hardware]: missing 'gpu'")
-    if not isinstance(ht["gpu"], str):
-        raise ModelcutError(f"{where} [hardware]: gpu must be a string, got {ht['gpu']!r}")
-    try:
-        hw = catalog.hardware(ht["gpu"])
-    except ModelcutError as exc:
-        raise ModelcutError(f"{where} [hardware]: {exc}") from None
+    hw = _catalog_entry(catalog.hardware, ht["gpu"], "gpu", f"{where} [hardware]")
     parse(HardwareIn, {**ht, "gpu": hw.name}, lim, where=f"{where} [hardware]")
     gpn = ht.get("gpus_per_node")
 

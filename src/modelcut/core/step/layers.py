@@ -137,7 +137,7 @@ class LayerSetup:
     selective: str = "attention"
     fp8: Fp8 | None = None           # the run's FP8 (:mod:`..costs.fp8`), None for 16-bit products
     weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
-    tp_overlap_split: bool = False   # tp_comm overlap: products decomposed into ring-exchange chunks
+    tp_overlap_split: bool = False   # tp_comm overlap: overlapped products run in chunks (_overlapped)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -248,15 +248,15 @@ def pipeline_overlap_time(m: float, n: int, k: int, hw: Hardware, eff: Efficienc
 
 
 def _overlapped(name: str, m: float, n: int, k: int, t: int, hw: Hardware, eff: Efficiency, dtype: str,
-                whole: tuple[float, float]) -> tuple[float, float]:
+                dgrad: float) -> tuple[float, float]:
     """(forward, data gradient) of a product under Transformer Engine's userbuffers overlap, as
     NeMo's tuned H100 configurations run it (Megatron-Bridge training/comm_overlap.py
     ``userbuffers_*_h100_*``): column-parallel forwards (QKV, MLP up) and row-parallel data
     gradients (projection, MLP down) by ring exchange (:func:`ring_exchange_time`); row-parallel
     forwards by ring exchange with FP8, pipelined with 16-bit operands
     (:func:`pipeline_overlap_time`). The bulk overlaps of the column-parallel backward take 2 to
-    24 SMs beside a product that keeps all of them (``set_sm_margin = False``): not charged."""
-    fwd, dgrad = whole
+    24 SMs beside a product that keeps all of them (``set_sm_margin = False``): not charged, so a
+    column-parallel data gradient (``dgrad``, timed whole) is returned as it is."""
     if name in ("qkv", "mlp up"):
         return ring_exchange_time(m, n, k, t, hw, eff, dtype), dgrad
     fwd = (ring_exchange_time(m, n, k, t, hw, eff, dtype) if dtype == "fp8"
@@ -283,7 +283,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
         dt = "fp8" if in_fp8 else "bf16"
         f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff, dt)
         if setup.tp_overlap_split and t > 1 and name in _OVERLAPPED:
-            f_, dg = _overlapped(name, m_, n_, k_, t, hw, eff, dt, (f_, dg))
+            f_, dg = _overlapped(name, m_, n_, k_, t, hw, eff, dt, dg)
         per_linear.append((c_ * dg, c_ * wg))
         fwd_g += c_ * f_
         bwd_g += c_ * (dg + wg)

@@ -71,7 +71,7 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        fused_elementwise=framework.fused_elementwise, selective=framework.selective,
                        tp_inside=not comm.group_spans_nodes(L, "tp", gpn),
                        cp_inside=not comm.group_spans_nodes(L, "cp", gpn),
-                       tp_overlap_split=framework.overlap.tp_comm and L.tp > 1,
+                       tp_overlap_split=framework.overlap.tp_comm,
                        fp8=f8, weight_cast_share=1.0 / max(1, tr.global_batch // (L.dp * tr.micro_batch)))
     return _kernels(model, setup, hw, eff, L.ep)
 
