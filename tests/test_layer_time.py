@@ -191,3 +191,28 @@ def test_overlapped_products_cost_no_less_and_touch_only_forward_and_data_gradie
 def test_no_tensor_parallelism_nothing_to_overlap():
     base = LayerSetup(micro_batch=1, seq_len=4096, tp=1, attention="cudnn")
     assert layer_time(LLAMA, replace(base, tp_overlap_split=True), H100, EFF) == layer_time(LLAMA, base, H100, EFF)
+
+
+@pytest.mark.parametrize("tp,mb,seq", [(2, 1, 4096), (4, 1, 8192), (8, 2, 2048)])
+def test_fp8_row_parallel_forward_follows_the_stacks_overlap_method(tp, mb, seq):
+    """With FP8, NeMo's configurations before April 2025 pipeline the row-parallel forwards like
+    16-bit ones (the nemo preset); Megatron-Bridge rings them (megatron-bridge). Only those two
+    forwards change; the backward does not."""
+    from modelcut.catalog import framework
+    from modelcut.core.costs import fp8 as fp8_mod
+    assert framework("nemo").fp8_rs_overlap == "pipeline"
+    assert framework("megatron-bridge").fp8_rs_overlap == "ring"
+    f8 = fp8_mod.Fp8("delayed", transposes=True, norm_fused=True, param_gather=False)
+    base = LayerSetup(micro_batch=mb, seq_len=seq, tp=tp, sequence_parallel=True, attention="cudnn",
+                      tp_bw=H100.link_bw, fp8=f8, tp_overlap_split=True)
+    ring = layer_time(LLAMA, base, H100, EFF)
+    piped = layer_time(LLAMA, replace(base, tp_overlap_fp8_ring=False), H100, EFF)
+    assert piped.bwd == ring.bwd and piped.wgrad == ring.wgrad
+    T = mb * seq
+    rows = [(T, LLAMA.hidden, LLAMA.q_dim // tp), (T, LLAMA.hidden, LLAMA.ffn_hidden // tp)]   # proj, MLP down
+    delta = sum(pipeline_overlap_time(m, n, k, H100, EFF, "fp8") - ring_exchange_time(m, n, k, tp, H100, EFF, "fp8")
+                for m, n, k in rows)
+    assert piped.fwd.gemm - ring.fwd.gemm == pytest.approx(delta, rel=1e-9)
+    # 16-bit products are pipelined whatever the FP8 method
+    b16 = replace(base, fp8=None)
+    assert layer_time(LLAMA, b16, H100, EFF) == layer_time(LLAMA, replace(b16, tp_overlap_fp8_ring=False), H100, EFF)

@@ -103,7 +103,12 @@ class Framework:
     with FP8 (:mod:`..costs.fp8`): ``fp8_norm_fused``, the QKV and MLP-up inputs quantized inside
     the norm (Transformer Engine's LayerNormLinear, as Megatron-core builds its layers);
     ``fp8_param_gather``, weights kept and gathered in FP8; ``fp8_default_recipe``, the recipe
-    when the run names none ("auto": Transformer Engine's choice for the accelerator).;
+    when the run names none ("auto": Transformer Engine's choice for the accelerator);
+    ``fp8_rs_overlap``: how the ``tp_comm`` overlap hides a row-parallel forward's reduce-scatter
+    when the product runs in FP8 (:func:`.layers._overlapped`): "pipeline", the product in
+    chunks one after another beside the collective, as with 16-bit operands (NeMo's H100 FP8
+    userbuffers configurations until April 2025); "ring", by ring exchange (NeMo from then on
+    and Megatron-Bridge);
     ``reshard_with_pipeline``: ZeRO-3/FSDP's resharding when the run has a pipeline, where the stack
     chooses apart from ``reshard_after_forward`` (None: the same); ``pipeline_grad_sync``: with a
     pipeline and ZeRO-2/3, "microbatch" reduce-scatters the gradients after every backward (only
@@ -129,6 +134,7 @@ class Framework:
     fp8_norm_fused: bool = True
     fp8_param_gather: bool = False
     fp8_default_recipe: str = "auto"
+    fp8_rs_overlap: str = "ring"
     reshard_with_pipeline: bool | None = None
     pipeline_grad_sync: str = "microbatch"
     source: str = ""
@@ -136,7 +142,7 @@ class Framework:
     def __post_init__(self) -> None:
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
                    "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3"),
-                   "fp8_default_recipe": ("auto", *FP8_RECIPES),
+                   "fp8_default_recipe": ("auto", *FP8_RECIPES), "fp8_rs_overlap": ("ring", "pipeline"),
                    "pipeline_grad_sync": PIPELINE_GRAD_SYNC}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

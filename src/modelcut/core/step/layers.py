@@ -115,7 +115,9 @@ class LayerSetup:
     bias-dropout-residual run as fused kernels (Megatron-LM, Transformer Engine, compiled
     code); off, as PyTorch's eager ops (:data:`EAGER_RMSNORM_FWD` and the rest);
     ``tp_overlap_split``: the ``tp_comm`` overlap is on, so the products its collectives overlap
-    run cut into the chunks those collectives deliver (:func:`_overlapped`)."""
+    run cut into the chunks those collectives deliver (:func:`_overlapped`); ``tp_overlap_fp8_ring``:
+    with FP8 a row-parallel forward overlaps its reduce-scatter by ring exchange (the stack's
+    ``fp8_rs_overlap``), else it is pipelined as a 16-bit one is."""
 
     micro_batch: int
     seq_len: int
@@ -138,6 +140,7 @@ class LayerSetup:
     fp8: Fp8 | None = None           # the run's FP8 (:mod:`..costs.fp8`), None for 16-bit products
     weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
     tp_overlap_split: bool = False   # tp_comm overlap: overlapped products run in chunks (_overlapped)
+    tp_overlap_fp8_ring: bool = True  # FP8 row-parallel forwards by ring exchange (else pipelined)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -248,18 +251,23 @@ def pipeline_overlap_time(m: float, n: int, k: int, hw: Hardware, eff: Efficienc
 
 
 def _overlapped(name: str, m: float, n: int, k: int, t: int, hw: Hardware, eff: Efficiency, dtype: str,
-                dgrad: float) -> tuple[float, float]:
+                dgrad: float, fp8_ring: bool = True) -> tuple[float, float]:
     """(forward, data gradient) of a product under Transformer Engine's userbuffers overlap, as
-    NeMo's tuned H100 configurations run it (Megatron-Bridge training/comm_overlap.py
-    ``userbuffers_*_h100_*``): column-parallel forwards (QKV, MLP up) and row-parallel data
-    gradients (projection, MLP down) by ring exchange (:func:`ring_exchange_time`); row-parallel
-    forwards by ring exchange with FP8, pipelined with 16-bit operands
-    (:func:`pipeline_overlap_time`). The bulk overlaps of the column-parallel backward take 2 to
-    24 SMs beside a product that keeps all of them (``set_sm_margin = False``): not charged, so a
-    column-parallel data gradient (``dgrad``, timed whole) is returned as it is."""
+    NeMo's tuned H100 configurations run it (Megatron-Bridge training/comm_overlap.py and NeMo
+    nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py ``userbuffers_*_h100_*``;
+    NeMo-Framework-Launcher 24.07 launcher_scripts/conf/training/tp_overlap/ub_cfg_h100_*):
+    column-parallel forwards (QKV, MLP up) and row-parallel data gradients (projection, MLP
+    down) by ring exchange (:func:`ring_exchange_time`); row-parallel forwards pipelined
+    (:func:`pipeline_overlap_time`) with 16-bit operands, and with FP8 by ring exchange where
+    ``fp8_ring`` (NeMo's FP8 configurations from 2025-04-22, commit 566b438, and
+    Megatron-Bridge's) or pipelined like the 16-bit ones (NeMo's FP8 configurations before it:
+    ``PipelineOverlapCfg(num_sm=24, ..., fp8_buf=True)``). The bulk overlaps of the
+    column-parallel backward take 2 to 24 SMs beside a product that keeps all of them
+    (``set_sm_margin = False``): not charged, so a column-parallel data gradient (``dgrad``,
+    timed whole) is returned as it is."""
     if name in ("qkv", "mlp up"):
         return ring_exchange_time(m, n, k, t, hw, eff, dtype), dgrad
-    fwd = (ring_exchange_time(m, n, k, t, hw, eff, dtype) if dtype == "fp8"
+    fwd = (ring_exchange_time(m, n, k, t, hw, eff, dtype) if dtype == "fp8" and fp8_ring
            else pipeline_overlap_time(m, n, k, hw, eff, dtype))
     return fwd, ring_exchange_time(m, k, n, t, hw, eff, dtype)
 
@@ -283,7 +291,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
         dt = "fp8" if in_fp8 else "bf16"
         f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff, dt)
         if setup.tp_overlap_split and t > 1 and name in _OVERLAPPED:
-            f_, dg = _overlapped(name, m_, n_, k_, t, hw, eff, dt, dg)
+            f_, dg = _overlapped(name, m_, n_, k_, t, hw, eff, dt, dg, setup.tp_overlap_fp8_ring)
         per_linear.append((c_ * dg, c_ * wg))
         fwd_g += c_ * f_
         bwd_g += c_ * (dg + wg)
