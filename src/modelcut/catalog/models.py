@@ -11,44 +11,36 @@ from pathlib import Path
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
 from .hf_config import model_from_hf_config
+from .names import NameIndex
 from .tables import model_from_table
 
 
 @lru_cache(maxsize=None)
-def _model_index() -> tuple[dict[str, ModelSpec], tuple[ModelSpec, ...]]:
+def _model_index() -> NameIndex[ModelSpec]:
     data = tomllib.loads(resources.files("modelcut.catalog").joinpath("models.toml").read_text(encoding="utf-8"))
     defaults = data.get("defaults", {})
-    index: dict[str, ModelSpec] = {}
-    items = []
+    index: NameIndex[ModelSpec] = NameIndex("model", "model")
     for row in data["model"]:
         row = dict(row)
         aliases = row.pop("aliases", [])
         base = defaults[row.pop("defaults")] if "defaults" in row else {}
         spec = model_from_table({**base, **row}, where=f"models.toml {row.get('name')!r}")
-        items.append(spec)
-        for key in (spec.name, *aliases):
-            if key.lower() in index:
-                raise ModelcutError(f"model catalog: {key!r} names two entries")
-            index[key.lower()] = spec
-    return index, tuple(items)
+        index.add(spec, spec.name, aliases)
+    return index
 
 
 def model(name: str) -> ModelSpec:
     """A catalog model by name or alias (case-insensitive), e.g. "gpt-18.4b", "llama3.1-405b"."""
-    index, items = _model_index()
-    spec = index.get(str(name).lower())
-    if spec is None:
-        raise ModelcutError(f"unknown model {name!r}; choose one of {', '.join(m.name for m in items)}")
-    return spec
+    return _model_index().get(name)
 
 
 def all_models() -> list[ModelSpec]:
-    return list(_model_index()[1])
+    return list(_model_index().items)
 
 
 def model_keys() -> tuple[str, ...]:
     """Every name and alias :func:`model` takes (lower case), catalog order."""
-    return tuple(_model_index()[0])
+    return _model_index().keys()
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
