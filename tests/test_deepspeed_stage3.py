@@ -49,6 +49,18 @@ def test_reuse_distance_decides_the_regather():
     assert far.step_s > near.step_s
 
 
+def test_most_elements_held_follow_fetch_prefetch_and_release():
+    """What the hooks hold at once (memory's gathered weights): the running weight and its
+    prefetch; without prefetch one at a time; a weight kept for its reuse counts until released."""
+    weights = {"A": w("A"), "B": w("B", numel=2 * BIG)}
+    trace = [ds.Step("a", ("A",), 1.0), ds.Step("b", ("B",), 1.0)]
+    assert ds.replay(trace, weights).peak_resident_numel == 3 * BIG
+    assert ds.replay(trace, weights, prefetch_numel=0.0).peak_resident_numel == 2 * BIG
+    kept = {"A": w("A"), "M": w("M", numel=5e8)}
+    trace = [ds.Step("a", ("A",), 1.0), ds.Step("m", ("M",), 0.5), ds.Step("a", ("A",), 1.0, True)]
+    assert ds.replay(trace, kept, prefetch_numel=0.0).peak_resident_numel == BIG + 5e8
+
+
 def test_reductions_wait_for_the_gradients_and_are_exposed():
     weights = {"A": w("A", g=0.0, r=2.0)}
     trace = [ds.Step("a", ("A",), 1.0, True), ds.Step("c", (), 5.0)]

@@ -400,7 +400,7 @@ def test_memory_report_counts_the_framework_stack():
     assert nemo["assumptions"]["zero"] == 1 and plain["assumptions"]["zero"] == 0
     for a, b in zip(plain["stages"], nemo["stages"]):
         assert b["optimizer_bytes"] == pytest.approx(a["optimizer_bytes"] / 16)
-        assert b["gradients_bytes"] == pytest.approx(a["gradients_bytes"])
+        assert b["gradients_bytes"] == pytest.approx(a["gradients_bytes"] / 2)   # NeMo reduces in bf16
         assert b["weights_bytes"] == pytest.approx(a["weights_bytes"])
     assert nemo["peak_bytes"] < plain["peak_bytes"]
     unfused = memory_report(run, framework=catalog.framework("megatron-2021"))
@@ -424,3 +424,82 @@ def test_predict_reports_memory_of_the_stack_it_timed(capsys):
     assert out["memory"]["assumptions"]["framework"] == "nemo"
     assert out["memory"]["assumptions"]["zero"] == 1
     assert out["memory"]["fits"]
+
+
+# ------------------------------------------------------------------ the stacks' data types, and the catalog's runs
+
+def test_each_stack_keeps_weights_gradients_and_optimizer_in_its_own_dtypes():
+    """Bytes per parameter of the three states, as each stack stores them: Megatron-core's FP32
+    ``main_grad`` beside 16-bit weights, FP32 master weights and Adam moments (2 + 4 + 12); NeMo's
+    gradient buffer in bf16, as it reduces (2 + 2 + 12); PyTorch FSDP's FP32 shards as the master
+    copy (4 + 4 + 8); NeMo AutoModel's models in bf16 throughout (2 + 2 + 4)."""
+    from dataclasses import replace
+    run = make_run(GPT3, dp=8, zero=3, gb=16)
+    P = flops.layer_params(GPT3, False) * GPT3.layers   # the transformer layers dominate
+
+    def states(fw):
+        st_ = memory_report(run, framework=fw)["stages"][0]
+        return st_["weights_bytes"], st_["gradients_bytes"], st_["optimizer_bytes"]
+    expect = {"megatron-core": (2, 4, 12), "nemo": (2, 2, 12), "fsdp": (4, 4, 8), "nemo-automodel": (2, 2, 4)}
+    for name, (w_b, g_b, o_b) in expect.items():
+        fw = catalog.framework(name)
+        assert (fw.param_bytes, fw.grad_buffer_bytes, fw.optimizer_bytes) == (w_b, g_b, o_b)
+    fsdp = catalog.framework("fsdp")
+    as_megatron = replace(fsdp, param_bytes=2, grad_buffer_bytes=4, optimizer_bytes=12)
+    (w4, g4, o8), (w2, g2, o12) = states(fsdp), states(as_megatron)
+    assert g4 == pytest.approx(g2)
+    # the sharded copy doubles (2 -> 4 bytes), the gathered 16-bit layers do not; Adam loses the
+    # FP32 master (12 -> 8): 16 bytes a parameter instead of 18
+    assert o12 - o8 == pytest.approx(2 * (w4 - w2)) and o8 == pytest.approx(o12 * 8 / 12)
+    assert (w2 + g2 + o12) - (w4 + g4 + o8) == pytest.approx(2 * P / 8, rel=0.02)
+    auto = replace(fsdp, param_bytes=2, grad_buffer_bytes=2, optimizer_bytes=4)
+    wa, ga, oa = states(auto)
+    assert ga == pytest.approx(g4 / 2) and oa == pytest.approx(o8 / 2) and wa == pytest.approx(w2)
+    with pytest.raises(ModelcutError, match="optimizer_bytes must be one of 4, 8, 12"):
+        replace(fsdp, optimizer_bytes=6)
+    with pytest.raises(ModelcutError, match="grad_buffer_bytes must be one of 2, 4"):
+        replace(fsdp, grad_buffer_bytes=1)
+    dt = memory_report(run, framework=fsdp)["dtypes"]
+    assert dt["weights_bytes"].startswith("fp32") and "master" in dt["weights_bytes"]
+    assert memory_report(run, framework=catalog.framework("nemo"))["dtypes"]["gradients_bytes"].startswith("16-bit")
+
+
+def test_deepspeed_zero3_holds_what_its_hooks_have_gathered():
+    """Under DeepSpeed v0.3's ZeRO-3 hooks memory counts the most weight elements the replay that
+    times the step holds at once (weight by weight), not two whole layers as FSDP's units."""
+    from modelcut.core.step.zero3 import deepspeed_resident_numel
+    from modelcut.service.predict import catalog_run
+    pr, run, st_ = catalog_run("zero3-529.6b-640", "default")
+    hw = catalog.hardware(run.gpu)
+    fw = catalog.framework(st_["framework"])
+    assert fw.zero3_runtime == "deepspeed-0.3"
+    rep = memory_report(run, hw, framework=fw)
+    h = run.model.hidden
+    held = deepspeed_resident_numel(run, run.training.global_batch // (run.layout.dp * run.training.micro_batch))
+    fc1 = h * run.model.ffn_hidden
+    assert fc1 <= held <= flops.layer_params(run.model, False)      # one weight at least, less than a layer
+    as_units = memory_report(run, hw, framework=replace_runtime(fw))
+    w, w_units = rep["stages"][0]["weights_bytes"], as_units["stages"][0]["weights_bytes"]
+    assert w_units - w == pytest.approx(2 * (2 * flops.layer_params(run.model, False) - held), rel=0.01)
+    assert rep["fits"] and not as_units["fits"]
+
+
+def replace_runtime(fw):
+    from dataclasses import replace
+    return replace(fw, zero3_runtime="unit")
+
+
+def _validated():
+    return [r.id for r in catalog.published_runs() if r.in_validation]
+
+
+@pytest.mark.parametrize("rid", _validated())
+def test_every_published_run_fits_as_its_stack_keeps_memory(rid):
+    """A run that was published ran: the memory it is predicted to need, under the stack and
+    settings validate predicts it with, fits its accelerator."""
+    from modelcut.core.step.default import default_plan
+    from modelcut.service.predict import catalog_run
+    pr, run, st_ = catalog_run(rid, "default")
+    hw = catalog.hardware(run.gpu)
+    rep = memory_report(run, hw, plan=default_plan(run), framework=catalog.framework(st_.get("framework")))
+    assert rep["fits"], f"{rid}: {rep['peak_bytes'] / 1e9:.1f} GB on a {hw.mem_bytes / 1e9:.1f} GB {hw.name}"

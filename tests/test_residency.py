@@ -54,7 +54,8 @@ def test_the_rule():
 def test_zero3_with_a_pipeline_that_reshards_pays_the_regathers():
     """ZeRO-3 with pp > 1 on a stack that reshards is slower than ZeRO-1 (every pass of every
     micro-batch gathers its chunk's weights again), and holds less; keeping the weights costs
-    about ZeRO-1's time and ZeRO-1's weight memory."""
+    about ZeRO-1's time and holds a whole 16-bit copy of them (ZeRO-1 on this stack keeps its FP32
+    weights whole: twice those bytes)."""
     z1, z3 = run(1), run(3)
     t1, t3 = step(z1, RESHARDING), step(z3, RESHARDING)
     assert t3 > t1 * 1.01
@@ -65,7 +66,7 @@ def test_zero3_with_a_pipeline_that_reshards_pays_the_regathers():
     m3_keep = memory_report(z3, H100, framework=KEEPING)
     w = lambda m: max(s["weights_bytes"] for s in m["stages"])  # noqa: E731
     assert w(m3) < w(m3_keep)
-    assert w(m3_keep) >= w(m1)
+    assert w(m3_keep) >= w(m1) * 2 / RESHARDING.param_bytes
     assert m3["assumptions"]["residency"] == {"weights": "per-pass", "grads": "per-microbatch"}
     assert m3_keep["assumptions"]["residency"]["weights"] == "per-step"
 

@@ -21,10 +21,17 @@ zero   weights        gradients       optimizer
 3      2/D + gathered 4/D             12/D
 ====== ============== =============== ================
 
+A stack that reduces gradients in 16 bits through Megatron's DDP keeps the gradient buffer in
+the parameters' dtype, 2 bytes instead of 4 (the framework's ``grad_buffer_bytes``: NeMo, and
+Megatron-LM of 2021 with fp16).
+
 ZeRO-3 (FSDP) also holds the weights it has gathered: with ``reshard_after_forward``
 (FSDP's default) one layer being used and one prefetched, 2·2·P_layer; without it (Llama 3
 §3.3.2: "does not reshard the weights after the forward pass") the whole stage's BF16
-weights, 2·P_stage, for the duration of the step.
+weights, 2·P_stage, for the duration of the step. DeepSpeed v0.3's ZeRO-3 hooks gather weight
+by weight instead: memory holds the most elements its replay (:mod:`..step.deepspeed_stage3`,
+the one the step time runs) has gathered at once: the sub-module running, its prefetch (5e7
+elements at least) and what the reuse distance keeps.
 
 **Activations per layer** after Korthikanti et al. 2022 ("Reducing Activation Recomputation
 in Large Transformer Models", §4 and Table 2), per token of the micro-batch on this rank

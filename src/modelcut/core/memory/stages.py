@@ -16,6 +16,7 @@ from ..plan import PipelinePlan
 from ..sim import registry
 from ..specs import Hardware, Run
 from ..step.frameworks import Framework
+from ..step.zero3 import deepspeed_resident_numel
 from ..units import GRAD_BYTES, GiB, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
 from .activations import (cp_transient_bytes, embedding_activation_bytes, layer_activation_bytes,
                           loss_activation_bytes)
@@ -40,7 +41,16 @@ class MemoryOptions:
     inputs kept in FP8.
     ``reshard_with_pipeline``/``pipeline_grad_sync``: the stack's resharding with a pipeline and
     its gradient reduction under ZeRO-2/3 with one (:func:`..costs.residency.residency`, the rule
-    the step-time model reads too).
+    the step-time model reads too). ``grad_bytes``: bytes per element of the gradient buffer
+    (4, FP32 ``main_grad``; 2 where the stack keeps it in the parameters' 16-bit dtype: the
+    framework's ``grad_buffer_bytes``). ``zero3_runtime``/``zero3_prefetch``: the stack's ZeRO-3
+    runtime and whether it prefetches; under DeepSpeed v0.3's (``"deepspeed-0.3"``, no pipeline)
+    the gathered weights are what its hooks hold at most, weight by weight
+    (:func:`..step.zero3.deepspeed_resident_numel`, the replay the step time runs), not two whole
+    layers. ``param_bytes``/``optimizer_bytes``: bytes per parameter of the
+    stored weights and the optimizer states (2 + 12, 16-bit weights beside FP32 master weights and
+    Adam moments; 4 + 8, FSDP's FP32 sharded parameters as the master copy; 2 + 4, bf16
+    throughout: the framework's fields of the same names).
     """
 
     flash_attention: bool = True
@@ -53,6 +63,11 @@ class MemoryOptions:
     fp8: Fp8 | None = None      # the run's FP8 as its stack keeps it (:mod:`..costs.fp8`)
     reshard_with_pipeline: bool | None = None
     pipeline_grad_sync: str = "microbatch"
+    grad_bytes: float = GRAD_BYTES
+    zero3_runtime: str = "unit"
+    zero3_prefetch: bool = True
+    param_bytes: float = WEIGHT_BYTES
+    optimizer_bytes: float = OPTIMIZER_STATE_BYTES
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident under these assumptions (:func:`..costs.residency.residency`)."""
@@ -113,19 +128,25 @@ def shard_groups(run: Run) -> tuple[int, int]:
 
 
 def state_bytes(params: float, expert_params: float, zero: int, d: int, de: int,
-                gathered_params: float, grads_sharded: bool | None = None) -> tuple[float, float, float]:
+                gathered_params: float, grads_sharded: bool | None = None,
+                grad_bytes: float = GRAD_BYTES, param_bytes: float = WEIGHT_BYTES,
+                optimizer_bytes: float = OPTIMIZER_STATE_BYTES) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes for a device's parameters (module table).
 
     ``gathered_params``: parameters ZeRO-3 holds unsharded while computing (one layer being
     used and one prefetched, or the whole stage without resharding); ``grads_sharded``: only the
     shard of the gradients is kept (None: zero ≥ 2; False where the stack accumulates them whole,
-    :attr:`..costs.residency.Residency.grads_sharded`)."""
+    :attr:`..costs.residency.Residency.grads_sharded`); ``grad_bytes``: bytes per gradient
+    element (the table's 4, or 2 for a 16-bit buffer); ``param_bytes``/``optimizer_bytes``: the stack's
+    bytes per stored weight and per parameter of optimizer state (the table's 2 and 12); ZeRO-3's
+    gathered copy is 16-bit whatever they are."""
     g_shard = zero >= 2 if grads_sharded is None else grads_sharded
+    w_b, o_b = param_bytes, optimizer_bytes
 
     def one(n: float, D: int) -> tuple[float, float, float]:
-        w = WEIGHT_BYTES * n / (D if zero >= 3 else 1)
-        g = GRAD_BYTES * n / (D if g_shard else 1)
-        o = OPTIMIZER_STATE_BYTES * n / (D if zero >= 1 else 1)
+        w = w_b * n / (D if zero >= 3 else 1)
+        g = grad_bytes * n / (D if g_shard else 1)
+        o = o_b * n / (D if zero >= 1 else 1)
         return w, g, o
     a, b = one(params, d), one(expert_params, de)
     w = a[0] + b[0] + (WEIGHT_BYTES * gathered_params if zero >= 3 else 0.0)
@@ -210,12 +231,16 @@ def _states(run: Run, options: MemoryOptions, params, zero: int, plan: PipelineP
     d, de = shard_groups(run)
     res = options.residency(zero, plan.p, plan.m)
     rows = []
+    hooks = (zero >= 3 and options.zero3_runtime == "deepspeed-0.3" and plan.p == 1 and not run.model.is_moe)
     for dense, expert, unit, _ in params:
-        if zero >= 3:
+        if hooks:
+            gathered = min(deepspeed_resident_numel(run, plan.m, options.zero3_prefetch), dense + expert)
+        elif zero >= 3:
             gathered = dense + expert if res.whole_weights_resident else min(2 * unit, dense + expert)
         else:
             gathered = 0.0
-        rows.append(state_bytes(dense, expert, zero, d, de, gathered, res.grads_sharded))
+        rows.append(state_bytes(dense, expert, zero, d, de, gathered, res.grads_sharded, options.grad_bytes,
+                                options.param_bytes, options.optimizer_bytes))
     return np.array(rows).reshape(len(rows), 3)
 
 
@@ -280,6 +305,8 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
       zero ≥ 1;
     * FlashAttention (no s² score matrix) unless the stack runs the unfused softmax attention;
     * ZeRO-3/FSDP keep or free the gathered weights after the forward as the stack does;
+    * the gradient buffer in the stack's dtype (``grad_buffer_bytes``: FP32, or 16-bit where the
+      stack reduces gradients in 16 bits);
     * context parallelism in the stack's form when the layout leaves it open;
     * FP8 as the stack runs it on ``hw`` (its weight copies, its FP8-kept inputs)."""
     lay = run.layout
@@ -289,7 +316,10 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     opts = replace(options, flash_attention=framework.attention != "unfused",
                    reshard_after_forward=framework.reshard_after_forward,
                    reshard_with_pipeline=framework.reshard_with_pipeline,
-                   pipeline_grad_sync=framework.pipeline_grad_sync)
+                   pipeline_grad_sync=framework.pipeline_grad_sync,
+                   grad_bytes=float(framework.grad_buffer_bytes), zero3_runtime=framework.zero3_runtime,
+                   zero3_prefetch=framework.overlap.param_gather, param_bytes=float(framework.param_bytes),
+                   optimizer_bytes=float(framework.optimizer_bytes))
     if hw is not None and run.training.precision == "fp8":
         opts = replace(opts, fp8=fp8_mod.for_stack(run.training, hw, framework))
     return run, opts
@@ -299,10 +329,14 @@ def dtypes(options: MemoryOptions) -> dict[str, str]:
     """The data type of each line of the memory table, as the memory model counts it."""
     f8 = options.fp8
     layers = "fp8 weight and its fp8 transpose" if f8 is not None and f8.transposes else "fp8 weight"
+    plain = {4: "fp32 (the optimizer's master copy); bf16 while gathered"}.get(int(options.param_bytes), "bf16")
+    optim = {12: "fp32 master weights + fp32 Adam m and v", 8: "fp32 Adam m and v (the fp32 weights are the master copy)",
+             4: "bf16 Adam m and v (bf16 weights, no master copy)"}[int(options.optimizer_bytes)]
     out = {"weights_bytes": f"transformer layers: {layers} (FP8 parameters); embedding, output, norms: bf16"
-           if f8 is not None and f8.param_gather else "bf16",
-           "gradients_bytes": "fp32 (main_grad accumulation buffer)",
-           "optimizer_bytes": "fp32 master weights + fp32 Adam m and v",
+           if f8 is not None and f8.param_gather else plain,
+           "gradients_bytes": "fp32 (main_grad accumulation buffer)" if options.grad_bytes >= 4
+           else "16-bit (gradient buffer in the parameters' fp16/bf16 dtype: reduced in 16 bits)",
+           "optimizer_bytes": optim,
            "fp8_weights_bytes": "none" if f8 is None else
            ("fp8 weight and its transpose (Hopper)" if f8.transposes else "fp8 weight")
            + (" replacing the bf16 copy" if f8.param_gather else " beside the bf16 copy"),

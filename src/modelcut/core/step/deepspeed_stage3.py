@@ -82,6 +82,7 @@ class Stage3Result:
     compute_s: float       # sum of the kernels' seconds
     gathers: int           # all-gathers issued
     gathered_numel: float  # elements all-gathered
+    peak_resident_numel: float = 0.0  # most elements gathered (resident or in flight) while a sub-module runs
 
 
 def replay(trace: list[Step], weights: dict[str, Weight], *,
@@ -111,7 +112,7 @@ def replay(trace: list[Step], weights: dict[str, Weight], *,
     now = c_free = n_free = 0.0                 # host clock, compute stream, the communicator
     in_flight: list[str] = []
     gathers = 0
-    gathered = 0.0
+    gathered = peak = live = 0.0                # live: elements gathered or in flight
     bucket: list[str] = []
     bucket_numel_now = 0.0
     last_reduce_done = 0.0
@@ -121,10 +122,11 @@ def replay(trace: list[Step], weights: dict[str, Weight], *,
         now = max(now, c_free, n_free)
 
     def gather(w: str) -> None:
-        nonlocal n_free, gathers, gathered
+        nonlocal n_free, gathers, gathered, live
         device_sync()                              # Init._allgather_param: torch.cuda.synchronize()
         n_free = max(n_free, now) + weights[w].gather_s
         status[w] = "flight"
+        live += weights[w].numel
         in_flight.append(w)
         gathers += 1
         gathered += weights[w].numel
@@ -161,7 +163,8 @@ def replay(trace: list[Step], weights: dict[str, Weight], *,
                         total += weights[w].numel
                 if total >= prefetch_numel:
                     break
-        # the sub-module's kernels
+        # the sub-module's kernels, with what is gathered at that moment
+        peak = max(peak, live)
         c_free = max(c_free, now) + st.compute_s
         if st.backward:
             for w in st.produced():
@@ -178,7 +181,8 @@ def replay(trace: list[Step], weights: dict[str, Weight], *,
                 keep = prefix[later[0]] - prefix[i + 1] < max_reuse_numel
             if not keep and status[w] == "here":
                 status[w] = "out"
+                live -= weights[w].numel
     flush()
     device_sync()
     return Stage3Result(step_s=now, compute_s=sum(st.compute_s for st in trace), gathers=gathers,
-                        gathered_numel=gathered)
+                        gathered_numel=gathered, peak_resident_numel=peak)

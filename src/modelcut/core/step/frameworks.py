@@ -72,7 +72,18 @@ class Framework:
     Transformer Engine's choice, cuDNN fused attention on Hopper, FlashAttention-2 before it;
     ``grad_accum_fusion``: weight gradients accumulated inside the product;
     ``fused_cross_entropy``: one fused loss kernel; ``grad_bytes``: bytes per gradient element
-    on the data-parallel wire (2: fp16/bf16, 4: fp32); ``dist_optimizer``: optimizer states
+    on the data-parallel wire (2: fp16/bf16, 4: fp32); ``grad_buffer_bytes``: bytes per element of
+    the gradient buffer a rank keeps between micro-batches (memory): 4, an FP32 ``main_grad``; 2
+    where Megatron's DDP reduces in 16 bits and so allocates the buffer in the parameters' dtype
+    (``grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype``, Megatron-LM core_v0.8.0
+    megatron/core/distributed/distributed_data_parallel.py; in 2021 ``_get_buffer_type``,
+    megatron/model/distributed.py at v2.5); ``param_bytes``/``optimizer_bytes``: bytes per
+    parameter of the stored weights and of the optimizer's states (memory): 2 and 12 where the
+    optimizer keeps FP32 master weights and Adam moments beside 16-bit weights (Megatron,
+    DeepSpeed: :data:`..units.WEIGHT_BYTES`, :data:`..units.OPTIMIZER_STATE_BYTES`); 4 and 8 where
+    the stored (sharded) weights are themselves the FP32 master copy (PyTorch FSDP's mixed
+    precision); 2 and 4 where the model is trained in bf16 throughout, its Adam moments in the
+    parameters' dtype (a gathered copy is 16-bit in every case); ``dist_optimizer``: optimizer states
     sharded over data parallelism even at zero = 0 (Megatron's distributed optimizer);
     ``reshard_after_forward``: ZeRO-3/FSDP frees gathered weights after the forward, so the
     backward gathers them again (once: the recomputed forward and the backward share it);
@@ -121,6 +132,9 @@ class Framework:
     grad_accum_fusion: bool
     fused_cross_entropy: bool
     grad_bytes: int
+    grad_buffer_bytes: int = 4
+    param_bytes: int = 2
+    optimizer_bytes: int = 12
     dist_optimizer: bool = False
     reshard_after_forward: bool = True
     prefetch_backward: bool = True
@@ -148,6 +162,11 @@ class Framework:
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
+        for name, allowed in (("grad_bytes", (2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
+                              ("optimizer_bytes", (4, 8, 12))):
+            if getattr(self, name) not in allowed:
+                raise ModelcutError(f"framework {self.name}: {name} must be one of "
+                                    f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""

@@ -60,7 +60,8 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     if fw.zero3_runtime == "deepspeed-0.3":
         if model.is_moe:
             raise ModelcutError("the DeepSpeed v0.3 ZeRO-3 replay covers dense models only")
-        T_c, compute_total = _deepspeed_replay(run, fw, dense, emb, loss, m, gather, rs, exposed)
+        res = _deepspeed_replay(run, fw.overlap.param_gather, dense, emb, loss, m, gather, rs, exposed)
+        T_c, compute_total = res.step_s, res.compute_s
         a2a_total = 0.0
         notes.append("ZeRO-3: DeepSpeed v0.3 hooks replayed (per-weight gathers, device syncs, reuse distance)")
     else:
@@ -133,8 +134,8 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     return max(end_c, end_comm) + rs_total, compute_total, a2a_total
 
 
-def _deepspeed_replay(run: Run, fw: Framework, dense: LayerTime, emb: tuple[PassTime, PassTime],
-                      loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed) -> tuple[float, float]:
+def _deepspeed_replay(run: Run, prefetch: bool, dense: LayerTime, emb: tuple[PassTime, PassTime],
+                      loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed) -> ds.Stage3Result:
     """DeepSpeed v0.3's ZeRO-3 hooks replayed sub-module by sub-module (:mod:`.deepspeed_stage3`).
 
     A layer's sub-modules with weights are its four linears (QKV, output projection, MLP up
@@ -144,7 +145,7 @@ def _deepspeed_replay(run: Run, fw: Framework, dense: LayerTime, emb: tuple[Pass
     the projection, where the parameterless attention sub-modules sit. Norms and biases
     (under 1e5 elements) stay whole (``stage3_param_persistence_threshold``). The tied output
     layer re-uses the word embeddings (gathered for it, its gradient reduced once, with the
-    embedding's). Returns (seconds to the end of the epilogue, compute seconds)."""
+    embedding's). Returns the replay's result (step and compute seconds, most elements gathered)."""
     model = run.model
     if model.is_moe:
         raise ModelcutError("the deepspeed-zero3 (2021) runtime replays dense models only; "
@@ -199,6 +200,18 @@ def _deepspeed_replay(run: Run, fw: Framework, dense: LayerTime, emb: tuple[Pass
                 trace += forward(i, r_s)
             trace += backward(i)
         trace.append(ds.Step("embedding", tuple(emb_w), exposed(emb[1]), True))
-    pf = ds.PREFETCH_BUCKET_NUMEL if fw.overlap.param_gather else 0.0
-    res = ds.replay(trace, weights, prefetch_numel=pf)
-    return res.step_s, res.compute_s
+    pf = ds.PREFETCH_BUCKET_NUMEL if prefetch else 0.0
+    return ds.replay(trace, weights, prefetch_numel=pf)
+
+
+def deepspeed_resident_numel(run: Run, m: int, prefetch: bool = True) -> float:
+    """Most weight elements DeepSpeed v0.3's ZeRO-3 holds gathered at once on a rank (the sub-module
+    running, what it prefetched, what the reuse distance kept): the same replay as the step time
+    (:func:`_deepspeed_replay`), whose fetch, prefetch and release decisions depend on the trace's
+    order and sizes only, run with no durations (``prefetch``: the stack's ``param_gather``
+    overlap). What memory counts as gathered weights."""
+    zero = PassTime()
+    none = LayerTime(zero, zero, zero)
+    res = _deepspeed_replay(run, prefetch, none, (zero, zero), (zero, zero), m, lambda n: 0.0, lambda n: 0.0,
+                            lambda pt: 0.0)
+    return res.peak_resident_numel
