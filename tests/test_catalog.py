@@ -290,3 +290,23 @@ def test_dev2_bad_rows_are_one_line_errors(monkeypatch):
         with pytest.raises(ModelcutError, match=msg):
             runs_mod._runs()
     runs_mod._runs.cache_clear()
+
+
+def test_run_settings_carry_overlap_overrides_into_validation(monkeypatch):
+    """A run's settings may switch its preset's overlaps (as --overlap does): validation, calibration
+    and ``predict --run`` all time it so; a bad table is a one-line error naming the run."""
+    from modelcut.analysis.measured import measured_run
+    from modelcut.catalog import runs as runs_mod
+    from modelcut.service.predict import catalog_run
+    st = catalog.run_settings()["nemotron4-15b-768"]
+    assert st.overlap == {"tp_comm": True} and st.overlap_text() == "tp_comm=on"
+    assert measured_run(catalog.published_run(st.id), st=st).overlap == {"tp_comm": True}
+    assert catalog_run(st.id, "default")[2] == {"framework": "megatron-core", "overlap": "tp_comm=on"}
+    assert catalog.run_settings()["megatron-1.7b"].overlap_text() is None
+    for bad in ({"tp_comm": "yes"}, {"nothing": True}, "tp_comm=on"):
+        monkeypatch.setattr(runs_mod, "_toml", lambda name, b=bad: {"settings": [
+            {"id": "x", "framework": "nemo", "overlap": b}]})
+        runs_mod.run_settings.cache_clear()
+        with pytest.raises(ModelcutError, match="'x': overlap must be a table"):
+            runs_mod.run_settings()
+    runs_mod.run_settings.cache_clear()

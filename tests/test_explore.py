@@ -337,3 +337,21 @@ def test_cli_moe_errors(capsys, extra, needle):
     assert main(MOE_ARGS + extra) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_explorer_counts_memory_and_overlaps_as_predict_does():
+    """For a stack that keeps its states in its own data types (NeMo AutoModel: bf16 throughout),
+    each ranked layout's peak is what ``predict``'s memory table gives for it; a catalog run's
+    overlap overrides reach the stack the search ranks for."""
+    from modelcut.core.memory import memory_report
+    from modelcut.service.explore import catalog_request, run_explore, stack
+    req = catalog_request("automodel-qwen3-30b-a3b-8", top=3)
+    fw = stack(req)
+    assert (fw.param_bytes, fw.grad_buffer_bytes, fw.optimizer_bytes) == (2, 2, 4)
+    ex = run_explore(req)
+    assert ex.layouts
+    for e in ex.layouts[:3]:
+        rep = memory_report(e.run, req.hw, plan=e.prediction.plan, framework=fw)
+        assert rep["peak_bytes"] == pytest.approx(e.peak_bytes)
+    nemotron = catalog_request("nemotron4-15b-768")
+    assert nemotron.overlap == {"tp_comm": True} and stack(nemotron).overlap.tp_comm

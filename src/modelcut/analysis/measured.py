@@ -112,5 +112,6 @@ def measured_run(pr: catalog.PublishedRun, hw: Hardware | None = None,
     if step is None and (tflops is None or flops is None):
         raise ModelcutError(f"{pr.id}: no step time, and no TFLOP/s or MFU in a FLOP count modelcut "
                             "reproduces; mark it validate = false with the reason in notes")
-    return Measured(pr.id, st.group if st else pr.family, run, hw, st.framework if st else None, {},
+    return Measured(pr.id, st.group if st else pr.family, run, hw, st.framework if st else None,
+                    dict(st.overlap) if st else {},
                     tflops, step, pr.source, flops)

@@ -12,6 +12,7 @@ from typing import Any
 from ..core.errors import ModelcutError
 from ..core.sim import registry
 from ..core.specs import Run
+from ..core.step.frameworks import OPTIONS as OVERLAP_OPTIONS
 from .frameworks import framework_names
 from .hardware import hardware
 from .models import model
@@ -161,6 +162,20 @@ class RunSettings:
     source: str = ""
     schedule: str | None = None
     sequence_parallel: bool | None = None
+    overlap: dict[str, bool] = field(default_factory=dict)   # overlap overrides of the preset, as --overlap
+
+    def overlap_text(self) -> str | None:
+        """The overrides as ``--overlap`` writes them (``tp_comm=on``), None without any."""
+        return ",".join(f"{k}={'on' if v else 'off'}" for k, v in self.overlap.items()) or None
+
+
+def _overlap(rid: str, table: Any) -> dict[str, bool]:
+    if table is None:
+        return {}
+    if not isinstance(table, dict) or any(k not in OVERLAP_OPTIONS or not isinstance(v, bool) for k, v in table.items()):
+        raise ModelcutError(f"runs_dev.toml {rid!r}: overlap must be a table of {', '.join(OVERLAP_OPTIONS)} "
+                            "set to true or false")
+    return dict(table)
 
 
 @lru_cache(maxsize=None)
@@ -179,7 +194,7 @@ def run_settings() -> dict[str, RunSettings]:
             raise ModelcutError(f"runs_dev.toml {rid!r}: sequence_parallel must be true or false")
         out[rid] = RunSettings(rid, row["framework"], row.get("group", row["framework"]), row.get("micro_batch"),
                                row.get("vpp"), row.get("recompute"), row.get("source", ""), row.get("schedule"),
-                               row.get("sequence_parallel"))
+                               row.get("sequence_parallel"), _overlap(rid, row.get("overlap")))
     return out
 
 

@@ -34,7 +34,7 @@ from ..core.explore import DEFAULT_SCHEDULES, Evaluated, Exploration, Space, exp
 from ..core.explore.rules import Capabilities
 from ..core.explore.space import RECOMPUTE_ORDER, ZERO_ORDER, tp_ok
 from ..core.explore.search import pareto
-from ..core.memory import MemoryOptions
+from ..core.memory import MemoryOptions, stack_options
 from ..core.costs import fp8 as fp8_mod
 from ..core.specs import Hardware, ModelSpec, Run, Training
 from ..core.step import predict as step_predict
@@ -76,26 +76,28 @@ class ExploreRequest:
     pareto_within: float = PARETO_WITHIN
     exhaustive: bool = False               # time every layout that fits (no bound)
     limits: Limits = DEFAULT               # the work a request may ask for (service/limits.py)
+    overlap: dict[str, bool] | None = None  # the stack's overlap overrides (as --overlap)
 
 
 def stack(req: ExploreRequest) -> Framework | None:
     """The training stack the search ranks for: the named preset (default mode: the default
-    preset), with ``reshard`` overriding its ZeRO-3 resharding; None in seed mode without one."""
+    preset) with its overlap overrides, ``reshard`` overriding its ZeRO-3 resharding; None in seed
+    mode without one."""
     if req.mode == "seed" and req.framework is None:
         return None
-    fw = catalog.framework(req.framework)
+    fw = catalog.framework(req.framework).with_overlap(req.overlap)
     if req.reshard is not None:
         fw = replace(fw, reshard_after_forward=req.reshard, reshard_with_pipeline=req.reshard)
     return fw
 
 
 def memory_options(req: ExploreRequest, fw: Framework | None) -> MemoryOptions:
-    """The memory assumptions of the search: the stack's attention kernel, resharding and gradient
-    reduction (what its step time assumes too), the request's flags where given."""
+    """The memory assumptions of the search: the stack's (:func:`..core.memory.stack_options`, as
+    ``predict`` counts them: attention kernel, resharding, gradient reduction, data types), the
+    request's flags where given."""
     o = req.options
     if fw is not None:
-        o = replace(o, flash_attention=fw.attention != "unfused", reshard_after_forward=fw.reshard_after_forward,
-                    reshard_with_pipeline=fw.reshard_with_pipeline, pipeline_grad_sync=fw.pipeline_grad_sync)
+        o = stack_options(fw, o)
     if req.flash is not None:
         o = replace(o, flash_attention=req.flash)
     if req.reshard is not None:
@@ -437,7 +439,8 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
         check["ep"] = L.ep
     space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})))
     return ExploreRequest(run.model, catalog.hardware(run.gpu), L.gpus, tr.seq_len, tr.global_batch * tr.seq_len,
-                          run.gpus_per_node, mode, st.framework if st is not None else None, space=space,
+                          run.gpus_per_node, mode, st.framework if st is not None else None,
+                          overlap=dict(st.overlap) if st is not None and st.overlap else None, space=space,
                           check=check, top=top)
 
 

@@ -107,8 +107,8 @@ class PredictResult:
 
 def catalog_run(run_id: str, mode: str) -> tuple[PublishedRun, Run, dict[str, str]]:
     """A published run of the catalog as ``validate`` runs it: the seed mode the run as runs.toml
-    records it; the default mode with the settings of runs_dev.toml (framework, micro-batch,
-    interleaving, recomputation)."""
+    records it; the default mode with the settings of runs_dev.toml (framework and its overlap
+    overrides, micro-batch, interleaving, recomputation)."""
     ids = [r.id for r in catalog.published_runs()]
     if run_id not in ids:
         raise ModelcutError(f"no published run {run_id!r}; choose one of {', '.join(ids)}")
@@ -120,6 +120,8 @@ def catalog_run(run_id: str, mode: str) -> tuple[PublishedRun, Run, dict[str, st
         run = catalog.apply_settings(pr.run, st)
         if st is not None:
             settings["framework"] = st.framework
+            if st.overlap_text():
+                settings["overlap"] = st.overlap_text()
     return pr, run, settings
 
 

@@ -115,9 +115,9 @@ the CUDA context, cuBLAS/cuDNN workspaces and NCCL communicator buffers, and
 from .activations import (cp_kept_extra_bytes, cp_transient_bytes, embedding_activation_bytes,
                           layer_activation_bytes, loss_activation_bytes)
 from .stages import (DEFAULT_OPTIONS, MemoryOptions, StageMemory, for_framework, memory_plan, memory_report,
-                     peak_bytes, shard_groups, stage_memory, state_bytes, variant_peaks)
+                     peak_bytes, shard_groups, stack_options, stage_memory, state_bytes, variant_peaks)
 
 __all__ = ["cp_kept_extra_bytes", "cp_transient_bytes", "embedding_activation_bytes", "layer_activation_bytes",
            "loss_activation_bytes", "DEFAULT_OPTIONS", "MemoryOptions", "StageMemory", "for_framework",
-           "memory_plan", "memory_report", "peak_bytes", "shard_groups", "stage_memory", "state_bytes",
+           "memory_plan", "memory_report", "peak_bytes", "shard_groups", "stack_options", "stage_memory", "state_bytes",
            "variant_peaks"]

@@ -294,6 +294,20 @@ def peak_bytes(stages: list[StageMemory]) -> float:
     return max(s.total_bytes for s in stages)
 
 
+def stack_options(framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS) -> MemoryOptions:
+    """The memory assumptions a training stack sets, whatever the run: its attention kernel (the
+    score matrix or not), its ZeRO-3 resharding and runtime, its gradient reduction under a
+    pipeline, the data types it keeps weights, gradients and optimizer states in. The one place
+    that reads a :class:`..step.frameworks.Framework` for memory (``predict`` and the explorer)."""
+    return replace(options, flash_attention=framework.attention != "unfused",
+                   reshard_after_forward=framework.reshard_after_forward,
+                   reshard_with_pipeline=framework.reshard_with_pipeline,
+                   pipeline_grad_sync=framework.pipeline_grad_sync,
+                   grad_bytes=float(framework.grad_buffer_bytes), zero3_runtime=framework.zero3_runtime,
+                   zero3_prefetch=framework.overlap.param_gather, param_bytes=float(framework.param_bytes),
+                   optimizer_bytes=float(framework.optimizer_bytes))
+
+
 def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS,
                   hw: Hardware | None = None) -> tuple[Run, MemoryOptions]:
     """The run and memory assumptions a training stack implies.
@@ -313,13 +327,7 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     zero = max(lay.zero, 1) if framework.dist_optimizer else lay.zero
     if zero != lay.zero or lay.cp_kind is None:
         run = replace(run, layout=replace(lay, zero=zero, cp_kind=lay.cp_kind or framework.cp_kind))
-    opts = replace(options, flash_attention=framework.attention != "unfused",
-                   reshard_after_forward=framework.reshard_after_forward,
-                   reshard_with_pipeline=framework.reshard_with_pipeline,
-                   pipeline_grad_sync=framework.pipeline_grad_sync,
-                   grad_bytes=float(framework.grad_buffer_bytes), zero3_runtime=framework.zero3_runtime,
-                   zero3_prefetch=framework.overlap.param_gather, param_bytes=float(framework.param_bytes),
-                   optimizer_bytes=float(framework.optimizer_bytes))
+    opts = stack_options(framework, options)
     if hw is not None and run.training.precision == "fp8":
         opts = replace(opts, fp8=fp8_mod.for_stack(run.training, hw, framework))
     return run, opts
