@@ -143,6 +143,31 @@ def test_a2a_bytes_and_the_four_per_layer():
     assert etp.etp_s > 0 and etp.dispatch_s == pytest.approx(c.dispatch_s / 2)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([(8, 2), (16, 4), (32, 4), (128, 8), (64, 6)]), st.sampled_from([2, 4, 8]))
+def test_deepep_sends_a_token_once_to_each_rank_it_is_routed_to(shape, ep):
+    """DeepEP delivers a token once per rank holding any of its experts: the expected number of
+    such ranks, counted exactly over every choice of k distinct experts, is :func:`moe.rank_copies`;
+    on one node the dispatch moves that share of the k copies a plain all-to-all moves, never
+    more, and exactly as much with top-1 routing."""
+    from itertools import combinations
+    E, k = shape
+    m = replace(catalog.model("qwen3-30b-a3b"), experts=E, top_k=k)
+    per = E // ep
+    picks = list(combinations(range(E), k)) if E <= 16 else None
+    if picks is not None:
+        exact = sum(len({e // per for e in c}) for c in picks) / len(picks)
+        assert moe.rank_copies(m, ep) == pytest.approx(exact)
+    assert 1.0 <= moe.rank_copies(m, ep) <= min(k, ep)
+    tokens, kw = 4096, dict(ep=ep, link_bw=450e9, net_bw=50e9, local=ep)
+    plain, dedup = moe.moe_comm(m, tokens, **kw), moe.moe_comm(m, tokens, node_dedup=True, **kw)
+    assert dedup.dispatch_s == pytest.approx(plain.dispatch_s * moe.rank_copies(m, ep) / k)
+    assert dedup.dispatch_s <= plain.dispatch_s and dedup.wire_bytes_fwd <= plain.wire_bytes_fwd
+    top1 = replace(m, top_k=1)
+    assert (moe.moe_comm(top1, tokens, node_dedup=True, **kw).dispatch_s
+            == pytest.approx(moe.moe_comm(top1, tokens, **kw).dispatch_s))
+
+
 def test_ep_members_in_a_node_follow_the_order():
     """ep is carved from the innermost data-parallel ranks: with pp inside dp (the default order) a
     DeepSeek-V3-shaped layout puts every ep member on its own node; with pp outermost (Megatron-LM's

@@ -204,23 +204,38 @@ def a2a_bytes(model: ModelSpec, tokens: float, *, tp: int = 1, imbalance: float 
     return routed_rows(model, tokens / tp, imbalance, capacity_factor) * model.hidden * bytes_per_value
 
 
+def _groups_hit(model: ModelSpec, groups: int) -> float:
+    """Expected number of the ``groups`` equal groups of the E routed experts (ranks, or nodes)
+    holding at least one of a token's k distinct experts: groups·(1 − C(E − E/groups, k)/C(E, k))
+    (a group misses all k picks with the hypergeometric probability)."""
+    E, k = model.experts, model.top_k
+    per = E / groups
+    miss = 1.0
+    for i in range(k):
+        miss *= max(E - per - i, 0.0) / (E - i)
+    return groups * (1.0 - miss)
+
+
 def remote_node_copies(model: ModelSpec, ep: int, local: int) -> float:
     """Expected copies of one token a node-deduplicated dispatch sends over the network: the
     number of *other* nodes holding at least one of its top-k experts, with the E routed experts
     spread evenly over the ep group's N = ep/local nodes and the k experts distinct:
-    (N − 1)·(1 − C(E − E/N, k) / C(E, k)) (a node misses all k picks with the hypergeometric
-    probability). DeepEP's internode dispatch sends a token once per destination node and
-    forwards it over NVLink there (deepseek-ai/DeepEP README; DeepSeek-AI 2024, arXiv
-    2412.19437, §3.2.2)."""
+    (N − 1)·(1 − C(E − E/N, k) / C(E, k)) (:func:`_groups_hit`, less this node). DeepEP's
+    internode dispatch sends a token once per destination node and forwards it over NVLink there
+    (deepseek-ai/DeepEP README; DeepSeek-AI 2024, arXiv 2412.19437, §3.2.2)."""
     nodes = ep // local
     if nodes <= 1:
         return 0.0
-    E, k = model.experts, model.top_k
-    per_node = E / nodes
-    miss = 1.0
-    for i in range(k):
-        miss *= max(E - per_node - i, 0.0) / (E - i)
-    return (nodes - 1) * (1.0 - miss)
+    return _groups_hit(model, nodes) * (nodes - 1) / nodes
+
+
+def rank_copies(model: ModelSpec, ep: int) -> float:
+    """Expected copies of one token a rank-deduplicated dispatch delivers: the ranks of the ep
+    group holding at least one of its top-k experts, ep·(1 − C(E − E/ep, k)/C(E, k)) (at most k).
+    DeepEP sends a token once to each rank it is routed to, whatever the number of that rank's
+    experts it picks, and combines it once per rank (``get_dispatch_layout``'s
+    ``is_token_in_rank``, [tokens, ranks] booleans; deepseek-ai/DeepEP v1.2.1 deep_ep/buffer.py)."""
+    return min(_groups_hit(model, ep), float(model.top_k))
 
 
 def moe_comm(model: ModelSpec, tokens: float, *, ep: int, link_bw: float, net_bw: float, local: int = 1,
@@ -231,9 +246,10 @@ def moe_comm(model: ModelSpec, tokens: float, *, ep: int, link_bw: float, net_bw
     (:func:`.comm.group_members_in_node`): the node-mates' part over the links, the rest over the
     network (:func:`.comm.all_to_all_two_level`); then, with etp > 1, the all-gather and
     reduce-scatter of the received rows in the etp group (``etp_bw``, default ``link_bw``).
-    ``tokens`` = b·s/cp; ``etp`` defaults to tp. ``node_dedup``: the network carries
-    :func:`remote_node_copies` per token instead of one per remote expert (DeepEP), and the
-    links also forward what arrives for the node's other ranks."""
+    ``tokens`` = b·s/cp; ``etp`` defaults to tp. ``node_dedup`` (DeepEP): a token reaches each
+    rank holding its experts once (:func:`rank_copies` rows instead of k); across nodes the
+    network carries :func:`remote_node_copies` per token and the links forward what arrives to
+    the node's other ranks."""
     etp = etp or tp
     _pos("ep", ep)
     _pos("etp", etp)
@@ -242,19 +258,25 @@ def moe_comm(model: ModelSpec, tokens: float, *, ep: int, link_bw: float, net_bw
     kw = dict(tp=tp, imbalance=imbalance, capacity_factor=capacity_factor)
     d_b = a2a_bytes(model, tokens, bytes_per_value=dispatch_bytes, **kw)
     c_b = a2a_bytes(model, tokens, bytes_per_value=combine_bytes, **kw)
-    if node_dedup and local < ep:
-        copies = remote_node_copies(model, ep, local)
+    if node_dedup and model.is_moe:
+        per_rank = rank_copies(model, ep) / model.top_k     # rows a rank delivers, as a share of k copies
+        if local < ep:
+            copies = remote_node_copies(model, ep, local)
 
-        def dedup(nbytes: float) -> float:
-            across = nbytes / model.top_k * copies / net_bw               # one copy per other node
-            inside = (local - 1) / local * nbytes / link_bw               # spread to the node's ranks
-            return max(across, inside) + (ep // local - 1) * alpha
+            def dedup(nbytes: float) -> float:
+                across = nbytes / model.top_k * copies / net_bw                 # one copy per other node
+                inside = (local - 1) / local * nbytes * per_rank / link_bw      # on to the node's ranks
+                return max(across, inside) + (ep // local - 1) * alpha
+        else:
+            def dedup(nbytes: float) -> float:
+                return comm.all_to_all(ep, nbytes * per_rank, link_bw, alpha)   # one node: once per rank
         disp, comb = dedup(d_b), dedup(c_b)
     else:
         disp = comm.all_to_all_two_level(ep, d_b, local, link_bw, net_bw, alpha)
         comb = comm.all_to_all_two_level(ep, c_b, local, link_bw, net_bw, alpha)
     etp_s = 0.0
-    wire = comm.wire_bytes("all-to-all", ep, d_b) + comm.wire_bytes("all-to-all", ep, c_b)
+    share = rank_copies(model, ep) / model.top_k if node_dedup and model.is_moe else 1.0
+    wire = share * (comm.wire_bytes("all-to-all", ep, d_b) + comm.wire_bytes("all-to-all", ep, c_b))
     if etp > 1:
         gathered = a2a_bytes(model, tokens, bytes_per_value=BYTES, **kw) * etp
         bw = etp_bw or link_bw
