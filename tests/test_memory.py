@@ -503,3 +503,14 @@ def test_every_published_run_fits_as_its_stack_keeps_memory(rid):
     hw = catalog.hardware(run.gpu)
     rep = memory_report(run, hw, plan=default_plan(run), framework=catalog.framework(st_.get("framework")))
     assert rep["fits"], f"{rid}: {rep['peak_bytes'] / 1e9:.1f} GB on a {hw.mem_bytes / 1e9:.1f} GB {hw.name}"
+
+
+def test_a_published_run_the_memory_model_cannot_fit_says_the_model_over_counts(capsys):
+    """DeepSeek-V3 on 2048 H800 ran, but its own memory savings (recomputed norms and MLA
+    up-projections, FP8-cached activations) are not modelled: ``predict --run`` says the count is
+    over, instead of implying the published run could not have run."""
+    from modelcut.cli import main
+    assert main(["predict", "--run", "deepseek-v3-2048", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory"]["fits"] is False
+    assert any("over-counts" in n and "left out of validation" in n for n in out["notes"])

@@ -190,6 +190,12 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     result = PredictResult(run, hw, pred, fw, _memory(run, hw, pred, fw))
     if req.published is not None:
         result.published = published_figure(req.published, pred, run)
+        if result.memory.get("fits") is False:
+            # it ran: the memory model misses what this stack saves, and says so
+            pred.notes.append("memory: this published run ran on its accelerators, so the memory model over-counts "
+                              "it (what its stack saves is not modelled" + ("; it is left out of validation"
+                                                                            if not req.published.in_validation
+                                                                            else "") + ")")
     if req.budget:
         eff = efficiency_for(hw, req.profile)
         if req.eta is not None:
