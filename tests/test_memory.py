@@ -475,7 +475,12 @@ def test_deepspeed_zero3_holds_what_its_hooks_have_gathered():
     assert fw.zero3_runtime == "deepspeed-0.3"
     rep = memory_report(run, hw, framework=fw)
     h = run.model.hidden
-    held = deepspeed_resident_numel(run, run.training.global_batch // (run.layout.dp * run.training.micro_batch))
+    m = run.training.global_batch // (run.layout.dp * run.training.micro_batch)
+    held = deepspeed_resident_numel(run, m)
+    # every micro-batch repeats the same calls: two hold every state a longer step reaches
+    from dataclasses import replace as _r
+    long = _r(run, training=_r(run.training, global_batch=run.training.global_batch * 5))
+    assert held == deepspeed_resident_numel(long, 5 * m) and held >= deepspeed_resident_numel(run, 1)
     fc1 = h * run.model.ffn_hidden
     assert fc1 <= held <= flops.layer_params(run.model, False)      # one weight at least, less than a layer
     as_units = memory_report(run, hw, framework=replace_runtime(fw))

@@ -141,12 +141,11 @@ def state_bytes(params: float, expert_params: float, zero: int, d: int, de: int,
     bytes per stored weight and per parameter of optimizer state (the table's 2 and 12); ZeRO-3's
     gathered copy is 16-bit whatever they are."""
     g_shard = zero >= 2 if grads_sharded is None else grads_sharded
-    w_b, o_b = param_bytes, optimizer_bytes
 
     def one(n: float, D: int) -> tuple[float, float, float]:
-        w = w_b * n / (D if zero >= 3 else 1)
+        w = param_bytes * n / (D if zero >= 3 else 1)
         g = grad_bytes * n / (D if g_shard else 1)
-        o = o_b * n / (D if zero >= 1 else 1)
+        o = optimizer_bytes * n / (D if zero >= 1 else 1)
         return w, g, o
     a, b = one(params, d), one(expert_params, de)
     w = a[0] + b[0] + (WEIGHT_BYTES * gathered_params if zero >= 3 else 0.0)

@@ -209,9 +209,11 @@ def deepspeed_resident_numel(run: Run, m: int, prefetch: bool = True) -> float:
     running, what it prefetched, what the reuse distance kept): the same replay as the step time
     (:func:`_deepspeed_replay`), whose fetch, prefetch and release decisions depend on the trace's
     order and sizes only, run with no durations (``prefetch``: the stack's ``param_gather``
-    overlap). What memory counts as gathered weights."""
+    overlap). What memory counts as gathered weights. Every micro-batch repeats the same calls,
+    so two of them hold every state the step reaches (its start, a boundary between micro-batches,
+    its end): the replay runs min(m, 2)."""
     zero = PassTime()
     none = LayerTime(zero, zero, zero)
-    res = _deepspeed_replay(run, prefetch, none, (zero, zero), (zero, zero), m, lambda n: 0.0, lambda n: 0.0,
-                            lambda pt: 0.0)
+    res = _deepspeed_replay(run, prefetch, none, (zero, zero), (zero, zero), min(m, 2), lambda n: 0.0,
+                            lambda n: 0.0, lambda pt: 0.0)
     return res.peak_resident_numel
