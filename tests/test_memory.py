@@ -519,3 +519,9 @@ def test_a_published_run_the_memory_model_cannot_fit_says_the_model_over_counts(
     out = json.loads(capsys.readouterr().out)
     assert out["memory"]["fits"] is False
     assert any("over-counts" in n and "left out of validation" in n for n in out["notes"])
+    # seed mode counts memory without the run's stack: it says so instead
+    assert main(["predict", "--run", "llama3-405b-128k-16384", "--mode", "seed", "--json"]) == 0
+    seed = json.loads(capsys.readouterr().out)
+    assert seed["memory"]["fits"] is False
+    assert any("seed mode counts it without the run's stack" in n for n in seed["notes"])
+    assert not any("over-counts" in n for n in seed["notes"])

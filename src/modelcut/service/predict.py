@@ -191,11 +191,15 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     if req.published is not None:
         result.published = published_figure(req.published, pred, run)
         if result.memory.get("fits") is False:
-            # it ran: the memory model misses what this stack saves, and says so
-            pred.notes.append("memory: this published run ran on its accelerators, so the memory model over-counts "
-                              "it (what its stack saves is not modelled" + ("; it is left out of validation"
-                                                                            if not req.published.in_validation
-                                                                            else "") + ")")
+            # it ran: say why the count cannot be the run's
+            if fw is None:
+                pred.notes.append("memory: seed mode counts it without the run's stack and settings; "
+                                  "--mode default counts it as they keep it")
+            else:
+                pred.notes.append("memory: this published run ran on its accelerators, so the memory model "
+                                  "over-counts it (what its stack saves is not modelled"
+                                  + ("; it is left out of validation" if not req.published.in_validation else "")
+                                  + ")")
     if req.budget:
         eff = efficiency_for(hw, req.profile)
         if req.eta is not None:
