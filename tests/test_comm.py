@@ -135,3 +135,35 @@ def test_collective_bandwidth_between_one_port_and_the_links(tp, nodes):
     bw = comm.collective_bandwidth(lay, ("cp", "dp"), h100, 8)
     assert h100.net_bw <= bw <= h100.link_bw
     assert bw == min(h100.link_bw, 8 // tp * h100.net_bw)
+
+
+def test_experts_are_reduced_and_gathered_over_the_ranks_holding_them():
+    """Routed experts' weights and gradients move over the expert-data-parallel group, the
+    tp·cp·dp/(ep·etp) ranks holding the same experts, at that group's bandwidth: nothing when
+    every rank's experts are its own (ep = dp); with ep filling a node, a group of one member per
+    node on the network port alone, slower than the dense group's eight ports for the same bytes."""
+    from modelcut.core.costs.kernels import Efficiency
+    from modelcut.core.specs import Run, Training
+    from modelcut.core.step.data_parallel import dp_collective
+    hw = catalog.hardware("h100")
+    model = catalog.model("qwen3-30b-a3b")
+    eff = Efficiency(1.0, 1.0, 1.0)
+
+    def coll(layout):
+        run = Run(model, "h100-sxm5-80gb", layout, Training(seq_len=4096, global_batch=layout.dp, micro_batch=1),
+                  gpus_per_node=8)
+        return dp_collective(run, hw, eff, comm.group_bandwidths(layout, hw, 8))
+    own = Layout(dp=8, ep=8, order=("tp", "cp", "ep", "dp", "pp"))
+    assert comm.expert_dp_size(own) == 1
+    assert coll(own)("reduce-scatter", 1e9, 5e9) == pytest.approx(coll(own)("reduce-scatter", 1e9))
+    wide = Layout(dp=256, ep=8, order=("tp", "cp", "ep", "dp", "pp"))
+    assert comm.expert_dp_size(wide) == 32
+    assert comm.group_members_in_node(wide, comm.EXPERT_DP, 8) == 1
+    bw = comm.group_bandwidths(wide, hw, 8)
+    assert bw["edp"] < bw["dp"]
+    c = coll(wide)
+    experts = c("all-gather", 0.0, 4e9)
+    assert experts > c("all-gather", 4e9) and experts > 0
+    assert c("all-gather", 1e9, 4e9) == pytest.approx(c("all-gather", 1e9) + experts)
+    dense = Layout(dp=256)
+    assert comm.group_bandwidths(dense, hw, 8)["edp"] == comm.group_bandwidths(dense, hw, 8)["dp"]

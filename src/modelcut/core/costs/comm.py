@@ -211,10 +211,28 @@ def dp_ring_alpha(layout: Layout, gpus_per_node: int) -> float:
     return ring_alpha(layout.dp * layout.cp, group_members_in_node(layout, ("cp", "dp"), gpus_per_node))
 
 
+#: The dimensions of the expert-data-parallel group: the ranks holding the same experts,
+#: tp·cp·dp/(ep·etp) of them (Megatron-LM's expert data-parallel group; FSDP2 with expert
+#: parallelism shards and reduces the experts over the same ranks).
+EXPERT_DP = ("cp", "edp")
+
+
+def expert_dp_size(layout: Layout) -> int:
+    """Ranks of the expert-data-parallel group, tp·cp·dp/(ep·etp) (at least 1)."""
+    etp = layout.etp or layout.tp
+    return max(1, layout.tp * layout.cp * layout.dp // (layout.ep * etp))
+
+
+def expert_dp_ring_alpha(layout: Layout, gpus_per_node: int) -> float:
+    """:func:`ring_alpha` of the expert-data-parallel group."""
+    return ring_alpha(expert_dp_size(layout), group_members_in_node(layout, EXPERT_DP, gpus_per_node))
+
+
 def group_bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic: bool = True) -> dict[str, float]:
     """Per-accelerator bandwidth each way of each group's traffic: tp, cp and pp exchanges are
-    bounded by one hop (:func:`group_bandwidth`); the data-parallel collectives are rings over
-    all the group's network ports (:func:`collective_bandwidth`); each at the share of line rate
+    bounded by one hop (:func:`group_bandwidth`); the data-parallel collectives, and with ep > 1
+    the expert-data-parallel ones ("edp", :data:`EXPERT_DP`), are rings over all the group's
+    network ports (:func:`collective_bandwidth`); each at the share of line rate
     NCCL's own tests reach on that kind of link (:func:`achievable`). Computed once per layout
     shape (sizes and rank order)."""
     return dict(_bandwidths(_mesh_key(layout), hw, gpus_per_node, multi_nic))
@@ -224,6 +242,8 @@ def group_bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic
 def _bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic: bool) -> dict[str, float]:
     out = {dim: achievable(group_bandwidth(layout, dim, hw, gpus_per_node), hw) for dim in ("tp", "cp", "pp")}
     out["dp"] = achievable(collective_bandwidth(layout, ("cp", "dp"), hw, gpus_per_node, multi_nic=multi_nic), hw)
+    out["edp"] = (achievable(collective_bandwidth(layout, EXPERT_DP, hw, gpus_per_node, multi_nic=multi_nic), hw)
+                  if layout.ep > 1 else out["dp"])
     return out
 
 

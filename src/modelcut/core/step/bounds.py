@@ -29,7 +29,7 @@ from ..costs import comm, params
 from ..costs.kernels import Efficiency
 from ..plan import PipelinePlan
 from ..specs import Hardware, Run
-from .data_parallel import dp_collective, run_residency, unit_gather_bytes
+from .data_parallel import dp_collective, run_residency, unit_gather_parts
 from .frameworks import Framework
 from .stage_costs import kernels, unit_costs
 
@@ -58,7 +58,7 @@ def lower_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         coll = dp_collective(run, hw, eff, bw)
         mods = params.device_modules(run.model, L.tp, L.ep, L.etp,
                                      [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in plan.stages])
-        per_unit = [[coll("all-gather", nb) for nb in unit_gather_bytes(run, hw, framework, st, units)]
+        per_unit = [[coll("all-gather", a, e) for a, e in unit_gather_parts(run, hw, framework, st, units)]
                     for st, units in zip(plan.stages, mods)]
         G = np.array([sum(g) for g in per_unit])
         if L.pp == 1:

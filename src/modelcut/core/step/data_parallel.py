@@ -40,15 +40,32 @@ def run_residency(run: Run, framework: Framework, microbatches: int) -> Residenc
 
 
 def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float]):
-    """A collective over the data-parallel group (dp·cp ranks, which shard ZeRO's states), as
-    ``coll(kind, bytes) -> seconds``."""
+    """A data-parallel collective, as ``coll(kind, bytes, expert_bytes=0) -> seconds``: ``bytes``
+    of dense weights (or their gradients) over the data-parallel group (dp·cp ranks, which shard
+    ZeRO's states), then ``expert_bytes`` of routed experts over the expert-data-parallel group
+    (:func:`..costs.comm.expert_dp_size` ranks, the ones holding the same experts, at their own
+    bandwidth ``bw["edp"]``; none when each rank's experts are its own), one after the other on
+    the stream (Megatron-LM reduces the two groups' buckets in turn; FSDP2 gathers each group's
+    parameters with its own collective)."""
     L = run.layout
     gpn = run.gpus_per_node or hw.per_node
     alpha = comm.dp_ring_alpha(L, gpn)
     inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
+    if L.ep > 1:
+        n_e = comm.expert_dp_size(L)
+        alpha_e = comm.expert_dp_ring_alpha(L, gpn)
+        inside_e = not comm.group_spans_nodes(L, comm.EXPERT_DP, gpn)
+        bw_e = bw.get("edp", bw["dp"])
+    else:
+        n_e, alpha_e, inside_e, bw_e = L.dp * L.cp, alpha, inside, bw["dp"]
 
-    def coll(kind: str, nbytes: float) -> float:
-        return comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net)
+    def coll(kind: str, nbytes: float, expert_bytes: float = 0.0) -> float:
+        # a unit of experts alone issues no dense collective
+        t = (comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net)
+             if nbytes > 0 or expert_bytes <= 0 else 0.0)
+        if expert_bytes > 0 and n_e > 1:
+            t += comm.collective(kind, n_e, expert_bytes, bw_e, hw, alpha_e, inside_e, eff.net)
+        return t
     return coll
 
 
@@ -58,10 +75,19 @@ def unit_gather_bytes(run: Run, hw: Hardware, framework: Framework, stage, units
     it) moves when its weights are all-gathered: 16-bit, except the transformer layers' where the
     stack keeps FP8 parameters (:func:`..costs.fp8.param_gather_bytes`). The one rule every
     weight gather reads (once a step, every pass, the lower bound)."""
+    return [a + b for a, b in unit_gather_parts(run, hw, framework, stage, units)]
+
+
+def unit_gather_parts(run: Run, hw: Hardware, framework: Framework, stage, units) -> list[tuple[float, float]]:
+    """:func:`unit_gather_bytes` split into (dense, routed-expert) bytes per unit: the two are
+    gathered over different groups (:func:`dp_collective`)."""
     layer_b = fp8_mod.param_gather_bytes(fp8_mod.for_stack(run.training, hw, framework))
     last = len(units) - 1
-    return [(a + b) * (BF16_BYTES if (j == 0 and stage.loss) or (j == last and stage.embedding) else layer_b)
-            for j, (a, b) in enumerate(units)]
+    out = []
+    for j, (a, b) in enumerate(units):
+        per = BF16_BYTES if (j == 0 and stage.loss) or (j == last and stage.embedding) else layer_b
+        out.append((a * per, b * per))
+    return out
 
 
 def pass_gathers(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan,
@@ -85,7 +111,7 @@ def pass_gathers(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
                                  [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in plan.stages])
     out = []
     for st, units, (fwd, bwd) in zip(plan.stages, mods, unit_costs):
-        g = [coll("all-gather", nb) for nb in unit_gather_bytes(run, hw, framework, st, units)]
+        g = [coll("all-gather", a, b) for a, b in unit_gather_parts(run, hw, framework, st, units)]
         f_tasks = [(gi, ci, pf) for gi, ci in zip(reversed(g), fwd)]      # forward order
         b_tasks = [(gi, ci, pf_b) for gi, ci in zip(g, bwd)]              # backward order
         f_end, _ = prefetch_timeline(f_tasks)
@@ -141,8 +167,8 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     grad_b = framework.grad_bytes
     coll = dp_collective(run, hw, eff, bw)
 
-    def reduce_time(params: float) -> float:
-        return coll("reduce-scatter" if sharded else "all-reduce", params * grad_b)
+    def reduce_time(dense: float, expert: float = 0.0) -> float:
+        return coll("reduce-scatter" if sharded else "all-reduce", dense * grad_b, expert * grad_b)
 
     tied_extra = 0.0
     if model.tied_embeddings and p > 1:   # the end stages' two copies of the word embeddings agree
@@ -152,7 +178,7 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     every_b = backward_ends(plan, trace) if per_mb else {}
     out = []
     for dev in range(p):
-        requests, params_dev, layers_dev, gather_bytes = [], 0.0, 0, 0.0
+        requests, params_dev, layers_dev, gather_bytes, gather_expert = [], 0.0, 0, 0.0, 0.0
         mine = plan.on_device(dev)
         mods = params.device_modules(model, t, L.ep, L.etp,
                                      [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in mine])
@@ -160,19 +186,21 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
             b_start, b_end = last_b[st.index]
             params_dev += sum(a + b for a, b in units)
             layers_dev += st.layers
-            gather_bytes += sum(unit_gather_bytes(run, hw, framework, st, units))
+            parts = unit_gather_parts(run, hw, framework, st, units)
+            gather_bytes += sum(a for a, _ in parts)
+            gather_expert += sum(b for _, b in parts)
             for j, (a, b) in enumerate(units):   # finished in this order through the last backward
-                requests.append((b_start + (b_end - b_start) * (j + 1) / len(units), reduce_time(a + b)))
+                requests.append((b_start + (b_end - b_start) * (j + 1) / len(units), reduce_time(a, b)))
             # only a shard is kept: every earlier micro-batch's gradients are reduce-scattered
             # after its backward, before the next one accumulates
-            stage_rs = reduce_time(sum(a + b for a, b in units))
+            stage_rs = reduce_time(sum(a for a, _ in units), sum(b for _, b in units))
             requests += [(end, stage_rs) for _, end in every_b.get(st.index, [])[:-1]]
         exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
         tied = tied_extra if (dev in (0, p - 1) and p > 1) else 0.0
         opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1, res.grads_sharded), hw, eff)
         gather = 0.0
         if sharded and dp_group > 1 and not res.gathers_each_pass:
-            g = coll("all-gather", gather_bytes)
+            g = coll("all-gather", gather_bytes, gather_expert)
             # gathered ahead of use: only the first layer's share waits, the rest hides behind the forward
             gather = g / max(1, layers_dev) if ov.param_gather else g
         out.append(DeviceEnd(ends[dev] + exp_dp + tied + opt + gather, exp_dp + tied + gather, opt))

@@ -6,7 +6,7 @@ v0.3's hooks are replayed weight by weight (:mod:`.deepspeed_stage3`)."""
 
 from __future__ import annotations
 
-from ..costs import comm, flops, params
+from ..costs import flops, params
 from ..costs.kernels import Efficiency, mem_time
 from ..errors import ModelcutError
 from ..specs import Hardware, Run
@@ -17,6 +17,7 @@ from .frameworks import Framework
 from .layers import LayerTime, PassTime, dense_linears
 from .result import DefaultBreakdown
 from ..costs import fp8 as fp8_mod
+from .data_parallel import dp_collective
 from .stage_costs import Kernels, a2a_time
 
 
@@ -31,27 +32,30 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     ov = fw.overlap
     dp_group = L.dp * L.cp
     grad_b = fw.grad_bytes
-    gpn = run.gpus_per_node or hw.per_node
-    alpha = comm.dp_ring_alpha(L, gpn)
-    inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
     dense, moe_lt, emb, loss = k.dense, k.moe, k.emb, k.loss
+    coll = dp_collective(run, hw, eff, bw)    # dense weights over dp·cp, routed experts over their own group
 
     layer_b = fp8_mod.param_gather_bytes(fp8_mod.for_stack(run.training, hw, fw))   # FP8 weights gathered as FP8
 
-    def gather(params: float, per: float = BF16_BYTES) -> float:
-        return comm.collective("all-gather", dp_group, params * per, bw["dp"], hw, alpha, inside, eff.net)
+    def split(params) -> tuple[float, float]:
+        return params if isinstance(params, tuple) else (params, 0.0)
 
-    def gather_layer(params: float) -> float:
+    def gather(params, per: float = BF16_BYTES) -> float:
+        a, b = split(params)
+        return coll("all-gather", a * per, b * per)
+
+    def gather_layer(params) -> float:
         return gather(params, layer_b)
 
-    def rs(params: float) -> float:
-        return comm.collective("reduce-scatter", dp_group, params * grad_b, bw["dp"], hw, alpha, inside, eff.net)
+    def rs(params) -> float:
+        a, b = split(params)
+        return coll("reduce-scatter", a * grad_b, b * grad_b)
 
     n_moe = flops.moe_layer_count(model)
     mods = params.device_modules(model, t, L.ep, L.etp, [(model.layers - n_moe, n_moe, True, True)])[0]
     p_out, p_emb = mods[0][0], mods[-1][0]    # readiness order: output first, embedding last
     p_dense = params.layer_params(model, t, False)[0]
-    p_moe = sum(params.layer_params(model, t, True, L.ep, L.etp)) if model.is_moe else 0.0
+    p_moe = tuple(params.layer_params(model, t, True, L.ep, L.etp)) if model.is_moe else (0.0, 0.0)   # (dense, experts)
     first_moe = model.dense_layers if model.is_moe else model.layers
 
     def exposed(pt: PassTime) -> float:
@@ -84,7 +88,8 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
     reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`).
-    ``sizes``: the parameters of a dense layer, an MoE layer, the embedding and the output;
+    ``sizes``: the parameters of a dense layer, an MoE layer ((dense, routed experts): gathered
+    and reduced over their own groups), the embedding and the output;
     ``a2a``: an MoE layer's token dispatch and combine per pass, on the compute stream's critical
     path (the experts wait for their tokens; a recomputed forward dispatches again).
     Returns (seconds to the end of the last collective, compute seconds, all-to-all seconds)."""
