@@ -309,7 +309,7 @@ def expert_sharding(model: ModelSpec, layout: Layout) -> ExpertSharding:
     etp = layout.etp or layout.tp
     f = flops.expert_width(model)
     one = flops.mlp_params(model, f)
-    dp = max(1, layout.tp * layout.cp * layout.dp // (layout.ep * etp))
+    dp = comm.expert_dp_size(layout)
     return ExpertSharding(local_experts=model.experts // layout.ep, width=f // etp,
                           params_per_layer=model.experts * one / (layout.ep * etp) if model.is_moe else 0.0,
                           data_parallel=dp)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .. import plan as plans
+from ..costs import comm
 from ..costs import fp8 as fp8_mod
 from ..costs import params as counts
 from ..costs.fp8 import Fp8
@@ -119,12 +120,10 @@ def memory_plan(run: Run, options: MemoryOptions = DEFAULT_OPTIONS, vpp: int | N
 def shard_groups(run: Run) -> tuple[int, int]:
     """(D, D_expert): how many ranks share a ZeRO shard of dense and of expert parameters.
     Dense: dp·cp, as Megatron-LM's distributed optimizer shards over the data-parallel group
-    with context parallelism. Experts: tp·cp·dp/(ep·etp), Megatron-LM's expert data-parallel group."""
+    with context parallelism. Experts: tp·cp·dp/(ep·etp), Megatron-LM's expert data-parallel group
+    (:func:`..costs.comm.expert_dp_size`, the group their collectives run over too)."""
     lay = run.layout
-    d = lay.dp * lay.cp
-    etp = lay.etp or lay.tp
-    de = max(1, lay.tp * lay.cp * lay.dp // (lay.ep * etp))
-    return d, de
+    return lay.dp * lay.cp, comm.expert_dp_size(lay)
 
 
 def state_bytes(params: float, expert_params: float, zero: int, d: int, de: int,
