@@ -307,6 +307,6 @@ def test_run_settings_carry_overlap_overrides_into_validation(monkeypatch):
         monkeypatch.setattr(runs_mod, "_toml", lambda name, b=bad: {"settings": [
             {"id": "x", "framework": "nemo", "overlap": b}]})
         runs_mod.run_settings.cache_clear()
-        with pytest.raises(ModelcutError, match="'x': overlap must be a table"):
+        with pytest.raises(ModelcutError, match="runs_dev.toml 'x': overlap"):
             runs_mod.run_settings()
     runs_mod.run_settings.cache_clear()

@@ -14,12 +14,21 @@ from ..core.step.frameworks import OPTIONS, Framework, Overlap
 _FIELDS = {f.name for f in dataclasses.fields(Framework)}
 
 
-def _overlap(row: dict, where: str) -> Overlap:
-    table = row.get("overlap", {})
+def overlap_table(table, where: str) -> dict[str, bool]:
+    """A TOML ``overlap = { tp_comm = true, ... }`` table checked (each key an overlap option, each
+    value true or false): the presets' and the run settings' (runs_dev.toml) alike."""
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise ModelcutError(f"{where}: overlap must be a table of {', '.join(OPTIONS)} set to true or false")
     for k, val in table.items():
         if k not in OPTIONS or not isinstance(val, bool):
             raise ModelcutError(f"{where}: overlap {k!r} must be one of {', '.join(OPTIONS)} set to true or false")
-    return Overlap(**table)
+    return dict(table)
+
+
+def _overlap(row: dict, where: str) -> Overlap:
+    return Overlap(**overlap_table(row.get("overlap", {}), where))
 
 
 @lru_cache(maxsize=None)

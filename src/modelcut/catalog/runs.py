@@ -12,8 +12,7 @@ from typing import Any
 from ..core.errors import ModelcutError
 from ..core.sim import registry
 from ..core.specs import Run
-from ..core.step.frameworks import OPTIONS as OVERLAP_OPTIONS
-from .frameworks import framework_names
+from .frameworks import framework_names, overlap_table
 from .hardware import hardware
 from .models import model
 from .tables import layout_from_table, model_from_table, training_from_table
@@ -169,15 +168,6 @@ class RunSettings:
         return ",".join(f"{k}={'on' if v else 'off'}" for k, v in self.overlap.items()) or None
 
 
-def _overlap(rid: str, table: Any) -> dict[str, bool]:
-    if table is None:
-        return {}
-    if not isinstance(table, dict) or any(k not in OVERLAP_OPTIONS or not isinstance(v, bool) for k, v in table.items()):
-        raise ModelcutError(f"runs_dev.toml {rid!r}: overlap must be a table of {', '.join(OVERLAP_OPTIONS)} "
-                            "set to true or false")
-    return dict(table)
-
-
 @lru_cache(maxsize=None)
 def run_settings() -> dict[str, RunSettings]:
     """runs_dev.toml: how each published run was really run."""
@@ -194,7 +184,8 @@ def run_settings() -> dict[str, RunSettings]:
             raise ModelcutError(f"runs_dev.toml {rid!r}: sequence_parallel must be true or false")
         out[rid] = RunSettings(rid, row["framework"], row.get("group", row["framework"]), row.get("micro_batch"),
                                row.get("vpp"), row.get("recompute"), row.get("source", ""), row.get("schedule"),
-                               row.get("sequence_parallel"), _overlap(rid, row.get("overlap")))
+                               row.get("sequence_parallel"),
+                               overlap_table(row.get("overlap"), f"runs_dev.toml {rid!r}"))
     return out
 
 
