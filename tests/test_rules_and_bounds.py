@@ -245,3 +245,20 @@ def test_the_published_llama3_layout_is_within_5_percent_of_the_best():
         assert not violations(caps, LLAMA405, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, vpp=s.vpp, schedule=s.schedule,
                               cp_kind=s.cp_kind if s.cp > 1 else None, zero=e.zero, recompute=e.recompute)
     assert res.checked and res.checked[0].step_time_s <= 1.05 * res.layouts[0].step_time_s
+
+
+def test_nemo_automodel_runs_no_tensor_parallelism_on_moe_models():
+    """NeMo AutoModel's MoE parallelizer asserts tp = 1 for its custom MoE models: the rule names
+    it, dense models keep their tp, and the explorer ranks no MoE layout with tp > 1 on that stack."""
+    from modelcut.core.explore.rules import violations
+    from modelcut.service.explore import catalog_request, run_explore
+    caps = catalog.capabilities("nemo-automodel")
+    moe = catalog.model("qwen3-30b-a3b")
+    bad = violations(caps, moe, tp=2, cp=1, pp=1, dp=4, ep=4, vpp=1, schedule=None, cp_kind=None, seq=4096,
+                     sequence_parallel=True, zero=3, recompute="none")
+    assert [v.rule for v in bad] == ["moe_tensor_parallel"] and "parallelizer" in bad[0].source
+    assert not violations(caps, catalog.model("llama3-8b"), tp=2, cp=1, pp=1, dp=4, ep=1, vpp=1, schedule=None,
+                          cp_kind=None, seq=4096, sequence_parallel=True, zero=3, recompute="none")
+    assert catalog.capabilities("fsdp").moe_tensor_parallel
+    ex = run_explore(catalog_request("automodel-qwen3-30b-a3b-8", top=3))
+    assert ex.layouts and all(e.run.layout.tp == 1 for e in ex.layouts)

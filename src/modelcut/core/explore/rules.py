@@ -17,7 +17,7 @@ INTERLEAVE = ("layers", "layers+2", "any")
 #: The fields of a stack's capabilities (the TOML's keys besides ``framework``, ``base``, ``sources``).
 FIELDS = ("zero", "zero_with_pipeline", "zero0_flat_mesh_only", "schedules", "context_parallel", "cp_kinds",
           "cp_seq_multiple_tp", "sequence_parallel", "mixture_of_experts", "expert_parallel", "ep_with_tp_needs_sp",
-          "interleave", "interleave_min_pp", "recompute")
+          "moe_tensor_parallel", "interleave", "interleave_min_pp", "recompute")
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class Capabilities:
     ``zero0_flat_mesh_only``: plain data parallelism only without tp, cp, pp; ``schedules``: the
     registry's schedules with pp > 1; ``context_parallel`` and its ``cp_kinds``;
     ``cp_seq_multiple_tp``: the sequence splits into 2·cp·tp pieces; ``sequence_parallel``;
-    ``mixture_of_experts``, ``expert_parallel``, ``ep_with_tp_needs_sp``; ``interleave``
+    ``mixture_of_experts``, ``expert_parallel``, ``ep_with_tp_needs_sp``, ``moe_tensor_parallel``
+    (tp > 1 on a mixture-of-experts model); ``interleave``
     (:data:`INTERLEAVE`) and ``interleave_min_pp`` for v > 1; ``recompute`` levels. ``sources``:
     field -> where it was read."""
 
@@ -44,6 +45,7 @@ class Capabilities:
     mixture_of_experts: bool = True
     expert_parallel: bool = True
     ep_with_tp_needs_sp: bool = False
+    moe_tensor_parallel: bool = True
     interleave: str = "any"
     interleave_min_pp: int = 2
     recompute: tuple[str, ...] = ("none", "selective", "full")
@@ -121,6 +123,8 @@ def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1
         bad("sequence_parallel", "sequence parallelism")
     if model.is_moe and not caps.mixture_of_experts:
         bad("mixture_of_experts", "a mixture-of-experts model")
+    elif model.is_moe and tp > 1 and not caps.moe_tensor_parallel:
+        bad("moe_tensor_parallel", f"tensor parallelism (tp = {tp}) on a mixture-of-experts model")
     elif ep > 1:
         if not caps.expert_parallel:
             bad("expert_parallel", f"expert parallelism (ep = {ep})")
