@@ -355,3 +355,31 @@ def test_the_explorer_counts_memory_and_overlaps_as_predict_does():
         assert rep["peak_bytes"] == pytest.approx(e.peak_bytes)
     nemotron = catalog_request("nemotron4-15b-768")
     assert nemotron.overlap == {"tp_comm": True} and stack(nemotron).overlap.tp_comm
+
+
+def test_explore_takes_the_stacks_overlap_overrides(capsys):
+    """``explore --overlap`` (and the web body's ``overlap``) switch the stack's overlaps as
+    ``predict --overlap`` does: a layout with tensor parallelism is timed with the override, to
+    the step time predict gives it under the same override."""
+    from modelcut.service.explore import explore_request, run_explore, stack
+    from modelcut.service.predict import PredictRequest, predict as service_predict
+    from modelcut.service.requests import ExploreInput
+    base = dict(model="llama3-8b", gpu="h100", gpus=16, seq=8192, global_batch_tokens="1M", top=40,
+                framework="megatron-core", schedules=["1f1b"], micro_batches=[1], exhaustive=True)
+    plain = explore_request(ExploreInput.model_validate(base))
+    on = explore_request(ExploreInput.model_validate({**base, "overlap": {"tp_comm": True}}))
+    assert not stack(plain).overlap.tp_comm and stack(on).overlap.tp_comm and on.overlap == {"tp_comm": True}
+    key = lambda e: (e.structure, e.run.training.recompute, e.run.layout.zero)  # noqa: E731
+    a = {key(e): e for e in run_explore(plain).layouts if e.run.layout.tp > 1}
+    b = {key(e): e for e in run_explore(on).layouts if e.run.layout.tp > 1}
+    both = sorted(set(a) & set(b), key=str)
+    assert both, "some layout with tp > 1 ranked both ways"
+    e = b[both[0]]
+    assert e.step_time_s != pytest.approx(a[both[0]].step_time_s)
+    again = service_predict(PredictRequest(e.run, mode="default", framework="megatron-core",
+                                           overlap={"tp_comm": True}))
+    assert again.prediction.step_time_s == pytest.approx(e.step_time_s)
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "16", "--seq", "8192",
+                 "--global-batch-tokens", "1M", "--overlap", "tp_comm=on", "--top", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layouts"]
+    assert main(["explore", "--run", "nemotron4-15b-768", "--overlap", "tp_comm=off"]) != 0

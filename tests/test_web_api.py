@@ -381,6 +381,9 @@ def test_explore_refuses_a_space_beyond_its_bound():
     ({"global_batch_tokens": 1000}, 422, "whole number"),
     ({"gpus": 0}, 422, "gpus"),
     ({"schedules": ["zz"]}, 422, "schedules"),
+    ({"overlap": {"tp_comm": "on"}}, 422, "overlap"),
+    ({"overlap": {"warp": True}}, 422, "overlap"),
+    ({"mode": "seed", "overlap": {"tp_comm": True}}, 422, "overlap overrides apply to --mode default"),
     ({"model": None, "model_spec": {"layers": 2}}, 422, "missing"),
 ])
 def test_explore_bad_requests(client, change, status, words):

@@ -42,7 +42,7 @@ FLAGS = {"gpus": "--gpus", "seq": "--seq", "global_batch_tokens": "--global-batc
          "gpus_per_node": "--gpus-per-node", "margin": "--margin", "micro_batches": "--micro-batches",
          "schedules": "--schedules", "eps": "--eps", "cp_kinds": "--cp-kinds", "mode": "--mode",
          "framework": "--framework", "gpu": "--gpu", "pareto_within": "--pareto-within",
-         "precision": "--precision", "fp8_recipe": "--fp8-recipe", "check": "--check"}
+         "precision": "--precision", "fp8_recipe": "--fp8-recipe", "check": "--check", "overlap": "--overlap"}
 
 
 def _shape(e: Evaluated) -> str:
@@ -106,6 +106,8 @@ def explore(
                              "(the deck's model, faster)"),
     framework: Optional[str] = typer.Option(None, "--framework", help="the training stack (a preset; default "
                                             "megatron-core): only layouts it can run are ranked"),
+    overlap: Optional[str] = typer.Option(None, "--overlap", help="overlap overrides of the stack, e.g. "
+                                          "tp_comm=on,grad_reduce=off (as predict's)"),
     allow_tp_across_nodes: bool = typer.Option(False, "--allow-tp-across-nodes",
                                                help="let tensor parallelism span nodes"),
     margin: float = typer.Option(DEFAULT_MARGIN, "--margin", help="fraction of memory kept free"),
@@ -150,7 +152,7 @@ def explore(
     if run is not None:
         given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
                                 ("--global-batch-tokens", global_batch_tokens), ("--check", check),
-                                ("--framework", framework)) if v is not None]
+                                ("--framework", framework), ("--overlap", overlap)) if v is not None]
         if given:
             raise ModelcutError(f"--run takes its problem, stack and layout from the catalog; drop {given[0]}")
         show_runs(run, mode, top, as_json, emit, pick)
@@ -166,6 +168,7 @@ def explore(
     fields = {**inputs.model_arg(model, lim), "gpu": gpu.lower(), "gpus": lo, "seq": seq,
               "global_batch_tokens": inputs.parse_tokens(global_batch_tokens), "top": top, "mode": mode,
               "framework": framework.lower() if framework else None, "margin": margin,
+              "overlap": inputs.parse_overlap(overlap) if overlap else None,
               "gpus_per_node": gpus_per_node, "allow_tp_across_nodes": allow_tp_across_nodes,
               "micro_batches": list(inputs.int_list(micro_batches, "--micro-batches")),
               "schedules": list(inputs.names(schedules)), "flash_attention": flash, "reshard_after_forward": reshard,

@@ -84,6 +84,8 @@ def stack(req: ExploreRequest) -> Framework | None:
     preset) with its overlap overrides, ``reshard`` overriding its ZeRO-3 resharding; None in seed
     mode without one."""
     if req.mode == "seed" and req.framework is None:
+        if req.overlap:
+            raise ModelcutError("overlap overrides apply to --mode default (or name a --framework)")
         return None
     fw = catalog.framework(req.framework).with_overlap(req.overlap)
     if req.reshard is not None:
@@ -480,7 +482,8 @@ def explore_request(inp: ExploreInput, limits: Limits | None = None) -> ExploreR
     return ExploreRequest(spec, hw, inp.gpus, inp.seq, inputs.parse_tokens(inp.global_batch_tokens),
                           inp.gpus_per_node, inp.mode, inp.framework, inp.margin, space, check=check, top=inp.top,
                           flash=inp.flash_attention, reshard=inp.reshard_after_forward,
-                          pareto_within=inp.pareto_within, exhaustive=inp.exhaustive, limits=lim)
+                          pareto_within=inp.pareto_within, exhaustive=inp.exhaustive, limits=lim,
+                          overlap=inp.overlap.model_dump(exclude_none=True) or None if inp.overlap is not None else None)
 
 
 def explore_input(inp: ExploreInput, limits: Limits | None = None,

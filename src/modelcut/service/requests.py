@@ -334,6 +334,8 @@ class ExploreInput(ModelChoice):
     mode: ModeName = "default"
     framework: Optional[FrameworkName] = Field(None, description="default mode: the training stack, a preset "
                                                                  "(default megatron-core)")
+    overlap: Optional[OverlapIn] = Field(None, description="default mode: overlap overrides of the stack, e.g. "
+                                                           "{\"tp_comm\": true}")
     check: Optional[CheckIn] = Field(None, description="a layout to find among the ranked ones, e.g. "
                                                        "{\"tp\": 8, \"pp\": 16}")
     margin: Fraction01 = Field(0.02, description="fraction of the accelerator's memory kept free")
