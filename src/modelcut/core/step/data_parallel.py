@@ -69,18 +69,13 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float])
     return coll
 
 
-def unit_gather_bytes(run: Run, hw: Hardware, framework: Framework, stage, units) -> list[float]:
+def unit_gather_parts(run: Run, hw: Hardware, framework: Framework, stage, units) -> list[tuple[float, float]]:
     """Bytes each of a stage's units (:func:`..costs.params.device_modules`' order: the output layer
     and final norm where the stage has the loss, its transformer layers, the embedding where it has
-    it) moves when its weights are all-gathered: 16-bit, except the transformer layers' where the
+    it) moves when its weights are all-gathered, as (dense, routed-expert) bytes, the two gathered
+    over different groups (:func:`dp_collective`): 16-bit, except the transformer layers' where the
     stack keeps FP8 parameters (:func:`..costs.fp8.param_gather_bytes`). The one rule every
     weight gather reads (once a step, every pass, the lower bound)."""
-    return [a + b for a, b in unit_gather_parts(run, hw, framework, stage, units)]
-
-
-def unit_gather_parts(run: Run, hw: Hardware, framework: Framework, stage, units) -> list[tuple[float, float]]:
-    """:func:`unit_gather_bytes` split into (dense, routed-expert) bytes per unit: the two are
-    gathered over different groups (:func:`dp_collective`)."""
     layer_b = fp8_mod.param_gather_bytes(fp8_mod.for_stack(run.training, hw, framework))
     last = len(units) - 1
     out = []

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES
+from ..units import GRAD_BYTES, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
 
 #: Option name -> what it means (shown by the CLI).
 OPTIONS: dict[str, str] = {
@@ -132,9 +133,9 @@ class Framework:
     grad_accum_fusion: bool
     fused_cross_entropy: bool
     grad_bytes: int
-    grad_buffer_bytes: int = 4
-    param_bytes: int = 2
-    optimizer_bytes: int = 12
+    grad_buffer_bytes: int = GRAD_BYTES
+    param_bytes: int = WEIGHT_BYTES
+    optimizer_bytes: int = OPTIMIZER_STATE_BYTES
     dist_optimizer: bool = False
     reshard_after_forward: bool = True
     prefetch_backward: bool = True
