@@ -8,7 +8,9 @@ from hypothesis import given, strategies as st
 from modelcut import catalog
 from modelcut.core.costs import comm
 from modelcut.core.errors import ModelcutError
-from modelcut.core.specs import Layout
+from modelcut.core.specs import DEFAULT_ORDER, Layout
+
+LLAMA3 = ("tp", "cp", "pp", "dp")     # Llama 3's rank order (Grattafiori et al. 2024 §3.3.2)
 
 sizes = st.integers(1, 4096)
 nbytes = st.floats(0, 1e12)
@@ -59,13 +61,18 @@ def test_bad_arguments(bad):
 
 
 def brute_spans(layout: Layout, dims: tuple[str, ...], g: int) -> bool:
-    """Enumerate every rank (rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i))) and every group."""
+    """Enumerate every rank and every group: rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)) in Llama 3's
+    order, tp_i + tp·(cp_i + cp·(dp_i + dp·pp_i)) in the default (Megatron-core's, ep inside dp)."""
     order = ("tp", "cp", "pp", "dp")
     size = {d: getattr(layout, d) for d in order}
+    llama = layout.order == LLAMA3
     groups: dict[tuple, set] = {}
     for idx in itertools.product(*(range(size[d]) for d in order)):
         i = dict(zip(order, idx))
-        rank = i["tp"] + size["tp"] * (i["cp"] + size["cp"] * (i["pp"] + size["pp"] * i["dp"]))
+        if llama:
+            rank = i["tp"] + size["tp"] * (i["cp"] + size["cp"] * (i["pp"] + size["pp"] * i["dp"]))
+        else:
+            rank = i["tp"] + size["tp"] * (i["cp"] + size["cp"] * (i["dp"] + size["dp"] * i["pp"]))
         key = []
         for d in order:
             if d == "dp" and "ep" in dims:
@@ -80,11 +87,12 @@ dim = st.sampled_from([1, 2, 3, 4, 8])
 
 
 @given(dim, dim, dim, dim, st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4, 6, 8, 16]),
-       st.sampled_from([("tp",), ("cp",), ("pp",), ("dp",), ("cp", "dp"), ("tp", "cp"), ("ep",)]))
-def test_group_spans_nodes_matches_enumeration(tp, cp, pp, dp, ep, g, dims):
+       st.sampled_from([("tp",), ("cp",), ("pp",), ("dp",), ("cp", "dp"), ("tp", "cp"), ("ep",)]),
+       st.sampled_from([LLAMA3, DEFAULT_ORDER]))
+def test_group_spans_nodes_matches_enumeration(tp, cp, pp, dp, ep, g, dims, order):
     if dp % ep:
         ep = 1
-    L = Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep)
+    L = Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, order=order)
     assert comm.group_spans_nodes(L, dims, g) == brute_spans(L, dims, g)
 
 

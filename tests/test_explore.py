@@ -246,7 +246,7 @@ def test_hf_config(tmp_path, capsys):
 # ------------------------------------------------------------------ experts and context-parallel forms
 
 from modelcut.core.explore import ep_choices, make_run  # noqa: E402
-from modelcut.core.costs.mesh import DIMS, MEGATRON_ORDER  # noqa: E402
+from modelcut.core.costs.mesh import MEGATRON_ORDER  # noqa: E402
 
 QWEN_MOE = catalog.model("qwen1.5-moe-a2.7b")   # 60 experts, top-4, 24 layers
 MOE_SPACE = Space(micro_batches=(1,), schedules=("1f1b",), recomputes=("none", "full"), zeros=(1,))
@@ -270,11 +270,12 @@ def test_moe_structures_search_ep_and_both_cp_forms():
 
 
 def test_make_run_places_ep_in_megatron_order():
+    """Every explored layout takes the default order, Megatron-core's (the pipeline outermost)."""
     s = next(x for x in structures(QWEN_MOE, 16, 8192, 64, 8, MOE_SPACE) if x.ep > 1 and x.cp > 1)
     run = make_run(QWEN_MOE, "h100", s, 8192, 64, "none", 1)
     assert run.layout.ep == s.ep and run.layout.cp_kind == s.cp_kind and run.layout.order == MEGATRON_ORDER
     dense = next(x for x in structures(QWEN_MOE, 16, 8192, 64, 8, MOE_SPACE) if x.ep == 1)
-    assert make_run(QWEN_MOE, "h100", dense, 8192, 64, "none", 1).layout.order == DIMS
+    assert make_run(QWEN_MOE, "h100", dense, 8192, 64, "none", 1).layout.order == MEGATRON_ORDER
 
 
 def test_dualpipe_vpp_rules():

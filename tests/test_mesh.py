@@ -12,7 +12,7 @@ from modelcut.core.costs import comm
 from modelcut.core.errors import ModelcutError
 from modelcut.core.costs.mesh import (DIMS, MEGATRON_ORDER, Mesh, crossing_fraction, dims_in_node, group_crosses_nodes,
                                 members_in_node, node_ranks, nodes_spanned, parse_order)
-from modelcut.core.specs import Layout
+from modelcut.core.specs import DEFAULT_ORDER, Layout
 
 sizes = st.sampled_from([1, 2, 3, 4, 8])
 
@@ -43,10 +43,15 @@ def test_rank_coords_round_trip_and_groups(m, data):
 
 
 def test_default_order_formula():
-    """rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)), Megatron-LM's and Llama 3's order."""
+    """The default (Megatron-core's, the pipeline outermost): rank = tp_i + tp·(cp_i + cp·(dp_i + dp·pp_i));
+    Llama 3's [tp, cp, pp, dp]: rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i))."""
     m = Mesh.build(8, 2, 16, 4)
+    llama = Mesh.build(8, 2, 16, 4, order=DIMS)
+    assert m.order == DEFAULT_ORDER == Layout().order
     for r in (0, 1, 7, 8, 15, 16, 255, 256, 1000, m.world - 1):
         c = m.coords(r)
+        assert r == c["tp"] + 8 * (c["cp"] + 2 * (c["dp"] + 4 * c["pp"]))
+        c = llama.coords(r)
         assert r == c["tp"] + 8 * (c["cp"] + 2 * (c["pp"] + 16 * c["dp"]))
 
 
@@ -63,7 +68,7 @@ def test_crossing_is_exact_and_agrees_with_comm(m, gpn):
 
 def test_llama3_published_mesh():
     """Llama 3 405B, 8,192 GPUs: tp 8 fills a node; pp and dp cross nodes."""
-    m = Mesh.build(8, 1, 16, 64)
+    m = Mesh.build(8, 1, 16, 64, order=DIMS)
     assert dims_in_node(m, 8) == {"tp": "inside", "pp": "across", "dp": "across"}
     node = node_ranks(m, 3, 8)
     assert [r for r, _ in node] == list(range(24, 32))
@@ -99,14 +104,19 @@ def test_bad_rank_and_coords():
 
 
 def test_cli_json(capsys):
-    assert main(["mesh", "--tp", "8", "--cp", "1", "--pp", "16", "--dp", "64", "--gpus-per-node", "8",
-                 "--rank", "1234", "--json"]) == 0
+    args = ["mesh", "--tp", "8", "--cp", "1", "--pp", "16", "--dp", "64", "--gpus-per-node", "8", "--rank", "1234"]
+    assert main([*args, "--order", "tp,cp,pp,dp", "--json"]) == 0      # Llama 3's order
     out = json.loads(capsys.readouterr().out)
     assert out["world"] == 8192 and out["coords"] == {"tp": 2, "cp": 0, "pp": 10, "dp": 9}
     by = {g["dim"]: g for g in out["groups"]}
     assert by["tp"]["crosses_nodes"] is False and by["pp"]["crosses_nodes"] is True
     assert by["pp"]["peers"] == [1154 + 8 * i for i in range(16)]
     assert len(out["node_ranks"]) == 8
+    assert main([*args, "--json"]) == 0                                 # the default: the pipeline outermost
+    out = json.loads(capsys.readouterr().out)
+    assert out["order"] == list(DEFAULT_ORDER) and out["coords"] == {"tp": 2, "cp": 0, "pp": 2, "dp": 26}
+    by = {g["dim"]: g for g in out["groups"]}
+    assert by["pp"]["peers"] == [210 + 512 * i for i in range(16)] and by["dp"]["stride"] == 8
 
 
 def test_cli_text_and_errors(capsys):
@@ -186,7 +196,7 @@ def test_deepseek_v3_ep_group_follows_the_order():
     ranks in each node (ep inside the pipeline); Llama 3's [tp, cp, pp, dp] puts the 16 pipeline
     stages between them, one ep rank a node."""
     meg = Mesh.build(pp=16, dp=128, ep=64, order=MEGATRON_ORDER)
-    llama = Mesh.build(pp=16, dp=128, ep=64)
+    llama = Mesh.build(pp=16, dp=128, ep=64, order=DIMS)
     assert members_in_node(meg, "ep", 8) == 8 and members_in_node(llama, "ep", 8) == 1
     assert meg.group(9, "ep") == list(range(64)) and nodes_spanned(meg, 9, "ep", 8) == 8
     assert nodes_spanned(llama, 0, "ep", 8) == 64

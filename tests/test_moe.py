@@ -169,12 +169,14 @@ def test_deepep_sends_a_token_once_to_each_rank_it_is_routed_to(shape, ep):
 
 
 def test_ep_members_in_a_node_follow_the_order():
-    """ep is carved from the innermost data-parallel ranks: with pp inside dp (the default order) a
-    DeepSeek-V3-shaped layout puts every ep member on its own node; with pp outermost (Megatron-LM's
-    tp-cp-ep-dp-pp) eight share a node."""
+    """ep is carved from the innermost data-parallel ranks: with pp inside dp (Llama 3's order) a
+    DeepSeek-V3-shaped layout puts every ep member on its own node; with pp outermost (the default,
+    Megatron-core's tp-cp-ep-dp-pp, or tp-cp-dp-pp) eight share a node."""
+    llama = Layout(pp=16, dp=128, ep=64, order=("tp", "cp", "pp", "dp"))
     default = Layout(pp=16, dp=128, ep=64)
     megatron = Layout(pp=16, dp=128, ep=64, order=("tp", "cp", "dp", "pp"))
-    assert comm.group_members_in_node(default, "ep", 8) == 1
+    assert comm.group_members_in_node(llama, "ep", 8) == 1
+    assert comm.group_members_in_node(default, "ep", 8) == 8
     assert comm.group_members_in_node(megatron, "ep", 8) == 8
     assert comm.group_members_in_node(Layout(tp=8, dp=4), "tp", 8) == 8
 

@@ -36,7 +36,7 @@ def mesh(
     rank: int = typer.Option(0, "--rank", "-r", help="the rank whose groups to show"),
     order: Optional[str] = typer.Option(
         None, "--order", help="rank order, innermost first, e.g. tp,cp,pp,dp or tp-cp-ep-dp-pp; may place ep "
-                              "(default: tp,cp,pp,dp; with --ep > 1 Megatron-core's tp,cp,ep,dp,pp)"),
+                              "(default: Megatron-core's tp,cp,ep,dp,pp)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     max_gpus: Optional[int] = limit_option("max_gpus"),
 ) -> None:

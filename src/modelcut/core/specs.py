@@ -92,13 +92,27 @@ class ModelSpec:
         return self.experts > 1
 
 
+#: The rank order a layout gets when it names none, innermost first: tensor, context and expert
+#: parallelism next to each other, the pipeline outermost. It is Megatron-core's default
+#: (megatron/core/parallel_state.py, ``initialize_model_parallel(order="tp-cp-ep-dp-pp")``), and
+#: the stacks modelcut models place the pipeline outermost too: Megatron-LM 2021 (v2.5
+#: megatron/mpu/initialize.py: pipeline groups are ranks ``world/pp`` apart), DeepSpeed's 3-D
+#: topology (deepspeed/runtime/pipe/topology.py ``PipeModelDataParallelTopology``: axes pipe,
+#: data, model, the last varying fastest) and torchtitan's device mesh (v0.2.0
+#: torchtitan/distributed/parallel_dims.py: ["pp", "dp_replicate", "dp_shard", "cp", "tp"],
+#: outermost first). Llama 3's order differs: [tp, cp, pp, dp] (Grattafiori et al. 2024 §3.3.2),
+#: which its runs name.
+DEFAULT_ORDER = ("tp", "cp", "ep", "dp", "pp")
+
+
 @dataclass(frozen=True)
 class Layout:
-    """How a run is cut: [tp, cp, pp, dp] (innermost first), plus experts and schedule.
+    """How a run is cut: tp, cp, pp, dp (and ep carved from dp), plus experts and schedule.
 
     ``vpp`` is chunks per device (None: the mode's default). ``zero`` is the data-parallel
     sharding stage: 0 none, 1 optimizer states (Megatron's distributed optimizer),
-    2 + gradients, 3 + weights (FSDP). ``order`` is the rank order, innermost first.
+    2 + gradients, 3 + weights (FSDP). ``order`` is the rank order, innermost first (default
+    :data:`DEFAULT_ORDER`).
     ``cp_kind`` is context parallelism's form, "ring" or "allgather"; None leaves it to the
     training stack (the default model's framework preset) and otherwise means the all-gather
     form (:attr:`cp_form`).
@@ -115,7 +129,7 @@ class Layout:
     zero: int = 0
     schedule: str | None = None
     cp_kind: str | None = None
-    order: tuple[str, ...] = ("tp", "cp", "pp", "dp")
+    order: tuple[str, ...] = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
         _positive(self, "tp", "cp", "pp", "dp", "ep", "etp", "vpp")

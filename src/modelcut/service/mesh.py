@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.costs.mesh import (DIMS, MEGATRON_ORDER, Mesh, crossing_fraction, dims_in_node, node_ranks,
+from ..core.specs import DEFAULT_ORDER
+from ..core.costs.mesh import (DIMS, Mesh, crossing_fraction, dims_in_node, node_ranks,
                                nodes_spanned)
 from ..core.errors import ModelcutError
 from .limits import DEFAULT, Limits
@@ -18,10 +19,9 @@ from .requests import MeshInput
 
 
 def build_mesh(tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, order: str | None = None) -> Mesh:
-    """The mesh; the default order is [tp, cp, pp, dp], Megatron-core's tp-cp-ep-dp-pp with ep > 1."""
-    if order is None:
-        order = ",".join(MEGATRON_ORDER if ep > 1 else DIMS)
-    return Mesh.build(tp, cp, pp, dp, ep, order)
+    """The mesh; the default order is a layout's, Megatron-core's tp-cp-ep-dp-pp
+    (:data:`..core.specs.DEFAULT_ORDER`)."""
+    return Mesh.build(tp, cp, pp, dp, ep, DEFAULT_ORDER if order is None else order)
 
 
 def mesh_order(text: str | None) -> list[str] | None:

@@ -373,8 +373,8 @@ class MeshInput(Strict):
     ep: GpuCount = 1
     gpus_per_node: GpuCount = 8
     rank: Annotated[int, *Capped("max_gpus", 0)] = 0
-    order: Optional[RankOrder] = Field(None, description="rank order, innermost first (default tp, cp, pp, dp; with "
-                                                         "ep > 1 Megatron-core's tp, cp, ep, dp, pp)")
+    order: Optional[RankOrder] = Field(None, description="rank order, innermost first (default Megatron-core's "
+                                                         "tp, cp, ep, dp, pp)")
 
 
 # --- the command line's other commands ---------------------------------------------------------------

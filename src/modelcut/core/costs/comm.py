@@ -12,9 +12,9 @@ all-reduce):
 * point-to-point:  nbytes/bw + α
 
 A group of one rank costs nothing. Ranks are numbered from the layout's order, innermost
-first, by default [tp, cp, pp, dp]: rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)) (Llama 3's
-order, Grattafiori et al. 2024 §3.3.2; Megatron-core's default, tp-cp-ep-dp-pp, puts the pipeline
-outermost: :mod:`.mesh`). Ranks ``k·g … k·g + g − 1`` share a node
+first, by default Megatron-core's tp-cp-ep-dp-pp: rank = tp_i + tp·(cp_i + cp·(dp_i + dp·pp_i)),
+the pipeline outermost (:data:`..specs.DEFAULT_ORDER`, :mod:`.mesh`; Llama 3's runs name their
+own, [tp, cp, pp, dp]). Ranks ``k·g … k·g + g − 1`` share a node
 (g accelerators per node); a group whose members sit in different nodes uses the network.
 """
 

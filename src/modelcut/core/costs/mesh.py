@@ -1,15 +1,17 @@
 """The device mesh: rank ↔ coordinates, each rank's groups, which groups leave a node.
 
 Ranks are numbered along the layout's order, innermost first; with the default
-[tp, cp, pp, dp] (Llama 3's, Grattafiori et al. 2024 §3.3.2):
+:data:`..specs.DEFAULT_ORDER`, tp-cp-ep-dp-pp (Megatron-core's; the pipeline outermost, as every
+stack modelcut models places it):
 
-    rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i))
+    rank = tp_i + tp·(cp_i + cp·(dp_i + dp·pp_i))     (dp_i = ep_i + ep·edp_i)
 
 so the stride of a dimension is the product of the sizes inside it. A group along a
 dimension is the ranks that differ only in that coordinate: ``size`` ranks, ``stride``
 apart. Nodes hold consecutive ranks, ``gpus_per_node`` each, as a launcher places them
 (torchrun's node rank × local world size); a group crosses nodes when two of its ranks lie
-in different nodes.
+in different nodes. Llama 3's order is [tp, cp, pp, dp] (Grattafiori et al. 2024 §3.3.2): the
+pipeline inside data parallelism; its runs name it.
 
 **Expert parallelism** (``ep``) is carved out of the data-parallel dimension: a data-parallel
 index is dp_i = ep_i + ep·edp_i, ep_i the rank's place in its expert-parallel group and
@@ -39,12 +41,12 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import ModelcutError
-from ..specs import Layout
+from ..specs import DEFAULT_ORDER, Layout
 
 DIMS = ("tp", "cp", "pp", "dp")
 #: Megatron-core's default rank order, innermost first (megatron/core/parallel_state.py,
-#: ``initialize_model_parallel(order="tp-cp-ep-dp-pp")``).
-MEGATRON_ORDER = ("tp", "cp", "ep", "dp", "pp")
+#: ``initialize_model_parallel(order="tp-cp-ep-dp-pp")``): the layouts' default.
+MEGATRON_ORDER = DEFAULT_ORDER
 
 
 def parse_order(order: str | Iterable[str]) -> tuple[str, ...]:
@@ -99,7 +101,7 @@ class Mesh:
 
     @classmethod
     def build(cls, tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,
-              order: str | Iterable[str] = DIMS) -> "Mesh":
+              order: str | Iterable[str] = DEFAULT_ORDER) -> "Mesh":
         sizes = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep}
         return cls(tuple((o, sizes[o]) for o in parse_order(order)), ep)
 

@@ -17,9 +17,9 @@ t·c·p·d = N. With c > 1 both forms of context parallelism are tried (``Space.
 all-gather of Llama 3 and ring attention; :mod:`.context`). For a mixture-of-experts model,
 expert parallelism e runs over the divisors of the experts that divide d (the ep group is
 carved from the data-parallel ranks, :mod:`.mesh`; ``Space.eps`` narrows it), expert tensor
-parallelism equal to t, and the rank order is Megatron-core's default, tp-cp-ep-dp-pp
-(:data:`.mesh.MEGATRON_ORDER`), which keeps the ep group on the ranks next to tp and cp; a
-dense model keeps e = 1 and Llama 3's order [tp, cp, pp, dp].
+parallelism equal to t. Every layout takes the default rank order, Megatron-core's
+tp-cp-ep-dp-pp (:data:`..specs.DEFAULT_ORDER`), which keeps the ep group on the ranks next to
+tp and cp and the pipeline outermost; a dense model keeps e = 1.
 
 **Fit.** A layout is feasible when its peak device memory (:mod:`.memory`, buffers
 allowance included) is at most the accelerator's capacity less ``margin`` (a fraction,

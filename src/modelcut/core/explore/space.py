@@ -8,7 +8,7 @@ from typing import Iterator
 
 from ..costs import flops
 from ..costs.context import CP_KINDS
-from ..costs.mesh import DIMS, MEGATRON_ORDER, Mesh, group_crosses_nodes
+from ..costs.mesh import Mesh, group_crosses_nodes
 from ..sim import registry
 from ..specs import Layout, ModelSpec, Run, Training
 
@@ -122,11 +122,11 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
              gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
              fp8_recipe: str | None = None) -> Run:
     """The run of one layout: sequence parallelism with t > 1 (where the stack has it,
-    ``sequence_parallel``); with e > 1 Megatron-core's rank order (ep next to tp and cp, the
-    pipeline outermost), else Llama 3's [tp, cp, pp, dp]."""
+    ``sequence_parallel``); the layouts' default rank order, Megatron-core's (ep next to tp and
+    cp, the pipeline outermost: :data:`..specs.DEFAULT_ORDER`)."""
     lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
-                 schedule=s.schedule, cp_kind=s.cp_kind, order=MEGATRON_ORDER if s.ep > 1 else DIMS)
+                 schedule=s.schedule, cp_kind=s.cp_kind)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=recompute, precision=precision, fp8_recipe=fp8_recipe),
                gpus_per_node=gpus_per_node)
