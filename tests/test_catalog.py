@@ -162,13 +162,14 @@ def test_dev2_precision_and_runs_left_out():
     assert runs["deepseek-v3-2048"].fp8_recipe == "blockwise"
     assert runs["mbridge2511-gpt-oss-120b-64"].precision == "bf16"
     assert {rid for rid, r in runs.items() if not r.validate} == {"opt-175b-992", "mbridge2511-qwen3-235b-a22b-256",
-                                                                 "deepseek-v3-2048"}
+                                                                 "deepseek-v3-2048", "mbridge2511-qwen3-30b-a3b-16"}
     assert all(runs[rid].notes.startswith("left out of validation") for rid in runs if not runs[rid].validate)
     measured = {m.id for m in catalog_measured()}
     assert {rid for rid, r in runs.items() if r.in_validation} <= measured
     assert not measured & {rid for rid, r in runs.items() if not r.in_validation}
-    # the FP8 rows are scored in FP8 (issue 15): 26 16-bit rows and the 16 FP8 rows with a comparable figure
-    assert len([r for r in runs.values() if r.in_validation]) == 42
+    # the FP8 rows are scored in FP8 (issue 15): 26 16-bit rows and the 16 FP8 rows with a comparable
+    # figure, less Megatron-Bridge's Qwen3 30B (a known software regression)
+    assert len([r for r in runs.values() if r.in_validation]) == 41
     assert all(runs[r].run.training.precision == "fp8" for r in fp8)
     assert all(runs[r].run.training.fp8_recipe == "current" for r in bridge_fp8)
 

@@ -140,10 +140,11 @@ def test_fp8_speeds_a_70b_step_on_h100_and_names_the_dtypes(capsys):
 
 
 def test_catalog_fp8_runs_are_scored_in_fp8():
-    """The FP8 rows of the second development set are in validation, as their own sources."""
+    """The FP8 rows of the second development set are in validation, as their own sources (all 16 H100
+    rows but Megatron-Bridge's Qwen3 30B, left out as a known software regression: runs.toml's notes)."""
     from modelcut.analysis.measured import catalog_measured
     fp8_runs = [m for m in catalog_measured() if m.run.training.precision == "fp8"]
-    assert len(fp8_runs) >= 16
+    assert len(fp8_runs) >= 15
     assert {m.family for m in fp8_runs} >= {"nemo-24.07", "megatron-bridge-25.11"}
     for m in fp8_runs:
         assert m.hw.fp8_recipes
