@@ -199,3 +199,15 @@ def test_explore_takes_both_runs(capsys):
                   "--check", "cp=16", "--top", "3")
     c = lc["check"]["best"]
     assert c["cp"] == 16 and c["cp_kind"] in ("ring", "allgather") and c["breakdown"]["cp_s"] > 0
+
+
+def test_a_run_left_out_of_validation_says_why(capsys):
+    """`predict --run` on a published run validation leaves out prints the reason's first clause
+    (catalog notes): the Megatron-Bridge Qwen3 30B row, a known software regression; a validated
+    row gets no such note."""
+    left = cli_json(capsys, "predict", "--run", "mbridge2511-qwen3-30b-a3b-16", "--mode", "default")
+    why = [n for n in left["notes"] if n.startswith("left out of validation")]
+    assert len(why) == 1 and "issue 1998" in why[0] and why[0].endswith("(catalog/runs.toml notes)")
+    assert "error_pct" in left["published"]                           # still compared with what was published
+    kept = cli_json(capsys, "predict", "--run", "mbridge2511-gpt-oss-120b-64", "--mode", "default")
+    assert not any(n.startswith("left out of validation") for n in kept["notes"])

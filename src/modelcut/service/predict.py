@@ -125,6 +125,19 @@ def catalog_run(run_id: str, mode: str) -> tuple[PublishedRun, Run, dict[str, st
     return pr, run, settings
 
 
+def _left_out(pr: PublishedRun) -> str:
+    """Why a published run is not in validation: the first clause of its catalog notes (which
+    begin "left out of validation: ...", or else say nothing more)."""
+    text = pr.notes if pr.notes.startswith("left out of validation") else "left out of validation"
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text[i:i + 2] in ("; ", ". "):
+            text = text[:i]
+            break
+    return text.rstrip(".") + " (catalog/runs.toml notes)"
+
+
 def published_figure(pr: PublishedRun, pred: Prediction, run: Run) -> dict[str, Any]:
     """The prediction against what the source published, counted as ``validate`` counts it (the
     same measured step time, :func:`..analysis.measured.measured_step_time`): the published
@@ -190,6 +203,8 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     result = PredictResult(run, hw, pred, fw, _memory(run, hw, pred, fw))
     if req.published is not None:
         result.published = published_figure(req.published, pred, run)
+        if not req.published.in_validation:
+            pred.notes.append(_left_out(req.published))
         if result.memory.get("fits") is False:
             # it ran: say why the count cannot be the run's
             if fw is None:
