@@ -9,7 +9,6 @@ from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
 from modelcut.catalog.hf_config import mla_equivalent_shape
-from modelcut.core import memory
 from modelcut.core.costs import comm, flops, moe, params
 from modelcut.core.errors import ModelcutError
 from modelcut.core.specs import Layout, ModelSpec
@@ -130,7 +129,7 @@ def test_two_level_all_to_all_limits(n, b, link, net):
 def test_a2a_bytes_and_the_four_per_layer():
     """Dispatch and combine each move T·top_k·h BF16 values per rank; the backward mirrors the forward."""
     m = catalog.model("deepseek-v3")
-    tokens, tp = 4096, 1
+    tokens = 4096
     c = moe.moe_comm(m, tokens, ep=64, link_bw=450e9, net_bw=50e9, local=8)
     nbytes = tokens * 8 * 7168 * 2
     assert moe.a2a_bytes(m, tokens) == nbytes
