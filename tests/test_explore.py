@@ -358,6 +358,17 @@ def test_the_explorer_counts_memory_and_overlaps_as_predict_does():
     assert nemotron.overlap == {"tp_comm": True} and stack(nemotron).overlap.tp_comm
 
 
+def test_a_catalog_runs_search_keeps_its_rank_order():
+    """``explore --run`` searches every layout in the run's own rank order: Llama 3's [tp, cp, pp, dp]
+    for its rows (runs.toml names it), the default (Megatron-core's) for a row that names none."""
+    from modelcut.core.specs import DEFAULT_ORDER
+    from modelcut.service.explore import catalog_request, run_explore
+    req = catalog_request("llama3-405b-8k-8192", top=2)
+    assert req.space.order == ("tp", "cp", "pp", "dp")
+    assert all(e.run.layout.order == ("tp", "cp", "pp", "dp") for e in run_explore(req).layouts)
+    assert catalog_request("nemotron4-15b-768").space.order == DEFAULT_ORDER
+
+
 def test_explore_takes_the_stacks_overlap_overrides(capsys):
     """``explore --overlap`` (and the web body's ``overlap``) switch the stack's overlaps as
     ``predict --overlap`` does: a layout with tensor parallelism is timed with the override, to

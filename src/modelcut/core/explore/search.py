@@ -244,7 +244,7 @@ class _Search:
     def run_of(self, s: Structure, r: str, z: int) -> Run:
         return make_run(self.model, self.hw.name, s, self.seq, self.gb, r, z, self.gpus_per_node,
                         sequence_parallel=self.sp_ok, precision=self.space.precision,
-                        fp8_recipe=self.space.fp8_recipe)
+                        fp8_recipe=self.space.fp8_recipe, order=self.space.order)
 
     def plan_of(self, s: Structure, variants) -> PipelinePlan:
         if s not in self.plans:

@@ -10,7 +10,7 @@ from ..costs import flops
 from ..costs.context import CP_KINDS
 from ..costs.mesh import Mesh, group_crosses_nodes
 from ..sim import registry
-from ..specs import Layout, ModelSpec, Run, Training
+from ..specs import DEFAULT_ORDER, Layout, ModelSpec, Run, Training
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
 ZERO_ORDER = (0, 1, 2, 3)
@@ -33,6 +33,7 @@ class Space:
     cp_kinds: tuple[str, ...] = CP_KINDS      # tried when c > 1
     precision: str = "bf16"                   # the products' precision of every layout searched
     fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
+    order: tuple[str, ...] = DEFAULT_ORDER    # the rank order of every layout searched
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
     for t in divisors(gpus):
         if not tp_ok(model, t):
             continue
-        if not space.allow_tp_across_nodes and group_crosses_nodes(Mesh.build(tp=t, dp=gpus // t), "tp",
+        if not space.allow_tp_across_nodes and group_crosses_nodes(Mesh.build(tp=t, dp=gpus // t, order=space.order), "tp",
                                                                    gpus_per_node):
             continue
         for c in divisors(gpus // t):
@@ -120,13 +121,13 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
 
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
              gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
-             fp8_recipe: str | None = None) -> Run:
+             fp8_recipe: str | None = None, order: tuple[str, ...] = DEFAULT_ORDER) -> Run:
     """The run of one layout: sequence parallelism with t > 1 (where the stack has it,
-    ``sequence_parallel``); the layouts' default rank order, Megatron-core's (ep next to tp and
-    cp, the pipeline outermost: :data:`..specs.DEFAULT_ORDER`)."""
+    ``sequence_parallel``); the rank order ``order``, by default the layouts' default,
+    Megatron-core's (ep next to tp and cp, the pipeline outermost: :data:`..specs.DEFAULT_ORDER`)."""
     lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
-                 schedule=s.schedule, cp_kind=s.cp_kind)
+                 schedule=s.schedule, cp_kind=s.cp_kind, order=order)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=recompute, precision=precision, fp8_recipe=fp8_recipe),
                gpus_per_node=gpus_per_node)
