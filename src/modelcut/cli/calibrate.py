@@ -141,8 +141,9 @@ def show_default_table(t: DefaultTable) -> None:
             cvt = Table("Left out", "gemm", "mem", "net", "Runs", "Mean |error|", "Largest",
                         title=f"{h}: the folds' constants (fitted without the source, as calibrate left them)")
             for c in p.cv:
-                cvt.add_row(c[0], f"{c[1]:.3f}", f"{c[2]:.3f}", f"{c[3]:.3f}", str(c[4]), f"{c[5]:.1f} %",
-                            f"{c[6]:.1f} %")
+                # the errors as the profile stores them (two decimals), not rounded a second time
+                cvt.add_row(c[0], f"{c[1]:.3f}", f"{c[2]:.3f}", f"{c[3]:.3f}", str(c[4]), f"{c[5]:.2f} %",
+                            f"{c[6]:.2f} %")
             con.print(cvt)
     if budget:
         bt = Table("Run", "Dominant", "Share", "Other plausible inputs: change of predicted throughput",
