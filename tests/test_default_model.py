@@ -148,7 +148,8 @@ DECK_OUTSIDE = {
     "megatron-39.1b": 8.0,           # Narayanan et al. Table 1 predicted too slow with the shared
     "megatron-1t": 8.0,              # constants: the A100's sustained share (one measurement,
                                      # 257 of 271 TFLOP/s) is the uncertain input
-    "llama3-405b-128k-16384": 7.0,   # predicted too slow: FlashAttention-2's curves at 128K under CP
+    "llama3-405b-128k-16384": 7.0,   # predicted too slow, attention-bound at 128K under CP (a candidate:
+                                     # FlashAttention-2's curves at long sequences; docs/default-model.md)
 }
 
 
