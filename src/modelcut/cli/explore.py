@@ -26,6 +26,8 @@ from .app import app
 from .common import limit_option, limits, parse
 
 GB = 1e9
+
+
 def _emit(ranked: list, emit: str, pick: int) -> None:
     """Print the launch settings of the ``pick``-th ranked layout (``--emit``)."""
     if not ranked:

@@ -258,8 +258,9 @@ def moe_comm(model: ModelSpec, tokens: float, *, ep: int, link_bw: float, net_bw
     kw = dict(tp=tp, imbalance=imbalance, capacity_factor=capacity_factor)
     d_b = a2a_bytes(model, tokens, bytes_per_value=dispatch_bytes, **kw)
     c_b = a2a_bytes(model, tokens, bytes_per_value=combine_bytes, **kw)
-    if node_dedup and model.is_moe:
-        per_rank = rank_copies(model, ep) / model.top_k     # rows a rank delivers, as a share of k copies
+    dedup_on = node_dedup and model.is_moe
+    per_rank = rank_copies(model, ep) / model.top_k if dedup_on else 1.0   # rows delivered, as a share of k copies
+    if dedup_on:
         if local < ep:
             copies = remote_node_copies(model, ep, local)
 
@@ -275,8 +276,7 @@ def moe_comm(model: ModelSpec, tokens: float, *, ep: int, link_bw: float, net_bw
         disp = comm.all_to_all_two_level(ep, d_b, local, link_bw, net_bw, alpha)
         comb = comm.all_to_all_two_level(ep, c_b, local, link_bw, net_bw, alpha)
     etp_s = 0.0
-    share = rank_copies(model, ep) / model.top_k if node_dedup and model.is_moe else 1.0
-    wire = share * (comm.wire_bytes("all-to-all", ep, d_b) + comm.wire_bytes("all-to-all", ep, c_b))
+    wire = per_rank * (comm.wire_bytes("all-to-all", ep, d_b) + comm.wire_bytes("all-to-all", ep, c_b))
     if etp > 1:
         gathered = a2a_bytes(model, tokens, bytes_per_value=BYTES, **kw) * etp
         bw = etp_bw or link_bw

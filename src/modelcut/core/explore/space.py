@@ -93,8 +93,8 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
     for t in divisors(gpus):
         if not tp_ok(model, t):
             continue
-        if not space.allow_tp_across_nodes and group_crosses_nodes(Mesh.build(tp=t, dp=gpus // t, order=space.order), "tp",
-                                                                   gpus_per_node):
+        tp_mesh = Mesh.build(tp=t, dp=gpus // t, order=space.order)
+        if not space.allow_tp_across_nodes and group_crosses_nodes(tp_mesh, "tp", gpus_per_node):
             continue
         for c in divisors(gpus // t):
             if c > 1 and (seq % (2 * c) or seq // c < space.min_tokens_per_cp_rank):
