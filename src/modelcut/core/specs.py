@@ -229,6 +229,7 @@ class Hardware:
     mem_bw_frac: float = 1.0      # measured streaming-kernel bandwidth / ``mem_bw`` (STREAM copy, triad)
     fp8_recipes: tuple[str, ...] = ()   # FP8 recipes its tensor cores run (none: no FP8)
     sustained_frac: float = 1.0   # measured sustained / burst matmul throughput (power-limited clocks)
+    fp8_ceiling: float | None = None   # its own measured maximum achievable FP8 matmul (burst, FLOP/s)
     kernels: Any = field(default=None, compare=False, repr=False)   # KernelTables, the catalog attaches them
 
     def as_dict(self) -> dict:

@@ -89,8 +89,15 @@ NAMES = ("gemm", "mem", "net")
 # ---------------------------------------------------------------- kernels
 
 @lru_cache(maxsize=65536)
-def _measured_tflops(table, m: int, n: int, k: int, batch: int, sms: int | None) -> float:
-    return table.tflops(m, n, k, batch, sms)
+def _measured_tflops(table, m: int, n: int, k: int, batch: int, sms: int | None,
+                     ceiling: float | None = None) -> float:
+    """A table's TFLOP/s; ``ceiling`` (the table's units) replaces the table's own maximum where it
+    keeps one (the ratio and square-curve kinds), else caps the measured grid."""
+    if ceiling is None:
+        return table.tflops(m, n, k, batch, sms)
+    if getattr(table, "ceiling", None):
+        return table.tflops(m, n, k, batch, sms, ceiling=ceiling)
+    return min(table.tflops(m, n, k, batch, sms), ceiling)
 
 
 def peak_scale(hw: Hardware, dtype: str = "bf16") -> float:
@@ -109,11 +116,16 @@ def product_tflops(m: int, n: int, k: int, hw: Hardware, batch: int = 1, dtype: 
     the measuring device's, :func:`peak_scale`), else :data:`UNMEASURED_FRACTION` of the dense
     peak times the shape's quantization; times ``hw.sustained_frac``, the measured share of a
     short burst's matmul throughput the device holds once it runs at its power limit (the
-    tables are bursts: Bekman's MAMF at the boost clock, XLA's a few timed runs a shape)."""
+    tables are bursts: Bekman's MAMF at the boost clock, XLA's a few timed runs a shape). Where
+    the device has its own measured FP8 maximum (``hw.fp8_ceiling``), FP8 products are held at
+    it instead of at the measuring device's maximum scaled by peak."""
     table = hw.kernels.gemm.get(dtype) if hw.kernels is not None else None
     peak = (hw.peak_flops_16 if dtype != "fp8" else (hw.peak_flops_8 or hw.peak_flops_16)) / 1e12
     if table is not None:
-        tf = _measured_tflops(table, m, n, k, batch, hw.sms) * peak_scale(hw, dtype)
+        scale = peak_scale(hw, dtype)
+        # a device's own measured FP8 maximum replaces the measuring device's, scaled
+        own = hw.fp8_ceiling / 1e12 / scale if dtype == "fp8" and hw.fp8_ceiling else None
+        tf = _measured_tflops(table, m, n, k, batch, hw.sms, own) * scale
         return min(tf, peak) * hw.sustained_frac   # no product outruns the dense peak
     return UNMEASURED_FRACTION * quantization(m, n, k, hw.sms, batch)[0] * peak * hw.sustained_frac
 

@@ -148,12 +148,15 @@ class GemmCurve:
         deq = np.maximum.accumulate([tf / quantization(s, s, s, sms)[0] for s, tf in pts])
         return cls(name, sms, np.log2([float(s) for s, _ in pts]), np.log(deq), source, ceiling)
 
-    def tflops(self, m: int, n: int, k: int, batch: int = 1, sms: int | None = None) -> float:
+    def tflops(self, m: int, n: int, k: int, batch: int = 1, sms: int | None = None,
+               ceiling: float | None = None) -> float:
+        """As :meth:`GemmGrid.tflops`, held at ``ceiling`` if given, else at the table's own."""
         def deq(m_: float, n_: float, k_: float) -> float:
             return math.exp(_interp1(self.log_size, self.log_deq, math.log2(m_ * n_ * k_) / 3))
         axes = (self.log_size,) * 3
         tf = _scaled(deq, axes, m, n, k, batch, sms or self.sms)
-        return min(tf, self.ceiling) if self.ceiling else tf
+        cap = ceiling or self.ceiling
+        return min(tf, cap) if cap else tf
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,10 +177,13 @@ class GemmRatio:
     ceiling: float
     source: str = ""
 
-    def tflops(self, m: int, n: int, k: int, batch: int = 1, sms: int | None = None) -> float:
+    def tflops(self, m: int, n: int, k: int, batch: int = 1, sms: int | None = None,
+               ceiling: float | None = None) -> float:
+        """TFLOP/s (module doc), held at ``ceiling`` if given (another device's own measured
+        maximum, in this table's units), else at the table's."""
         ratio = self.num.tflops(m, n, k, batch) / self.den.tflops(m, n, k, batch)
         ratio = min(max(ratio, 1.0), self.max_ratio)
-        return min(self.base.tflops(m, n, k, batch, sms) * ratio, self.ceiling)
+        return min(self.base.tflops(m, n, k, batch, sms) * ratio, ceiling or self.ceiling)
 
 
 def _scaled(deq, axes, m: int, n: int, k: int, batch: int, sms: int) -> float:
