@@ -33,9 +33,33 @@ def validate(
     profile: Path = typer.Option(None, "--profile", dir_okay=False,
                                  help="default mode: a fitted profile (modelcut calibrate --out) for its accelerator"),
     budget: bool = typer.Option(False, "--budget", help="default mode: print each run's error budget"),
+    kernels: bool = typer.Option(False, "--kernels", help="check the measured kernel tables against published "
+                                                          "kernel benchmarks instead (no fitted constant)"),
 ) -> None:
     """Check the systems model against the published runs: η fitted on one, the rest predicted.
-    ``--mode default``: every run (deck and dev sets), the default model beside the seed."""
+    ``--mode default``: every run (deck and dev sets), the default model beside the seed.
+    ``--kernels``: the kernel tables against published kernel benchmarks."""
+    if kernels:
+        if profile is not None or budget or mode != "seed":
+            fail("--kernels takes no --mode, --profile or --budget")
+        out = validation.kernel_rows()
+        if as_json:
+            print(json.dumps(out))
+            return
+        table = Table("Benchmark", "Device", "Kind", "Published (ms)", "modelcut (ms)", "Error",
+                      "Speed-up over bf16", "modelcut", "Error",
+                      title="Kernel benchmarks: one layer's linear-layer products, milliseconds")
+        for r in out["rows"]:
+            sp = r["speedup_error_pct"]
+            table.add_row(r["check"], r["device"], r["kind"], f"{r['measured_ms']:.3f}", f"{r['predicted_ms']:.3f}",
+                          f"{r['error_pct']:+.1f} %",
+                          *((f"{r['measured_speedup']:.3f}", f"{r['predicted_speedup']:.3f}", f"{sp:+.1f} %")
+                            if sp is not None else ("-", "-", "-")))
+        con = console()
+        con.print(table)
+        for cid, src in out["sources"].items():
+            con.print(f"{cid}: {src['source']}")
+        return
     if mode == "default":
         prof = service.load_profile(profile)
         with progress("predicting every published run" + (" and its error budget" if budget else ""),

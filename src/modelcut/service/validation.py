@@ -1,6 +1,8 @@
 """The validation tables as every face shows them (``modelcut validate``, ``GET /api/runs``).
 
 * :func:`seed_table`: the deck's table, the seed model with η fitted on Megatron-LM's 1.7B run.
+* :func:`kernel_rows`: the measured kernel tables against published kernel benchmarks
+  (:mod:`..analysis.kernel_checks`), ``validate --kernels``.
 * :func:`default_table`: every published run (deck and development sets) under the default model,
   out of sample first (each source's runs predicted with the constants of the profile's fold
   that left that source out), in sample beside it, and the seed; per source and overall, with
@@ -23,6 +25,16 @@ from ..core.step import seed
 from .predict import efficiency_for, profile_on
 
 BREAKDOWN_KEYS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "optimizer_s")
+
+
+def kernel_rows() -> dict[str, Any]:
+    """Every published kernel benchmark beside modelcut's time for it, with the benchmarks'
+    sources: ``validate --kernels --json``."""
+    from ..analysis import kernel_checks
+    from ..catalog.kernel_checks import linear_checks
+    return {"rows": [r.as_dict() for r in kernel_checks.linear_rows()],
+            "sources": {c.id: {"source": c.source, "device": c.hw.name, "device_source": c.device_source,
+                               "date": c.date} for c in linear_checks()}}
 
 
 def deck_runs() -> list[catalog.PublishedRun]:

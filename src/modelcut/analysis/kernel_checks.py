@@ -1,0 +1,94 @@
+"""The measured kernel tables checked against published kernel benchmarks (no fitting).
+
+**Linear-layer benchmarks** (:func:`linear_rows`, the catalog's ``kernel_checks.toml``): a
+transformer layer's twelve linear-layer products, Y[M×N] = X[M×K]·W[K×N] for QKV (K = h,
+N = 3h), the attention output (h, h), MLP up (h, i) and MLP down (i, h) with M the tokens, and
+for each its data gradient (M, N, K) and weight gradient (K, M, N), as Transformer Engine's
+``benchmarks/gemm/benchmark_gemm.py`` (``compute_gemm_shapes``) derives and times them: each one
+te.Linear forward of its shape. Its time here is the product at its data type's measured rate
+(:func:`..core.costs.kernels.gemm_time`, the constants at 1: the kernels alone) plus, in FP8
+autocast, the casts of its input and of its weight, both quantized every call, at the recipe's
+bytes per element (:func:`..core.costs.fp8.cast_bytes`); pre-quantized: the product alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..catalog.kernel_checks import LINEAR_KINDS, LinearCheck, linear_checks
+from ..core.costs import fp8 as fp8_mod
+from ..core.costs.kernels import Efficiency, gemm_time, mem_time
+from ..core.specs import Hardware, Training
+
+#: The kernels alone: no training-step constant applies to a kernel benchmark.
+KERNELS_ONLY = Efficiency(gemm=1.0, mem=1.0, net=1.0)
+
+
+def layer_linear_shapes(hidden: int, intermediate: int, tokens: int) -> list[tuple[int, int, int]]:
+    """The twelve (M, K, N) products of one layer (module doc), forward, data gradient, weight
+    gradient."""
+    h, i, m = hidden, intermediate, tokens
+    fwd = [(m, h, 3 * h), (m, h, h), (m, h, i), (m, i, h)]
+    dgrad = [(m, n, k) for m, k, n in fwd]
+    wgrad = [(k, m, n) for m, k, n in fwd]
+    return fwd + dgrad + wgrad
+
+
+def linear_call_time(shape: tuple[int, int, int], hw: Hardware, kind: str, eff: Efficiency = KERNELS_ONLY) -> float:
+    """Seconds of one te.Linear forward of ``shape`` (M, K, N) of a benchmark kind
+    (:data:`..catalog.kernel_checks.LINEAR_KINDS`), module doc."""
+    precision, recipe, prequantized = LINEAR_KINDS[kind]
+    m, k, n = shape
+    dtype = "fp8" if precision == "fp8" else "bf16"
+    t = gemm_time(m, n, k, hw, eff, dtype=dtype)
+    if dtype == "fp8" and not prequantized:
+        f = fp8_mod.resolve(Training(seq_len=1, global_batch=1, micro_batch=1, precision="fp8", fp8_recipe=recipe), hw)
+        fwd, _ = fp8_mod.cast_bytes(f, inputs=m * k, fused_inputs=0, grads=0, weights=k * n)
+        t += mem_time(fwd, hw, eff)
+    return t
+
+
+@dataclass(frozen=True)
+class LinearRow:
+    """One benchmark kind: modelcut's and the published milliseconds per layer, and each one's
+    speed-up over its own bf16 time (the ratio holds whatever clock the device ran at: modelcut's
+    times are at the device's sustained share, ``sustained_frac``, as in a training step; the
+    benchmark's are a short burst on a 600 W card)."""
+
+    check: str
+    device: str
+    kind: str
+    predicted_ms: float
+    measured_ms: float
+    predicted_speedup: float | None = None
+    measured_speedup: float | None = None
+
+    @property
+    def error_pct(self) -> float:
+        return (self.predicted_ms - self.measured_ms) / self.measured_ms * 100
+
+    @property
+    def speedup_error_pct(self) -> float | None:
+        if self.predicted_speedup is None or self.measured_speedup is None:
+            return None
+        return (self.predicted_speedup - self.measured_speedup) / self.measured_speedup * 100
+
+    def as_dict(self) -> dict:
+        return {"check": self.check, "device": self.device, "kind": self.kind, "predicted_ms": self.predicted_ms,
+                "measured_ms": self.measured_ms, "error_pct": self.error_pct,
+                "predicted_speedup": self.predicted_speedup, "measured_speedup": self.measured_speedup,
+                "speedup_error_pct": self.speedup_error_pct}
+
+
+def check_rows(check: LinearCheck) -> list[LinearRow]:
+    shapes = layer_linear_shapes(check.hidden, check.intermediate, check.tokens)
+    ms = {kind: sum(linear_call_time(s, check.hw, kind) for s in shapes) * 1e3 for kind in check.measured_ms}
+    base_p, base_m = ms.get("bf16"), check.measured_ms.get("bf16")
+    return [LinearRow(check.id, check.hw.name, kind, ms[kind], measured,
+                      base_p / ms[kind] if base_p else None, base_m / measured if base_m else None)
+            for kind, measured in check.measured_ms.items()]
+
+
+def linear_rows() -> list[LinearRow]:
+    """Every published linear-layer benchmark, kind by kind."""
+    return [row for c in linear_checks() for row in check_rows(c)]
