@@ -162,3 +162,23 @@ def test_the_explorer_searches_in_fp8(capsys):
                  "--global-batch-tokens", "1M", "--precision", "fp8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "FP8" in err[0]
+
+
+@pytest.mark.parametrize("recipe, transposes, fused", [
+    ("delayed", True, 2.0),      # the norm writes FP8; a separate transpose reads 1 and writes 1 (Hopper)
+    ("delayed", False, 0.0),     # Blackwell takes the row-wise copy: nothing more
+    ("current", True, 4.0),      # the norm's amax, then the cast: read 2, write 1, transpose 1
+    ("current", False, 3.0),
+    ("mxfp8", False, 2 + 2 * (1 + 1 / 32)),   # cast apart from the norm, both directions
+])
+def test_a_norm_fused_input_costs_what_transformer_engine_runs(recipe, transposes, fused):
+    """TransformerEngine v2.8 normalization.cpp: FULLY_FUSED for delayed scaling (plus the
+    column-wise transpose of ln_api.cpp on Hopper), FUSED_NORM_AMAX_FP8 for current scaling,
+    UNFUSED for MXFP8. A norm-fused input never costs more than one quantized apart."""
+    f = fp8_mod.Fp8(recipe, transposes=transposes, norm_fused=True, param_gather=False)
+    fwd, bwd = fp8_mod.cast_bytes(f, inputs=0, fused_inputs=1000, grads=0, weights=0)
+    assert fwd == pytest.approx(1000 * fused) and bwd == 0
+    apart, _ = fp8_mod.cast_bytes(f, inputs=1000, fused_inputs=0, grads=0, weights=0)
+    assert fwd <= apart
+    unfused = fp8_mod.Fp8(recipe, transposes=transposes, norm_fused=False, param_gather=False)
+    assert fp8_mod.cast_bytes(unfused, inputs=0, fused_inputs=1000, grads=0, weights=0)[0] == pytest.approx(apart)

@@ -26,8 +26,17 @@ with ``dtype="fp8"``: operands 1 byte, output 2).
 * current (tensorwise) scaling first reads the tensor once more for its amax (+2 bytes);
   delayed scaling takes the scale from the amax history and records the amax inside the cast;
   block recipes compute each block's scale inside the cast;
-* Transformer Engine's ``LayerNormLinear`` (Megatron-core's QKV and MLP-up) writes the norm's
-  output in FP8 directly: no separate cast for those two inputs (``fp8_norm_fused``);
+* Transformer Engine's ``LayerNormLinear`` (Megatron-core's QKV and MLP-up) quantizes the
+  norm's output as the recipe allows (``fp8_norm_fused``; TransformerEngine v2.8
+  transformer_engine/pytorch/csrc/extensions/normalization.cpp, the ``Impl`` it picks): with
+  delayed scaling the norm kernel writes FP8 itself, and on Hopper a separate transpose then
+  writes the column-wise copy (common/normalization/layernorm/ln_api.cpp and
+  rmsnorm/rmsnorm_api.cpp: ``nvte_transpose`` when the output has column-wise data under tensor
+  scaling), read 1 and write 1: 2 bytes, none on Blackwell (the norm's own 1-byte FP8 write,
+  which replaces a 2-byte bf16 one, is not credited); with current scaling the norm computes
+  the amax in 16-bit and its output is then cast as any input (``FUSED_NORM_AMAX_FP8``): the
+  cast's bytes without the amax pass; MXFP8 and block scaling quantize the 16-bit output apart
+  (``UNFUSED``): the full cast;
 * weights are quantized once per step and cached across its micro-batches (TE's weight
   workspace, refreshed on the first micro-batch: module/linear.py ``is_first_microbatch``;
   torchao's precomputed scales), 4 bytes per parameter on Hopper, 3 on Blackwell.
@@ -56,6 +65,8 @@ from ..specs import FP8_RECIPES, Hardware, Training
 
 #: bf16 read + FP8 write, the FP8 transpose, the extra amax pass (module doc).
 READ_16, WRITE_8, TRANSPOSE_8, AMAX_PASS = 2.0, 1.0, 1.0, 2.0
+#: A separate transpose of an FP8 tensor: read the row-wise copy, write the column-wise one.
+TRANSPOSE_PASS = 2.0
 #: MXFP8's E8M0 scale: one byte per 32 elements (recipe/__init__.py MXFP8BlockScaling).
 MX_SCALE = 1.0 / 32
 #: Architectures whose FP8 GEMMs take only the TN layout (an FP8 transpose per operand):
@@ -128,15 +139,22 @@ def _quantize(f: Fp8) -> float:
     return READ_16 + WRITE_8 + (TRANSPOSE_8 if f.transposes else 0.0)
 
 
+def _norm_fused(f: Fp8, q: float) -> float:
+    """Bytes per element to quantize a norm's output inside ``LayerNormLinear`` (module doc)."""
+    if f.recipe == "delayed":
+        return TRANSPOSE_PASS if f.transposes else 0.0
+    return q                                                  # the norm's amax is the cast's
+
+
 def cast_bytes(f: Fp8, *, inputs: float, fused_inputs: float, grads: float, weights: float) -> tuple[float, float]:
     """(forward, backward) bytes the casts of one pass move (module doc): ``inputs`` elements of
-    linear inputs quantized apart, ``fused_inputs`` quantized inside the norm that makes them
-    (free unless the recipe needs an amax pass, or the stack does not fuse), ``grads`` output-
+    linear inputs quantized apart, ``fused_inputs`` quantized where the norm that makes them
+    allows (:func:`_norm_fused`; as inputs apart where the stack does not fuse), ``grads`` output-
     gradient elements, ``weights`` parameters quantized (the caller passes this micro-batch's
     share of the per-step cast)."""
     q = _quantize(f)
     amax = AMAX_PASS if f.amax_pass else 0.0
-    fused = amax if f.norm_fused else q + amax
+    fused = _norm_fused(f, q) if f.norm_fused else q + amax
     fwd = inputs * (q + amax) + fused_inputs * fused + weights * (q + amax)
     bwd = grads * (q + amax)
     return fwd, bwd
