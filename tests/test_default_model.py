@@ -148,7 +148,7 @@ DECK_OUTSIDE = {
     "megatron-39.1b": 8.0,           # Narayanan et al. Table 1 predicted too slow with the shared
     "megatron-1t": 8.0,              # constants; the Megatron-LM README of January 2021 reports the
                                      # same layouts 7.8 % and 5.8 % slower (128 and 154 TFLOP/s),
-                                     # within 0.2 % and 2.2 % of modelcut (docs/default-model.md)
+                                     # within 0.2 % and 2.0 % of modelcut (docs/default-model.md)
     "llama3-405b-128k-16384": 7.0,   # predicted too slow, attention-bound at 128K under CP (a candidate:
                                      # FlashAttention-2's curves at long sequences; docs/default-model.md)
 }
@@ -198,6 +198,20 @@ def test_predict_default_from_a_run_file(capsys):
     assert main(["validate", "--budget"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(e.startswith("modelcut: error") for e in err)
+
+
+def test_validate_budget_applies_each_rows_overlaps():
+    """A row's error budget starts from the row as validated, its overlap overrides included:
+    validate's budget for a Nemotron-4 row (tp_comm on) is predict --run's, line for line."""
+    from modelcut.analysis.budget import error_budget
+    from modelcut.service import validation
+    m = next(x for x in catalog_measured() if x.id == "nemotron4-15b-768")
+    assert m.overlap == {"tp_comm": True}
+    table = validation.default_table(budget=True)
+    lines = {(ln.input, ln.alternative): ln.change_pct for ln in table.budgets[m.id].lines}
+    assert ("overlap tp_comm", "off") in lines and ("overlap tp_comm", "on") not in lines
+    own = error_budget(m.run, m.hw, profile_for(m.hw).efficiency, m.framework, m.overlap)
+    assert lines == {(ln.input, ln.alternative): ln.change_pct for ln in own.lines}
 
 
 def test_ring_latency_follows_nccls_model():

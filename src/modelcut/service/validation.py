@@ -104,7 +104,7 @@ def default_table(profile: Profile | None = None, budget: bool = False) -> Defau
 
     rows = av.side_by_side(measured, sets, lambda hw: efficiency_for(hw, profile), seed_of, held_out)
     budgets = {r.id: error_budget(r.measured.run, r.measured.hw, efficiency_for(r.measured.hw, profile),
-                                  r.measured.framework) for r in rows} if budget else {}
+                                  r.measured.framework, r.measured.overlap) for r in rows} if budget else {}
     used: dict[str, Profile] = {}
     for m in measured:
         p = profile_on(m.hw, profile)
