@@ -216,3 +216,19 @@ def test_fp8_row_parallel_forward_follows_the_stacks_overlap_method(tp, mb, seq)
     # 16-bit products are pipelined whatever the FP8 method
     b16 = replace(base, fp8=None)
     assert layer_time(LLAMA, b16, H100, EFF) == layer_time(LLAMA, replace(b16, tp_overlap_fp8_ring=False), H100, EFF)
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_fp8_sequence_parallel_gathers_move_one_byte(tp):
+    """With FP8 and sequence parallelism the all-gathers carry FP8 (Transformer Engine quantizes
+    before it gathers), the reduce-scatters stay 16-bit: the layer's collectives shrink, and by
+    less than half."""
+    from modelcut.core.costs import fp8 as fp8_mod
+    f8 = fp8_mod.Fp8("delayed", transposes=True, norm_fused=True, param_gather=False)
+    base = LayerSetup(micro_batch=1, seq_len=4096, tp=tp, sequence_parallel=True, attention="cudnn",
+                      tp_bw=H100.link_bw)
+    b16, b8 = layer_time(LLAMA, base, H100, EFF), layer_time(LLAMA, replace(base, fp8=f8), H100, EFF)
+    for p16, p8 in ((b16.fwd, b8.fwd), (b16.bwd, b8.bwd)):
+        assert 0.5 * p16.tp < p8.tp < p16.tp
+    no_sp = replace(base, sequence_parallel=False)   # all-reduces of 16-bit outputs: unchanged
+    assert layer_time(LLAMA, replace(no_sp, fp8=f8), H100, EFF).fwd.tp == layer_time(LLAMA, no_sp, H100, EFF).fwd.tp

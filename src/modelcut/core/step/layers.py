@@ -36,7 +36,12 @@ tensor-parallel communication included.
 of T·h·2 bytes in the forward (after attention and after the MLP), two in the backward; with
 sequence parallelism each becomes an all-gather plus a reduce-scatter moving the same bytes,
 and the backward gathers the inputs of QKV and MLP-up once more for their weight gradients
-(only their sharded copies are kept; Korthikanti et al. 2022 §4.2.2). Where the framework
+(only their sharded copies are kept; Korthikanti et al. 2022 §4.2.2). In FP8 the all-gathers
+move FP8, 1 byte an element: Transformer Engine quantizes a norm's output before gathering it
+and gathers the saved FP8 copy again in the backward (TransformerEngine v2.8
+pytorch/module/layernorm_linear.py, ``gather_along_first_dim(..., quantizer=...)``), and
+quantizes a row-parallel product's output gradient before its gather (module/base.py
+``grad_output_preprocess``); the reduce-scatters of products' 16-bit outputs stay 16-bit. Where the framework
 runs them asynchronously, a column-parallel product's backward collectives hide behind its
 own gradient products and only the excess is paid. With the ``tp_comm`` overlap the products
 the collectives hide behind run in chunks (:func:`_overlapped`: ring exchange, or a pipelined
@@ -63,7 +68,7 @@ from ..costs import comm, context
 from ..costs import moe as moe_mod
 from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
-from ..costs.kernels import ATTENTION_KINDS, BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
+from ..costs.kernels import ATTENTION_KINDS, BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
 from ..errors import ModelcutError
 from ..specs import Hardware, ModelSpec
 
@@ -350,11 +355,12 @@ def _tp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
         return 0.0, 0.0
     msg = setup.micro_batch * setup.seq_len // setup.cp * model.hidden * BYTES
 
-    def coll(kind: str) -> float:
-        return comm.collective(kind, t, msg, setup.tp_bw, hw, inside=setup.tp_inside, net=eff.net)
+    def coll(kind: str, nbytes: float = msg) -> float:
+        return comm.collective(kind, t, nbytes, setup.tp_bw, hw, inside=setup.tp_inside, net=eff.net)
     blocks = len(col)
     if setup.sequence_parallel:
-        ag, rs = coll("all-gather"), coll("reduce-scatter")
+        ag = coll("all-gather", msg * FP8_BYTES / BYTES if setup.fp8 is not None else msg)   # FP8 gathers
+        rs = coll("reduce-scatter")
         # Only the sharded input of QKV and MLP-up is kept; the backward gathers it again for
         # their weight gradients (Korthikanti et al. 2022 §4.2.2). Backward: the gradient
         # all-gather before each row-parallel product, the re-gather and the reduce-scatter of each
