@@ -149,8 +149,6 @@ DECK_OUTSIDE = {
     "megatron-1t": 8.0,              # constants; the Megatron-LM README of January 2021 reports the
                                      # same layouts 7.8 % and 5.8 % slower (128 and 154 TFLOP/s),
                                      # within 0.2 % and 2.0 % of modelcut (docs/default-model.md)
-    "llama3-405b-128k-16384": 7.0,   # predicted too slow, attention-bound at 128K under CP (a candidate:
-                                     # FlashAttention-2's curves at long sequences; docs/default-model.md)
 }
 
 

@@ -71,7 +71,10 @@ class Framework:
 
     ``attention``: the attention kernel (:data:`.kernels.ATTENTION_KINDS`), or "auto":
     Transformer Engine's choice, cuDNN fused attention on Hopper, FlashAttention-2 before it;
-    ``grad_accum_fusion``: weight gradients accumulated inside the product;
+    ``grad_accum_fusion``: weight gradients accumulated inside the product; without it,
+    ``grad_accum_bytes``: what the separate accumulation moves per local parameter per
+    micro-batch, 6 (a 16-bit gradient into a 16-bit buffer: read 2, read 2, write 2) or 10
+    (into an FP32 one: read 2, read 4, write 4);
     ``fused_cross_entropy``: one fused loss kernel; ``grad_bytes``: bytes per gradient element
     on the data-parallel wire (2: fp16/bf16, 4: fp32); ``grad_buffer_bytes``: bytes per element of
     the gradient buffer a rank keeps between micro-batches (memory): 4, an FP32 ``main_grad``; 2
@@ -134,6 +137,7 @@ class Framework:
     fused_cross_entropy: bool
     grad_bytes: int
     grad_buffer_bytes: int = GRAD_BYTES
+    grad_accum_bytes: int = 6
     param_bytes: int = WEIGHT_BYTES
     optimizer_bytes: int = OPTIMIZER_STATE_BYTES
     dist_optimizer: bool = False
@@ -164,7 +168,7 @@ class Framework:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
         for name, allowed in (("grad_bytes", (2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
-                              ("optimizer_bytes", (4, 8, 12))):
+                              ("optimizer_bytes", (4, 8, 12)), ("grad_accum_bytes", (6, 10))):
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of "
                                     f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")

@@ -24,9 +24,10 @@ the attention core's backward, and the memory-bound backward kernels: norm 6·T_
 (read input and gradient, write gradient), dropout 5·T_n·h each, the residual gradient sums
 6·T_n·h each, the activation 6·T·f/t (10·T·f/t gated), bias gradients a read of each
 biased output's gradient. With ``grad_accum_fusion`` off (Megatron-LM before its fused
-weight-gradient accumulation), each weight gradient is then added into the fp32/fp16 main
-gradient, a read of the new gradient and a read and write of the accumulator: 6 bytes per
-local parameter per micro-batch (``megatron/model/distributed.py``, ``param.main_grad.add_``).
+weight-gradient accumulation), each weight gradient is then added into the main gradient, a
+read of the new gradient and a read and write of the accumulator (``grad_accum_bytes``): 6
+bytes per local parameter per micro-batch into a 16-bit buffer (``megatron/model/distributed.py``,
+``param.main_grad.add_``), 10 into an FP32 one (DeepSpeed's BF16_Optimizer, ``update_hp_grads``).
 
 **Recomputation** re-executes (Korthikanti et al. 2022 §5): ``selective``, the attention
 core's forward (QKᵀ, softmax, dropout, A·V); ``full``, the layer's whole forward, its
@@ -132,6 +133,7 @@ class LayerSetup:
     recompute: str = "none"
     attention: str = "flash2"
     grad_accum_fusion: bool = True
+    grad_accum_bytes: float = 6.0      # per local parameter per micro-batch, without the fusion
     fused_cross_entropy: bool = False
     tp_async_backward: bool = False
     tp_bw: float = 0.0
@@ -344,7 +346,7 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float)
     bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + 2 * Tn * h) if model.bias else 0.0
     mem_b = 2 * nb_b * Tn * h + 2 * resid_b + act_b + rope_f + bias_b
     if not setup.grad_accum_fusion:
-        mem_b += 6.0 * local_params
+        mem_b += setup.grad_accum_bytes * local_params
     return mem_f, mem_b
 
 
