@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import catalog
+from ..analysis import kernel_checks
 from ..analysis import validation as av
 from ..analysis.budget import ErrorBudget, error_budget
 from ..analysis.measured import Measured, catalog_measured
 from ..catalog import Profile
+from ..catalog.kernel_checks import linear_checks
 from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.step import seed
@@ -30,8 +32,6 @@ BREAKDOWN_KEYS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "opt
 def kernel_rows() -> dict[str, Any]:
     """Every published kernel benchmark beside modelcut's time for it, with the benchmarks'
     sources: ``validate --kernels --json``."""
-    from ..analysis import kernel_checks
-    from ..catalog.kernel_checks import linear_checks
     return {"rows": [r.as_dict() for r in kernel_checks.linear_rows()],
             "sources": {c.id: {"source": c.source, "device": c.hw.name, "device_source": c.device_source,
                                "date": c.date} for c in linear_checks()}}
