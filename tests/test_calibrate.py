@@ -119,6 +119,23 @@ def test_csv_runs_and_the_calibrate_command(tmp_path, capsys):
     assert tomllib.loads(out.read_text())["errors_pct"]["a"] == pytest.approx(data["runs"]["a"], abs=0.01)
 
 
+def test_a_fit_does_not_start_from_the_profile_it_replaces(tmp_path):
+    """The fitted constants start from the fit's own starting point, whatever the base profile
+    holds for them, so rerunning calibrate writes the same file; the base profile still gives the
+    constants not fitted."""
+    from modelcut.service.calibrate import calibrate
+    runs = small_runs()
+    path = tmp_path / "mine.csv"
+    path.write_text(CSV.format(a=runs[0].step_time_s, b=runs[1].step_time_s, c=runs[2].step_time_s))
+    mem = catalog.profile_for("a100-sxm4-80gb").efficiency.mem
+    other = tmp_path / "other.toml"
+    other.write_text(f'hardware = "a100-sxm4-80gb"\ngemm = 0.55\nmem = {mem}\nnet = 1.0\n')
+    a = calibrate(runs=path, fit_names="gemm", base="a100", cv=False)
+    b = calibrate(runs=path, fit_names="gemm", base=str(other), cv=False)
+    assert a.fit.efficiency.gemm == b.fit.efficiency.gemm         # not where the base had it
+    assert b.fit.efficiency.mem == mem                             # the base gives what is not fitted
+
+
 @pytest.mark.parametrize("body, word", [
     ("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,colour\n", "colour"),
     ("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch\nx,gpt-1.7b,a100,1,1,8,2048,64,8\n", "tflops_per_gpu"),

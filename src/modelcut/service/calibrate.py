@@ -4,7 +4,7 @@ to write."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -91,11 +91,15 @@ def calibrate(runs: Path | None = None, gpu: str | None = None, fit_names: str =
         base_prof = catalog.profile_for(catalog.hardware(base).name)
     label = [f"fitting {', '.join(names)} on {len(measured)} runs of {len({m.family for m in measured})} sources"]
     predictor = _counting(progress, label)
-    result = cal.fit(measured, names, base_prof.efficiency, predictor)
+    # the base profile gives the constants not fitted; the fitted ones start where every fit
+    # starts (cal.START), so the result depends on the runs alone, not on the profile shipped
+    # before it, and a rerun writes the same file
+    start = replace(base_prof.efficiency, **{k: getattr(cal.START, k) for k in names})
+    result = cal.fit(measured, names, start, predictor)
     folds = {}
     if cv:
         label[0] = f"leave one source out: {len({m.family for m in measured})} sources refitted"
-        folds = cal.leave_one_family_out(measured, names, base_prof.efficiency, predictor)
+        folds = cal.leave_one_family_out(measured, names, start, predictor)
     inherits = base_prof.hardware if set(names) != set(NAMES) else ""
     source = f"modelcut calibrate on {len(measured)} runs" + (f" ({runs.name})" if runs is not None else " (catalog: the published runs of shared/reference/published-runs*.md)")
     text = profile_text(hw_name, result, inherits=inherits, source=source, folds=folds)
