@@ -416,6 +416,14 @@ def test_runs_are_the_validation_table(client):
     assert client.get("/api/runs?set=some").status_code == 422
 
 
+def test_kernel_checks_are_validate_kernels(client):
+    from modelcut.service import validation
+    ans = client.get("/api/kernel-checks")
+    assert ans.status_code == 200
+    assert ans.json() == validation.kernel_rows()
+    assert "te-gemm-h200-nvl" in ans.json()["sources"]
+
+
 def test_uploads_read_configs_and_refuse_bad_ones(client):
     from modelcut import catalog
 

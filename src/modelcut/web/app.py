@@ -3,7 +3,7 @@
 Pages: ``/`` (pipeline animation), ``/explorer`` (layout explorer), ``/runs`` (published runs).
 JSON API (schema at ``/openapi.json``): ``POST /api/simulate``, ``POST /api/predict``,
 ``POST /api/explore`` (and ``POST /api/explore/stream``, its progress as NDJSON), ``POST /api/mesh``,
-``POST /api/upload-config``, ``GET /api/runs``, ``GET /api/catalog``.
+``POST /api/upload-config``, ``GET /api/runs``, ``GET /api/kernel-checks``, ``GET /api/catalog``.
 
 Bad input never answers 500: a :class:`~modelcut.core.errors.ModelcutError` becomes 422 with
 ``{"detail": message}``, a body that is not JSON 400, a body over :data:`MAX_BODY_BYTES` 413,
@@ -291,6 +291,11 @@ def create_app(*, max_ops: int = MAX_OPS, max_layouts: int = MAX_LAYOUTS, max_bo
     def api_runs(mode: Literal["seed", "default"] = Query("seed"),
                  set: Literal["deck", "all"] = Query("deck", description="the deck's rows, or every run")) -> dict:
         return requests.runs(mode, set)
+
+    @app.get("/api/kernel-checks", response_model=schemas.KernelChecksResponse, responses=ERRORS,
+             summary="The kernel tables against published kernel benchmarks (`modelcut validate --kernels`)")
+    def api_kernel_checks() -> dict:
+        return requests.kernel_checks()
 
     @app.post("/api/upload-config", response_model=schemas.UploadResponse, responses=ERRORS,
               summary="Read a Hugging Face config.json (multipart upload, at most 1 MB)")

@@ -72,6 +72,11 @@ def runs(mode: str = "seed", which: str = "deck") -> dict:
     return validation.runs_page(mode, which)
 
 
+def kernel_checks() -> dict:
+    """The kernel tables against published kernel benchmarks (``modelcut validate --kernels``)."""
+    return validation.kernel_rows()
+
+
 def read_config(data: bytes, filename: str, limits: Limits) -> dict:
     """An uploaded config.json: JSON, an object, an architecture modelcut reads."""
     try:

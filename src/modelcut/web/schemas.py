@@ -181,6 +181,23 @@ class RunsResponse(BaseModel):
     summary: dict[str, Any]
 
 
+class KernelCheckRow(BaseModel):
+    check: str
+    device: str
+    kind: str = Field(description="bf16, fp8_delayed, fp8_current, fp8_current_prequantized, mxfp8, ...")
+    predicted_ms: float = Field(description="modelcut's time for one layer's linear products, ms")
+    measured_ms: float = Field(description="the published time, ms")
+    error_pct: float
+    predicted_speedup: float | None
+    measured_speedup: float | None
+    speedup_error_pct: float | None
+
+
+class KernelChecksResponse(BaseModel):
+    rows: list[KernelCheckRow]
+    sources: dict[str, dict[str, str]] = Field(description="per benchmark: its source, device, device source, date")
+
+
 class UploadResponse(BaseModel):
     model: dict[str, Any] = Field(description="the model read from the file")
     hf_config: dict[str, Any] = Field(description="the file's JSON object, to send back in hf_config")
