@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from ..catalog.kernel_checks import LINEAR_KINDS, LinearCheck, linear_checks
 from ..core.costs import fp8 as fp8_mod
 from ..core.costs.kernels import Efficiency, gemm_time, mem_time
-from ..core.specs import Hardware, Training
+from ..core.specs import Hardware, ModelSpec, Training
+from ..core.step.layers import dense_linears
 
 #: The kernels alone: no training-step constant applies to a kernel benchmark.
 KERNELS_ONLY = Efficiency(gemm=1.0, mem=1.0, net=1.0)
@@ -26,9 +27,13 @@ KERNELS_ONLY = Efficiency(gemm=1.0, mem=1.0, net=1.0)
 
 def layer_linear_shapes(hidden: int, intermediate: int, tokens: int) -> list[tuple[int, int, int]]:
     """The twelve (M, K, N) products of one layer (module doc), forward, data gradient, weight
-    gradient."""
-    h, i, m = hidden, intermediate, tokens
-    fwd = [(m, h, 3 * h), (m, h, h), (m, h, i), (m, i, h)]
+    gradient: the step model's own four products of a dense layer (:func:`..core.step.layers.dense_linears`,
+    for multi-head attention and an ungated MLP, as the benchmark derives them; the head count
+    does not change a shape), in Transformer Engine's (rows, inner, output) order, with their
+    gradients as :func:`..core.costs.kernels.gemm_fwd_bwd` times them."""
+    model = ModelSpec("kernel-check", layers=1, hidden=hidden, ffn_hidden=intermediate, heads=1, kv_heads=1,
+                      vocab=1, gated_mlp=False)
+    fwd = [(int(m), k, n) for m, n, k, _ in dense_linears(model, tokens, 1)]
     dgrad = [(m, n, k) for m, k, n in fwd]
     wgrad = [(k, m, n) for m, k, n in fwd]
     return fwd + dgrad + wgrad
