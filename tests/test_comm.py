@@ -175,3 +175,63 @@ def test_experts_are_reduced_and_gathered_over_the_ranks_holding_them():
     assert c("all-gather", 1e9, 4e9) == pytest.approx(c("all-gather", 1e9) + experts)
     dense = Layout(dp=256)
     assert comm.group_bandwidths(dense, hw, 8)["edp"] == comm.group_bandwidths(dense, hw, 8)["dp"]
+
+
+# ---------------------------------------------------------------- NCCL's tree and the size ramp
+
+def test_tree_latency_grows_with_the_log_of_the_nodes():
+    """NCCL 2.8 tuning.cc, Tree/Simple: 2·((ppn − 1)·28 µs + ⌊log₂ nodes⌋·28 µs), no base latency;
+    bandwidth 0.92 of the ring's bus bandwidth, at half of it for an all-reduce."""
+    assert comm.tree_allreduce(1, 8, 1e9, 1e11) == 0.0
+    assert comm.tree_allreduce(64, 8, 0.0, 1e11) == pytest.approx(2 * (7 + 3) * 28e-6)     # 8 nodes
+    assert comm.tree_allreduce(512, 8, 0.0, 1e11) == pytest.approx(2 * (7 + 6) * 28e-6)    # 64 nodes
+    assert comm.tree_allreduce(96, 1, 0.0, 1e11) == pytest.approx(2 * 6 * 28e-6)           # ⌊log₂ 96⌋ = 6
+    assert comm.tree_allreduce(64, 8, 1e9, 1e11) - comm.tree_allreduce(64, 8, 0.0, 1e11) == \
+        pytest.approx(2 * 1e9 / (0.92 * 1e11))
+
+
+def test_nccl_picks_the_tree_for_all_reduces_over_many_nodes_and_the_ring_for_large_ones():
+    """The all-reduce runs as the faster of NCCL's two models: over 64 nodes a 25 MB bucket (a
+    ring of 511 steps pays ~2 ms of latency) goes by the tree; a 2 GB buffer and any collective
+    inside two nodes stays on the ring; reduce-scatter and all-gather are rings only."""
+    h100 = catalog.hardware("h100")
+    bw = min(h100.link_bw, 8 * h100.net_bw) * h100.net_busbw_frac
+
+    def both(n, k, size, kind="all-reduce"):
+        a = comm.ring_alpha(n, k)
+        return (comm.collective(kind, n, size, bw, h100, a), comm.collective(kind, n, size, bw, h100, a, per_node=k))
+
+    ring, picked = both(512, 8, 25e6)
+    assert picked < ring / 2
+    assert picked == pytest.approx(comm.tree_allreduce(512, 8, 25e6, bw * comm.size_efficiency(25e6, h100, bw)))
+    for n, size in ((16, 25e6), (16, 2e9), (512, 2e10)):
+        ring, picked = both(n, 8, size)
+        assert picked == ring
+    for kind in ("reduce-scatter", "all-gather"):
+        ring, picked = both(512, 8, 25e6, kind)
+        assert picked == ring
+
+
+@given(st.sampled_from([2, 8, 32, 96, 288, 1024]), st.sampled_from([1, 2, 4, 8]), st.floats(1e3, 1e10))
+def test_picking_never_slows_an_all_reduce(n, k, size):
+    h100 = catalog.hardware("h100")
+    bw = min(h100.link_bw, k * h100.net_bw) * h100.net_busbw_frac
+    a = comm.ring_alpha(n, k)
+    assert comm.collective("all-reduce", n, size, bw, h100, a, per_node=k) <= comm.collective(
+        "all-reduce", n, size, bw, h100, a)
+
+
+def test_the_size_ramp_is_one_time_whatever_the_bandwidth():
+    """S½ = 64 MiB was measured at the bus bandwidth modelcut gives 2 nodes × 8 H100 (384 GB/s):
+    there the ramp is unchanged; a group with one port per member (48 GB/s) reaches half its
+    bandwidth at an eighth of the buffer, so the extra time S½/bw is the same for both."""
+    h100 = catalog.hardware("h100")
+    full = min(h100.link_bw, 8 * h100.net_bw) * h100.net_busbw_frac
+    assert full == pytest.approx(h100.net_half_bw)
+    assert comm.size_efficiency(h100.net_half_bytes, h100, full) == pytest.approx(0.5)
+    one = h100.net_bw * h100.net_busbw_frac
+    assert comm.size_efficiency(h100.net_half_bytes / 8, h100, one) == pytest.approx(0.5)
+    extra = [comm.reduce_scatter(16, s, b * comm.size_efficiency(s, h100, b)) - comm.reduce_scatter(16, s, b)
+             for s, b in ((1e8, full), (1e8, one))]
+    assert extra[0] == pytest.approx(extra[1])
+    assert comm.size_efficiency(1e8, h100) == pytest.approx(1e8 / (1e8 + h100.net_half_bytes))   # no bandwidth: bytes

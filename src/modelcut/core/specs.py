@@ -226,6 +226,7 @@ class Hardware:
     source: str = ""
     arch: str = ""                # the key of its measured kernel tables (catalog/kernels.toml)
     net_half_bytes: float = 0.0   # collective buffer at which the network reaches half its bus bandwidth
+    net_half_bw: float = 0.0      # the bus bandwidth (B/s per accelerator) of the setup that measured it
     mem_bw_frac: float = 1.0      # measured streaming-kernel bandwidth / ``mem_bw`` (STREAM copy, triad)
     fp8_recipes: tuple[str, ...] = ()   # FP8 recipes its tensor cores run (none: no FP8)
     sustained_frac: float = 1.0   # measured sustained / burst matmul throughput (power-limited clocks)

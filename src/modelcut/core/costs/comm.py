@@ -206,6 +206,33 @@ def ring_alpha(n: int, members_per_node: int) -> float:
             + (nodes - 1) * NCCL_RING_STEP_NET_S) / (n - 1)
 
 
+#: NCCL's model of its double binary tree (NCCL 2.8-2.9 ``src/graph/tuning.cc``, Tree/Simple, the
+#: protocol of large messages; all-reduce only, the one collective NCCL runs as a tree): no base
+#: latency, 28 µs per hop inside a node and 28 µs per hop between nodes (``hwLat``: "the latency
+#: a 256kB chunk"), up the chain of a node's ranks and the tree of nodes and back down,
+#: 2·((ppn − 1)·α_nvlink + ⌊log₂ nodes⌋·α_net); its bus bandwidth 0.92 of the ring's
+#: (``busBw*.92``), which an all-reduce moves at half (``ratio = .5``, the algorithm bandwidth,
+#: against the ring's n/(2(n − 1))). Documented figures, not fitted.
+NCCL_TREE_STEP_NVLINK_S = 28e-6
+NCCL_TREE_STEP_NET_S = 28e-6
+NCCL_TREE_BW_FRAC = 0.92
+
+
+def tree_allreduce(n: int, members_per_node: int, nbytes: float, bw: float) -> float:
+    """NCCL's double-binary-tree all-reduce of ``nbytes`` over n ranks with ``members_per_node``
+    in each node (:data:`NCCL_TREE_STEP_NET_S`): 2·((ppn − 1)·α_nvlink + ⌊log₂ nodes⌋·α_net)
+    + 2·nbytes/(0.92·bw), ``bw`` the ring's bus bandwidth each way. The tree's latency grows with
+    the logarithm of the nodes, the ring's with their number, so NCCL's tuner picks the tree for
+    all-reduces over many nodes below some size (:func:`collective`)."""
+    _check(n, nbytes, bw, 0.0)
+    if n == 1:
+        return 0.0
+    k = max(1, min(members_per_node, n))
+    nodes = -(-n // k)
+    hops = (k - 1) * NCCL_TREE_STEP_NVLINK_S + (nodes.bit_length() - 1) * NCCL_TREE_STEP_NET_S
+    return 2 * hops + 2 * nbytes / (NCCL_TREE_BW_FRAC * bw)
+
+
 def dp_ring_alpha(layout: Layout, gpus_per_node: int) -> float:
     """:func:`ring_alpha` of the data-parallel (× context-parallel) group."""
     return ring_alpha(layout.dp * layout.cp, group_members_in_node(layout, ("cp", "dp"), gpus_per_node))
@@ -251,21 +278,32 @@ _RING = {"all-reduce": ring_allreduce, "reduce-scatter": reduce_scatter, "all-ga
          "all-to-all": all_to_all}
 
 
-def size_efficiency(nbytes: float, hw: Hardware) -> float:
-    """The share of its bus bandwidth the network reaches for a collective of ``nbytes`` (the whole
-    buffer), S/(S + S½), S½ the measured half-bandwidth buffer (``hw.net_half_bytes``; 1 without)."""
+def size_efficiency(nbytes: float, hw: Hardware, bw: float | None = None) -> float:
+    """The share of its bus bandwidth ``bw`` the network reaches for a collective of ``nbytes``
+    (the whole buffer), S/(S + S½); 1 without a measurement. S½ is the measured half-bandwidth
+    buffer (``hw.net_half_bytes``) at the bus bandwidth of the setup that measured it
+    (``hw.net_half_bw``), scaled to ``bw``: S½·bw/bw_measured. The ramp is then one time,
+    S½/bw_measured (about 175 µs), whatever the group's bandwidth: the α of an α–β model, as
+    NCCL's own tuner models it (a latency in µs plus bytes over bandwidth, ``src/graph/tuning.cc``).
+    A group with one network port per member (tensor parallelism filling each node) reaches half
+    its bandwidth at an eighth of the buffer that eight ports need."""
     half = hw.net_half_bytes
+    if half > 0 and bw is not None and hw.net_half_bw > 0:
+        half *= bw / hw.net_half_bw
     return nbytes / (nbytes + half) if half > 0 and nbytes > 0 else 1.0
 
 
 def collective(kind: str, n: int, nbytes: float, bw: float, hw: Hardware, alpha: float = 0.0,
-               inside: bool = False, net: float = 1.0) -> float:
+               inside: bool = False, net: float = 1.0, per_node: int | None = None) -> float:
     """One collective of ``kind`` over n ranks moving ``nbytes`` (the whole buffer, as nccl-tests
     counts it). Inside one node, the measured nccl-tests curve of the accelerator's architecture
     where it has one for n ranks (``hw.kernels.collectives``; a node whose links are slower than
     the measuring node's stretches the time above the latency floor by the ratio); otherwise the ring's α–β time at
     bandwidth ``bw`` (each way) times its size efficiency across nodes (:func:`size_efficiency`).
-    ``net``: the share of the measured bandwidth sustained (the model's η_net)."""
+    ``net``: the share of the measured bandwidth sustained (the model's η_net). An all-reduce
+    across nodes whose group's ``per_node`` members per node are given runs as NCCL picks it: the
+    faster of its ring and its tree by NCCL's own model (:func:`tree_allreduce`; NCCL's tuner
+    compares the two predicted times, ``ncclTopoTuneModel``)."""
     if n == 1:
         return 0.0
     curves = hw.kernels.collectives if hw.kernels is not None else None
@@ -275,5 +313,8 @@ def collective(kind: str, n: int, nbytes: float, bw: float, hw: Hardware, alpha:
         t = curves.time(kind, n, nbytes, slower)
         if t is not None:
             return t / net
-    eff = 1.0 if inside else size_efficiency(nbytes, hw)
-    return _RING[kind](n, nbytes, bw * net * eff, alpha)
+    eff = 1.0 if inside else size_efficiency(nbytes, hw, bw)
+    t = _RING[kind](n, nbytes, bw * net * eff, alpha)
+    if kind == "all-reduce" and not inside and per_node is not None:
+        t = min(t, tree_allreduce(n, per_node, nbytes, bw * net * eff))
+    return t

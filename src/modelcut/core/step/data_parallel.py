@@ -51,20 +51,22 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float])
     gpn = run.gpus_per_node or hw.per_node
     alpha = comm.dp_ring_alpha(L, gpn)
     inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
+    k = comm.group_members_in_node(L, ("cp", "dp"), gpn)
     if L.ep > 1:
         n_e = comm.expert_dp_size(L)
         alpha_e = comm.expert_dp_ring_alpha(L, gpn)
         inside_e = not comm.group_spans_nodes(L, comm.EXPERT_DP, gpn)
+        k_e = comm.group_members_in_node(L, comm.EXPERT_DP, gpn)
         bw_e = bw.get("edp", bw["dp"])
     else:
-        n_e, alpha_e, inside_e, bw_e = L.dp * L.cp, alpha, inside, bw["dp"]
+        n_e, alpha_e, inside_e, k_e, bw_e = L.dp * L.cp, alpha, inside, k, bw["dp"]
 
     def coll(kind: str, nbytes: float, expert_bytes: float = 0.0) -> float:
         # a unit of experts alone issues no dense collective
-        t = (comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net)
+        t = (comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net, per_node=k)
              if nbytes > 0 or expert_bytes <= 0 else 0.0)
         if expert_bytes > 0 and n_e > 1:
-            t += comm.collective(kind, n_e, expert_bytes, bw_e, hw, alpha_e, inside_e, eff.net)
+            t += comm.collective(kind, n_e, expert_bytes, bw_e, hw, alpha_e, inside_e, eff.net, per_node=k_e)
         return t
     return coll
 
