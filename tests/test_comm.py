@@ -234,4 +234,6 @@ def test_the_size_ramp_is_one_time_whatever_the_bandwidth():
     extra = [comm.reduce_scatter(16, s, b * comm.size_efficiency(s, h100, b)) - comm.reduce_scatter(16, s, b)
              for s, b in ((1e8, full), (1e8, one))]
     assert extra[0] == pytest.approx(extra[1])
-    assert comm.size_efficiency(1e8, h100) == pytest.approx(1e8 / (1e8 + h100.net_half_bytes))   # no bandwidth: bytes
+    assert comm.size_efficiency(1e8, h100, full) == pytest.approx(1e8 / (1e8 + h100.net_half_bytes))   # as measured there
+    assert catalog.hardware("a100").net_half_bw == h100.net_half_bw        # the A100 rows cite the same H100 sweep
+    assert catalog.hardware("b200").net_half_bw == pytest.approx(400e9)    # its own: min(900, 8 x 50) GB/s

@@ -7,7 +7,8 @@ from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 
-from ..core.specs import Hardware
+from ..core.costs import comm
+from ..core.specs import Hardware, Layout
 from .kernels import tables_for
 from .names import NameIndex
 
@@ -17,14 +18,29 @@ def _hardware_index() -> NameIndex[Hardware]:
     index: NameIndex[Hardware] = NameIndex("hardware", "GPU")
     rows = tomllib.loads(resources.files("modelcut.catalog").joinpath("hardware.toml").read_text(encoding="utf-8"))["hardware"]
     by_name = {r["name"]: r for r in rows}
+    built: dict[str, Hardware] = {}
     for row in rows:
         row = dict(row)
         row["aliases"] = tuple(row.get("aliases", ()))
         row["fp8_recipes"] = tuple(row.get("fp8_recipes", ()))
+        row.pop("net_half_device", None)
         hw = Hardware(**row)
-        hw = replace(hw, kernels=tables_for(hw.arch, by_name))
+        built[hw.name] = replace(hw, kernels=tables_for(hw.arch, by_name))
+    for row in rows:
+        hw = built[row["name"]]
+        if "net_half_device" in row:
+            hw = replace(hw, net_half_bw=_two_node_busbw(built[row["net_half_device"]]))
         index.add(hw, hw.name, hw.aliases)
     return index
+
+
+def _two_node_busbw(dev: Hardware) -> float:
+    """The bus bandwidth per accelerator modelcut gives a data-parallel ring over two whole nodes of
+    ``dev``, the setup of the network's half-bandwidth sweep (``net_half_bytes``): the one rule of
+    :func:`..core.costs.comm.collective_bandwidth` at the share of line rate it reaches."""
+    g = dev.per_node
+    lay = Layout(dp=2 * g)
+    return comm.achievable(comm.collective_bandwidth(lay, ("cp", "dp"), dev, g), dev)
 
 
 def hardware(name_or_alias: str) -> Hardware:

@@ -278,17 +278,18 @@ _RING = {"all-reduce": ring_allreduce, "reduce-scatter": reduce_scatter, "all-ga
          "all-to-all": all_to_all}
 
 
-def size_efficiency(nbytes: float, hw: Hardware, bw: float | None = None) -> float:
+def size_efficiency(nbytes: float, hw: Hardware, bw: float) -> float:
     """The share of its bus bandwidth ``bw`` the network reaches for a collective of ``nbytes``
     (the whole buffer), S/(S + S½); 1 without a measurement. S½ is the measured half-bandwidth
     buffer (``hw.net_half_bytes``) at the bus bandwidth of the setup that measured it
-    (``hw.net_half_bw``), scaled to ``bw``: S½·bw/bw_measured. The ramp is then one time,
+    (``hw.net_half_bw``, which the catalog derives from that setup; without it S½ as measured),
+    scaled to ``bw``: S½·bw/bw_measured. The ramp is then one time,
     S½/bw_measured (about 175 µs), whatever the group's bandwidth: the α of an α–β model, as
     NCCL's own tuner models it (a latency in µs plus bytes over bandwidth, ``src/graph/tuning.cc``).
     A group with one network port per member (tensor parallelism filling each node) reaches half
     its bandwidth at an eighth of the buffer that eight ports need."""
     half = hw.net_half_bytes
-    if half > 0 and bw is not None and hw.net_half_bw > 0:
+    if half > 0 and hw.net_half_bw > 0:
         half *= bw / hw.net_half_bw
     return nbytes / (nbytes + half) if half > 0 and nbytes > 0 else 1.0
 
