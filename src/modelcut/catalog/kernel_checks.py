@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 
+from ..core.costs.kernels import at_peak
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware
 from .hardware import hardware
@@ -45,8 +46,8 @@ def _device(entry: dict) -> Hardware:
         return base
     var = dict(var)
     if base.fp8_ceiling and "peak_flops_8" in var and base.peak_flops_8:
-        # the base die's own FP8 maximum at the variant's clocks: scaled by the FP8 peaks' ratio
-        var["fp8_ceiling"] = base.fp8_ceiling * var["peak_flops_8"] / base.peak_flops_8
+        # the base die's own FP8 maximum at the variant's clocks (the peak-ratio rule)
+        var["fp8_ceiling"] = at_peak(base.fp8_ceiling, var["peak_flops_8"], base.peak_flops_8)
     return replace(base, aliases=(), source=entry.get("variant_source", ""), **var)
 
 

@@ -100,14 +100,22 @@ def _measured_tflops(table, m: int, n: int, k: int, batch: int, sms: int | None,
     return min(table.tflops(m, n, k, batch, sms), ceiling)
 
 
+def at_peak(value: float, peak: float, measured_peak: float) -> float:
+    """A throughput measured on a device of dense peak ``measured_peak``, taken to another device
+    of the same die at dense peak ``peak``: value · peak / measured_peak (the peak-ratio rule:
+    fewer SMs or lower clocks scale every kernel alike)."""
+    return value * peak / measured_peak
+
+
 def peak_scale(hw: Hardware, dtype: str = "bf16") -> float:
     """This device's dense peak over that of the device its architecture's tables were measured
-    on (1 for that device; an H100 PCIe's 756 over the H100 SXM's 989: fewer SMs, lower clocks)."""
+    on (1 for that device; an H100 PCIe's 756 over the H100 SXM's 989: fewer SMs, lower clocks),
+    :func:`at_peak`."""
     ref = hw.kernels.reference if hw.kernels is not None else None
     if ref is None or dtype not in ref.peak_flops:
         return 1.0
     peak = hw.peak_flops_16 if dtype != "fp8" else (hw.peak_flops_8 or hw.peak_flops_16)
-    return peak / ref.peak_flops[dtype]
+    return at_peak(1.0, peak, ref.peak_flops[dtype])
 
 
 def product_tflops(m: int, n: int, k: int, hw: Hardware, batch: int = 1, dtype: str = "bf16") -> float:
