@@ -395,3 +395,25 @@ def test_explore_takes_the_stacks_overlap_overrides(capsys):
                  "--global-batch-tokens", "1M", "--overlap", "tp_comm=on", "--top", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["layouts"]
     assert main(["explore", "--run", "nemotron4-15b-768", "--overlap", "tp_comm=off"]) != 0
+
+
+def test_the_catalog_summary_counts_close_and_first_layouts():
+    """``explore --run all`` ends with how many published layouts are within 5 % of the best and
+    how many rank first; a layout the explorer could not rank counts in neither."""
+    from modelcut.service.explore import CLOSE_TO_BEST, catalog_summary
+    rows = [{"rank": 1, "ratio_to_best": 1.0}, {"rank": 3, "ratio_to_best": 1 + CLOSE_TO_BEST},
+            {"rank": 9, "ratio_to_best": 1.2}, {"rank": None, "ratio_to_best": None}]
+    assert catalog_summary(rows) == {"runs": 4, "ranked": 3, "close": 2, "first": 1}
+    assert catalog_summary([]) == {"runs": 0, "ranked": 0, "close": 0, "first": 0}
+
+
+def test_explore_run_all_ends_with_the_summary(monkeypatch, capsys):
+    """The catalog table's last line counts the published layouts (here over one run, to stay fast)."""
+    import modelcut.cli.explore as cli_explore
+    one = [r for r in catalog.published_runs() if r.id == "megatron-1.7b"]
+    monkeypatch.setattr(cli_explore.catalog, "published_runs", lambda: one)
+    assert main(["explore", "--run", "all"]) == 0
+    out = capsys.readouterr().out
+    import re
+    assert re.search(r"published layouts: [01] of 1 within 5 % of the explorer's best on their stack, "
+                     r"[01] ranked first \(1 ranked\)", out)

@@ -20,8 +20,9 @@ from ..core.explore.search import DEFAULT_MARGIN
 from ..export import emit as emitter
 from ..service import inputs
 from ..service.requests import ExploreInput
-from ..service.explore import (PARETO_WITHIN, explore_request, ExploreResult, catalog_request, check_row, gpu_counts,
-                               gpu_pareto, run_explore, run_explore_range, why_text)
+from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, explore_request, ExploreResult, catalog_request,
+                               catalog_summary, check_row, gpu_counts, gpu_pareto, run_explore, run_explore_range,
+                               why_text)
 from .app import app
 from .common import limit_option, limits, parse
 
@@ -238,8 +239,10 @@ def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None,
     t = _table("run", "published", "rank", "gap", "best", "differs most", title="published layouts against the "
                "explorer's best on their stack (tp·cp·(ep·)pp·dp)")
     notes = []
+    rows = []
     for rid, res in results:
         row = check_row(res)
+        rows.append(row)
         q = res.request.check
         pub = "·".join(str(q[k]) for k in ("tp", "cp", "ep", "pp", "dp") if k in q)
         if row["rank"] is None:
@@ -252,6 +255,10 @@ def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None,
     con.print(t)
     for line in notes:
         con.print(line, soft_wrap=True, markup=False, highlight=False)
+    n = catalog_summary(rows)
+    con.print(f"published layouts: {n['close']} of {n['runs']} within {CLOSE_TO_BEST * 100:.0f} % of the "
+              f"explorer's best on their stack, {n['first']} ranked first ({n['ranked']} ranked)",
+              soft_wrap=True, highlight=False)
 
 
 #: Short names of the time terms for the catalog table.

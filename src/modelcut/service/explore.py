@@ -463,6 +463,19 @@ def check_row(res: ExploreResult) -> dict[str, Any]:
     return row
 
 
+#: A published layout counts as the explorer's choice too when it is within this share of the best.
+CLOSE_TO_BEST = 0.05
+
+
+def catalog_summary(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How the published layouts of :func:`check_row` rows stand: ``runs``, ``ranked`` (the
+    explorer timed them), ``close`` (within :data:`CLOSE_TO_BEST` of the best) and ``first``."""
+    ranked = [r for r in rows if r.get("rank") is not None and r.get("ratio_to_best") is not None]
+    return {"runs": len(rows), "ranked": len(ranked),
+            "close": sum(1 for r in ranked if r["ratio_to_best"] <= 1 + CLOSE_TO_BEST),
+            "first": sum(1 for r in ranked if r["rank"] == 1)}
+
+
 def explore_request(inp: ExploreInput, limits: Limits | None = None) -> ExploreRequest:
     """The search a validated request asks for (the CLI's options and the web's body alike)."""
     lim = limits or DEFAULT
