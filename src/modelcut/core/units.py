@@ -24,6 +24,13 @@ WEIGHT_BYTES = BF16_BYTES
 GRAD_BYTES = FP32_BYTES
 OPTIMIZER_STATE_BYTES = 3 * FP32_BYTES
 
+#: Bytes of HBM *traffic* per parameter per micro-batch where a weight gradient is added into the
+#: accumulator outside its product: read the new 16-bit gradient, read and write the accumulator.
+#: Into a 16-bit buffer (Megatron-LM's ``param.main_grad.add_``, megatron/model/distributed.py):
+#: 2 + 2 + 2; into an FP32 one (DeepSpeed's BF16_Optimizer ``update_hp_grads``): 2 + 4 + 4.
+GRAD_ACCUM_BYTES_16 = 3 * BF16_BYTES
+GRAD_ACCUM_BYTES_32 = BF16_BYTES + 2 * FP32_BYTES
+
 #: Bytes of HBM *traffic* per parameter of one mixed-precision Adam step (time, not memory;
 #: Megatron-LM's ``Float16OptimizerWithFloat16Params``, apex ``FusedAdam`` and
 #: ``multi_tensor_apply``): copy the 16-bit gradient into the fp32 main gradient (read 2, write 4),

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES
-from ..units import GRAD_BYTES, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
+from ..units import GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_BYTES, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
 
 #: Option name -> what it means (shown by the CLI).
 OPTIONS: dict[str, str] = {
@@ -137,7 +137,7 @@ class Framework:
     fused_cross_entropy: bool
     grad_bytes: int
     grad_buffer_bytes: int = GRAD_BYTES
-    grad_accum_bytes: int = 6
+    grad_accum_bytes: int = GRAD_ACCUM_BYTES_16
     param_bytes: int = WEIGHT_BYTES
     optimizer_bytes: int = OPTIMIZER_STATE_BYTES
     dist_optimizer: bool = False
@@ -168,7 +168,7 @@ class Framework:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
         for name, allowed in (("grad_bytes", (2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
-                              ("optimizer_bytes", (4, 8, 12)), ("grad_accum_bytes", (6, 10))):
+                              ("optimizer_bytes", (4, 8, 12)), ("grad_accum_bytes", (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32))):
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of "
                                     f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")

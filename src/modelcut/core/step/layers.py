@@ -72,6 +72,7 @@ from ..costs.fp8 import Fp8
 from ..costs.kernels import ATTENTION_KINDS, BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
 from ..errors import ModelcutError
 from ..specs import Hardware, ModelSpec
+from ..units import GRAD_ACCUM_BYTES_16
 
 #: Bytes per element the fused vocab-parallel cross-entropy moves, forward + backward, per logit.
 #: Megatron-LM (2021-2022) casts the logits to fp32 and runs max, subtract, exp, sum, divide as
@@ -133,7 +134,7 @@ class LayerSetup:
     recompute: str = "none"
     attention: str = "flash2"
     grad_accum_fusion: bool = True
-    grad_accum_bytes: float = 6.0      # per local parameter per micro-batch, without the fusion
+    grad_accum_bytes: float = GRAD_ACCUM_BYTES_16   # per local parameter per micro-batch, without the fusion
     fused_cross_entropy: bool = False
     tp_async_backward: bool = False
     tp_bw: float = 0.0
