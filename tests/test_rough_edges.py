@@ -158,6 +158,15 @@ def test_a_check_no_layout_can_be_names_why():
     assert "fits in memory" not in err
 
 
+def test_a_check_of_one_size_names_each_reason_once():
+    err = refused(["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "8192",
+                   "--global-batch-tokens", "1M", "--check", "tp=3"])
+    assert err.count("does not divide the 8 GPUs") == 1 and "tp 3 does not divide the model's 32 heads" in err
+    err = refused(["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "8192",
+                   "--global-batch-tokens", "1M", "--check", "tp=2,pp=3"])
+    assert "tp·pp = 6 does not divide the 8 GPUs" in err and "pp 3 does not divide the 8 GPUs" in err
+
+
 def test_a_check_outside_the_searched_space_says_so():
     rc, out, _ = cli("explore", "--model", "gpt-1.7b", "--gpu", "a100", "--gpus", "8", "--seq", "2048",
                      "--global-batch-tokens", "128K", "--check", "tp=1,pp=8,schedule=gpipe")

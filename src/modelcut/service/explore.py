@@ -258,7 +258,7 @@ def check_problems(check: dict[str, Any], model: ModelSpec, gpus: int, seq: int)
         prod = dims["tp"] * dims["cp"] * dims["pp"] * dims["dp"]
         if prod != gpus:
             out.append(f"tp·cp·pp·dp = {prod:,} ≠ {gpus:,} GPUs")
-    else:
+    elif len(dims) > 1:     # one size alone is the loop's below
         prod = 1
         for k, v in dims.items():
             prod *= v
