@@ -167,6 +167,60 @@ def test_deepep_sends_a_token_once_to_each_rank_it_is_routed_to(shape, ep):
             == pytest.approx(moe.moe_comm(top1, tokens, **kw).dispatch_s))
 
 
+def test_permutation_bytes_count_each_row_gathered():
+    """Megatron-core's all-to-all dispatcher gathers a token's top-k rows (3S), sorts the
+    received rows by local expert and back (4R) and sums them into the tokens (T); DeepEP's
+    path expands the delivered tokens to the experts' rows and back (3R + U). Worked by hand for
+    GPT OSS 120B (h 2880, 128 experts, top 4) at 4096 tokens over ep 8."""
+    m = catalog.model("gpt-oss-120b")
+    T, h2 = 4096, 2880 * 2
+    rows = T * 4                                   # S = R: every token's four rows, balanced
+    f, b = moe.permute_bytes(m, T, ep=8)
+    assert f == b == (3 * rows + 4 * rows + T) * h2
+    one_local = moe.permute_bytes(m, T, ep=128)[0]          # one expert a rank: no sorting
+    assert one_local == (3 * rows + T) * h2
+    deepep = moe.permute_bytes(m, T, ep=8, dispatch="deepep")[0]
+    assert deepep == pytest.approx((3 * rows + rows * moe.rank_copies(m, 8) / 4) * h2)
+    # tensor parallelism: each rank routes its T/tp tokens, expert tp gathers etp times the rows
+    assert moe.permute_bytes(m, T, ep=8, tp=2, etp=1)[0] == pytest.approx(f / 2)
+    assert moe.permute_bytes(m, T, ep=8, tp=2, etp=2)[0] == pytest.approx((3 * rows / 2 + 4 * rows + T / 2) * h2)
+    with pytest.raises(ModelcutError, match="dispatch"):
+        moe.permute_bytes(m, T, ep=8, dispatch="nccl")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(MOE_MODELS), st.sampled_from([1, 2, 4, 8]), st.integers(1, 1 << 16),
+       st.floats(1.0, 3.0))
+def test_permutation_bytes_grow_with_the_rows(name, ep, tokens, imbalance):
+    m = catalog.model(name)
+    if m.experts % ep:
+        return
+    a2a = moe.permute_bytes(m, tokens, ep=ep, imbalance=imbalance)
+    dep = moe.permute_bytes(m, tokens, ep=ep, imbalance=imbalance, dispatch="deepep")
+    assert 0 < dep[0] and 0 < a2a[0] and a2a[0] == a2a[1] and dep[0] == dep[1]
+    if m.experts // ep > 1:     # then both sort by local expert: DeepEP's once, on fewer rows
+        assert dep[0] <= a2a[0]
+    assert moe.permute_bytes(m, 2 * tokens, ep=ep, imbalance=imbalance)[0] == pytest.approx(2 * a2a[0])
+    assert moe.permute_bytes(m, tokens, ep=ep, imbalance=imbalance + 0.5)[0] >= a2a[0]
+
+
+def test_an_moe_layer_pays_its_permutations_at_memory_bandwidth():
+    """The layer's memory-bound time with the all-to-all dispatcher exceeds DeepEP's by the
+    permutation bytes between them at the achievable bandwidth, forward and backward alike."""
+    from modelcut.core.costs.kernels import Efficiency, mem_time
+    from modelcut.core.step.layers import LayerSetup, layer_time
+    m, hw, eff = catalog.model("gpt-oss-120b"), catalog.hardware("h100"), Efficiency(0.8, 0.9, 1.0)
+    base = dict(micro_batch=1, seq_len=4096, attention="cudnn")
+    a = layer_time(m, LayerSetup(**base), hw, eff, moe=True, ep=8)
+    d = layer_time(m, LayerSetup(**base, moe_dispatch="deepep"), hw, eff, moe=True, ep=8)
+    gap = moe.permute_bytes(m, 4096, ep=8)[0] - moe.permute_bytes(m, 4096, ep=8, dispatch="deepep")[0]
+    assert a.fwd.memory - d.fwd.memory == pytest.approx(mem_time(gap, hw, eff), rel=1e-9)
+    assert a.bwd.memory - d.bwd.memory == pytest.approx(mem_time(gap, hw, eff), rel=1e-9)
+    assert a.fwd.gemm == d.fwd.gemm
+    dense = layer_time(m, LayerSetup(**base, moe_dispatch="deepep"), hw, eff)
+    assert dense.fwd.memory < d.fwd.memory
+
+
 def test_ep_members_in_a_node_follow_the_order():
     """ep is carved from the innermost data-parallel ranks: with pp inside dp (Llama 3's order) a
     DeepSeek-V3-shaped layout puts every ep member on its own node; with pp outermost (the default,

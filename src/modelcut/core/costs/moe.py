@@ -229,6 +229,45 @@ def remote_node_copies(model: ModelSpec, ep: int, local: int) -> float:
     return _groups_hit(model, nodes) * (nodes - 1) / nodes
 
 
+def permute_bytes(model: ModelSpec, tokens: float, *, ep: int = 1, tp: int = 1, etp: int | None = None,
+                  dispatch: str = "all-to-all", imbalance: float = 1.0,
+                  capacity_factor: float | None = None) -> tuple[float, float]:
+    """Bytes the token dispatcher's permutations move on the busiest device per MoE layer,
+    (forward, backward): memory-bound gathers of h-wide BF16 rows, each row read once and
+    written once, h·2 bytes each time; ``tokens`` = b·s/cp as for :func:`moe_gemms`. With
+    T = tokens/tp routed here, S = T·top_k rows sent (C·T·top_k with a capacity factor),
+    R = etp·(the busiest rank's received rows), the rows its experts compute (:func:`routed_rows`),
+    and U = R·c/top_k the distinct tokens a rank-deduplicated dispatch delivers
+    (c = :func:`rank_copies`), the rows read plus written are:
+
+    * ``"all-to-all"``, Megatron-core's ``MoEAlltoAllTokenDispatcher`` with fused permutation
+      (core_v0.15.0 ``megatron/core/transformer/moe/token_dispatcher.py``, Transformer Engine's
+      ``moe_permute`` kernels): *permutation 1* gathers the T tokens into their S sent rows
+      (S + S), *permutation 2* sorts the R received rows by local expert (``sort_chunks_by_idxs``,
+      R + R, only with more than one local expert), the combine sorts them back (R + R) and
+      *unpermutation 1* sums each token's rows back into T (S + T): 3S + 4R + T.
+    * ``"deepep"``, the flex dispatcher's DeepEP path (the same file's ``_DeepepManager``; NeMo
+      AutoModel ``nemo_automodel/components/moe/megatron/token_dispatcher.py``): DeepEP writes
+      the U tokens straight into its receive buffer; ``get_permuted_hidden_states_by_experts``
+      expands them to the local experts' R rows (R + R) and the combine's unpermutation sums
+      them back (R + U): 3R + U.
+
+    The backward runs each kernel's transpose (a gather's is a scatter-sum of the same rows): the
+    same bytes. The router's probabilities, 4 bytes a row, are 1/h of that and left out."""
+    if dispatch not in ("all-to-all", "deepep"):
+        raise ModelcutError(f"dispatch must be 'all-to-all' or 'deepep', got {dispatch!r}")
+    etp = etp or tp
+    T = tokens / tp
+    R = routed_rows(model, T, imbalance, capacity_factor) * etp
+    if dispatch == "deepep":
+        rows = 3.0 * R + R * rank_copies(model, ep) / model.top_k
+    else:
+        S = routed_rows(model, T, 1.0, capacity_factor)
+        rows = 3.0 * S + (4.0 * R if model.experts // ep > 1 else 0.0) + T
+    b = rows * model.hidden * BYTES
+    return b, b
+
+
 def rank_copies(model: ModelSpec, ep: int) -> float:
     """Expected copies of one token a rank-deduplicated dispatch delivers: the ranks of the ep
     group holding at least one of its top-k experts, ep·(1 − C(E − E/ep, k)/C(E, k)) (at most k).

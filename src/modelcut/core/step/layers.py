@@ -58,7 +58,9 @@ Ring costs from :mod:`.comm` at η_net of the link each group uses.
 device (the router, the E/ep local experts as products of their received rows at width
 f_e/etp, the shared experts at width f_e/t); the MoE block's tensor-parallel collectives are its
 token dispatcher's, counted with the all-to-alls by the caller (:func:`.moe.moe_comm`), so
-only attention's remain here.
+only attention's remain here. The dispatcher's permutations (gathering each token's rows for
+its experts and summing them back) are memory-bound work of the layer,
+:func:`.moe.permute_bytes` for the stack's dispatcher (``LayerSetup.moe_dispatch``).
 """
 
 from __future__ import annotations
@@ -149,6 +151,7 @@ class LayerSetup:
     weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
     tp_overlap_split: bool = False   # tp_comm overlap: overlapped products run in chunks (_overlapped)
     tp_overlap_fp8_ring: bool = True  # FP8 row-parallel forwards by ring exchange (else pipelined)
+    moe_dispatch: str = "all-to-all"  # the token dispatcher: its permutations (:func:`..costs.moe.permute_bytes`)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -405,6 +408,10 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
                          True, model.dropout, hw, eff)
     mem_f, mem_b = _memory_bytes(model, setup, mlp, local_params)
     mem_f, mem_b = mem_f + casts[0], mem_b + casts[1]
+    if moe:
+        perm_f, perm_b = moe_mod.permute_bytes(model, setup.micro_batch * s // cp, ep=ep, tp=setup.tp,
+                                               etp=setup.etp, dispatch=setup.moe_dispatch)
+        mem_f, mem_b = mem_f + perm_f, mem_b + perm_b
     tp_f, tp_b = _tp_comm(model, setup, hw, eff, col)
     cp_f, cp_b = _cp_comm(model, setup, hw, eff, att)
     fwd = PassTime(gemm=fwd_g, attention=att.fwd_math, memory=mem_time(mem_f, hw, eff) + att.fwd_mem,
