@@ -187,6 +187,31 @@ def test_emitted_settings_describe_the_layout(rank):
         assert [sum(x.startswith("layers.") for x in part) for part in parts] == list(e.prediction.stage_layers)
 
 
+def test_emitted_settings_carry_the_precision():
+    """A layout timed in FP8 is emitted in FP8, in each stack's own names for its recipe: Megatron-LM
+    ``--fp8-recipe tensorwise`` and NeMo ``fp8_recipe=tensorwise`` for current scaling, torchtitan's
+    float8 converter with its FSDP float8 all-gather; delayed scaling, which torchtitan lacks, is a
+    note there; a bf16 layout carries no FP8 setting."""
+    from dataclasses import replace
+    from modelcut.export.emit import nemo_overrides
+    from modelcut.service.explore import catalog_request, run_explore
+    req = catalog_request("mbridge2511-llama3-8b-8", top=1)
+    e = run_explore(req).layouts[0]
+    args = megatron_args(e).splitlines()
+    assert "--bf16" in args and "--fp8-format hybrid" in args and "--fp8-recipe tensorwise" in args
+    nemo = nemo_overrides(e).splitlines()
+    assert "trainer.plugins.fp8=hybrid" in nemo and "trainer.plugins.fp8_recipe=tensorwise" in nemo
+    conf = tomllib.loads(torchtitan_toml(e))
+    assert conf["model"]["converters"] == ["quantize.linear.float8"]
+    assert conf["quantize"]["linear"]["float8"]["filter_fqns"] == ["output"]
+    delayed = run_explore(replace(req, space=replace(req.space, fp8_recipe="delayed"))).layouts[0]
+    assert "--fp8-recipe delayed" in megatron_args(delayed).splitlines()
+    assert "no such recipe" in torchtitan_toml(delayed) and "model" not in tomllib.loads(torchtitan_toml(delayed))
+    plain = small().layouts[0]
+    assert not any("fp8" in x for x in megatron_args(plain).splitlines() + nemo_overrides(plain).splitlines())
+    assert "quantize" not in tomllib.loads(torchtitan_toml(plain))
+
+
 # ------------------------------------------------------------------ CLI
 
 
@@ -367,6 +392,22 @@ def test_a_catalog_runs_search_keeps_its_rank_order():
     assert req.space.order == ("tp", "cp", "pp", "dp")
     assert all(e.run.layout.order == ("tp", "cp", "pp", "dp") for e in run_explore(req).layouts)
     assert catalog_request("nemotron4-15b-768").space.order == DEFAULT_ORDER
+
+
+def test_a_catalog_runs_search_is_at_its_precision():
+    """``explore --run`` of an FP8 run times every layout in FP8 with the run's recipe (what
+    ``predict --run`` times its published layout in), faster than the same search in bf16; a 16-bit
+    run stays 16-bit."""
+    from dataclasses import replace
+    from modelcut.service.explore import catalog_request, run_explore
+    req = catalog_request("mbridge2511-llama3-8b-8", top=2)
+    assert (req.space.precision, req.space.fp8_recipe) == ("fp8", "current")
+    ex = run_explore(req)
+    assert ex.layouts and all(e.run.training.precision == "fp8" for e in ex.layouts)
+    assert all(e.run.training.fp8_recipe == "current" for e in ex.layouts)
+    bf16 = run_explore(replace(req, space=replace(req.space, precision="bf16", fp8_recipe=None)))
+    assert ex.layouts[0].step_time_s < bf16.layouts[0].step_time_s
+    assert catalog_request("nemotron4-15b-768").space.precision == "bf16"
 
 
 def test_explore_takes_the_stacks_overlap_overrides(capsys):

@@ -31,6 +31,20 @@ that gives the embedding and the loss a layer's slot, ``fsdp = "megatron"`` with
 megatron_strategy.py, scripts/performance/helpers.py), ``optim.config.use_distributed_optimizer``
 (ZeRO-1), ``model.config.recompute_granularity``/``recompute_method``/``recompute_num_layers``,
 ``model.config.cp_comm_type``, and ``data.micro_batch_size``/``global_batch_size``/``seq_length``.
+
+Precision, each stack's own names for modelcut's recipes (delayed, current, blockwise, mxfp8):
+Megatron-LM ``--bf16``/``--fp16``, and for FP8 ``--fp8-format hybrid --fp8-recipe
+delayed|tensorwise|blockwise|mxfp8`` with ``--fp8-param-gather`` where the weights are gathered in
+FP8 (core_v0.15.0 megatron/training/arguments.py); torchtitan (v0.2.2 docs/float8.md and
+torchtitan/config/job_config.py ``Float8Linear``/``MXLinear``) ``[model] converters =
+["quantize.linear.float8"]`` with ``[quantize.linear.float8]`` tensorwise scaling (current scaling;
+``enable_fsdp_float8_all_gather``, ``precompute_float8_dynamic_scale_for_fsdp``, the output layer
+left in bf16 by ``filter_fqns``), or ``["quantize.linear.mx"]`` with ``recipe_name =
+"mxfp8_cublas"``, and no delayed or blockwise recipe; NeMo 2.0 (v2.5.0rc0
+nemo/lightning/pytorch/plugins/mixed_precision.py ``MegatronMixedPrecision``, as the recipes'
+``bf16_with_fp8_mixed`` sets it) ``trainer.plugins.fp8=hybrid``,
+``trainer.plugins.fp8_recipe=delayed|tensorwise|blockwise|mxfp8`` and
+``trainer.plugins.fp8_param_gather``.
 """
 
 from __future__ import annotations
@@ -39,6 +53,13 @@ from ..core.explore import Evaluated
 from ..core.sim import registry
 
 _CP_KIND = {"allgather": "allgather", "ring": "p2p"}
+#: modelcut's FP8 recipes by Megatron-core's (and NeMo's) names: current scaling is "tensorwise".
+_MCORE_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
+
+
+def _precision(e: Evaluated) -> tuple[str, object]:
+    """The layout's precision and, with fp8, the recipe it was timed with (its memory options')."""
+    return e.run.training.precision, e.options.fp8
 
 
 def _split(e: Evaluated) -> tuple[int, ...]:
@@ -101,7 +122,12 @@ def megatron_args(e: Evaluated) -> str:
         lines.append("--recompute-granularity selective")
     elif e.recompute == "full":
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-    lines.append("--bf16")
+    precision, f8 = _precision(e)
+    lines.append("--fp16" if precision == "fp16" else "--bf16")
+    if f8 is not None:
+        lines += ["--fp8-format hybrid", f"--fp8-recipe {_MCORE_RECIPE[f8.recipe]}"]
+        if f8.param_gather and e.zero >= 1:
+            lines.append("--fp8-param-gather")
     notes = [f"# data-parallel size {s.dp} follows from the world size {run.layout.gpus} (launch that many ranks)"]
     if not registry.get(s.schedule).megatron:
         notes.append(f"# schedule {s.schedule}: modelcut knows no Megatron-LM flag for it; Megatron-LM runs "
@@ -155,6 +181,22 @@ def torchtitan_toml(e: Evaluated) -> str:
         out.append('selective_ac_option = "op"')
     out += ["", "[training]", f"local_batch_size = {tr.global_batch // s.dp}",
             f"global_batch_size = {tr.global_batch}", f"seq_len = {tr.seq_len}"]
+    precision, f8 = _precision(e)
+    if precision == "fp16":
+        out.append('# fp16: torchtitan\'s mixed_precision_param takes "bfloat16" or "float32" only (v0.2.2 job_config.py)')
+    if f8 is not None:
+        if f8.recipe == "current":
+            gather = "true" if f8.param_gather else "false"
+            out += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
+                    "[quantize.linear.float8]", f"enable_fsdp_float8_all_gather = {gather}",
+                    f"precompute_float8_dynamic_scale_for_fsdp = {gather}", 'filter_fqns = ["output"]']
+        elif f8.recipe == "mxfp8":
+            out += ["", "[model]", 'converters = ["quantize.linear.mx"]', "",
+                    "[quantize.linear.mx]", 'recipe_name = "mxfp8_cublas"']
+        else:
+            out.append(f"# fp8 with {f8.recipe} scaling: torchtitan's float8 scales tensorwise (current scaling) "
+                       "or rowwise, or runs MXFP8; it has no such recipe")
+        out.append("# float8 needs [compile] enable = true to fuse its casts (torchtitan docs/float8.md)")
     return "\n".join(out)
 
 
@@ -189,8 +231,14 @@ def nemo_overrides(e: Evaluated) -> str:
                   "model.config.recompute_num_layers=1"]
     lines += [f"data.micro_batch_size={tr.micro_batch}", f"data.global_batch_size={tr.global_batch}",
               f"data.seq_length={tr.seq_len}"]
+    precision, f8 = _precision(e)
+    if f8 is not None:
+        lines += ["trainer.plugins.fp8=hybrid", f"trainer.plugins.fp8_recipe={_MCORE_RECIPE[f8.recipe]}",
+                  f"trainer.plugins.fp8_param_gather={'true' if f8.param_gather else 'false'}"]
     notes = [f"# nemo llm pretrain --factory RECIPE (the model's pretraining recipe) with these overrides; "
              f"data-parallel size {s.dp} follows from the {run.layout.gpus} ranks"]
+    if precision == "fp16":
+        notes.append("# fp16: set trainer.plugins to the recipe's fp16_mixed() plugin")
     if not registry.get(s.schedule).megatron and s.pp > 1:
         notes.append(f"# schedule {s.schedule}: NeMo runs Megatron-core's "
                      f"{'1F1B' if s.vpp == 1 else 'interleaved schedule'} with these settings")

@@ -429,7 +429,8 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
     """The search a published run of the catalog answers: its model, accelerator, GPU count,
     sequence and tokens a step, on its stack (runs_dev.toml), checking its published layout
     (tp, cp, pp, dp, and ep for an MoE model); the run's micro-batch among those tried, every layout
-    in the run's rank order."""
+    in the run's rank order and at the run's precision (an FP8 run's layouts all in FP8, with its
+    recipe)."""
     ids = [r.id for r in catalog.published_runs()]
     if run_id not in ids:
         raise ModelcutError(f"no published run {run_id!r}; choose one of {', '.join(ids)}")
@@ -440,7 +441,8 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
     check: dict[str, Any] = {"tp": L.tp, "cp": L.cp, "pp": L.pp, "dp": L.dp}
     if run.model.is_moe:
         check["ep"] = L.ep
-    space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})), order=L.order)
+    space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})), order=L.order,
+                  precision=tr.precision, fp8_recipe=tr.fp8_recipe)
     return ExploreRequest(run.model, catalog.hardware(run.gpu), L.gpus, tr.seq_len, tr.global_batch * tr.seq_len,
                           run.gpus_per_node, mode, st.framework if st is not None else None,
                           overlap=dict(st.overlap) if st is not None and st.overlap else None, space=space,
