@@ -88,19 +88,23 @@ def test_unfused_gradient_accumulation_costs_a_pass_over_the_weights():
     assert unfused.bwd.memory - fused.bwd.memory == pytest.approx(6 * local / (EFF.mem * hbm_bandwidth(A100)), rel=1e-9)
 
 
-def test_an_fp32_accumulator_costs_ten_bytes_a_parameter():
-    """DeepSpeed's BF16_Optimizer adds each micro-batch's bf16 gradient into an FP32 copy (read 2,
-    read 4, write 4): the megatron-deepspeed-2022 preset, BLOOM's, pays 10 bytes per parameter
-    where Megatron-LM 2021's 16-bit buffer pays 6."""
+def test_an_fp32_accumulator_through_a_cast_costs_eighteen_bytes_a_parameter():
+    """DeepSpeed's BF16_Optimizer adds each micro-batch's bf16 gradient into an FP32 copy through an
+    explicit cast (``.to(fp32)``: read 2, write a temporary 4; ``add_``: read 4 + 4, write 4): the
+    megatron-deepspeed-2022 preset, BLOOM's, pays 18 bytes per parameter where Megatron-LM 2021's
+    16-bit buffer pays 6; a one-kernel FP32 accumulation would pay 10."""
     from modelcut.catalog import framework
+    from modelcut.core.units import GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST
+    assert (GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST) == (10, 18)
     assert framework("megatron-deepspeed-2022").grad_accum_fusion is False
-    assert framework("megatron-deepspeed-2022").grad_accum_bytes == 10
+    assert framework("megatron-deepspeed-2022").grad_accum_bytes == 18
     assert framework("megatron-2021").grad_accum_bytes == 6
     six = layer_time(GPT22, setup(grad_accum_fusion=False), A100, EFF)
-    ten = layer_time(GPT22, setup(grad_accum_fusion=False, grad_accum_bytes=10.0), A100, EFF)
+    eighteen = layer_time(GPT22, setup(grad_accum_fusion=False, grad_accum_bytes=18.0), A100, EFF)
     local = 12 * GPT22.hidden ** 2 / 8
-    assert ten.bwd.memory - six.bwd.memory == pytest.approx(4 * local / (EFF.mem * hbm_bandwidth(A100)), rel=1e-9)
-    assert ten.fwd == six.fwd
+    assert eighteen.bwd.memory - six.bwd.memory == pytest.approx(12 * local / (EFF.mem * hbm_bandwidth(A100)),
+                                                                 rel=1e-9)
+    assert eighteen.fwd == six.fwd
 
 
 def test_context_parallel_gathers_keys_and_values():

@@ -27,9 +27,14 @@ OPTIMIZER_STATE_BYTES = 3 * FP32_BYTES
 #: Bytes of HBM *traffic* per parameter per micro-batch where a weight gradient is added into the
 #: accumulator outside its product: read the new 16-bit gradient, read and write the accumulator.
 #: Into a 16-bit buffer (Megatron-LM's ``param.main_grad.add_``, megatron/model/distributed.py):
-#: 2 + 2 + 2; into an FP32 one (DeepSpeed's BF16_Optimizer ``update_hp_grads``): 2 + 4 + 4.
+#: 2 + 2 + 2; into an FP32 one in one kernel (``main_grad.add_(grad)``, the dtype promoted inside the
+#: kernel): 2 + 4 + 4; into an FP32 one through an explicit cast, as DeepSpeed's BF16_Optimizer does it
+#: (``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``, deepspeed/runtime/bf16_optimizer.py
+#: ``update_hp_grads``): the cast reads 2 and writes a temporary FP32 copy, 4, and ``add_`` reads the
+#: accumulator and the copy and writes the accumulator, 4 + 4 + 4: 18.
 GRAD_ACCUM_BYTES_16 = 3 * BF16_BYTES
 GRAD_ACCUM_BYTES_32 = BF16_BYTES + 2 * FP32_BYTES
+GRAD_ACCUM_BYTES_32_CAST = (BF16_BYTES + FP32_BYTES) + 3 * FP32_BYTES
 
 #: Bytes of HBM *traffic* per parameter of one mixed-precision Adam step (time, not memory;
 #: Megatron-LM's ``Float16OptimizerWithFloat16Params``, apex ``FusedAdam`` and

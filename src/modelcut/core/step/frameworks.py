@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES
-from ..units import GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_BYTES, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
+from ..units import (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST, GRAD_BYTES,
+                     OPTIMIZER_STATE_BYTES, WEIGHT_BYTES)
 
 #: Option name -> what it means (shown by the CLI).
 OPTIONS: dict[str, str] = {
@@ -73,8 +74,10 @@ class Framework:
     Transformer Engine's choice, cuDNN fused attention on Hopper, FlashAttention-2 before it;
     ``grad_accum_fusion``: weight gradients accumulated inside the product; without it,
     ``grad_accum_bytes``: what the separate accumulation moves per local parameter per
-    micro-batch, 6 (a 16-bit gradient into a 16-bit buffer: read 2, read 2, write 2) or 10
-    (into an FP32 one: read 2, read 4, write 4);
+    micro-batch, 6 (a 16-bit gradient into a 16-bit buffer: read 2, read 2, write 2), 10
+    (into an FP32 one in one kernel: read 2, read 4, write 4) or 18 (into an FP32 one through an
+    explicit cast to a temporary FP32 copy, DeepSpeed's BF16_Optimizer: 2 + 4, then 4 + 4 + 4;
+    :data:`..units.GRAD_ACCUM_BYTES_32_CAST`);
     ``fused_cross_entropy``: one fused loss kernel; ``grad_bytes``: bytes per gradient element
     on the data-parallel wire (2: fp16/bf16, 4: fp32); ``grad_buffer_bytes``: bytes per element of
     the gradient buffer a rank keeps between micro-batches (memory): 4, an FP32 ``main_grad``; 2
@@ -168,7 +171,8 @@ class Framework:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
         for name, allowed in (("grad_bytes", (2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
-                              ("optimizer_bytes", (4, 8, 12)), ("grad_accum_bytes", (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32))):
+                              ("optimizer_bytes", (4, 8, 12)), ("grad_accum_bytes", (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32,
+                                                                  GRAD_ACCUM_BYTES_32_CAST))):
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of "
                                     f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")

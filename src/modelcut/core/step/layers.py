@@ -27,7 +27,8 @@ biased output's gradient. With ``grad_accum_fusion`` off (Megatron-LM before its
 weight-gradient accumulation), each weight gradient is then added into the main gradient, a
 read of the new gradient and a read and write of the accumulator (``grad_accum_bytes``): 6
 bytes per local parameter per micro-batch into a 16-bit buffer (``megatron/model/distributed.py``,
-``param.main_grad.add_``), 10 into an FP32 one (DeepSpeed's BF16_Optimizer, ``update_hp_grads``).
+``param.main_grad.add_``), 10 into an FP32 one in one kernel, 18 through DeepSpeed's BF16_Optimizer's
+explicit cast to a temporary FP32 copy (``update_hp_grads``: :data:`..units.GRAD_ACCUM_BYTES_32_CAST`).
 
 **Recomputation** re-executes (Korthikanti et al. 2022 §5): ``selective``, the attention
 core's forward (QKᵀ, softmax, dropout, A·V); ``full``, the layer's whole forward, its
