@@ -251,3 +251,43 @@ def test_fp8_sequence_parallel_gathers_move_one_byte(tp):
         assert 0.5 * p16.tp < p8.tp < p16.tp
     no_sp = replace(base, sequence_parallel=False)   # all-reduces of 16-bit outputs: unchanged
     assert layer_time(LLAMA, replace(no_sp, fp8=f8), H100, EFF).fwd.tp == layer_time(LLAMA, no_sp, H100, EFF).fwd.tp
+
+
+def test_megatron_cores_eager_paths_for_yarn_rope_a_clamped_glu_and_expert_biases():
+    """Megatron-core runs three of GPT-OSS's features as eager PyTorch (layers.MCORE_*): RoPE with a
+    YaRN attention factor other than 1 (24 bytes an element of Q and K forward, 20 backward, for
+    the fused kernel's 4 and 4), the routed experts' clamped GLU (8 and 10 bytes an element of the
+    up product's output) and their output biases, added expert by expert (12 and 16 bytes an
+    element of the down product's output). A stack that is not Megatron-core pays none of it; with
+    a plain RoPE Megatron-core keeps TE's fused one."""
+    from modelcut.core.costs import moe as moe_mod
+    from modelcut.core.step import layers as L
+    gptoss = catalog.model("gpt-oss-120b")
+    assert gptoss.rope_mscale == pytest.approx(1.3466) and gptoss.glu_clamp
+    base = dict(micro_batch=1, seq_len=4096, tp=1, attention="flash3", tp_bw=H100.link_bw)
+    plain = layer_time(gptoss, LayerSetup(**base), H100, EFF, moe=True, ep=8)
+    mcore = layer_time(gptoss, LayerSetup(**base, mcore_layers=True), H100, EFF, moe=True, ep=8)
+    T = 4096
+    rope = T * (gptoss.q_dim + gptoss.kv_dim)
+    gemms = moe_mod.moe_gemms(gptoss, T, tp=1, ep=8)
+    up = sum(g.m * g.count * g.n for g in gemms if g.name == "expert up")
+    down = sum(g.m * g.count * g.n for g in gemms if g.name == "expert down")
+    bw = EFF.mem * hbm_bandwidth(H100)
+    fwd = (L.MCORE_EAGER_ROPE_FWD - 4) * rope + L.MCORE_GLU_CLAMP_FWD * up + L.MCORE_EXPERT_BIAS_FWD * down
+    bwd = (L.MCORE_EAGER_ROPE_BWD - 4) * rope + L.MCORE_GLU_CLAMP_BWD * up + L.MCORE_EXPERT_BIAS_BWD * down
+    assert mcore.fwd.memory - plain.fwd.memory == pytest.approx(fwd / bw, rel=1e-9)
+    assert mcore.bwd.memory - plain.bwd.memory == pytest.approx(bwd / bw, rel=1e-9)
+    assert mcore.fwd.gemm == plain.fwd.gemm
+    unscaled = replace(gptoss, rope_mscale=1.0, glu_clamp=False, bias=False)
+    a = layer_time(unscaled, LayerSetup(**base), H100, EFF, moe=True, ep=8)
+    b = layer_time(unscaled, LayerSetup(**base, mcore_layers=True), H100, EFF, moe=True, ep=8)
+    assert (a.fwd.memory, a.bwd.memory) == (b.fwd.memory, b.bwd.memory)
+    assert catalog.framework("megatron-bridge").mcore_layers and catalog.framework("nemo").mcore_layers
+    assert catalog.framework("megatron-core").mcore_layers
+    assert not catalog.framework("nemo-automodel").mcore_layers and not catalog.framework("fsdp").mcore_layers
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, True, "1.3"])
+def test_a_yarn_attention_factor_must_be_a_positive_number(bad):
+    with pytest.raises(ModelcutError, match="rope_mscale must be a positive number"):
+        replace(catalog.model("gpt-oss-120b"), rope_mscale=bad)

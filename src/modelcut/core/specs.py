@@ -59,6 +59,8 @@ class ModelSpec:
     source: str = ""
     learned_positions: bool = False    # GPT-2/GPT-3: a learned max_seq × hidden position table
     qkv_bias: bool | None = None       # biases on Q, K, V only (Qwen2); None: as ``bias``
+    rope_mscale: float = 1.0           # YaRN's attention factor on RoPE's cos and sin (1: plain RoPE)
+    glu_clamp: bool = False            # the gated MLP clamps its two halves first (GPT-OSS's swiglu_limit)
 
     def __post_init__(self) -> None:
         _positive(self, "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts", "top_k")
@@ -71,6 +73,10 @@ class ModelSpec:
             raise ModelcutError(f"{self.name}: top_k ({self.top_k}) exceeds experts ({self.experts})")
         if not 0 <= self.dense_layers <= self.layers:
             raise ModelcutError(f"{self.name}: dense_layers ({self.dense_layers}) outside 0..{self.layers}")
+        if not (isinstance(self.rope_mscale, (int, float)) and not isinstance(self.rope_mscale, bool)
+                and self.rope_mscale > 0):
+            raise ModelcutError(f"{self.name}: rope_mscale must be a positive number (1: plain RoPE), "
+                                f"got {self.rope_mscale!r}")
         if self.learned_positions and self.max_seq is None:
             raise ModelcutError(f"{self.name}: learned_positions needs max_seq (the position table's length)")
 

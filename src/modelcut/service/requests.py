@@ -214,6 +214,9 @@ class ModelSpecIn(Strict):
     source: str = Field("", max_length=1000)
     learned_positions: bool = False
     qkv_bias: Optional[bool] = None
+    rope_mscale: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False,
+                                        description="YaRN's attention factor on RoPE (1: plain RoPE)")] = 1.0
+    glu_clamp: bool = Field(False, description="the gated MLP clamps its two halves (GPT-OSS's swiglu_limit)")
 
 
 #: Exactly one of the three ways to name a model, as the schema says it.

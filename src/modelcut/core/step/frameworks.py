@@ -131,7 +131,11 @@ class Framework:
     chooses apart from ``reshard_after_forward`` (None: the same); ``pipeline_grad_sync``: with a
     pipeline and ZeRO-2/3, "microbatch" reduce-scatters the gradients after every backward (only
     the shard is kept), "step" accumulates them whole and reduces once (:mod:`..costs.residency`,
-    the one rule memory and time both read: :meth:`residency`)."""
+    the one rule memory and time both read: :meth:`residency`);
+    ``mcore_layers``: the layers are Megatron-core's modules (its Transformer Engine layer spec),
+    whose paths for three model features run eager PyTorch ops (:data:`.layers.MCORE_EAGER_ROPE_FWD`
+    and the rest): a YaRN attention factor other than 1 (``ModelSpec.rope_mscale``), a clamped
+    GLU in the routed experts (``ModelSpec.glu_clamp``) and the routed experts' output biases."""
 
     name: str
     overlap: Overlap
@@ -158,6 +162,7 @@ class Framework:
     fp8_default_recipe: str = "auto"
     fp8_rs_overlap: str = "ring"
     reshard_with_pipeline: bool | None = None
+    mcore_layers: bool = False
     pipeline_grad_sync: str = "microbatch"
     source: str = ""
 

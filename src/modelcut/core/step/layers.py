@@ -62,6 +62,13 @@ token dispatcher's, counted with the all-to-alls by the caller (:func:`.moe.moe_
 only attention's remain here. The dispatcher's permutations (gathering each token's rows for
 its experts and summing them back) are memory-bound work of the layer,
 :func:`.moe.permute_bytes` for the stack's dispatcher (``LayerSetup.moe_dispatch``).
+
+**Megatron-core's eager paths** (``LayerSetup.mcore_layers``, the stack's ``mcore_layers``): with a
+YaRN attention factor other than 1 (``ModelSpec.rope_mscale``) its RoPE is eager PyTorch, not TE's
+fused kernel; a clamped GLU in the routed experts (``ModelSpec.glu_clamp``) is clamped and
+concatenated eagerly; the routed experts' output biases are added expert by expert
+(:data:`MCORE_EAGER_ROPE_FWD`, :data:`MCORE_GLU_CLAMP_FWD`, :data:`MCORE_EXPERT_BIAS_FWD` and their
+backward counts).
 """
 
 from __future__ import annotations
@@ -105,6 +112,33 @@ EAGER_SWIGLU_FWD = 10.0
 EAGER_SWIGLU_BWD = 18.0
 EAGER_ROPE = 20.0
 EAGER_DROPOUT = 5.0
+
+#: Bytes per element of the three eager paths in Megatron-core's layers (Megatron-LM 0d8e0714, the
+#: core_dev_r0.15.0 commit Megatron-Bridge v0.2.0 pins), bf16.
+#: RoPE with a YaRN attention factor other than 1: ``apply_rotary_pos_emb`` warns that TE's fused
+#: RoPE does not take ``mscale`` and runs ``_apply_rotary_pos_emb_bshd``
+#: (megatron/core/models/common/embeddings/rope_utils.py), per element of Q and K: t·cos 2 + 2,
+#: ``_rotate_half``'s negation of one half 1 + 1 and its concatenation 2 + 2, ·sin 2 + 2, the sum
+#: 4 + 2, the final ``torch.cat((t, t_pass))`` 2 + 2 = 24 forward; backward: the two products' input
+#: gradients 4 + 4, the negation 2, the chunk's gradient concatenated 4, the two paths summed 6 = 20
+#: (the fused kernel: 4 each way).
+MCORE_EAGER_ROPE_FWD = 24.0
+MCORE_EAGER_ROPE_BWD = 20.0
+#: A clamped GLU in the routed experts (``activation_func_clamp_value``, GPT-OSS):
+#: ``weighted_bias_quick_geglu_impl`` (megatron/core/fusions/fused_bias_geglu.py) clamps both
+#: halves and concatenates them eagerly before its compiled kernel, per element of the up product's
+#: output: clamps 2 + 2, ``torch.cat`` 2 + 2 = 8 forward; the clamps' backward (read the gradient
+#: and the input, write) 6 and the chunk's gradient concatenated 4 = 10 backward.
+MCORE_GLU_CLAMP_FWD = 8.0
+MCORE_GLU_CLAMP_BWD = 10.0
+#: The routed experts' output biases: ``TEGroupedMLP._apply_bias``
+#: (megatron/core/transformer/moe/experts.py) adds them expert by expert in Python,
+#: ``torch.cat([t + b * p ...])``, per element of the down product's output: b·p written 2, the sum
+#: 2 + 2 + 2, the concatenation 2 + 2 = 12 forward; backward: the bias gradient (g·p written and
+#: read 2 + 2, from g 2) 6, the probability gradient (g·b likewise) 6, the split's gradient
+#: concatenated 4 = 16.
+MCORE_EXPERT_BIAS_FWD = 12.0
+MCORE_EXPERT_BIAS_BWD = 16.0
 
 
 @dataclass(frozen=True)
@@ -152,6 +186,7 @@ class LayerSetup:
     weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
     tp_overlap_split: bool = False   # tp_comm overlap: overlapped products run in chunks (_overlapped)
     tp_overlap_fp8_ring: bool = True  # FP8 row-parallel forwards by ring exchange (else pipelined)
+    mcore_layers: bool = False        # Megatron-core's eager paths (:data:`MCORE_EAGER_ROPE_FWD` and the rest)
     moe_dispatch: str = "all-to-all"  # the token dispatcher: its permutations (:func:`..costs.moe.permute_bytes`)
 
     def __post_init__(self) -> None:
@@ -344,12 +379,23 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float)
     else:
         resid_f = (6.0 + (EAGER_DROPOUT if drop else 0.0)) * Tn * h
     act_f = ((6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0) * act_elems
-    rope_f = (4.0 if fused else EAGER_ROPE) * T * (q // t + kv_t) if rope else 0.0
-    mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f
+    rope_elems = T * (q // t + kv_t) if rope else 0.0
+    rope_f = rope_b = (4.0 if fused else EAGER_ROPE) * rope_elems
+    extra_f, extra_b = 0.0, 0.0
+    if setup.mcore_layers:
+        if model.rope_mscale != 1.0:
+            rope_f, rope_b = MCORE_EAGER_ROPE_FWD * rope_elems, MCORE_EAGER_ROPE_BWD * rope_elems
+        expert_up = sum(g.m * g.count * g.n for g in ups if g.name == "expert up")
+        expert_down = sum(g.m * g.count * g.n for g in mlp if g.name == "expert down")
+        if model.glu_clamp and gated:
+            extra_f, extra_b = MCORE_GLU_CLAMP_FWD * expert_up, MCORE_GLU_CLAMP_BWD * expert_up
+        if model.bias:
+            extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
+    mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f + extra_f
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
     act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
     bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + 2 * Tn * h) if model.bias else 0.0
-    mem_b = 2 * nb_b * Tn * h + 2 * resid_b + act_b + rope_f + bias_b
+    mem_b = 2 * nb_b * Tn * h + 2 * resid_b + act_b + rope_b + bias_b + extra_b
     if not setup.grad_accum_fusion:
         mem_b += setup.grad_accum_bytes * local_params
     return mem_f, mem_b

@@ -70,6 +70,7 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        tp_async_backward=framework.tp_async_backward, tp_bw=bw["tp"], cp_bw=bw["cp"],
                        cp_kind=L.cp_kind or framework.cp_kind, etp=L.etp,
                        fused_elementwise=framework.fused_elementwise, selective=framework.selective,
+                       mcore_layers=framework.mcore_layers,
                        tp_inside=not comm.group_spans_nodes(L, "tp", gpn),
                        cp_inside=not comm.group_spans_nodes(L, "cp", gpn),
                        tp_overlap_split=framework.overlap.tp_comm,
