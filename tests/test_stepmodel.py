@@ -229,3 +229,24 @@ def test_released_script_settings_lower_the_worst_megatron_row():
             r = replace(r, run=run)
         runs.append(r)
     assert validate(runs, catalog.hardware).max_error_pct["megatron"] == pytest.approx(22.7, abs=0.1)
+
+
+def test_megatron_core_overlaps_pipeline_sends_only_when_interleaved():
+    """Megatron-core turns overlap_p2p_comm off without a virtual pipeline (core_v0.15
+    megatron/training/arguments.py): a non-interleaved 1F1B run on its stacks holds both devices for
+    each send; with interleaving, or on a stack that overlaps them anyway (Llama 3's), they run
+    beside the compute."""
+    from modelcut.analysis.measured import catalog_measured
+    from modelcut.core.step.default import predict as predict_default
+    for name in ("megatron-core", "nemo", "megatron-bridge"):
+        fw = catalog.framework(name)
+        assert fw.overlap.p2p_async and not fw.p2p_overlapped(1) and fw.p2p_overlapped(2)
+    assert catalog.framework("llama3").p2p_overlapped(1)
+    meas = next(m for m in catalog_measured() if m.id == "mbridge2511-gpt-oss-120b-64")
+    assert meas.run.layout.pp == 4 and (meas.run.layout.vpp or 1) == 1
+    fw = catalog.framework("megatron-bridge")
+    eff = catalog.profile_for(meas.hw).efficiency
+    held = predict_default(meas.run, meas.hw, eff, fw)
+    beside = predict_default(meas.run, meas.hw, eff, replace(fw, p2p_async_interleaved_only=False))
+    assert held.breakdown.p2p_s > 0 and beside.breakdown.p2p_s == 0
+    assert held.step_time_s > beside.step_time_s

@@ -138,7 +138,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     sched = plan.schedule
     unit = (_overlapped_unit(costs.durations, costs.a2a_fb) if sched.units and any(a or b for a, b in costs.a2a_fb)
             else None)
-    p2p = costs.tau if framework.overlap.p2p_async else 0.0
+    p2p = costs.tau if framework.p2p_overlapped(plan.v) else 0.0
     if unit is None:    # layouts of one schedule shape share their simulation (scaled)
         trace = simulated_trace(plan, costs.durations, p2p)
     else:

@@ -135,7 +135,9 @@ class Framework:
     ``mcore_layers``: the layers are Megatron-core's modules (its Transformer Engine layer spec),
     whose paths for three model features run eager PyTorch ops (:data:`.layers.MCORE_EAGER_ROPE_FWD`
     and the rest): a YaRN attention factor other than 1 (``ModelSpec.rope_mscale``), a clamped
-    GLU in the routed experts (``ModelSpec.glu_clamp``) and the routed experts' output biases."""
+    GLU in the routed experts (``ModelSpec.glu_clamp``) and the routed experts' output biases;
+    ``p2p_async_interleaved_only``: the stack overlaps pipeline sends (``p2p_async``) only in its
+    interleaved schedule (:meth:`p2p_overlapped`)."""
 
     name: str
     overlap: Overlap
@@ -163,6 +165,7 @@ class Framework:
     fp8_rs_overlap: str = "ring"
     reshard_with_pipeline: bool | None = None
     mcore_layers: bool = False
+    p2p_async_interleaved_only: bool = False
     pipeline_grad_sync: str = "microbatch"
     source: str = ""
 
@@ -181,6 +184,15 @@ class Framework:
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of "
                                     f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
+
+    def p2p_overlapped(self, vpp: int) -> bool:
+        """Whether pipeline sends run beside the compute (``p2p_async``) with ``vpp`` chunks a device.
+        Megatron-core overlaps them only in its interleaved schedule: without a virtual pipeline
+        it turns ``overlap_p2p_comm`` off ("Overlap P2P communication is disabled if not using the
+        interleaved schedule", Megatron-LM core_v0.15 megatron/training/arguments.py), and its
+        1F1B exchanges with ``batch_isend_irecv`` then ``torch.cuda.synchronize()``
+        (megatron/core/pipeline_parallel/p2p_communication.py, ``batch_p2p_sync``)."""
+        return self.overlap.p2p_async and (vpp > 1 or not self.p2p_async_interleaved_only)
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""

@@ -176,7 +176,7 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     uc = unit_costs(run, hw, eff, framework, k)
     layer_costs = uc.layers
     tau = send_time(run, hw, eff, bw)
-    blocking = plan.p > 1 and not ov.p2p_async
+    blocking = plan.p > 1 and not framework.p2p_overlapped(plan.v)
     out = StageCosts([], [], [], tau)
     sums = []
     units = []   # per stage: each unit's forward seconds (forward order), backward seconds (backward order)
