@@ -81,3 +81,34 @@ def test_blackwell_is_reported_with_its_gap():
     assert set(rows) == {"bf16", "fp8_current", "fp8_delayed", "mxfp8", "fp8_current_prequantized",
                          "mxfp8_prequantized"}
     assert rows["mxfp8"].speedup_error_pct > rows["fp8_delayed"].speedup_error_pct > 0
+
+
+def test_korthikanti_layer_times_beside_the_step_models():
+    """Korthikanti et al. 2022 Table 4's 22B layer on A100 (tp 8, micro-batch 4, sequence 2048):
+    five settings, each forward and backward (recomputation included) within 12 % of the step
+    model's own layer time, and the step model orders them as the measurements do: sequence
+    parallelism shortens the forward; full recomputation costs the backward more than selective,
+    which costs more than none."""
+    from modelcut.analysis.kernel_checks import layer_rows
+    rows = {(r.recompute, r.sequence_parallel): r for r in layer_rows() if r.check == "korthikanti-22b-layer"}
+    assert len(rows) == 5
+    for r in rows.values():
+        assert abs(r.fwd_error_pct) < 12 and abs(r.bwd_error_pct) < 12, r
+    assert rows[("none", True)].predicted_fwd_ms < rows[("none", False)].predicted_fwd_ms
+    assert (rows[("full", False)].predicted_bwd_ms > rows[("selective", False)].predicted_bwd_ms
+            > rows[("none", False)].predicted_bwd_ms)
+    assert main(["validate", "--kernels", "--json"]) == 0
+
+
+def test_layer_checks_refuse_an_unknown_recomputation(tmp_path, monkeypatch):
+    from modelcut.catalog import kernel_checks as kc
+    from modelcut.core.errors import ModelcutError
+    monkeypatch.setattr(kc, "_toml", lambda: {"layer": [{"id": "x", "run": "korthikanti-22b-full", "source": "",
+                                                          "measured_ms": [{"recompute": "most", "sequence_parallel": False,
+                                                                           "forward": 1.0, "backward": 2.0}]}]})
+    kc.layer_checks.cache_clear()
+    try:
+        with pytest.raises(ModelcutError, match="recompute must be one of"):
+            kc.layer_checks()
+    finally:
+        kc.layer_checks.cache_clear()

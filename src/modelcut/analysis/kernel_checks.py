@@ -9,17 +9,29 @@ te.Linear forward of its shape. Its time here is the product at its data type's 
 (:func:`..core.costs.kernels.gemm_time`, the constants at 1: the kernels alone) plus, in FP8
 autocast, the casts of its input and of its weight, both quantized every call, at the recipe's
 bytes per element (:func:`..core.costs.fp8.cast_bytes`); pre-quantized: the product alone.
+
+**Layer measurements** (:func:`layer_rows`, the file's ``[[layer]]`` entries): one transformer
+layer's forward and backward (its recomputed forward included) inside a training step, under a
+published run's settings with each measured recomputation and sequence-parallel setting. Its time
+here is the step model's own for that layer (:func:`..core.step.stage_costs.kernels`, the dense
+layer's passes: compute plus the tensor-parallel time the stack leaves exposed), with the run's
+profile constants, as a step is timed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..catalog.kernel_checks import LINEAR_KINDS, LinearCheck, linear_checks
+from .. import catalog
+from ..catalog.kernel_checks import LINEAR_KINDS, LayerCheck, LinearCheck, layer_checks, linear_checks
+from ..core.costs import comm
 from ..core.costs import fp8 as fp8_mod
 from ..core.costs.kernels import Efficiency, gemm_time, mem_time
+from ..core.errors import ModelcutError
 from ..core.specs import Hardware, ModelSpec, Training
 from ..core.step.layers import dense_linears
+from ..core.step.stage_costs import kernels
+from .measured import catalog_measured
 
 #: The kernels alone: no training-step constant applies to a kernel benchmark.
 KERNELS_ONLY = Efficiency(gemm=1.0, mem=1.0, net=1.0)
@@ -97,3 +109,56 @@ def check_rows(check: LinearCheck) -> list[LinearRow]:
 def linear_rows() -> list[LinearRow]:
     """Every published linear-layer benchmark, kind by kind."""
     return [row for c in linear_checks() for row in check_rows(c)]
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One setting of a layer measurement: modelcut's and the published forward and backward."""
+
+    check: str
+    device: str
+    recompute: str
+    sequence_parallel: bool
+    predicted_fwd_ms: float
+    predicted_bwd_ms: float
+    measured_fwd_ms: float
+    measured_bwd_ms: float
+
+    @property
+    def fwd_error_pct(self) -> float:
+        return (self.predicted_fwd_ms - self.measured_fwd_ms) / self.measured_fwd_ms * 100
+
+    @property
+    def bwd_error_pct(self) -> float:
+        return (self.predicted_bwd_ms - self.measured_bwd_ms) / self.measured_bwd_ms * 100
+
+    def as_dict(self) -> dict:
+        return {"check": self.check, "device": self.device, "recompute": self.recompute,
+                "sequence_parallel": self.sequence_parallel,
+                "predicted_fwd_ms": self.predicted_fwd_ms, "measured_fwd_ms": self.measured_fwd_ms,
+                "fwd_error_pct": self.fwd_error_pct, "predicted_bwd_ms": self.predicted_bwd_ms,
+                "measured_bwd_ms": self.measured_bwd_ms, "bwd_error_pct": self.bwd_error_pct}
+
+
+def layer_check_rows(check: LayerCheck) -> list[LayerRow]:
+    """Each setting of one layer measurement beside the step model's time for that layer (module doc)."""
+    meas = next((m for m in catalog_measured() if m.id == check.run), None)
+    if meas is None:
+        raise ModelcutError(f"kernel_checks.toml {check.id}: no published run {check.run!r}")
+    fw = catalog.framework(meas.framework)
+    eff = catalog.profile_for(meas.hw).efficiency
+    rows = []
+    for c in check.configs:
+        run = replace(meas.run, layout=replace(meas.run.layout, sequence_parallel=c.sequence_parallel),
+                      training=replace(meas.run.training, recompute=c.recompute))
+        L = run.layout
+        bw = comm.group_bandwidths(L, meas.hw, run.gpus_per_node or meas.hw.per_node, fw.multi_nic_rings)
+        layer = kernels(run, meas.hw, eff, fw, bw).dense
+        rows.append(LayerRow(check.id, meas.hw.name, c.recompute, c.sequence_parallel, layer.fwd.total * 1e3,
+                             (layer.bwd.total + layer.recompute.total) * 1e3, c.forward_ms, c.backward_ms))
+    return rows
+
+
+def layer_rows() -> list[LayerRow]:
+    """Every published layer measurement, setting by setting."""
+    return [row for c in layer_checks() for row in layer_check_rows(c)]

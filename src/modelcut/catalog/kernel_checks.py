@@ -51,10 +51,54 @@ def _device(entry: dict) -> Hardware:
     return replace(base, aliases=(), source=entry.get("variant_source", ""), **var)
 
 
+#: The settings a layer measurement may vary, and what each must be.
+LAYER_RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """One setting of a layer measurement: recomputation, sequence parallelism, and the published
+    forward and backward (its recomputed forward included) in milliseconds."""
+
+    recompute: str
+    sequence_parallel: bool
+    forward_ms: float
+    backward_ms: float
+
+
+@dataclass(frozen=True)
+class LayerCheck:
+    """A published measurement of one transformer layer inside a training step (the file's doc),
+    under the settings of a published run of the catalog (``run``)."""
+
+    id: str
+    run: str
+    configs: tuple[LayerConfig, ...]
+    source: str
+
+
+def _toml() -> dict:
+    return tomllib.loads(resources.files("modelcut.catalog").joinpath("kernel_checks.toml").read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=None)
+def layer_checks() -> tuple[LayerCheck, ...]:
+    out = []
+    for e in _toml().get("layer", []):
+        configs = []
+        for c in e["measured_ms"]:
+            if c["recompute"] not in LAYER_RECOMPUTE:
+                raise ModelcutError(f"kernel_checks.toml {e['id']}: recompute must be one of "
+                                    f"{', '.join(LAYER_RECOMPUTE)}, got {c['recompute']!r}")
+            configs.append(LayerConfig(c["recompute"], bool(c["sequence_parallel"]), float(c["forward"]),
+                                       float(c["backward"])))
+        out.append(LayerCheck(e["id"], e["run"], tuple(configs), e["source"]))
+    return tuple(out)
+
+
 @lru_cache(maxsize=None)
 def linear_checks() -> tuple[LinearCheck, ...]:
-    rows = tomllib.loads(resources.files("modelcut.catalog").joinpath("kernel_checks.toml")
-                        .read_text(encoding="utf-8")).get("linear", [])
+    rows = _toml().get("linear", [])
     out = []
     for e in rows:
         unknown = set(e["measured_ms"]) - set(LINEAR_KINDS)

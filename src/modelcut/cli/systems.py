@@ -34,7 +34,8 @@ def validate(
                                  help="default mode: a fitted profile (modelcut calibrate --out) for its accelerator"),
     budget: bool = typer.Option(False, "--budget", help="default mode: print each run's error budget"),
     kernels: bool = typer.Option(False, "--kernels", help="check the measured kernel tables against published "
-                                                          "kernel benchmarks instead (no fitted constant)"),
+                                                          "kernel benchmarks, and layer times against published "
+                                                          "layer measurements, instead"),
 ) -> None:
     """Check the systems model against the published runs: η fitted on one, the rest predicted.
     ``--mode default``: every run (deck and dev sets), the default model beside the seed.
@@ -59,6 +60,17 @@ def validate(
         con.print(table)
         for cid, src in out["sources"].items():
             con.print(f"{cid}: {src['source']}")
+        layers = Table("Measurement", "Device", "Recompute", "SP", "Forward (ms)", "modelcut", "Error",
+                       "Backward (ms)", "modelcut", "Error",
+                       title="Layer measurements: one layer's forward and backward (recomputation included) "
+                             "in a step, the default profile's constants")
+        for r in out["layers"]:
+            layers.add_row(r["check"], r["device"], r["recompute"], "on" if r["sequence_parallel"] else "off",
+                           f"{r['measured_fwd_ms']:.2f}", f"{r['predicted_fwd_ms']:.2f}", f"{r['fwd_error_pct']:+.1f} %",
+                           f"{r['measured_bwd_ms']:.2f}", f"{r['predicted_bwd_ms']:.2f}", f"{r['bwd_error_pct']:+.1f} %")
+        con.print(layers)
+        for cid, src in out["layer_sources"].items():
+            con.print(f"{cid} (run {src['run']}): {src['source']}")
         return
     if mode == "default":
         prof = service.load_profile(profile)

@@ -1,8 +1,9 @@
 """The validation tables as every face shows them (``modelcut validate``, ``GET /api/runs``).
 
 * :func:`seed_table`: the deck's table, the seed model with η fitted on Megatron-LM's 1.7B run.
-* :func:`kernel_rows`: the measured kernel tables against published kernel benchmarks
-  (:mod:`..analysis.kernel_checks`), ``validate --kernels``.
+* :func:`kernel_rows`: the measured kernel tables against published kernel benchmarks, and the
+  step model's layer times against published layer measurements (:mod:`..analysis.kernel_checks`),
+  ``validate --kernels``.
 * :func:`default_table`: every published run (deck and development sets) under the default model,
   out of sample first (each source's runs predicted with the constants of the profile's fold
   that left that source out), in sample beside it, and the seed; per source and overall, with
@@ -20,7 +21,7 @@ from ..analysis import validation as av
 from ..analysis.budget import ErrorBudget, error_budget
 from ..analysis.measured import Measured, catalog_measured
 from ..catalog import Profile
-from ..catalog.kernel_checks import linear_checks
+from ..catalog.kernel_checks import layer_checks, linear_checks
 from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.step import seed
@@ -34,7 +35,9 @@ def kernel_rows() -> dict[str, Any]:
     sources: ``validate --kernels --json``."""
     return {"rows": [r.as_dict() for r in kernel_checks.linear_rows()],
             "sources": {c.id: {"source": c.source, "device": c.hw.name, "device_source": c.device_source,
-                               "date": c.date} for c in linear_checks()}}
+                               "date": c.date} for c in linear_checks()},
+            "layers": [r.as_dict() for r in kernel_checks.layer_rows()],
+            "layer_sources": {c.id: {"source": c.source, "run": c.run} for c in layer_checks()}}
 
 
 def deck_runs() -> list[catalog.PublishedRun]:

@@ -193,9 +193,24 @@ class KernelCheckRow(BaseModel):
     speedup_error_pct: float | None
 
 
+class LayerCheckRow(BaseModel):
+    check: str
+    device: str
+    recompute: str
+    sequence_parallel: bool
+    predicted_fwd_ms: float = Field(description="the step model's forward of one layer, ms")
+    measured_fwd_ms: float = Field(description="the published forward, ms")
+    fwd_error_pct: float
+    predicted_bwd_ms: float = Field(description="the step model's backward, its recomputed forward included, ms")
+    measured_bwd_ms: float = Field(description="the published backward, ms")
+    bwd_error_pct: float
+
+
 class KernelChecksResponse(BaseModel):
     rows: list[KernelCheckRow]
     sources: dict[str, dict[str, str]] = Field(description="per benchmark: its source, device, device source, date")
+    layers: list[LayerCheckRow] = Field(description="layer measurements beside the step model's layer times")
+    layer_sources: dict[str, dict[str, str]] = Field(description="per layer measurement: its source and published run")
 
 
 class UploadResponse(BaseModel):
