@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -263,7 +264,7 @@ def test_megatron_cores_eager_paths_for_yarn_rope_a_clamped_glu_and_expert_biase
     from modelcut.core.costs import moe as moe_mod
     from modelcut.core.step import layers as L
     gptoss = catalog.model("gpt-oss-120b")
-    assert gptoss.rope_mscale == pytest.approx(1.3466) and gptoss.glu_clamp
+    assert gptoss.rope_mscale == pytest.approx(0.1 * math.log(32) + 1) and gptoss.glu_clamp
     base = dict(micro_batch=1, seq_len=4096, tp=1, attention="flash3", tp_bw=H100.link_bw)
     plain = layer_time(gptoss, LayerSetup(**base), H100, EFF, moe=True, ep=8)
     mcore = layer_time(gptoss, LayerSetup(**base, mcore_layers=True), H100, EFF, moe=True, ep=8)

@@ -2,6 +2,7 @@
 catalog's MoE models and their Hugging Face configs."""
 
 import json
+import math
 from dataclasses import fields, replace
 
 import pytest
@@ -265,12 +266,26 @@ def test_bad_expert_layouts(layout, msg):
 # ---------------------------------------------------------------- catalog and Hugging Face configs
 
 @pytest.mark.parametrize("file,name", [("mixtral-8x7b", "mixtral-8x7b"), ("deepseek-v3", "deepseek-v3"),
-                                       ("qwen1.5-moe-a2.7b", "qwen1.5-moe-a2.7b"), ("qwen3-30b-a3b", "qwen3-30b-a3b")])
+                                       ("qwen1.5-moe-a2.7b", "qwen1.5-moe-a2.7b"), ("qwen3-30b-a3b", "qwen3-30b-a3b"),
+                                       ("gpt-oss-120b", "gpt-oss-120b")])
 def test_hf_configs_give_the_catalog_entries(file, name):
     got, want = catalog.load_hf_config(f"tests/data/hf/{file}.json"), catalog.model(name)
     for f in fields(want):
         if f.name not in ("name", "source"):
             assert getattr(got, f.name) == getattr(want, f.name), f.name
+
+
+@pytest.mark.parametrize("rope_scaling,factor", [
+    (None, 1.0),
+    ({"rope_type": "llama3", "factor": 8.0}, 1.0),
+    ({"rope_type": "yarn", "factor": 32.0}, 0.1 * math.log(32) + 1),
+    ({"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0}, 1.0),
+    ({"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.707}, (0.1 * math.log(40) + 1) / (0.0707 * math.log(40) + 1)),
+    ({"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.2}, 1.2),
+])
+def test_yarn_attention_factor_as_transformers_computes_it(rope_scaling, factor):
+    cfg = json.loads(open("tests/data/hf/llama3-8b.json").read()) | {"rope_scaling": rope_scaling}
+    assert catalog.model_from_hf_config(cfg).rope_mscale == pytest.approx(factor, rel=1e-12)
 
 
 def test_deepseek_fields():

@@ -3,7 +3,7 @@
 Field names and defaults follow the transformers configuration classes (src/transformers/models/
 <family>/configuration_<family>.py): LlamaConfig, MistralConfig, Qwen2Config, MixtralConfig,
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
-same fields), GPT2Config, GPTNeoXConfig. The architecture is read from ``architectures[0]``, else
+same fields), GptOssConfig, GPT2Config, GPTNeoXConfig. The architecture is read from ``architectures[0]``, else
 from ``model_type``. A missing required field or an unknown architecture is a one-line error
 naming it.
 
@@ -21,10 +21,22 @@ Mixture-of-experts fields, by family:
   ``intermediate_size``), ``moe_layer_freq`` 1. Multi-head latent attention has no shape in
   :class:`~modelcut.core.specs.ModelSpec`; :func:`mla_equivalent_shape` stands a grouped-query
   shape in for it (docs/long-context-and-moe.md, "MLA").
+* GPT-OSS: ``num_local_experts``, ``num_experts_per_tok``, experts ``intermediate_size`` wide, in
+  every layer; biases on the attention projections and the experts (``attention_bias``); the
+  experts' GLU clamped where ``swiglu_limit`` is set (``glu_clamp``). Its alternating
+  sliding-window layers count as full attention, as the catalog's GPT-OSS models do.
+
+RoPE scaling: a YaRN ``rope_scaling`` gives the attention factor its cos and sin are multiplied
+by (``rope_mscale``), as transformers computes it (modeling_rope_utils.py
+``_compute_yarn_parameters``): ``attention_factor`` where the config sets it; else, with both
+``mscale`` and ``mscale_all_dim``, m(factor, mscale)/m(factor, mscale_all_dim); else m(factor, 1),
+with m(s, k) = 0.1·k·ln s + 1 for s > 1 (1 otherwise). GPT-OSS (factor 32): 1.3466; DeepSeek-V3
+(factor 40, mscale = mscale_all_dim = 1): 1.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..core.costs import flops
@@ -44,7 +56,27 @@ _FAMILIES = {
     "Qwen3MoeForCausalLM": "qwen3_moe", "qwen3_moe": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek", "deepseek_v2": "deepseek",
     "DeepseekV3ForCausalLM": "deepseek", "deepseek_v3": "deepseek",
+    "GptOssForCausalLM": "gpt_oss", "gpt_oss": "gpt_oss",
 }
+
+
+def _yarn_m(scale: float, k: float) -> float:
+    return 0.1 * k * math.log(scale) + 1.0 if scale > 1 else 1.0
+
+
+def rope_attention_factor(cfg: dict, arch: str) -> float:
+    """The attention factor a YaRN ``rope_scaling`` puts on RoPE's cos and sin, 1 for any other
+    RoPE (module doc)."""
+    rs = cfg.get("rope_scaling")
+    if not isinstance(rs, dict) or (rs.get("rope_type") or rs.get("type")) != "yarn":
+        return 1.0
+    if rs.get("attention_factor") is not None:
+        return float(rs["attention_factor"])
+    factor = float(_get(rs, "factor", arch))
+    mscale, mscale_all = rs.get("mscale"), rs.get("mscale_all_dim")
+    if mscale is not None and mscale_all is not None:
+        return _yarn_m(factor, float(mscale)) / _yarn_m(factor, float(mscale_all))
+    return _yarn_m(factor, 1.0)
 
 
 def mla_equivalent_shape(hidden: int, heads: int, q_lora_rank: int | None, kv_lora_rank: int,
@@ -123,9 +155,11 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     head_dim = cfg.get("head_dim")
     kv_heads = _get(cfg, "num_key_value_heads", arch, heads)       # default: multi-head attention
     kw: dict[str, Any] = {}
-    if fam == "mixtral":
+    if fam in ("mixtral", "gpt_oss"):
         kw = dict(experts=_get(cfg, "num_local_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
                   expert_ffn_hidden=_get(cfg, "intermediate_size", arch))
+        if fam == "gpt_oss":
+            kw["glu_clamp"] = bool(cfg.get("swiglu_limit"))
     elif fam in ("qwen2_moe", "qwen3_moe"):
         kw = _qwen_moe(cfg, arch, fam, layers)
     elif fam == "deepseek":
@@ -142,11 +176,12 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         vocab=_get(cfg, "vocab_size", arch), gated_mlp=True,
         tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),
         head_dim=head_dim, norm="rmsnorm",
-        bias=attention_bias and bool(cfg.get("mlp_bias", False)) if fam == "llama" else False,
+        bias=(attention_bias and bool(cfg.get("mlp_bias", False)) if fam == "llama"
+              else attention_bias if fam == "gpt_oss" else False),
         qkv_bias=(True if fam in ("qwen2", "qwen2_moe")
                   else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe") else None)),
         dropout=False, max_seq=_get(cfg, "max_position_embeddings", arch, None),
-        source=f"Hugging Face config.json ({arch})", **kw)
+        rope_mscale=rope_attention_factor(cfg, arch), source=f"Hugging Face config.json ({arch})", **kw)
 
 
 def _dense_prefix(cfg: dict, arch: str, layers: int) -> int:
