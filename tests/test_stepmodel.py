@@ -250,3 +250,21 @@ def test_megatron_core_overlaps_pipeline_sends_only_when_interleaved():
     beside = predict_default(meas.run, meas.hw, eff, replace(fw, p2p_async_interleaved_only=False))
     assert held.breakdown.p2p_s > 0 and beside.breakdown.p2p_s == 0
     assert held.step_time_s > beside.step_time_s
+
+
+def test_the_step_says_which_megatron_core_paths_it_charged():
+    """A prediction's notes name the eager paths charged and the blocking sends, and only where
+    they apply: GPT-OSS 120B on Megatron-Bridge without interleaving has all of them; the same run on
+    an FSDP stack none; Llama 3 8B (plain RoPE, dense) on megatron-core none of the eager paths."""
+    from modelcut.analysis.measured import catalog_measured
+    from modelcut.core.step.default import predict as predict_default
+    meas = next(m for m in catalog_measured() if m.id == "mbridge2511-gpt-oss-120b-64")
+    eff = catalog.profile_for(meas.hw).efficiency
+    notes = predict_default(meas.run, meas.hw, eff, catalog.framework("megatron-bridge")).notes
+    eager = [n for n in notes if n.startswith("Megatron-core runs eagerly")]
+    assert len(eager) == 1 and all(w in eager[0] for w in ("RoPE", "1.347", "clamped GLU", "output biases"))
+    assert any("pipeline sends hold both devices" in n for n in notes)
+    other = predict_default(meas.run, meas.hw, eff, catalog.framework("nemo-automodel")).notes
+    assert not any("Megatron-core" in n for n in other)
+    llama = replace(meas.run, model=catalog.model("llama3-8b"), layout=replace(meas.run.layout, ep=1))
+    assert not any("eagerly" in n for n in predict_default(llama, meas.hw, eff, catalog.framework("megatron-core")).notes)

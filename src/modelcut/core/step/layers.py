@@ -141,6 +141,20 @@ MCORE_EXPERT_BIAS_FWD = 12.0
 MCORE_EXPERT_BIAS_BWD = 16.0
 
 
+def mcore_eager_paths(model: ModelSpec) -> tuple[str, ...]:
+    """Which of Megatron-core's eager paths a model takes (module doc), by name: "rope" (a YaRN
+    attention factor other than 1), "glu clamp" (a clamped GLU in routed experts), "expert bias"
+    (routed experts with output biases). The one rule the layer's bytes and the step's notes read."""
+    out = []
+    if not model.learned_positions and model.rope_mscale != 1.0:
+        out.append("rope")
+    if model.is_moe and model.gated_mlp and model.glu_clamp:
+        out.append("glu clamp")
+    if model.is_moe and model.bias:
+        out.append("expert bias")
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class LayerSetup:
     """What one device computes for one micro-batch: sizes and the framework's kernels.
@@ -382,15 +396,15 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float)
     rope_elems = T * (q // t + kv_t) if rope else 0.0
     rope_f = rope_b = (4.0 if fused else EAGER_ROPE) * rope_elems
     extra_f, extra_b = 0.0, 0.0
-    if setup.mcore_layers:
-        if model.rope_mscale != 1.0:
-            rope_f, rope_b = MCORE_EAGER_ROPE_FWD * rope_elems, MCORE_EAGER_ROPE_BWD * rope_elems
-        expert_up = sum(g.m * g.count * g.n for g in ups if g.name == "expert up")
-        expert_down = sum(g.m * g.count * g.n for g in mlp if g.name == "expert down")
-        if model.glu_clamp and gated:
-            extra_f, extra_b = MCORE_GLU_CLAMP_FWD * expert_up, MCORE_GLU_CLAMP_BWD * expert_up
-        if model.bias:
-            extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
+    eager = mcore_eager_paths(model) if setup.mcore_layers else ()
+    if "rope" in eager:
+        rope_f, rope_b = MCORE_EAGER_ROPE_FWD * rope_elems, MCORE_EAGER_ROPE_BWD * rope_elems
+    expert_up = sum(g.m * g.count * g.n for g in ups if g.name == "expert up")
+    expert_down = sum(g.m * g.count * g.n for g in mlp if g.name == "expert down")
+    if "glu clamp" in eager:
+        extra_f, extra_b = MCORE_GLU_CLAMP_FWD * expert_up, MCORE_GLU_CLAMP_BWD * expert_up
+    if "expert bias" in eager:
+        extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
     mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f + extra_f
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
     act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
