@@ -408,7 +408,10 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float)
     mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f + extra_f
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
     act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
-    bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + 2 * Tn * h) if model.bias else 0.0
+    # the bias gradients read each biased output's gradient: QKV, MLP up, and the two row-parallel
+    # outputs (projection, MLP down); the routed experts' down bias is the eager path's own where charged
+    row_outputs = 1 if "expert bias" in eager else 2
+    bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + row_outputs * Tn * h) if model.bias else 0.0
     mem_b = 2 * nb_b * Tn * h + 2 * resid_b + act_b + rope_b + bias_b + extra_b
     if not setup.grad_accum_fusion:
         mem_b += setup.grad_accum_bytes * local_params
