@@ -94,6 +94,8 @@ def test_korthikanti_layer_times_beside_the_step_models():
     assert len(rows) == 5
     for r in rows.values():
         assert abs(r.fwd_error_pct) < 12 and abs(r.bwd_error_pct) < 12, r
+        assert sum(r.fwd_parts_ms.values()) == pytest.approx(r.predicted_fwd_ms, rel=1e-9)
+        assert 0 < r.fwd_products_tflops < catalog.hardware(r.device).peak_flops_16 / 1e12
     assert rows[("none", True)].predicted_fwd_ms < rows[("none", False)].predicted_fwd_ms
     assert (rows[("full", False)].predicted_bwd_ms > rows[("selective", False)].predicted_bwd_ms
             > rows[("none", False)].predicted_bwd_ms)

@@ -123,6 +123,8 @@ class LayerRow:
     predicted_bwd_ms: float
     measured_fwd_ms: float
     measured_bwd_ms: float
+    fwd_parts_ms: dict[str, float]        # the forward's products, attention core, memory-bound kernels, communication
+    fwd_products_tflops: float            # the forward's linear-layer products: their FLOPs over their time
 
     @property
     def fwd_error_pct(self) -> float:
@@ -137,7 +139,8 @@ class LayerRow:
                 "sequence_parallel": self.sequence_parallel,
                 "predicted_fwd_ms": self.predicted_fwd_ms, "measured_fwd_ms": self.measured_fwd_ms,
                 "fwd_error_pct": self.fwd_error_pct, "predicted_bwd_ms": self.predicted_bwd_ms,
-                "measured_bwd_ms": self.measured_bwd_ms, "bwd_error_pct": self.bwd_error_pct}
+                "measured_bwd_ms": self.measured_bwd_ms, "bwd_error_pct": self.bwd_error_pct,
+                "fwd_parts_ms": dict(self.fwd_parts_ms), "fwd_products_tflops": self.fwd_products_tflops}
 
 
 def layer_check_rows(check: LayerCheck) -> list[LayerRow]:
@@ -154,8 +157,14 @@ def layer_check_rows(check: LayerCheck) -> list[LayerRow]:
         L = run.layout
         bw = comm.group_bandwidths(L, meas.hw, run.gpus_per_node or meas.hw.per_node, fw.multi_nic_rings)
         layer = kernels(run, meas.hw, eff, fw, bw).dense
-        rows.append(LayerRow(check.id, meas.hw.name, c.recompute, c.sequence_parallel, layer.fwd.total * 1e3,
-                             (layer.bwd.total + layer.recompute.total) * 1e3, c.forward_ms, c.backward_ms))
+        f = layer.fwd
+        parts = {"products": f.gemm * 1e3, "attention": f.attention * 1e3, "memory": f.memory * 1e3,
+                 "communication": f.comm * 1e3}
+        tokens = run.training.micro_batch * run.training.seq_len // L.cp
+        flops = sum(2 * m * n * k * cnt for m, n, k, cnt in dense_linears(run.model, tokens, L.tp))
+        rows.append(LayerRow(check.id, meas.hw.name, c.recompute, c.sequence_parallel, f.total * 1e3,
+                             (layer.bwd.total + layer.recompute.total) * 1e3, c.forward_ms, c.backward_ms,
+                             parts, flops / f.gemm / 1e12 if f.gemm else 0.0))
     return rows
 
 

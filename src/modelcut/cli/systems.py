@@ -69,6 +69,11 @@ def validate(
                            f"{r['measured_fwd_ms']:.2f}", f"{r['predicted_fwd_ms']:.2f}", f"{r['fwd_error_pct']:+.1f} %",
                            f"{r['measured_bwd_ms']:.2f}", f"{r['predicted_bwd_ms']:.2f}", f"{r['bwd_error_pct']:+.1f} %")
         con.print(layers)
+        for r in out["layers"]:
+            p = r["fwd_parts_ms"]
+            con.print(f"{r['check']} {r['recompute']}/{'SP' if r['sequence_parallel'] else 'no SP'} forward: "
+                      f"products {p['products']:.2f} ms ({r['fwd_products_tflops']:.0f} TFLOP/s), attention "
+                      f"{p['attention']:.2f}, memory-bound {p['memory']:.2f}, communication {p['communication']:.2f}")
         for cid, src in out["layer_sources"].items():
             con.print(f"{cid} (run {src['run']}): {src['source']}")
         return

@@ -204,6 +204,9 @@ class LayerCheckRow(BaseModel):
     predicted_bwd_ms: float = Field(description="the step model's backward, its recomputed forward included, ms")
     measured_bwd_ms: float = Field(description="the published backward, ms")
     bwd_error_pct: float
+    fwd_parts_ms: dict[str, float] = Field(description="the step model's forward by part: products, attention, "
+                                                       "memory, communication, ms")
+    fwd_products_tflops: float = Field(description="the forward's linear-layer products, TFLOP/s")
 
 
 class KernelChecksResponse(BaseModel):
