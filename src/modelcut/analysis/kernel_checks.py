@@ -31,7 +31,7 @@ from ..core.errors import ModelcutError
 from ..core.specs import Hardware, ModelSpec, Training
 from ..core.step.layers import dense_linears
 from ..core.step.stage_costs import kernels
-from .measured import catalog_measured
+from .measured import measured_run
 
 #: The kernels alone: no training-step constant applies to a kernel benchmark.
 KERNELS_ONLY = Efficiency(gemm=1.0, mem=1.0, net=1.0)
@@ -145,10 +145,12 @@ class LayerRow:
 
 def layer_check_rows(check: LayerCheck) -> list[LayerRow]:
     """Each setting of one layer measurement beside the step model's time for that layer (module doc)."""
-    meas = next((m for m in catalog_measured() if m.id == check.run), None)
-    if meas is None:
-        raise ModelcutError(f"kernel_checks.toml {check.id}: no published run {check.run!r}")
-    fw = catalog.framework(meas.framework)
+    try:
+        pr = catalog.published_run(check.run)
+    except ModelcutError:
+        raise ModelcutError(f"kernel_checks.toml {check.id}: no published run {check.run!r}") from None
+    meas = measured_run(pr, st=catalog.run_settings().get(pr.id))
+    fw = catalog.framework(meas.framework).with_overlap(meas.overlap)      # as validation times the run
     eff = catalog.profile_for(meas.hw).efficiency
     rows = []
     for c in check.configs:

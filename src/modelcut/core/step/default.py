@@ -43,7 +43,7 @@ from ..specs import Hardware, Run
 from .checks import check_run
 from .data_parallel import device_ends
 from .frameworks import Framework
-from .layers import mcore_eager_paths
+from .layers import MCORE_EAGER_PATHS, mcore_eager_paths
 from .pipeline_time import simulated_trace
 from .result import DefaultBreakdown, Prediction
 from .stage_costs import StageCosts, kernels, stage_costs
@@ -132,10 +132,8 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     plan = default_plan(run)
     eager = mcore_eager_paths(run.model) if framework.mcore_layers else ()
     if eager:
-        notes.append("Megatron-core runs eagerly: " + ", ".join(
-            {"rope": f"RoPE (YaRN attention factor {run.model.rope_mscale:.4g}: not TE's fused kernel)",
-             "glu clamp": "the experts' clamped GLU", "expert bias": "the experts' output biases, expert by expert"}[e]
-            for e in eager))
+        notes.append("Megatron-core runs eagerly: " + ", ".join(MCORE_EAGER_PATHS[e] for e in eager)
+                     + (f" (YaRN attention factor {run.model.rope_mscale:.4g})" if "rope" in eager else ""))
     if plan.p > 1 and framework.overlap.p2p_async and not framework.p2p_overlapped(plan.v):
         notes.append("pipeline sends hold both devices: Megatron-core overlaps them only in its interleaved schedule")
     bw = comm.group_bandwidths(L, hw, run.gpus_per_node or hw.per_node, framework.multi_nic_rings)

@@ -141,10 +141,17 @@ MCORE_EXPERT_BIAS_FWD = 12.0
 MCORE_EXPERT_BIAS_BWD = 16.0
 
 
+#: Megatron-core's eager paths by name, as a prediction's notes describe them.
+MCORE_EAGER_PATHS = {"rope": "RoPE (a YaRN attention factor: not TE's fused kernel)",
+                     "glu clamp": "the experts' clamped GLU",
+                     "expert bias": "the experts' output biases, expert by expert"}
+
+
 def mcore_eager_paths(model: ModelSpec) -> tuple[str, ...]:
-    """Which of Megatron-core's eager paths a model takes (module doc), by name: "rope" (a YaRN
-    attention factor other than 1), "glu clamp" (a clamped GLU in routed experts), "expert bias"
-    (routed experts with output biases). The one rule the layer's bytes and the step's notes read."""
+    """Which of Megatron-core's eager paths (:data:`MCORE_EAGER_PATHS`) a model takes (module doc):
+    "rope" (a YaRN attention factor other than 1), "glu clamp" (a clamped GLU in routed experts),
+    "expert bias" (routed experts with output biases). The one rule the layer's bytes and the
+    step's notes read."""
     out = []
     if not model.learned_positions and model.rope_mscale != 1.0:
         out.append("rope")
