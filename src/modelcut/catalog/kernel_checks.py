@@ -5,11 +5,12 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import get_args
 from importlib import resources
 
 from ..core.costs.kernels import at_peak
 from ..core.errors import ModelcutError
-from ..core.specs import Hardware
+from ..core.specs import Hardware, Recompute
 from .hardware import hardware
 
 #: The benchmark's precisions: (precision, FP8 recipe, pre-quantized), by measured_ms key.
@@ -51,8 +52,8 @@ def _device(entry: dict) -> Hardware:
     return replace(base, aliases=(), source=entry.get("variant_source", ""), **var)
 
 
-#: The settings a layer measurement may vary, and what each must be.
-LAYER_RECOMPUTE = ("none", "selective", "full")
+#: The recomputation modes a layer measurement may name: the step model's own (``core.specs.Recompute``).
+LAYER_RECOMPUTE: tuple[str, ...] = get_args(Recompute)
 
 
 @dataclass(frozen=True)
