@@ -139,7 +139,7 @@ def test_embedding_and_loss():
     logits = gemm_fwd_bwd(4 * 2048, GPT22.vocab // 8, GPT22.hidden, A100, EFF)
     assert lf.gemm == pytest.approx(logits[0])
     assert lb.gemm == pytest.approx(logits[1] + logits[2])
-    fused = loss_time(GPT22, setup(fused_cross_entropy=True), A100, EFF)
+    fused = loss_time(GPT22, setup(cross_entropy="fused"), A100, EFF)
     assert fused[0].memory < lf.memory
 
 
@@ -294,3 +294,18 @@ def test_megatron_cores_eager_paths_for_yarn_rope_a_clamped_glu_and_expert_biase
 def test_a_yarn_attention_factor_must_be_a_positive_number(bad):
     with pytest.raises(ModelcutError, match="rope_mscale must be a positive number"):
         replace(catalog.model("gpt-oss-120b"), rope_mscale=bad)
+
+
+def test_cross_entropy_by_how_the_stack_computes_it():
+    """The loss's memory-bound bytes per logit: fused least, then PyTorch's kernels on 16-bit
+    logits, then on fp32 logits, Megatron-LM's separate fp32 passes most."""
+    from modelcut.core.step.layers import CE_BYTES
+    h100, eff, llama8 = catalog.hardware("h100"), Efficiency(0.8, 0.8, 0.9), catalog.model("llama3-8b")
+    times = {k: loss_time(llama8, LayerSetup(micro_batch=1, seq_len=4096, cross_entropy=k), h100, eff)
+             for k in CE_BYTES}
+    mem = {k: f.memory + b.memory for k, (f, b) in times.items()}
+    assert mem["fused"] < mem["torch"] < mem["torch-fp32"] < mem["fp32-passes"]
+    with pytest.raises(ModelcutError, match="cross_entropy must be"):
+        LayerSetup(micro_batch=1, seq_len=4096, cross_entropy="magic")
+    assert catalog.framework("nemo-automodel").cross_entropy == "torch"
+    assert catalog.framework("fsdp").cross_entropy == "torch-fp32"

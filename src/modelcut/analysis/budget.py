@@ -29,15 +29,18 @@ class ErrorBudget:
 
 def alternatives(run: Run, fw_overlap: dict[str, bool]) -> list[tuple[str, str, Run, dict]]:
     """The other plausible values of the uncertain inputs: micro-batch halved and doubled
-    (where the batch allows), each overlap option that applies to the layout flipped, the
-    other recomputation modes, interleaving one step up and down (with a pipeline)."""
+    (where the batch allows; a local batch, where given, stays unless the doubled micro-batch
+    outgrows it, then it grows with it), each overlap option that applies to the layout flipped,
+    the other recomputation modes, interleaving one step up and down (with a pipeline)."""
     out: list[tuple[str, str, Run, dict]] = []
     tr, L = run.training, run.layout
     b = tr.micro_batch
     per_replica = tr.global_batch // L.dp
     for nb in (b // 2, b * 2):
         if nb >= 1 and nb != b and per_replica % nb == 0:
-            out.append(("micro-batch", str(nb), replace(run, training=replace(tr, micro_batch=nb)), {}))
+            lb = tr.local_batch if tr.local_batch is None or tr.local_batch % nb == 0 else nb
+            out.append(("micro-batch", str(nb), replace(run, training=replace(tr, micro_batch=nb, local_batch=lb)),
+                        {}))
     applies = {"grad_reduce": L.dp * L.cp > 1, "param_gather": L.dp * L.cp > 1, "p2p_async": L.pp > 1,
                "tp_comm": L.tp > 1}
     for k, val in fw_overlap.items():

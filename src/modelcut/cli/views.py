@@ -51,7 +51,8 @@ def show_prediction(result: PredictResult) -> None:
     recipe = result.memory.get("assumptions", {}).get("fp8_recipe") if "error" not in result.memory else None
     label += f"; {tr.precision}" + (f", {recipe} scaling" if recipe else "")
     con.print(f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}; "
-              f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}; {label})")
+              f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}"
+              + (f" × {pred.flushes} runs" if pred.flushes > 1 else "") + f"; {label})")
     con.print(f"step time        {pred.step_time_s:.4f} s")
     con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}")
     con.print(f"MFU              {pred.mfu * 100:.1f} %" + (" (of the FP8 peak)" if tr.precision == "fp8" else ""))

@@ -26,7 +26,7 @@ the explorer and the web app all read it, so time and memory describe the same p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 import numpy as np
@@ -46,6 +46,36 @@ def microbatches(layout: Layout, training: Training) -> int:
         raise ModelcutError(f"global_batch ({training.global_batch}) must be divisible by dp × micro_batch "
                             f"({layout.dp} × {training.micro_batch})")
     return training.global_batch // per
+
+
+def flushes(layout: Layout, training: Training) -> int:
+    """Pipeline schedule runs (flushes) per optimizer step: global_batch / (dp · local_batch)
+    with a pipeline and a ``local_batch``, else 1. torch.distributed.pipelining runs its schedule
+    over the micro-batches of one local batch (``PipelineSchedule.step``) and a stack built on it
+    accumulates gradients over several such runs: NeMo AutoModel calls ``schedule.step`` once per
+    gradient-accumulation step (``nemo_automodel/recipes/llm/train_ft.py``
+    ``_forward_backward_step``, NVIDIA-NeMo/Automodel @89e3a9fdd), torchtitan once per
+    ``training.local_batch_size`` (``torchtitan/train.py`` ``train_step``). Each run fills and
+    drains the pipeline and reduces its stages' gradients after its last backward (the
+    schedule's ``REDUCE_GRAD``, torch/distributed/pipelining/schedules.py ``_add_reduce_grad``),
+    so the step is that many runs of :func:`flush_training`'s batch. Megatron-LM runs all
+    global_batch/(dp · micro_batch) micro-batches in one schedule (no ``local_batch``)."""
+    if training.local_batch is None or layout.pp == 1:
+        return 1
+    per = layout.dp * training.local_batch
+    if training.global_batch % per:
+        raise ModelcutError(f"global_batch ({training.global_batch}) must be divisible by dp × local_batch "
+                            f"({layout.dp} × {training.local_batch})")
+    return training.global_batch // per
+
+
+def flush_training(layout: Layout, training: Training) -> Training:
+    """The batch of one pipeline schedule run (:func:`flushes`): global_batch / flushes
+    sequences, dp · local_batch of them; the training itself with one flush."""
+    f = flushes(layout, training)
+    if f == 1:
+        return training
+    return replace(training, global_batch=training.global_batch // f, local_batch=None)
 
 
 # ---------------------------------------------------------------- splits

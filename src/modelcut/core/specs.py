@@ -171,7 +171,11 @@ class Training:
     ``micro_batch`` sequences per micro-batch; ``recompute`` none | selective | full;
     ``precision`` of the matrix products (:data:`PRECISIONS`) and, with fp8, the scaling
     ``fp8_recipe`` (:data:`FP8_RECIPES`; None: the accelerator's default, as Transformer
-    Engine picks it)."""
+    Engine picks it); ``local_batch``, with a pipeline, the sequences a data-parallel rank
+    runs through one pipeline schedule (None: the whole step's, global_batch/dp, in one
+    flush): a stack built on torch.distributed.pipelining runs its schedule once per local
+    batch and accumulates gradients over global_batch/(dp·local_batch) such runs
+    (:func:`.plan.flushes`)."""
 
     seq_len: int
     global_batch: int
@@ -179,9 +183,15 @@ class Training:
     recompute: str = "none"
     precision: str = "bf16"
     fp8_recipe: str | None = None
+    local_batch: int | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
+        if self.local_batch is not None:
+            _positive(self, "local_batch")
+            if self.local_batch % self.micro_batch:
+                raise ModelcutError(f"local_batch ({self.local_batch}) must be a multiple of micro_batch "
+                                    f"({self.micro_batch})")
         if self.recompute not in ("none", "selective", "full"):
             raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
         if self.precision not in PRECISIONS:

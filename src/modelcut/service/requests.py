@@ -261,6 +261,10 @@ class TrainingIn(Strict):
     precision: Precision = Field("bf16", description="the matrix products' precision")
     fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe (default: the stack's, "
                                                               "else Transformer Engine's)")
+    local_batch: Optional[Tokens] = Field(None, description="with a pipeline: sequences per data-parallel rank "
+                                                            "per pipeline schedule run (torch.distributed."
+                                                            "pipelining's local batch; default: the whole step's, "
+                                                            "one run)")
 
 
 class HardwareIn(Strict):

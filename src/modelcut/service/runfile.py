@@ -31,6 +31,9 @@ micro_batch = 1
 recompute = "full"       # none | selective | full
 # precision = "fp8"      # bf16 (default) | fp16 | fp8: the matrix products' precision
 # fp8_recipe = "delayed" # with fp8: delayed | current | blockwise | mxfp8 (default: the stack's choice)
+# local_batch = 8        # with a pipeline on torch.distributed.pipelining (nemo-automodel, torchtitan):
+#                        # sequences per data-parallel rank per schedule run; the step runs
+#                        # global_batch / (dp · local_batch) of them (default: one)
 ```
 
 Every problem is one :class:`ModelcutError` line naming the file and the problem.

@@ -107,12 +107,14 @@ def memory_plan(run: Run, options: MemoryOptions = DEFAULT_OPTIONS, vpp: int | N
     """The pipeline a run's memory describes when no step model has resolved one: ``vpp`` (or the
     layout's, or the schedule's fixed chunk count, else 1) chunks under ``schedule`` (or the
     layout's, or the registry's default), the even split unless ``stage_layers`` or the options'
-    first/last layers say otherwise, the options' micro-batch group."""
+    first/last layers say otherwise, the options' micro-batch group; over the micro-batches of one
+    pipeline schedule run (:func:`..plan.flush_training`), the activations one run holds."""
     lay = run.layout
     name = schedule or lay.schedule
     spec = registry.get(name) if name is not None else None
     v = vpp or lay.vpp or (spec.default_chunks if spec is not None and spec.fixed_chunks else 1)
-    return plans.resolve(run.model, lay, run.training, v=v, schedule=name, stage_layers=stage_layers,
+    return plans.resolve(run.model, lay, plans.flush_training(lay, run.training), v=v, schedule=name,
+                         stage_layers=stage_layers,
                          first_layers=options.first_layers, last_layers=options.last_layers,
                          group=options.microbatch_group)
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..costs import comm, params
 from ..costs.kernels import Efficiency
+from .. import plan as plans
 from ..plan import PipelinePlan
 from ..specs import Hardware, Run
 from .data_parallel import dp_collective, run_residency, unit_gather_parts
@@ -36,7 +37,12 @@ from .stage_costs import kernels, unit_costs
 
 def lower_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan) -> float:
     """Seconds the step takes at least on the default model (module doc), for ``plan`` (the one the
-    step model resolves for the run: :func:`.default.default_plan`)."""
+    step model resolves for the run: :func:`.default.default_plan`, one pipeline schedule run):
+    the bound of one run, times the runs a step (:func:`..plan.flushes`)."""
+    return plans.flushes(run.layout, run.training) * _flush_bound(run, hw, eff, framework, plan)
+
+
+def _flush_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan) -> float:
     L = run.layout
     if L.zero == 3 and L.pp == 1 and framework.zero3_runtime != "unit":
         return 0.0           # DeepSpeed v0.3's replay: no bound claimed

@@ -13,7 +13,7 @@ from ..specs import Run
 def check_run(run: Run) -> None:
     """Refuse a run no framework would start: tensor parallelism that does not divide the heads,
     the KV heads or the MLP, more stages than layers, a sequence context parallelism cannot cut,
-    a batch that is no whole number of micro-batches, an expert layout that does not divide, an
+    a batch that is no whole number of micro-batches (or of local batches), an expert layout that does not divide, an
     unknown schedule, or chunks the schedule refuses (the plan's own checks, :func:`.plan.resolve`)."""
     m, L, T = run.model, run.layout, run.training
     if m.heads % L.tp:
@@ -31,4 +31,4 @@ def check_run(run: Run) -> None:
             registry.get(L.schedule)
         return
     v = L.vpp or (registry.get(L.schedule).default_chunks if L.schedule is not None else 1)
-    plans.resolve(m, L, T, v=v, schedule=L.schedule)
+    plans.resolve(m, L, plans.flush_training(L, T), v=v, schedule=L.schedule)   # one schedule run's size rules

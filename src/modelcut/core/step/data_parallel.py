@@ -147,6 +147,22 @@ def last_backwards(plan: PipelinePlan, trace: Trace) -> dict[int, tuple[float, f
     return out
 
 
+def blocking_stage_reduce(run: Run, framework: Framework) -> bool:
+    """Whether each pipeline stage's gradient reduce-scatter holds the compute stream: with a
+    pipeline, sharded gradients (FSDP, ZeRO ≥ 2) and a stack that reduces them once a schedule run
+    (``pipeline_grad_sync = "step"``, torch.distributed.pipelining). The schedule's ``REDUCE_GRAD``
+    action, placed just after a stage's last backward (torch/distributed/pipelining/schedules.py
+    ``_add_reduce_grad``), runs the stage's FSDP post-backward, issuing the reduce-scatter of all
+    its gradients then, and FSDP's final callback, where the current (compute) stream waits for the
+    reduce-scatters to finish (stage.py ``perform_reduce_grad``; torch/distributed/fsdp/
+    _fully_shard/_fsdp_state.py ``_root_post_backward_final_callback`` and _fsdp_param_group.py
+    ``finalize_backward``, torch 2.13; in torch 2.8 the same calls from stage.py's
+    ``backward_maybe_with_nosync`` on the last backward). So each stage's reduction is exposed on
+    its device, whole, after its last backward: :func:`device_ends` adds it to the device's end,
+    not letting a later stage's slack absorb it (an upper bound of that stall)."""
+    return run.layout.pp > 1 and run.layout.zero >= 2 and framework.pipeline_grad_sync == "step"
+
+
 def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan,
                 trace: Trace, bw: dict[str, float]) -> list[DeviceEnd]:
     """Per pipeline device (module doc). A stage's gradients become ready through its last
@@ -161,11 +177,12 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     sharded = L.zero >= 1 or framework.dist_optimizer
     res = run_residency(run, framework, plan.m)
     per_mb = res.grads == "per-microbatch" and res.zero >= 2 and plan.m > 1
-    grad_b = framework.grad_bytes
+    waits = blocking_stage_reduce(run, framework)
+    grad_b, grad_e = framework.grad_bytes, framework.expert_grad_b
     coll = dp_collective(run, hw, eff, bw)
 
     def reduce_time(dense: float, expert: float = 0.0) -> float:
-        return coll("reduce-scatter" if sharded else "all-reduce", dense * grad_b, expert * grad_b)
+        return coll("reduce-scatter" if sharded else "all-reduce", dense * grad_b, expert * grad_e)
 
     tied_extra = 0.0
     if model.tied_embeddings and p > 1:   # the end stages' two copies of the word embeddings agree
@@ -192,7 +209,11 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
             # after its backward, before the next one accumulates
             stage_rs = reduce_time(sum(a for a, _ in units), sum(b for _, b in units))
             requests += [(end, stage_rs) for _, end in every_b.get(st.index, [])[:-1]]
-        exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
+        if waits and dp_group > 1:
+            # each stage's reduce-scatter issued after its last backward, the compute stream waiting
+            exp_dp = sum(reduce_time(sum(a for a, _ in units), sum(b for _, b in units)) for units in mods)
+        else:
+            exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
         tied = tied_extra if (dev in (0, p - 1) and p > 1) else 0.0
         opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1, res.grads_sharded), hw, eff)
         gather = 0.0

@@ -33,6 +33,8 @@ catalog data) says what is overlapped and which kernels run.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import plan as plans
 from ..costs import comm, flops
 from ..costs.kernels import Efficiency, mfu_peak
@@ -65,8 +67,10 @@ def chunks(run: Run) -> int:
 
 def default_plan(run: Run) -> PipelinePlan:
     """The pipeline the default model times: :func:`chunks` per device, layers spread evenly
-    (:func:`..plan.even_split`)."""
-    return plans.resolve(run.model, run.layout, run.training, v=chunks(run), schedule=run.layout.schedule)
+    (:func:`..plan.even_split`), over the micro-batches of one schedule run
+    (:func:`..plan.flush_training`)."""
+    return plans.resolve(run.model, run.layout, plans.flush_training(run.layout, run.training), v=chunks(run),
+                         schedule=run.layout.schedule)
 
 
 def _overlapped_unit(durations: list[tuple[float, float, float]], a2a_fb: list[tuple[float, float]]):
@@ -113,20 +117,34 @@ def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: 
 
 def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: DefaultBreakdown, plan: PipelinePlan,
             notes: list[str], stage_layers: tuple[int, ...]) -> Prediction:
+    """The step of ``flushes`` schedule runs (:func:`..plan.flushes`), each timed as ``T`` with its
+    breakdown ``bd``: every term repeats with each run, the optimizer steps once."""
     tr = run.training
+    f = plans.flushes(run.layout, tr)
+    if f > 1:
+        opt = bd.optimizer_s
+        T = f * (T - opt) + opt
+        bd = DefaultBreakdown(**{k: (v if k == "optimizer_s" else f * v) for k, v in bd.as_dict().items()})
+        notes.append(f"{f} pipeline schedule runs a step, each of {plan.m} micro-batches (local batch "
+                     f"{tr.local_batch}): each fills and drains the pipeline and reduces its gradients")
     F = flops.executed_flops(run.model, tr, "megatron" if tr.recompute == "full" else "palm")
     n = run.layout.gpus
     work = flops.causal_model_flops(run.model, tr.global_batch, tr.seq_len)
     return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * mfu_peak(hw, tr)),
                       breakdown=bd, flops_per_step=F, microbatches=plan.m, vpp=plan.v, schedule=plan.name,
                       notes=notes, mode="default", eta=eff.gemm, stage_layers=stage_layers,
-                      pipeline_method="simulation", plan=plan)
+                      pipeline_method="simulation", plan=plan, flushes=f)
 
 
 def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Prediction:
     """One run's step time under the default model (module doc), on the stack ``framework``
-    (a :class:`.frameworks.Framework`, its overlap overrides applied)."""
+    (a :class:`.frameworks.Framework`, its overlap overrides applied). With several pipeline
+    schedule runs a step (:func:`..plan.flushes`) one run is timed, its batch
+    :func:`..plan.flush_training`'s, and the step repeats it (:func:`_finish`)."""
     check_run(run)
+    plans.flushes(run.layout, run.training)      # a local batch that does not divide the step: one line
+    full = run
+    run = replace(run, training=plans.flush_training(run.layout, run.training))
     L = run.layout
     notes: list[str] = [f"framework {framework.name}"]
     plan = default_plan(run)
@@ -140,7 +158,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     k = kernels(run, hw, eff, framework, bw)
     if L.zero == 3 and L.pp == 1:
         T, bd = zero3_step(run, hw, eff, framework, k, plan.m, bw, notes)
-        return _finish(run, hw, eff, T, bd, plan, notes, (run.model.layers,))
+        return _finish(full, hw, eff, T, bd, plan, notes, (run.model.layers,))
     costs = stage_costs(run, hw, eff, framework, plan, k, bw)
     sched = plan.schedule
     unit = (_overlapped_unit(costs.durations, costs.a2a_fb) if sched.units and any(a or b for a, b in costs.a2a_fb)
@@ -154,4 +172,4 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     bd = _breakdown(plan, trace, costs, unit, ends, notes)
     if len(set(plan.layers)) > 1:
         notes.append(f"uneven stages: {min(plan.layers)} to {max(plan.layers)} layers per chunk")
-    return _finish(run, hw, eff, max(e.end for e in ends), bd, plan, notes, plan.layers)
+    return _finish(full, hw, eff, max(e.end for e in ends), bd, plan, notes, plan.layers)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES
+from .layers import CE_BYTES
 from ..units import (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST, GRAD_BYTES,
                      OPTIMIZER_STATE_BYTES, WEIGHT_BYTES)
 
@@ -78,8 +79,12 @@ class Framework:
     (into an FP32 one in one kernel: read 2, read 4, write 4) or 18 (into an FP32 one through an
     explicit cast to a temporary FP32 copy, DeepSpeed's BF16_Optimizer: 2 + 4, then 4 + 4 + 4;
     :data:`..units.GRAD_ACCUM_BYTES_32_CAST`);
-    ``fused_cross_entropy``: one fused loss kernel; ``grad_bytes``: bytes per gradient element
-    on the data-parallel wire (2: fp16/bf16, 4: fp32); ``grad_buffer_bytes``: bytes per element of
+    ``cross_entropy``: how the loss is computed, "fused" (one fused kernel), "fp32-passes"
+    (Megatron-LM's separate fp32 passes), "torch" (``F.cross_entropy`` on the 16-bit logits) or
+    "torch-fp32" (the logits cast to fp32 first): :data:`.layers.CE_BYTES`; ``grad_bytes``: bytes per gradient element
+    on the data-parallel wire (2: fp16/bf16, 4: fp32); ``expert_grad_bytes``: the same for the
+    routed experts' gradients where the stack reduces them in another dtype (None: ``grad_bytes``;
+    :attr:`expert_grad_b`); ``grad_buffer_bytes``: bytes per element of
     the gradient buffer a rank keeps between micro-batches (memory): 4, an FP32 ``main_grad``; 2
     where Megatron's DDP reduces in 16 bits and so allocates the buffer in the parameters' dtype
     (``grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype``, Megatron-LM core_v0.8.0
@@ -143,8 +148,9 @@ class Framework:
     overlap: Overlap
     attention: str
     grad_accum_fusion: bool
-    fused_cross_entropy: bool
+    cross_entropy: str
     grad_bytes: int
+    expert_grad_bytes: int | None = None
     grad_buffer_bytes: int = GRAD_BYTES
     grad_accum_bytes: int = GRAD_ACCUM_BYTES_16
     param_bytes: int = WEIGHT_BYTES
@@ -173,17 +179,22 @@ class Framework:
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
                    "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3"),
                    "fp8_default_recipe": ("auto", *FP8_RECIPES), "fp8_rs_overlap": ("ring", "pipeline"),
-                   "pipeline_grad_sync": PIPELINE_GRAD_SYNC}
+                   "pipeline_grad_sync": PIPELINE_GRAD_SYNC, "cross_entropy": tuple(CE_BYTES)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
-        for name, allowed in (("grad_bytes", (2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
+        for name, allowed in (("grad_bytes", (2, 4)), ("expert_grad_bytes", (None, 2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
                               ("optimizer_bytes", (4, 8, 12)), ("grad_accum_bytes", (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32,
                                                                   GRAD_ACCUM_BYTES_32_CAST))):
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of "
                                     f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
+
+    @property
+    def expert_grad_b(self) -> int:
+        """Bytes per routed-expert gradient element on the expert-data-parallel wire."""
+        return self.grad_bytes if self.expert_grad_bytes is None else self.expert_grad_bytes
 
     def p2p_overlapped(self, vpp: int) -> bool:
         """Whether pipeline sends run beside the compute (``p2p_async``) with ``vpp`` chunks a device.

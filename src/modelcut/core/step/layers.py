@@ -84,14 +84,28 @@ from ..errors import ModelcutError
 from ..specs import Hardware, ModelSpec
 from ..units import GRAD_ACCUM_BYTES_16
 
-#: Bytes per element the fused vocab-parallel cross-entropy moves, forward + backward, per logit.
-#: Megatron-LM (2021-2022) casts the logits to fp32 and runs max, subtract, exp, sum, divide as
-#: separate passes (``megatron/mpu/cross_entropy.py``): convert 2 + 4, max 4, subtract 8, exp 8,
-#: sum 4, divide 8 forward; scale 8 and the cast back 6 backward = 52.
-CE_BYTES_UNFUSED = 52.0
-#: A fused cross-entropy (Megatron-core ``cross_entropy_loss_fusion``, 2024): read the logits
-#: twice, write the gradient: 2 + 2 + 2.
-CE_BYTES_FUSED = 6.0
+#: Bytes per logit each cross-entropy moves, (forward, backward), by how the stack computes it:
+#:
+#: * ``"fp32-passes"``: Megatron-LM (2021-2022) casts the logits to fp32 and runs max, subtract,
+#:   exp, sum, divide as separate passes (``megatron/mpu/cross_entropy.py``): convert 2 + 4, max 4,
+#:   subtract 8, exp 8, sum 4, divide 8 forward (38); scale 8 and the cast back 6 backward (14).
+#: * ``"fused"``: a fused cross-entropy (Megatron-core ``cross_entropy_loss_fusion``, 2024): read
+#:   the logits twice forward (2 + 2), write the gradient backward (2).
+#: * ``"torch"``: ``F.cross_entropy`` on the 16-bit logits, log_softmax then nll_loss (PyTorch
+#:   aten/src/ATen/native/cuda/SoftMax.cu ``cunn_SoftMaxForward``, whose row of a large vocabulary
+#:   does not fit shared memory: a max pass 2, a sum-of-exponentials pass 2, the write pass 2 + 2 = 8
+#:   forward; backward nll_loss's zero-filled input gradient 2, then ``cunn_SoftMaxBackward``'s sum
+#:   of the output gradient 2 and its write pass 2 + 2 + 2 = 10). NeMo AutoModel's MaskedCrossEntropy
+#:   with ``fp32_upcast: false``, as its benchmark configurations set it.
+#: * ``"torch-fp32"``: the logits cast to fp32 first (torchtitan's ``cross_entropy_loss``,
+#:   ``pred.flatten(0, 1).float()``): the cast 2 + 4 and the same kernels at 4 bytes, 16 forward
+#:   (22); the zero fill 4, the softmax backward 16 and the gradient's cast back 4 + 2 (26).
+CE_BYTES: dict[str, tuple[float, float]] = {
+    "fp32-passes": (38.0, 14.0),
+    "fused": (4.0, 2.0),
+    "torch": (8.0, 10.0),
+    "torch-fp32": (22.0, 26.0),
+}
 
 
 #: Bytes per element of PyTorch's eager (one kernel per op) elementwise code, bf16 activations,
@@ -193,7 +207,7 @@ class LayerSetup:
     attention: str = "flash2"
     grad_accum_fusion: bool = True
     grad_accum_bytes: float = GRAD_ACCUM_BYTES_16   # per local parameter per micro-batch, without the fusion
-    fused_cross_entropy: bool = False
+    cross_entropy: str = "fp32-passes"   # a key of :data:`CE_BYTES`
     tp_async_backward: bool = False
     tp_bw: float = 0.0
     cp_bw: float = 0.0
@@ -211,6 +225,8 @@ class LayerSetup:
     moe_dispatch: str = "all-to-all"  # the token dispatcher: its permutations (:func:`..costs.moe.permute_bytes`)
 
     def __post_init__(self) -> None:
+        if self.cross_entropy not in CE_BYTES:
+            raise ModelcutError(f"cross_entropy must be one of {', '.join(CE_BYTES)}, got {self.cross_entropy!r}")
         if self.attention not in ATTENTION_KINDS:
             raise ModelcutError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}")
         if self.selective not in ("attention", "op"):
@@ -535,19 +551,19 @@ def embedding_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effic
 def loss_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> tuple[PassTime, PassTime]:
     """Final norm, output projection (logits) and cross-entropy for a micro-batch:
     (forward, backward). Logits: m = T, n = V/t, k = h; cross-entropy over T·V/t logits
-    (:data:`CE_BYTES_UNFUSED` or :data:`CE_BYTES_FUSED` per logit, split 2 : 1 forward :
-    backward as the passes fall). With sequence parallelism the final norm's output is
+    (:data:`CE_BYTES` per logit, forward and backward, for the stack's ``cross_entropy``). With
+    sequence parallelism the final norm's output is
     all-gathered first (and its gradient reduce-scattered)."""
     b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
     h, V = model.hidden, model.vocab
     T = b * s // cp
     Tn = T // t if setup.sequence_parallel else T
     f_, dg, wg = gemm_fwd_bwd(T, V // t, h, hw, eff)
-    ce = (CE_BYTES_FUSED if setup.fused_cross_entropy else CE_BYTES_UNFUSED) * T * (V // t)
+    ce_f, ce_b = (x * T * (V // t) for x in CE_BYTES[setup.cross_entropy])
     tp = 0.0
     if setup.sequence_parallel:
         tp = comm.collective("all-gather", t, T * h * BYTES, setup.tp_bw, hw, inside=setup.tp_inside, net=eff.net)
-    fwd = PassTime(gemm=f_, memory=mem_time(4.0 * Tn * h + ce * 2 / 3, hw, eff), tp=tp)
-    bwd = PassTime(gemm=dg + wg, memory=mem_time(6.0 * Tn * h + ce / 3, hw, eff), tp=tp)
+    fwd = PassTime(gemm=f_, memory=mem_time(4.0 * Tn * h + ce_f, hw, eff), tp=tp)
+    bwd = PassTime(gemm=dg + wg, memory=mem_time(6.0 * Tn * h + ce_b, hw, eff), tp=tp)
     return fwd, bwd
 

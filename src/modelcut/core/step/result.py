@@ -66,15 +66,17 @@ class Prediction:
     stage_layers: tuple[int, ...] = ()
     pipeline_method: str = ""   # "simulation" or "closed form (equal to the simulation)"
     plan: PipelinePlan | None = field(default=None, repr=False, compare=False)
+    flushes: int = 1            # pipeline schedule runs per step, each of ``microbatches``
 
     def __post_init__(self) -> None:
         for name in ("step_time_s", "tflops_per_gpu", "mfu", "flops_per_step", "eta"):
             setattr(self, name, float(getattr(self, name)))
-        self.microbatches, self.vpp = int(self.microbatches), int(self.vpp)
+        self.microbatches, self.vpp, self.flushes = int(self.microbatches), int(self.vpp), int(self.flushes)
 
     def as_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu,
                 "breakdown": self.breakdown.as_dict(), "flops_per_step": self.flops_per_step,
-                "microbatches": self.microbatches, "vpp": self.vpp, "schedule": self.schedule,
+                "microbatches": self.microbatches, "flushes": self.flushes, "vpp": self.vpp,
+                "schedule": self.schedule,
                 "mode": self.mode, "eta": self.eta, "stage_layers": list(self.stage_layers),
                 "pipeline_method": self.pipeline_method, "notes": list(self.notes)}

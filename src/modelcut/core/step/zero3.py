@@ -31,7 +31,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     t = L.tp
     ov = fw.overlap
     dp_group = L.dp * L.cp
-    grad_b = fw.grad_bytes
+    grad_b, grad_e = fw.grad_bytes, fw.expert_grad_b
     dense, moe_lt, emb, loss = k.dense, k.moe, k.emb, k.loss
     coll = dp_collective(run, hw, eff, bw)    # dense weights over dp·cp, routed experts over their own group
 
@@ -49,7 +49,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
 
     def rs(params) -> float:
         a, b = split(params)
-        return coll("reduce-scatter", a * grad_b, b * grad_b)
+        return coll("reduce-scatter", a * grad_b, b * grad_e)
 
     n_moe = flops.moe_layer_count(model)
     mods = params.device_modules(model, t, L.ep, L.etp, [(model.layers - n_moe, n_moe, True, True)])[0]
