@@ -14,9 +14,9 @@ from modelcut.core.specs import Layout, Run, Training
 
 from helpers import predict_default
 
-MODELS = ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "mixtral-8x7b")
+MODELS = ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "mixtral-8x7b", "gpt-oss-20b")
 GPUS = ("a100-sxm4-80gb", "h100-sxm5-80gb", "b200", "tpu-v5p")
-FRAMEWORKS = ("megatron-core", "nemo", "fsdp", "fsdp-compile", "megatron-2022", "llama3")
+FRAMEWORKS = ("megatron-core", "nemo", "fsdp", "fsdp-compile", "megatron-2022", "llama3", "nemo-automodel-flex")
 
 
 @st.composite

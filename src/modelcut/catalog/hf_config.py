@@ -23,8 +23,9 @@ Mixture-of-experts fields, by family:
   shape in for it (docs/long-context-and-moe.md, "MLA").
 * GPT-OSS: ``num_local_experts``, ``num_experts_per_tok``, experts ``intermediate_size`` wide, in
   every layer; biases on the attention projections and the experts (``attention_bias``); the
-  experts' GLU clamped where ``swiglu_limit`` is set (``glu_clamp``). Its alternating
-  sliding-window layers count as full attention, as the catalog's GPT-OSS models do.
+  experts' GLU clamped where ``swiglu_limit`` is set (``glu_clamp``); ``sliding_window`` keys for
+  the layers ``layer_types`` names ``"sliding_attention"`` (without the list, every other layer
+  from the first, GptOssConfig's default in transformers' configuration_gpt_oss.py).
 
 RoPE scaling: a YaRN ``rope_scaling`` gives the attention factor its cos and sin are multiplied
 by (``rope_mscale``), as transformers computes it (modeling_rope_utils.py
@@ -160,6 +161,13 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
                   expert_ffn_hidden=_get(cfg, "intermediate_size", arch))
         if fam == "gpt_oss":
             kw["glu_clamp"] = bool(cfg.get("swiglu_limit"))
+            window = cfg.get("sliding_window")
+            if window:
+                types = cfg.get("layer_types")
+                sliding = (sum(1 for t in types if t == "sliding_attention") if isinstance(types, list)
+                           else (layers + 1) // 2)
+                if sliding:
+                    kw.update(sliding_window=_get(cfg, "sliding_window", arch), sliding_layers=sliding)
     elif fam in ("qwen2_moe", "qwen3_moe"):
         kw = _qwen_moe(cfg, arch, fam, layers)
     elif fam == "deepseek":

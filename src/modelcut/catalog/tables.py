@@ -10,7 +10,7 @@ from ..core.specs import Layout, ModelSpec, Training
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "gated_mlp",
               "tied_embeddings", "head_dim", "norm", "bias", "dropout", "max_seq", "experts", "top_k",
               "expert_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor", "source",
-              "learned_positions", "qkv_bias", "rope_mscale", "glu_clamp")
+              "learned_positions", "qkv_bias", "rope_mscale", "glu_clamp", "sliding_window", "sliding_layers")
 LAYOUT_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "sequence_parallel", "zero", "schedule",
                "cp_kind", "order")
 TRAINING_KEYS = ("seq_len", "global_batch", "micro_batch", "recompute", "precision", "fp8_recipe", "local_batch")

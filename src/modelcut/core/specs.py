@@ -33,7 +33,9 @@ class ModelSpec:
     each of the gate and up projections, SwiGLU). ``kv_heads`` < ``heads`` is grouped-query
     attention. Mixture-of-experts fields: ``experts`` (E, 1 = dense), ``top_k``,
     ``expert_ffn_hidden`` (each routed expert's inner width; default ``ffn_hidden``),
-    ``shared_experts`` and ``dense_layers`` (leading layers with a dense MLP).
+    ``shared_experts`` and ``dense_layers`` (leading layers with a dense MLP). Sliding-window
+    attention: ``sliding_layers`` of the layers attend only to the ``sliding_window`` keys up to
+    each query, itself included (GPT-OSS: every other layer, 128 keys).
     """
 
     name: str
@@ -61,6 +63,8 @@ class ModelSpec:
     qkv_bias: bool | None = None       # biases on Q, K, V only (Qwen2); None: as ``bias``
     rope_mscale: float = 1.0           # YaRN's attention factor on RoPE's cos and sin (1: plain RoPE)
     glu_clamp: bool = False            # the gated MLP clamps its two halves first (GPT-OSS's swiglu_limit)
+    sliding_window: int | None = None  # keys a sliding-window layer's query attends, itself included
+    sliding_layers: int = 0            # how many layers attend within that window (the rest: causal)
 
     def __post_init__(self) -> None:
         _positive(self, "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts", "top_k")
@@ -79,6 +83,14 @@ class ModelSpec:
                                 f"got {self.rope_mscale!r}")
         if self.learned_positions and self.max_seq is None:
             raise ModelcutError(f"{self.name}: learned_positions needs max_seq (the position table's length)")
+        _positive(self, "sliding_window")
+        if isinstance(self.sliding_layers, bool) or not isinstance(self.sliding_layers, int) \
+                or not 0 <= self.sliding_layers <= self.layers:
+            raise ModelcutError(f"{self.name}: sliding_layers ({self.sliding_layers!r}) must be a whole number "
+                                f"of layers, 0 to {self.layers}")
+        if (self.sliding_window is None) != (self.sliding_layers == 0):
+            raise ModelcutError(f"{self.name}: sliding_window and sliding_layers go together (a window needs "
+                                "the layers that use it, and those layers a window)")
 
     @property
     def d_head(self) -> int:

@@ -217,6 +217,10 @@ class ModelSpecIn(Strict):
     rope_mscale: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False,
                                         description="YaRN's attention factor on RoPE (1: plain RoPE)")] = 1.0
     glu_clamp: bool = Field(False, description="the gated MLP clamps its two halves (GPT-OSS's swiglu_limit)")
+    sliding_window: Optional[SeqLen] = Field(None, description="keys a sliding-window layer attends (with "
+                                                               "sliding_layers)")
+    sliding_layers: Annotated[int, *Capped("max_layers", 0)] = Field(0, description="layers attending within "
+                                                                                    "sliding_window")
 
 
 #: Exactly one of the three ways to name a model, as the schema says it.

@@ -173,12 +173,25 @@ def causal_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
     forward + backward = 3 × the forward; every layer's products (2 per matrix weight a token
     passes through, the routed top-k experts in an MoE layer) and the logits (2·h·V per token), and
     the attention core over the causally unmasked half of the (query, key) pairs, 2·2·s·q/2 per
-    token per layer; no recomputation. The FLOPs behind the default model's MFU, which therefore
-    never exceeds 100 %: every one of them is timed at no more than the accelerator's peak."""
+    token per layer (a sliding-window layer's over its window's pairs, :func:`attention_pairs`); no
+    recomputation. The FLOPs behind the default model's MFU, which therefore never exceeds 100 %:
+    every one of them is timed at no more than the accelerator's peak."""
     moe = moe_layer_count(model)
+    lw = model.sliding_layers
+    attn = ((model.layers - lw) * attention_pairs(seq) + lw * attention_pairs(seq, model.sliding_window)) \
+        * 4.0 * model.q_dim / seq
     per_layer = ((model.layers - moe) * 2.0 * layer_matmul_params(model, False)
-                 + moe * 2.0 * layer_matmul_params(model, True) + model.layers * 2.0 * seq * model.q_dim)
+                 + moe * 2.0 * layer_matmul_params(model, True) + attn)
     return _tokens(batch, seq) * 3.0 * (per_layer + 2.0 * model.hidden * model.vocab)
+
+
+def attention_pairs(seq: int, window: int | None = None) -> float:
+    """(query, key) pairs a causal attention over ``seq`` tokens scores, s²/2 (the masked half
+    left out, as the time model counts it); within a sliding ``window`` of keys (each query's
+    own among them) s·w − w²/2 when w < s."""
+    if window is None or window >= seq:
+        return seq * seq / 2.0
+    return seq * window - window * window / 2.0
 
 
 def _tokens(batch: int, seq: int) -> float:

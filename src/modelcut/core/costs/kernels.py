@@ -54,6 +54,17 @@ FP8_BYTES = 1.0
 UNMEASURED_FRACTION = 0.786
 
 ATTENTION_KINDS = ("unfused", "flash2", "flash3", "cudnn", "flash4")
+#: The kernels that skip the key blocks a sliding window masks out entirely. FlashAttention-2
+#: (from v2.3) and -3 bound each query block's loop over key blocks by the window
+#: (Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_kernel.h, ``n_block_min`` when
+#: ``Is_local``; hopper/ the same), and PyTorch's FlexAttention runs only the blocks its
+#: BlockMask keeps (torch.nn.attention.flex_attention ``create_block_mask``), which the catalog
+#: times as flash2. cuDNN's fused attention takes the window as a mask; no source here says it
+#: skips the masked tiles, so it is charged the whole causal attention.
+WINDOW_SKIPPING = ("flash2", "flash3")
+#: The tile the window's block skipping works in: 128 × 128 (query block × key block), the
+#: FlashAttention-2/-3 and FlexAttention forward tiles for head dimensions up to 128.
+ATTENTION_TILE = 128
 
 #: The attention benchmarks' shape (FlashAttention-2 and -3 papers §4.1): 16k tokens a batch,
 #: hidden 2048, so b·heads = (16384/s)·(2048/d) sequences of s.
@@ -240,10 +251,34 @@ def fused_tflops(kind: str, hw: Hardware, causal: bool, d: int, s_q: int) -> tup
     return curves.tflops("fwd", causal, d, s_q) * scale, curves.tflops("bwd", causal, d, s_q) * scale
 
 
+def _window_blocks(window: int, tile: int = ATTENTION_TILE) -> int:
+    """Key blocks a query block past the window's reach touches (:func:`window_tile_share`)."""
+    q, r = divmod(window - 1, tile)
+    return q + (2 if r else 1)
+
+
+def window_tile_share(s: int, window: int | None, tile: int = ATTENTION_TILE) -> float:
+    """The share of a causal attention's tiles (``tile`` × ``tile`` blocks of queries × keys, the
+    diagonal ones included) that a sliding window of ``window`` keys (each query's own among them)
+    still touches, for a sequence of ``s``: query block i needs the key blocks from the one holding
+    key i·tile − window + 1 to its own. With window − 1 = tile·q + r, that is q + 2 blocks (q + 1
+    when r = 0) once i·tile ≥ window − 1, and i + 1 before. 1 without a window or when the window
+    covers the sequence."""
+    if window is None or window >= s:
+        return 1.0
+    n = -(-s // tile)
+    per = _window_blocks(window, tile)
+    i0 = min(n, -(-(window - 1) // tile))
+    kept = i0 * (i0 + 1) / 2 + (n - i0) * per
+    return min(1.0, kept / (n * (n + 1) / 2))
+
+
 def attention_time(kind: str, b: int, heads: int, s_q: int, s_k: int, d: int, causal: bool,
-                   dropout: bool, hw: Hardware, eff: Efficiency) -> AttentionTime:
+                   dropout: bool, hw: Hardware, eff: Efficiency, window: int | None = None) -> AttentionTime:
     """Attention core of ``heads`` local heads of width ``d``, ``s_q`` queries against ``s_k``
-    keys, ``b`` sequences (module doc for each ``kind``)."""
+    keys, ``b`` sequences (module doc for each ``kind``). With a causal sliding ``window`` a
+    kernel that skips the masked blocks (:data:`WINDOW_SKIPPING`) does :func:`window_tile_share`
+    of the causal work; the others the whole causal attention."""
     if kind not in ATTENTION_KINDS:
         raise ModelcutError(f"attention kind must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
     if min(b, heads, s_q, s_k, d) < 1:
@@ -251,7 +286,11 @@ def attention_time(kind: str, b: int, heads: int, s_q: int, s_k: int, d: int, ca
     bh = b * heads
     if kind == "unfused":
         return _unfused(b, bh, s_q, s_k, d, dropout, hw, eff)
-    rates = fused_tflops(kind, hw, causal, d, s_q)
+    share = window_tile_share(s_k, window) if causal and kind in WINDOW_SKIPPING and s_q == s_k else 1.0
+    # a windowed query block runs as few key blocks as a causal attention of length s_eq does on
+    # average, (s_eq/tile + 1)/2 of them: the kernel's measured rate at that length
+    s_rate = s_q if share == 1.0 else min(s_q, ATTENTION_TILE * (2 * _window_blocks(window) - 1))
+    rates = fused_tflops(kind, hw, causal, d, s_rate)
     if rates is None:
         if kind == "flash3" and generation(hw) == "ampere":
             raise ModelcutError("FlashAttention-3 runs on Hopper GPUs only; use flash2 on the A100")
@@ -260,7 +299,7 @@ def attention_time(kind: str, b: int, heads: int, s_q: int, s_k: int, d: int, ca
         rates = (rate, rate)
     peak = hw.peak_flops_16 / 1e12
     rates = (min(rates[0], peak), min(rates[1], peak))
-    flops = 4.0 * bh * s_q * s_k * d * (0.5 if causal else 1.0)
+    flops = 4.0 * bh * s_q * s_k * d * (0.5 if causal else 1.0) * share
     bench = (_BENCH_TOKENS / max(s_q, 1)) * (_BENCH_HIDDEN / d) * -(-s_q // 128)
     wave = min(1.0, _waves(bh * -(-s_q // 128), hw.sms) / _waves(max(bench, 1.0), hw.sms))
     fwd = flops / (eff.gemm * rates[0] * 1e12 * wave)

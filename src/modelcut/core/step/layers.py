@@ -486,13 +486,30 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
                                     net=eff.net)
 
 
+def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> AttentionTime:
+    """One layer's attention core for a micro-batch, the average layer's: with sliding-window
+    layers (``ModelSpec.sliding_layers``) the causal and the windowed attention weighted by their
+    share of the layers (the stage costs time an average layer; a stage's own mix differs by at
+    most one layer's)."""
+    s, cp = setup.seq_len, setup.cp
+    args = (setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head, True,
+            model.dropout, hw, eff)
+    full = attention_time(*args)
+    if not model.sliding_layers:
+        return full
+    win = attention_time(*args, window=model.sliding_window)
+    f = model.sliding_layers / model.layers
+    mix = [(1 - f) * a + f * b for a, b in zip((full.fwd, full.bwd, full.fwd_math, full.bwd_math, full.flops_fwd),
+                                              (win.fwd, win.bwd, win.fwd_math, win.bwd_math, win.flops_fwd))]
+    return AttentionTime(*mix)
+
+
 def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,
                ep: int = 1) -> LayerTime:
     """Forward, backward and recomputation of one transformer layer (module doc)."""
     fwd_g, bwd_g, wgrad, col, mlp, local_params, casts = _products(model, setup, hw, eff, moe, ep)
     s, cp = setup.seq_len, setup.cp
-    att = attention_time(setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head,
-                         True, model.dropout, hw, eff)
+    att = layer_attention(model, setup, hw, eff)
     mem_f, mem_b = _memory_bytes(model, setup, mlp, local_params)
     mem_f, mem_b = mem_f + casts[0], mem_b + casts[1]
     if moe:
