@@ -39,13 +39,19 @@ from .sim.registry import ScheduleSpec
 from .specs import Layout, ModelSpec, Training
 
 
+def _per_replica(layout: Layout, training: Training, name: str) -> int:
+    """global_batch / (dp · ``name``), refused in one line where it does not divide."""
+    size = getattr(training, name)
+    per = layout.dp * size
+    if training.global_batch % per:
+        raise ModelcutError(f"global_batch ({training.global_batch}) must be divisible by dp × {name} "
+                            f"({layout.dp} × {size})")
+    return training.global_batch // per
+
+
 def microbatches(layout: Layout, training: Training) -> int:
     """m = global batch / (dp · micro-batch): micro-batches per pipeline per step."""
-    per = layout.dp * training.micro_batch
-    if training.global_batch % per:
-        raise ModelcutError(f"global_batch ({training.global_batch}) must be divisible by dp × micro_batch "
-                            f"({layout.dp} × {training.micro_batch})")
-    return training.global_batch // per
+    return _per_replica(layout, training, "micro_batch")
 
 
 def flushes(layout: Layout, training: Training) -> int:
@@ -62,11 +68,7 @@ def flushes(layout: Layout, training: Training) -> int:
     global_batch/(dp · micro_batch) micro-batches in one schedule (no ``local_batch``)."""
     if training.local_batch is None or layout.pp == 1:
         return 1
-    per = layout.dp * training.local_batch
-    if training.global_batch % per:
-        raise ModelcutError(f"global_batch ({training.global_batch}) must be divisible by dp × local_batch "
-                            f"({layout.dp} × {training.local_batch})")
-    return training.global_batch // per
+    return _per_replica(layout, training, "local_batch")
 
 
 def flush_training(layout: Layout, training: Training) -> Training:
