@@ -525,3 +525,13 @@ def test_a_published_run_the_memory_model_cannot_fit_says_the_model_over_counts(
     assert seed["memory"]["fits"] is False
     assert any("seed mode counts it without the run's stack" in n for n in seed["notes"])
     assert not any("over-counts" in n for n in seed["notes"])
+
+
+def test_the_memory_table_names_the_runs_16_bit_type():
+    """An fp16 run's weights and activations are fp16 in the memory table, a bf16 run's bf16."""
+    from dataclasses import replace
+    run = make_run(GPT3, dp=8, gb=16)
+    half = replace(run, training=replace(run.training, precision="fp16"))
+    assert memory_report(run, framework=catalog.framework("megatron-core"))["dtypes"]["weights_bytes"] == "bf16"
+    d = memory_report(half, framework=catalog.framework("megatron-core"))["dtypes"]
+    assert d["weights_bytes"] == "fp16" and d["activations_bytes"].startswith("fp16")

@@ -333,14 +333,15 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     return run, opts
 
 
-def dtypes(options: MemoryOptions) -> dict[str, str]:
-    """The data type of each line of the memory table, as the memory model counts it."""
+def dtypes(options: MemoryOptions, half: str = "bf16") -> dict[str, str]:
+    """The data type of each line of the memory table, as the memory model counts it; ``half``
+    names the run's 16-bit type ("fp16" for an fp16 run, else "bf16")."""
     f8 = options.fp8
     layers = "fp8 weight and its fp8 transpose" if f8 is not None and f8.transposes else "fp8 weight"
-    plain = {4: "fp32 (the optimizer's master copy); bf16 while gathered"}.get(int(options.param_bytes), "bf16")
+    plain = {4: f"fp32 (the optimizer's master copy); {half} while gathered"}.get(int(options.param_bytes), half)
     optim = {12: "fp32 master weights + fp32 Adam m and v", 8: "fp32 Adam m and v (the fp32 weights are the master copy)",
-             4: "bf16 Adam m and v (bf16 weights, no master copy)"}[int(options.optimizer_bytes)]
-    out = {"weights_bytes": f"transformer layers: {layers} (FP8 parameters); embedding, output, norms: bf16"
+             4: f"{half} Adam m and v ({half} weights, no master copy)"}[int(options.optimizer_bytes)]
+    out = {"weights_bytes": f"transformer layers: {layers} (FP8 parameters); embedding, output, norms: {half}"
            if f8 is not None and f8.param_gather else plain,
            "gradients_bytes": "fp32 (main_grad accumulation buffer)" if options.grad_bytes >= 4
            else "16-bit (gradient buffer in the parameters' fp16/bf16 dtype: reduced in 16 bits)",
@@ -348,7 +349,7 @@ def dtypes(options: MemoryOptions) -> dict[str, str]:
            "fp8_weights_bytes": "none" if f8 is None else
            ("fp8 weight and its transpose (Hopper)" if f8.transposes else "fp8 weight")
            + (" replacing the bf16 copy" if f8.param_gather else " beside the bf16 copy"),
-           "activations_bytes": "bf16 (fp32 log-sum-exp and logits softmax)"
+           "activations_bytes": f"{half} (fp32 log-sum-exp and logits softmax)"
            + ("; linear inputs in fp8" if f8 is not None else "")}
     return out
 
@@ -384,7 +385,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
             "framework": fw_name,
             "fp8_recipe": options.fp8.recipe if options.fp8 is not None else None,
         },
-        "dtypes": dtypes(options),
+        "dtypes": dtypes(options, "fp16" if run.training.precision == "fp16" else "bf16"),
     }
     if hw is not None:
         rep["capacity_bytes"] = hw.mem_bytes
