@@ -109,6 +109,11 @@ def test_csv_runs_and_the_calibrate_command(tmp_path, capsys):
     path.write_text(text)
     got = read_runs_csv(path)
     assert [m.id for m in got] == ["a", "b", "c"] and got[2].run.training.recompute == "selective"
+    assert got[0].run.training.local_batch is None
+    lb = tmp_path / "lb.csv"
+    lb.write_text("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,local_batch,step_time_s\n"
+                  "p,gpt-1.7b,a100,1,2,4,2048,64,1,4,1\n")
+    assert read_runs_csv(lb)[0].run.training.local_batch == 4
     out = tmp_path / "prof.toml"
     assert main(["calibrate", "--runs", str(path), "--fit", "gemm", "--base", "a100", "--out", str(out),
                  "--no-cv", "--json"]) == 0
@@ -143,6 +148,8 @@ def test_a_fit_does_not_start_from_the_profile_it_replaces(tmp_path):
      "tp"),
     ("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,step_time_s,framework\n"
      "x,gpt-1.7b,a100,1,1,8,2048,64,8,1,jax\n", "framework"),
+    ("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,local_batch,step_time_s\n"
+     "x,gpt-1.7b,a100,1,2,4,2048,64,1,3,1\n", "local_batch"),
 ])
 def test_bad_csv_rows_are_one_line_errors(tmp_path, body, word, capsys):
     path = tmp_path / "bad.csv"

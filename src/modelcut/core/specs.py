@@ -187,7 +187,8 @@ class Training:
     runs through one pipeline schedule (None: the whole step's, global_batch/dp, in one
     flush): a stack built on torch.distributed.pipelining runs its schedule once per local
     batch and accumulates gradients over global_batch/(dp·local_batch) such runs
-    (:func:`.plan.flushes`)."""
+    (:func:`.plan.flushes`; the default model times them, the seed model, the deck's, runs every
+    step as one flush)."""
 
     seq_len: int
     global_batch: int

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import catalog
 from ..analysis.measured import Measured
+from ..core import plan as plans
 from ..core.errors import ModelcutError
 from ..core.specs import Layout, Run, Training
 from ..core.step.checks import check_run
@@ -34,6 +35,7 @@ CSV_COLUMNS: dict[str, str] = {
     "sequence_parallel": "true/false (default false)", "zero": "ZeRO stage 0-3 (default 0)",
     "seq_len": "tokens per sequence", "global_batch": "sequences per step",
     "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none)",
+    "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
     "framework": "a preset (modelcut predict --help lists them; default megatron-core)",
     "overlap": "overrides, e.g. grad_reduce=off;tp_comm=on",
     "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them",
@@ -102,7 +104,9 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
                             sequence_parallel=sp in ("true", "1", "yes"), zero=_int(row, "zero", where, 0))
             training = Training(seq_len=_int(row, "seq_len", where), global_batch=_int(row, "global_batch", where),
                                 micro_batch=_int(row, "micro_batch", where),
-                                recompute=(row.get("recompute", "").strip() or "none"))
+                                recompute=(row.get("recompute", "").strip() or "none"),
+                                local_batch=_int(row, "local_batch", where, 0) or None)
+            plans.flushes(layout, training)      # a local batch that does not divide the step
         except ModelcutError as exc:
             msg = str(exc)
             raise ModelcutError(msg if msg.startswith(where) else f"{where}: {msg}") from None
