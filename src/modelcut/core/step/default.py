@@ -142,7 +142,6 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     schedule runs a step (:func:`..plan.flushes`) one run is timed, its batch
     :func:`..plan.flush_training`'s, and the step repeats it (:func:`_finish`)."""
     check_run(run)
-    plans.flushes(run.layout, run.training)      # a local batch that does not divide the step: one line
     full = run
     run = replace(run, training=plans.flush_training(run.layout, run.training))
     L = run.layout
