@@ -88,7 +88,7 @@ def test_memory_and_time_agree_on_what_is_resident(zero, pp, dp, mb, reshard, re
     and where memory keeps only a shard of the gradients time reduces them every micro-batch
     (more gradient traffic than reducing once)."""
     fw = replace(FSDP, name="fsdp-x", reshard_after_forward=reshard, reshard_with_pipeline=reshard_pp,
-                 pipeline_grad_sync=sync)
+                 pipeline_grad_sync=sync, flat_grad_sync=sync)
     r = run(zero, pp=pp, dp=dp, mb=mb, gb=16 * dp // 4)
     pred = predict(r, H100, "default", efficiency=EFF, framework=fw)
     rep = memory_report(r, H100, plan=pred.plan, framework=fw)
@@ -109,9 +109,10 @@ def test_memory_and_time_agree_on_what_is_resident(zero, pp, dp, mb, reshard, re
             assert stage["weights_bytes"] > flip_stage["weights_bytes"]
             assert pred.step_time_s <= t_other
     # gradients: a shard, or the whole buffer
+    flipped = "step" if sync == "microbatch" else "microbatch"
     whole = flip_g = memory_report(r, H100, plan=pred.plan, framework=replace(
-        fw, pipeline_grad_sync="step" if sync == "microbatch" else "microbatch"))
-    if pp > 1 and pred.plan.m > 1:
+        fw, pipeline_grad_sync=flipped, flat_grad_sync=flipped))
+    if pred.plan.m > 1:
         g, g_flip = stage["gradients_bytes"], whole["stages"][stage["stage"]]["gradients_bytes"]
         assert (g < g_flip) == res.grads_sharded and g != g_flip
     del flip_g
@@ -127,3 +128,24 @@ def test_context_parallelism_at_short_sequences_shrinks_the_products_it_splits()
     one = layer_time(LLAMA8, LayerSetup(micro_batch=1, seq_len=2048, cp=1), H100, EFF)
     four = layer_time(LLAMA8, LayerSetup(micro_batch=1, seq_len=2048, cp=4), H100, EFF)
     assert four.fwd.gemm * 4 > one.fwd.gemm     # a quarter of the work, more than a quarter of the time
+
+
+def test_a_stack_that_syncs_gradients_once_without_a_pipeline():
+    """NeMo AutoModel turns FSDP2's gradient sync off for every micro-batch but the last: the
+    unsharded gradients stay resident (memory holds the whole buffer) and are reduce-scattered
+    once (time pays one reduction where torchtitan's way pays one per micro-batch)."""
+    assert residency(3, 1, 8, reshard_after_forward=True, flat_grad_sync="step").grads == "per-step"
+    assert residency(3, 1, 8, reshard_after_forward=True).grads == "per-microbatch"
+    assert residency(3, 1, 1, reshard_after_forward=True, flat_grad_sync="step").grads == "per-microbatch"
+    with pytest.raises(ModelcutError, match="flat_grad_sync"):
+        residency(3, 1, 2, reshard_after_forward=True, flat_grad_sync="never")
+    auto = catalog.framework("nemo-automodel")
+    assert auto.flat_grad_sync == "step" and FSDP.flat_grad_sync == "microbatch"
+    every = replace(auto, name="automodel-every", flat_grad_sync="microbatch")
+    r = run(3, pp=1, dp=32, tp=2, gb=256)          # 4 micro-batches a replica
+    once_t = predict(r, H100, "default", efficiency=EFF, framework=auto)
+    every_t = predict(r, H100, "default", efficiency=EFF, framework=every)
+    assert once_t.step_time_s <= every_t.step_time_s and once_t.breakdown.dp_s < every_t.breakdown.dp_s
+    g_once = memory_report(r, framework=auto)["stages"][0]["gradients_bytes"]
+    g_every = memory_report(r, framework=every)["stages"][0]["gradients_bytes"]
+    assert g_once == pytest.approx(32 * g_every)    # the whole buffer against a 1/dp shard

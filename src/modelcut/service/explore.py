@@ -238,7 +238,7 @@ class ExploreResult:
             "framework": self.framework.name if self.framework is not None else None,
             "memory_assumptions": {"flash_attention": o.flash_attention, "reshard_after_forward": o.reshard_after_forward,
                                    "reshard_with_pipeline": o.reshard_with_pipeline,
-                                   "pipeline_grad_sync": o.pipeline_grad_sync,
+                                   "pipeline_grad_sync": o.pipeline_grad_sync, "flat_grad_sync": o.flat_grad_sync,
                                    "buffer_fixed_bytes": o.buffer_fixed_bytes, "fragmentation": o.fragmentation},
             "summary": summary, "notes": list(ex.notes),
             "layouts": [layout_json(e, i) for i, e in enumerate(top, 1)],

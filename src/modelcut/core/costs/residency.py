@@ -24,7 +24,13 @@ without ``no_sync``), unless the stack accumulates the whole gradients and reduc
 (``"per-step"``, memory pays the full buffer): torch.distributed.pipelining does so for an FSDP2
 stage, turning ``requires_gradient_sync`` off for every backward of the schedule and reducing
 after it (pytorch/pytorch torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``,
-commit 0138610331c90b8053a0bfc6df0175b200a1cad2).
+commit 0138610331c90b8053a0bfc6df0175b200a1cad2). Without a pipeline a stack may do the same over
+its gradient-accumulation steps (``flat_grad_sync = "step"``): NeMo AutoModel turns FSDP2's
+``requires_gradient_sync`` off for every micro-batch but the last
+(``nemo_automodel/components/distributed/utils.py`` ``get_sync_ctx``, called by ``train_ft.py``'s
+``_forward_backward_step`` with ``idx == num_batches - 1``, NVIDIA-NeMo/Automodel @89e3a9fdd), so the
+unsharded gradients accumulate and are reduce-scattered once; torchtitan reduce-scatters after every
+micro-batch's backward.
 """
 
 from __future__ import annotations
@@ -75,17 +81,19 @@ class Residency:
 
 
 def residency(zero: int, pp: int, microbatches: int, *, reshard_after_forward: bool,
-              reshard_with_pipeline: bool | None = None, pipeline_grad_sync: str = "microbatch") -> Residency:
+              reshard_with_pipeline: bool | None = None, pipeline_grad_sync: str = "microbatch",
+              flat_grad_sync: str = "microbatch") -> Residency:
     """What a rank of a run with ``pp`` pipeline stages and ``microbatches`` micro-batches per step
     keeps resident under ZeRO stage ``zero`` on a stack that reshards after the forward
     (``reshard_after_forward``; with a pipeline ``reshard_with_pipeline`` where the stack chooses
-    apart, None: the same) and, with a pipeline, reduces sharded gradients every micro-batch or
-    once (``pipeline_grad_sync``, :data:`PIPELINE_GRAD_SYNC`). The module doc gives the rules."""
+    apart, None: the same) and reduces sharded gradients every micro-batch or once, with a pipeline
+    (``pipeline_grad_sync``) and without one (``flat_grad_sync``), each one of
+    :data:`PIPELINE_GRAD_SYNC`. The module doc gives the rules."""
     if zero not in (0, 1, 2, 3):
         raise ModelcutError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
-    if pipeline_grad_sync not in PIPELINE_GRAD_SYNC:
-        raise ModelcutError(f"pipeline_grad_sync must be one of {', '.join(PIPELINE_GRAD_SYNC)}, "
-                            f"got {pipeline_grad_sync!r}")
+    for name, val in (("pipeline_grad_sync", pipeline_grad_sync), ("flat_grad_sync", flat_grad_sync)):
+        if val not in PIPELINE_GRAD_SYNC:
+            raise ModelcutError(f"{name} must be one of {', '.join(PIPELINE_GRAD_SYNC)}, got {val!r}")
     for name, val in (("pp", pp), ("microbatches", microbatches)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ModelcutError(f"{name} must be a positive integer, got {val!r}")
@@ -96,7 +104,7 @@ def residency(zero: int, pp: int, microbatches: int, *, reshard_after_forward: b
         weights = "per-pass" if reshard else "per-step"
     if zero < 2 or microbatches == 1:
         grads = "per-step" if zero < 2 else "per-microbatch"
-    elif pp > 1 and pipeline_grad_sync == "step":
+    elif (pipeline_grad_sync if pp > 1 else flat_grad_sync) == "step":
         grads = "per-step"
     else:
         grads = "per-microbatch"

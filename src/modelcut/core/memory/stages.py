@@ -40,8 +40,8 @@ class MemoryOptions:
     as a fraction of the tensors (5 %, an allowance). ``fp8``: FP8 weight copies (their own
     line, :func:`..costs.fp8.weight_copy_bytes` per linear parameter held unsharded) and linear
     inputs kept in FP8.
-    ``reshard_with_pipeline``/``pipeline_grad_sync``: the stack's resharding with a pipeline and
-    its gradient reduction under ZeRO-2/3 with one (:func:`..costs.residency.residency`, the rule
+    ``reshard_with_pipeline``/``pipeline_grad_sync``/``flat_grad_sync``: the stack's resharding with a
+    pipeline and its gradient reduction under ZeRO-2/3 with one and without (:func:`..costs.residency.residency`, the rule
     the step-time model reads too). ``grad_bytes``: bytes per element of the gradient buffer
     (4, FP32 ``main_grad``; 2 where the stack keeps it in the parameters' 16-bit dtype: the
     framework's ``grad_buffer_bytes``). ``zero3_runtime``/``zero3_prefetch``: the stack's ZeRO-3
@@ -64,6 +64,7 @@ class MemoryOptions:
     fp8: Fp8 | None = None      # the run's FP8 as its stack keeps it (:mod:`..costs.fp8`)
     reshard_with_pipeline: bool | None = None
     pipeline_grad_sync: str = "microbatch"
+    flat_grad_sync: str = "microbatch"
     grad_bytes: float = GRAD_BYTES
     zero3_runtime: str = "unit"
     zero3_prefetch: bool = True
@@ -73,7 +74,8 @@ class MemoryOptions:
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident under these assumptions (:func:`..costs.residency.residency`)."""
         return residency(zero, pp, microbatches, reshard_after_forward=self.reshard_after_forward,
-                         reshard_with_pipeline=self.reshard_with_pipeline, pipeline_grad_sync=self.pipeline_grad_sync)
+                         reshard_with_pipeline=self.reshard_with_pipeline, pipeline_grad_sync=self.pipeline_grad_sync,
+                         flat_grad_sync=self.flat_grad_sync)
 
 
 DEFAULT_OPTIONS = MemoryOptions()
@@ -302,7 +304,7 @@ def stack_options(framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS
     return replace(options, flash_attention=framework.attention != "unfused",
                    reshard_after_forward=framework.reshard_after_forward,
                    reshard_with_pipeline=framework.reshard_with_pipeline,
-                   pipeline_grad_sync=framework.pipeline_grad_sync,
+                   pipeline_grad_sync=framework.pipeline_grad_sync, flat_grad_sync=framework.flat_grad_sync,
                    grad_bytes=float(framework.grad_buffer_bytes), zero3_runtime=framework.zero3_runtime,
                    zero3_prefetch=framework.overlap.param_gather, param_bytes=float(framework.param_bytes),
                    optimizer_bytes=float(framework.optimizer_bytes))
@@ -344,7 +346,7 @@ def dtypes(options: MemoryOptions, half: str = "bf16") -> dict[str, str]:
     out = {"weights_bytes": f"transformer layers: {layers} (FP8 parameters); embedding, output, norms: {half}"
            if f8 is not None and f8.param_gather else plain,
            "gradients_bytes": "fp32 (main_grad accumulation buffer)" if options.grad_bytes >= 4
-           else "16-bit (gradient buffer in the parameters' fp16/bf16 dtype: reduced in 16 bits)",
+           else f"{half} (the gradient buffer in the parameters' dtype)",
            "optimizer_bytes": optim,
            "fp8_weights_bytes": "none" if f8 is None else
            ("fp8 weight and its transpose (Hopper)" if f8.transposes else "fp8 weight")

@@ -136,7 +136,8 @@ class Framework:
     chooses apart from ``reshard_after_forward`` (None: the same); ``pipeline_grad_sync``: with a
     pipeline and ZeRO-2/3, "microbatch" reduce-scatters the gradients after every backward (only
     the shard is kept), "step" accumulates them whole and reduces once (:mod:`..costs.residency`,
-    the one rule memory and time both read: :meth:`residency`);
+    the one rule memory and time both read: :meth:`residency`); ``flat_grad_sync``: the same choice
+    without a pipeline, over the gradient-accumulation steps;
     ``mcore_layers``: the layers are Megatron-core's modules (its Transformer Engine layer spec),
     whose paths for three model features run eager PyTorch ops (:data:`.layers.MCORE_EAGER_ROPE_FWD`
     and the rest): a YaRN attention factor other than 1 (``ModelSpec.rope_mscale``), a clamped
@@ -173,13 +174,14 @@ class Framework:
     mcore_layers: bool = False
     p2p_async_interleaved_only: bool = False
     pipeline_grad_sync: str = "microbatch"
+    flat_grad_sync: str = "microbatch"
     source: str = ""
 
     def __post_init__(self) -> None:
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
                    "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3"),
                    "fp8_default_recipe": ("auto", *FP8_RECIPES), "fp8_rs_overlap": ("ring", "pipeline"),
-                   "pipeline_grad_sync": PIPELINE_GRAD_SYNC, "cross_entropy": tuple(CE_BYTES)}
+                   "pipeline_grad_sync": PIPELINE_GRAD_SYNC, "flat_grad_sync": PIPELINE_GRAD_SYNC, "cross_entropy": tuple(CE_BYTES)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
@@ -208,7 +210,8 @@ class Framework:
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""
         return residency(zero, pp, microbatches, reshard_after_forward=self.reshard_after_forward,
-                         reshard_with_pipeline=self.reshard_with_pipeline, pipeline_grad_sync=self.pipeline_grad_sync)
+                         reshard_with_pipeline=self.reshard_with_pipeline, pipeline_grad_sync=self.pipeline_grad_sync,
+                         flat_grad_sync=self.flat_grad_sync)
 
     def with_overlap(self, overrides: dict[str, bool] | None) -> "Framework":
         """This stack with some overlap options switched (``--overlap``)."""

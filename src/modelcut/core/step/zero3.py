@@ -87,7 +87,9 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
                    gather_layer=None) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
-    reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`).
+    reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`),
+    every micro-batch, or in the last one only where the stack accumulates them unsharded
+    (``flat_grad_sync = "step"``, :mod:`..costs.residency`).
     ``sizes``: the parameters of a dense layer, an MoE layer ((dense, routed experts): gathered
     and reduced over their own groups), the embedding and the output;
     ``a2a``: an MoE layer's token dispatch and combine per pass, on the compute stream's critical
@@ -100,12 +102,15 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     pf_f = ov.param_gather
     pf_b = ov.param_gather and fw.prefetch_backward
     # what stays resident is the rule memory reads too (:mod:`..costs.residency`)
-    reshard = fw.residency(run.layout.zero, run.layout.pp, m).gathers_each_pass
+    res = fw.residency(run.layout.zero, run.layout.pp, m)
+    reshard = res.gathers_each_pass
+    once = res.grads == "per-step"      # accumulated unsharded, reduce-scattered in the last backward only
     tasks: list[tuple[float, float, bool]] = []
     after: list[tuple[int, float]] = []
     a2a_total = 0.0
     for mb in range(m):
         gather_fwd = mb == 0 or reshard
+        reduce = not once or mb == m - 1
         # Forward: embedding, layers, loss (the loss uses the (tied) output weights).
         tasks.append((gather(p_emb) if gather_fwd else 0.0, exposed(emb[0]), pf_f))
         for i in range(model.layers):
@@ -115,7 +120,8 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
             a2a_total += x
             tasks.append((gather_layer(pp_) if gather_fwd else 0.0, exposed(lt.fwd) + x, pf_f))
         tasks.append((gather(p_out) if gather_fwd else 0.0, exposed(loss[0]) + exposed(loss[1]), pf_f))
-        after.append((len(tasks) - 1, rs(p_out)))
+        if reduce:
+            after.append((len(tasks) - 1, rs(p_out)))
         for i in reversed(range(model.layers)):
             is_moe = model.is_moe and i >= first_moe
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
@@ -126,9 +132,11 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
             # inside the unit's backward, its weights gathered).
             g = gather_layer(pp_) if reshard else 0.0
             tasks.append((g, exposed(lt.recompute) + exposed(lt.bwd) + x, pf_b))
-            after.append((len(tasks) - 1, rs(pp_)))
+            if reduce:
+                after.append((len(tasks) - 1, rs(pp_)))
         tasks.append((gather(p_emb) if reshard else 0.0, exposed(emb[1]), pf_b))
-        after.append((len(tasks) - 1, rs(p_emb)))
+        if reduce:
+            after.append((len(tasks) - 1, rs(p_emb)))
     compute_total = sum(c for _, c, _ in tasks) - a2a_total
     if not ov.grad_reduce:
         rs_total = sum(d for _, d in after)
