@@ -308,6 +308,37 @@ def test_explorer_reads_an_uploaded_config_and_refuses_a_bad_one(server, page, t
     assert page.locator("#model option:checked").inner_text() == "uploaded: tiny-llama (8 layers)"
 
 
+def test_explorer_takes_the_stack_and_the_precision_and_refuses_fp8_on_an_a100(server, page):
+    """The form's stack and precision go to the API as the JSON fields of the same names (FP8's
+    recipe only with fp8), the answer names them, the URL keeps them; FP8 on an A100 is one line."""
+    page.goto(server + "/explorer?model=gpt-1.7b&gpu=h100-sxm5-80gb&gpus=8&seq=2048&tokens=131072&top=5")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    assert page.is_disabled("#recipe")
+    page.select_option("#framework", "nemo")
+    page.select_option("#precision", "fp8")
+    assert not page.is_disabled("#recipe")
+    page.select_option("#recipe", "current")
+    with page.expect_request("**/api/explore/stream") as req:
+        page.click("#go")
+    sent = req.value.post_data_json
+    assert (sent["framework"], sent["precision"], sent["fp8_recipe"]) == ("nemo", "fp8", "current")
+    page.wait_for_function("() => document.querySelector('[data-testid=stack]')"
+                           " && document.querySelector('[data-testid=stack]').textContent.includes('fp8')")
+    assert page.inner_text("[data-testid=stack]") == "Stack: nemo; matrix products in fp8, current scaling."
+    assert "framework=nemo" in page.url and "precision=fp8" in page.url and "recipe=current" in page.url
+    ans = api(server, "/api/explore", {"model": "gpt-1.7b", "gpu": "h100-sxm5-80gb", "gpus": 8, "seq": 2048,
+                                       "global_batch_tokens": 131072, "top": 5, "framework": "nemo",
+                                       "precision": "fp8", "fp8_recipe": "current"})
+    first = page.locator("[data-testid=layouts] tbody tr").first.get_attribute("data-rank")
+    assert first == "1" and ans["precision"] == "fp8" and ans["layouts"][0]["rank"] == 1
+    page.select_option("#gpu", "a100-sxm4-80gb")
+    page.click("#go")
+    page.wait_for_selector("[data-testid=error]:not(:empty)")
+    err = page.inner_text("[data-testid=error]")
+    assert "fp8 needs FP8 tensor cores" in err and "\n" not in err.strip()
+    assert not page.errors
+
+
 def test_published_runs_page_plots_the_validation_table(server, page):
     page.goto(server + "/runs")
     page.wait_for_selector("[data-testid=runs] tbody tr")

@@ -236,6 +236,7 @@ class ExploreResult:
             "model": dataclasses.asdict(req.model), "hardware": req.hw.as_dict(), "seq": req.seq,
             "global_batch": req.global_batch_tokens // req.seq, "mode": req.mode,
             "framework": self.framework.name if self.framework is not None else None,
+            "precision": req.space.precision, "fp8_recipe": req.space.fp8_recipe,
             "memory_assumptions": {"flash_attention": o.flash_attention, "reshard_after_forward": o.reshard_after_forward,
                                    "reshard_with_pipeline": o.reshard_with_pipeline,
                                    "pipeline_grad_sync": o.pipeline_grad_sync, "flat_grad_sync": o.flat_grad_sync,

@@ -43,9 +43,7 @@ def pooled(req: SimulateInput, limits: Limits) -> bool:
 
 
 def catalog_listing() -> dict[str, Any]:
-    out = catalog_info.listing()
-    out.pop("frameworks")
-    return out
+    return catalog_info.listing()
 
 
 def predict(req: PredictInput, limits: Limits) -> dict:

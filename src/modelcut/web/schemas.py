@@ -83,6 +83,7 @@ class CatalogResponse(BaseModel):
     hardware: list[dict[str, Any]] = Field(description="accelerators of the catalog (SI units)")
     models: list[dict[str, Any]] = Field(description="model shapes of the catalog")
     modes: list[str] = Field(description="modes of the systems model (assumption sets)")
+    frameworks: list[str] = Field(description="training-stack presets the default mode takes (framework)")
     limits: dict[str, int] = Field(description="the API's limits: ops per simulation, body bytes, layouts")
 
 
@@ -136,6 +137,8 @@ class ExploreResponse(BaseModel):
     global_batch: int
     mode: str
     framework: str | None
+    precision: str = Field(description="the products' precision of every layout searched")
+    fp8_recipe: str | None = Field(description="with fp8: the scaling recipe asked for (None: the stack's)")
     memory_assumptions: dict[str, Any]
     check: dict[str, Any] | None = None
 

@@ -6,7 +6,8 @@
   const $ = (id) => document.getElementById(id);
   const UPLOAD = '__upload__';
   const KNOB_NAME = {cp_kind: 'context-parallel form', micro_batch: 'micro-batch', vpp: 'chunks v', zero: 'ZeRO'};
-  const DEFAULTS = {model: 'llama3-8b', gpu: 'h100-sxm5-80gb', gpus: '64', seq: '8192', tokens: '4M', top: '20'};
+  const DEFAULTS = {model: 'llama3-8b', gpu: 'h100-sxm5-80gb', gpus: '64', seq: '8192', tokens: '4M', top: '20',
+                    framework: 'megatron-core', precision: 'bf16', recipe: ''};
   const LIMIT = '#b3261e';   // the memory limit's mark: a solid red line, not a dashed one (no menu look-alike)
   let hfConfig = null;
   let last = null;
@@ -40,6 +41,9 @@
     if (!scheds.length) throw new Error('choose at least one schedule');
     body.schedules = scheds;
     body.allow_tp_across_nodes = $('across').checked;
+    body.framework = $('framework').value;
+    body.precision = $('precision').value;
+    if (body.precision === 'fp8' && $('recipe').value) body.fp8_recipe = $('recipe').value;
     return body;
   }
 
@@ -53,6 +57,9 @@
     q.set('top', body.top);
     q.set('schedules', body.schedules.join(','));
     if (body.allow_tp_across_nodes) q.set('across', '1');
+    if (body.framework && body.framework !== DEFAULTS.framework) q.set('framework', body.framework);
+    if (body.precision !== DEFAULTS.precision) q.set('precision', body.precision);
+    if (body.fp8_recipe) q.set('recipe', body.fp8_recipe);
     history.replaceState(null, '', location.pathname + '?' + q.toString());
   }
 
@@ -153,7 +160,9 @@
         ` of ${fmt(sum.space, 0)} covered (${fmt(sum.structures, 0)} shapes × recomputation × ZeRO stage), `
         + `searched in ${secs.toFixed(1)} s.`]),
       h('p', {text: `Memory limit ${gb(sum.limit_bytes)}: ${hw.name}'s ${gb(sum.capacity_bytes)} less a `
-        + `${fmt(sum.margin * 100, 1)} % margin. Model: ${ans.model.name}, ${ans.model.layers} layers.`}));
+        + `${fmt(sum.margin * 100, 1)} % margin. Model: ${ans.model.name}, ${ans.model.layers} layers.`}),
+      h('p', {'data-testid': 'stack', text: `Stack: ${ans.framework || DEFAULTS.framework}; matrix products in `
+        + `${ans.precision}${ans.fp8_recipe ? `, ${ans.fp8_recipe} scaling` : ''}.`}));
     for (const n of ans.notes) $('summary').append(h('p', {class: 'muted', text: n}));
     $('title').textContent = `${ans.model.name} on ${fmt(sum.gpus, 0)} × ${hw.name}: layouts that fit, fastest first`;
     renderWhy(ans);
@@ -377,10 +386,17 @@
         hardware[hw.name] = hw;
         $('gpu').append(h('option', {value: hw.name, text: `${hw.name} (${Math.round(hw.mem_bytes / 1e9)} GB)`}));
       }
+      for (const f of cat.frameworks) $('framework').append(h('option', {value: f, text: f}));
     } catch (e) { showError(`could not load the catalog: ${e.message}`); }
     if ([...$('model').options].some((o) => o.value === st.model)) $('model').value = st.model;
     if ([...$('gpu').options].some((o) => o.value === st.gpu)) $('gpu').value = st.gpu;
     $('gpus').value = st.gpus; $('seq').value = st.seq; $('tokens').value = st.tokens; $('top').value = st.top;
+    if ([...$('framework').options].some((o) => o.value === st.framework)) $('framework').value = st.framework;
+    if ([...$('precision').options].some((o) => o.value === st.precision)) $('precision').value = st.precision;
+    if ([...$('recipe').options].some((o) => o.value === st.recipe)) $('recipe').value = st.recipe;
+    const syncRecipe = () => { $('recipe').disabled = $('precision').value !== 'fp8'; };
+    syncRecipe();
+    $('precision').addEventListener('change', syncRecipe);
     if (st.schedules) {
       for (const e of document.querySelectorAll('input[name=schedule]')) e.checked = st.schedules.includes(e.value);
     }
