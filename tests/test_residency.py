@@ -146,6 +146,10 @@ def test_a_stack_that_syncs_gradients_once_without_a_pipeline():
     once_t = predict(r, H100, "default", efficiency=EFF, framework=auto)
     every_t = predict(r, H100, "default", efficiency=EFF, framework=every)
     assert once_t.step_time_s <= every_t.step_time_s and once_t.breakdown.dp_s < every_t.breakdown.dp_s
-    g_once = memory_report(r, framework=auto)["stages"][0]["gradients_bytes"]
-    g_every = memory_report(r, framework=every)["stages"][0]["gradients_bytes"]
-    assert g_once == pytest.approx(32 * g_every)    # the whole buffer against a 1/dp shard
+    once_m, every_m = memory_report(r, framework=auto), memory_report(r, framework=every)
+    g_once, g_every = once_m["stages"][0]["gradients_bytes"], every_m["stages"][0]["gradients_bytes"]
+    # the whole buffer, in FSDP2's fp32 reduce dtype, against a 1/dp shard in bf16
+    assert (auto.unsharded_grad_bytes, auto.grad_buffer_bytes) == (4, 2)
+    assert g_once == pytest.approx(32 * g_every * 4 / 2)
+    assert once_m["dtypes"]["gradients_bytes"].startswith("fp32 for the dense weights'")
+    assert every_m["dtypes"]["gradients_bytes"].startswith("bf16")

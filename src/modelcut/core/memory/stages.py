@@ -44,7 +44,9 @@ class MemoryOptions:
     pipeline and its gradient reduction under ZeRO-2/3 with one and without (:func:`..costs.residency.residency`, the rule
     the step-time model reads too). ``grad_bytes``: bytes per element of the gradient buffer
     (4, FP32 ``main_grad``; 2 where the stack keeps it in the parameters' 16-bit dtype: the
-    framework's ``grad_buffer_bytes``). ``zero3_runtime``/``zero3_prefetch``: the stack's ZeRO-3
+    framework's ``grad_buffer_bytes``); ``whole_grad_bytes``: a dense parameter's gradient bytes
+    where ZeRO-2/3 holds the gradients whole between reductions (the framework's
+    ``unsharded_grad_bytes``; None: ``grad_bytes``). ``zero3_runtime``/``zero3_prefetch``: the stack's ZeRO-3
     runtime and whether it prefetches; under DeepSpeed v0.3's (``"deepspeed-0.3"``, no pipeline)
     the gathered weights are what its hooks hold at most, weight by weight
     (:func:`..step.zero3.deepspeed_resident_numel`, the replay the step time runs), not two whole
@@ -66,6 +68,7 @@ class MemoryOptions:
     pipeline_grad_sync: str = "microbatch"
     flat_grad_sync: str = "microbatch"
     grad_bytes: float = GRAD_BYTES
+    whole_grad_bytes: float | None = None
     zero3_runtime: str = "unit"
     zero3_prefetch: bool = True
     param_bytes: float = WEIGHT_BYTES
@@ -133,7 +136,8 @@ def shard_groups(run: Run) -> tuple[int, int]:
 def state_bytes(params: float, expert_params: float, zero: int, d: int, de: int,
                 gathered_params: float, grads_sharded: bool | None = None,
                 grad_bytes: float = GRAD_BYTES, param_bytes: float = WEIGHT_BYTES,
-                optimizer_bytes: float = OPTIMIZER_STATE_BYTES) -> tuple[float, float, float]:
+                optimizer_bytes: float = OPTIMIZER_STATE_BYTES,
+                whole_grad_bytes: float | None = None) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes for a device's parameters (module table).
 
     ``gathered_params``: parameters ZeRO-3 holds unsharded while computing (one layer being
@@ -142,15 +146,18 @@ def state_bytes(params: float, expert_params: float, zero: int, d: int, de: int,
     :attr:`..costs.residency.Residency.grads_sharded`); ``grad_bytes``: bytes per gradient
     element (the table's 4, or 2 for a 16-bit buffer); ``param_bytes``/``optimizer_bytes``: the stack's
     bytes per stored weight and per parameter of optimizer state (the table's 2 and 12); ZeRO-3's
-    gathered copy is 16-bit whatever they are."""
+    gathered copy is 16-bit whatever they are. ``whole_grad_bytes``: where ZeRO-2/3 gradients are
+    held whole between reductions, the bytes a dense parameter's take (FSDP2 accumulates them in its
+    reduce dtype); None: ``grad_bytes``."""
     g_shard = zero >= 2 if grads_sharded is None else grads_sharded
 
-    def one(n: float, D: int) -> tuple[float, float, float]:
+    def one(n: float, D: int, g_b: float) -> tuple[float, float, float]:
         w = param_bytes * n / (D if zero >= 3 else 1)
-        g = grad_bytes * n / (D if g_shard else 1)
+        g = g_b * n / (D if g_shard else 1)
         o = optimizer_bytes * n / (D if zero >= 1 else 1)
         return w, g, o
-    a, b = one(params, d), one(expert_params, de)
+    dense_g = whole_grad_bytes if whole_grad_bytes is not None and zero >= 2 and not g_shard else grad_bytes
+    a, b = one(params, d, dense_g), one(expert_params, de, grad_bytes)
     w = a[0] + b[0] + (WEIGHT_BYTES * gathered_params if zero >= 3 else 0.0)
     return w, a[1] + b[1], a[2] + b[2]
 
@@ -242,7 +249,7 @@ def _states(run: Run, options: MemoryOptions, params, zero: int, plan: PipelineP
         else:
             gathered = 0.0
         rows.append(state_bytes(dense, expert, zero, d, de, gathered, res.grads_sharded, options.grad_bytes,
-                                options.param_bytes, options.optimizer_bytes))
+                                options.param_bytes, options.optimizer_bytes, options.whole_grad_bytes))
     return np.array(rows).reshape(len(rows), 3)
 
 
@@ -306,6 +313,8 @@ def stack_options(framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS
                    reshard_with_pipeline=framework.reshard_with_pipeline,
                    pipeline_grad_sync=framework.pipeline_grad_sync, flat_grad_sync=framework.flat_grad_sync,
                    grad_bytes=float(framework.grad_buffer_bytes), zero3_runtime=framework.zero3_runtime,
+                   whole_grad_bytes=(None if framework.unsharded_grad_bytes is None
+                                     else float(framework.unsharded_grad_bytes)),
                    zero3_prefetch=framework.overlap.param_gather, param_bytes=float(framework.param_bytes),
                    optimizer_bytes=float(framework.optimizer_bytes))
 
@@ -335,9 +344,10 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     return run, opts
 
 
-def dtypes(options: MemoryOptions, half: str = "bf16") -> dict[str, str]:
+def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False) -> dict[str, str]:
     """The data type of each line of the memory table, as the memory model counts it; ``half``
-    names the run's 16-bit type ("fp16" for an fp16 run, else "bf16")."""
+    names the run's 16-bit type ("fp16" for an fp16 run, else "bf16"); ``whole_grads``: ZeRO-2/3
+    holds the gradients whole between reductions (in ``whole_grad_bytes`` where the stack sets it)."""
     f8 = options.fp8
     layers = "fp8 weight and its fp8 transpose" if f8 is not None and f8.transposes else "fp8 weight"
     plain = {4: f"fp32 (the optimizer's master copy); {half} while gathered"}.get(int(options.param_bytes), half)
@@ -346,7 +356,9 @@ def dtypes(options: MemoryOptions, half: str = "bf16") -> dict[str, str]:
     out = {"weights_bytes": f"transformer layers: {layers} (FP8 parameters); embedding, output, norms: {half}"
            if f8 is not None and f8.param_gather else plain,
            "gradients_bytes": "fp32 (main_grad accumulation buffer)" if options.grad_bytes >= 4
-           else f"{half} (the gradient buffer in the parameters' dtype)",
+           else (f"fp32 for the dense weights' (accumulated whole in the reduce dtype), {half} for any routed experts'"
+                 if whole_grads and (options.whole_grad_bytes or 0) >= 4
+                 else f"{half} (the gradient buffer in the parameters' dtype)"),
            "optimizer_bytes": optim,
            "fp8_weights_bytes": "none" if f8 is None else
            ("fp8 weight and its transpose (Hopper)" if f8.transposes else "fp8 weight")
@@ -387,7 +399,8 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
             "framework": fw_name,
             "fp8_recipe": options.fp8.recipe if options.fp8 is not None else None,
         },
-        "dtypes": dtypes(options, "fp16" if run.training.precision == "fp16" else "bf16"),
+        "dtypes": dtypes(options, "fp16" if run.training.precision == "fp16" else "bf16",
+                         run.layout.zero >= 2 and not options.residency(run.layout.zero, plan.p, plan.m).grads_sharded),
     }
     if hw is not None:
         rep["capacity_bytes"] = hw.mem_bytes

@@ -84,7 +84,9 @@ class Framework:
     "torch-fp32" (the logits cast to fp32 first): :data:`.layers.CE_BYTES`; ``grad_bytes``: bytes per gradient element
     on the data-parallel wire (2: fp16/bf16, 4: fp32); ``expert_grad_bytes``: the same for the
     routed experts' gradients where the stack reduces them in another dtype (None: ``grad_bytes``;
-    :attr:`expert_grad_b`); ``grad_buffer_bytes``: bytes per element of
+    :attr:`expert_grad_b`); ``unsharded_grad_bytes``: bytes per dense parameter of the gradients
+    a ZeRO-2/3 stack accumulates whole between reductions (``pipeline_grad_sync`` or
+    ``flat_grad_sync`` "step"; FSDP2 keeps them in its reduce dtype; None: ``grad_buffer_bytes``); ``grad_buffer_bytes``: bytes per element of
     the gradient buffer a rank keeps between micro-batches (memory): 4, an FP32 ``main_grad``; 2
     where Megatron's DDP reduces in 16 bits and so allocates the buffer in the parameters' dtype
     (``grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype``, Megatron-LM core_v0.8.0
@@ -152,6 +154,7 @@ class Framework:
     cross_entropy: str
     grad_bytes: int
     expert_grad_bytes: int | None = None
+    unsharded_grad_bytes: int | None = None
     grad_buffer_bytes: int = GRAD_BYTES
     grad_accum_bytes: int = GRAD_ACCUM_BYTES_16
     param_bytes: int = WEIGHT_BYTES
@@ -186,7 +189,7 @@ class Framework:
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
-        for name, allowed in (("grad_bytes", (2, 4)), ("expert_grad_bytes", (None, 2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
+        for name, allowed in (("grad_bytes", (2, 4)), ("expert_grad_bytes", (None, 2, 4)), ("unsharded_grad_bytes", (None, 2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
                               ("optimizer_bytes", (4, 8, 12)), ("grad_accum_bytes", (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32,
                                                                   GRAD_ACCUM_BYTES_32_CAST))):
             if getattr(self, name) not in allowed:
