@@ -62,8 +62,12 @@ ATTENTION_KINDS = ("unfused", "flash2", "flash3", "cudnn", "flash4")
 #: times as flash2. cuDNN's fused attention takes the window as a mask; no source here says it
 #: skips the masked tiles, so it is charged the whole causal attention.
 WINDOW_SKIPPING = ("flash2", "flash3")
-#: The tile the window's block skipping works in: 128 × 128 (query block × key block), the
-#: FlashAttention-2/-3 and FlexAttention forward tiles for head dimensions up to 128.
+#: The tile the window's block skipping works in: 128 × 128 (query block × key block).
+#: FlexAttention's BlockMask default block size is 128 (``create_block_mask``'s BLOCK_SIZE,
+#: torch/nn/attention/flex_attention.py), and FlashAttention-2's forward for head dimension 64
+#: (GPT-OSS's) runs 128 × 128 tiles (``run_mha_fwd_hdim64``, kBlockM = kBlockN = 128,
+#: csrc/flash_attn/src/flash_fwd_launch_template.h); other head dimensions' key blocks may be
+#: narrower, which this does not follow.
 ATTENTION_TILE = 128
 
 #: The attention benchmarks' shape (FlashAttention-2 and -3 papers §4.1): 16k tokens a batch,

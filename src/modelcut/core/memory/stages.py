@@ -368,9 +368,6 @@ def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False
     return out
 
 
-def _residency_json(options: MemoryOptions, run: Run, plan: PipelinePlan) -> dict[str, str]:
-    res = options.residency(run.layout.zero, plan.p, plan.m)
-    return {"weights": res.weights, "grads": res.grads}
 
 
 def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | None = None,
@@ -386,13 +383,14 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
     plan = plan or memory_plan(run, options)
     stages = stage_memory(run, hw, options=options, plan=plan)
     peak = peak_bytes(stages)
+    res = options.residency(run.layout.zero, plan.p, plan.m)
     rep: dict[str, Any] = {
         "stages": [s.as_dict() for s in stages],
         "peak_bytes": peak,
         "assumptions": {
             "flash_attention": options.flash_attention,
             "reshard_after_forward": options.reshard_after_forward,
-            "residency": _residency_json(options, run, plan),
+            "residency": {"weights": res.weights, "grads": res.grads},
             "buffer_fixed_bytes": options.buffer_fixed_bytes,
             "fragmentation": options.fragmentation,
             "zero": run.layout.zero,
@@ -400,7 +398,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
             "fp8_recipe": options.fp8.recipe if options.fp8 is not None else None,
         },
         "dtypes": dtypes(options, "fp16" if run.training.precision == "fp16" else "bf16",
-                         run.layout.zero >= 2 and not options.residency(run.layout.zero, plan.p, plan.m).grads_sharded),
+                         res.zero >= 2 and not res.grads_sharded),
     }
     if hw is not None:
         rep["capacity_bytes"] = hw.mem_bytes

@@ -192,7 +192,7 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     every_b = backward_ends(plan, trace) if per_mb else {}
     out = []
     for dev in range(p):
-        requests, params_dev, layers_dev, gather_bytes, gather_expert = [], 0.0, 0, 0.0, 0.0
+        requests, held, params_dev, layers_dev, gather_bytes, gather_expert = [], [], 0.0, 0, 0.0, 0.0
         mine = plan.on_device(dev)
         mods = params.device_modules(model, t, L.ep, L.etp,
                                      [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in mine])
@@ -209,9 +209,10 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
             # after its backward, before the next one accumulates
             stage_rs = reduce_time(sum(a for a, _ in units), sum(b for _, b in units))
             requests += [(end, stage_rs) for _, end in every_b.get(st.index, [])[:-1]]
+            held.append(stage_rs)
         if waits and dp_group > 1:
             # each stage's reduce-scatter issued after its last backward, the compute stream waiting
-            exp_dp = sum(reduce_time(sum(a for a, _ in units), sum(b for _, b in units)) for units in mods)
+            exp_dp = sum(held)
         else:
             exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
         tied = tied_extra if (dev in (0, p - 1) and p > 1) else 0.0
