@@ -97,3 +97,20 @@ def test_report_writes_the_results_page(capsys, tmp_path):
     assert "megatron-18.4b" in text and "llama3-405b-128k-16384" in text
     assert "Every prediction low: yes" in text
     assert "## Assumptions" in text and "α = 5 µs" in text
+
+
+def test_a_run_file_under_fsdp_without_a_zero_stage_is_fully_sharded(capsys, tmp_path):
+    """RUN.toml's [layout] without ``zero`` under ``--framework fsdp`` runs as FSDP does (ZeRO-3, the
+    states a 64th a GPU); ``zero = 0`` still asks for plain replication."""
+    f = tmp_path / "RUN.toml"
+    f.write_text('[model]\nname = "llama3-8b"\n[hardware]\ngpu = "h100"\ngpus = 64\n[layout]\ntp = 1\npp = 1\n'
+                 'dp = 64\n[training]\nseq_len = 8192\nglobal_batch = 64\nmicro_batch = 1\nrecompute = "selective"\n')
+    code, out, _ = run_cli(capsys, "predict", str(f), "--framework", "fsdp", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["memory"]["assumptions"]["zero"] == 3 and d["memory"]["fits"]
+    f.write_text(f.read_text().replace("dp = 64\n", "dp = 64\nzero = 0\n"))
+    code, out, _ = run_cli(capsys, "predict", str(f), "--framework", "fsdp", "--json")
+    replicated = json.loads(out)
+    assert replicated["memory"]["assumptions"]["zero"] == 0
+    assert replicated["memory"]["peak_bytes"] > 2 * d["memory"]["peak_bytes"]

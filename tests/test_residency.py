@@ -153,3 +153,49 @@ def test_a_stack_that_syncs_gradients_once_without_a_pipeline():
     assert g_once == pytest.approx(32 * g_every * 4 / 2)
     assert once_m["dtypes"]["gradients_bytes"].startswith("fp32 for the dense weights'")
     assert every_m["dtypes"]["gradients_bytes"].startswith("bf16")
+
+
+# --- a layout that leaves the ZeRO stage open takes the stack's -------------------------------------
+
+def _open(r: Run) -> Run:
+    return replace(r, layout=replace(r.layout, zero=None))
+
+
+@pytest.mark.parametrize("name", catalog.framework_names())
+def test_a_layout_without_a_zero_stage_runs_at_the_stacks_own(name):
+    """``zero`` left out (None) is the stack's stage: FSDP's presets shard everything (torchtitan's
+    data_parallel_shard_degree -1), Megatron's distributed optimizer at least the optimizer states,
+    older Megatron nothing; time and memory both read it."""
+    fw = catalog.framework(name)
+    want = {"fsdp": 3, "fsdp-compile": 3, "nemo-automodel": 3, "nemo-automodel-flex": 3, "deepspeed-zero3": 3,
+            "llama3": 2}.get(name, 1 if fw.dist_optimizer else 0)
+    assert fw.zero_stage(None) == want
+    for pp, tp in ((1, 1), (4, 2)):
+        if pp > 1 and name == "deepspeed-zero3":
+            continue
+        r = run(0, pp=pp, tp=tp)
+        explicit = replace(r, layout=replace(r.layout, zero=want))
+        got = predict(_open(r), H100, "default", efficiency=EFF, framework=fw)
+        assert got.step_time_s == step(explicit, fw)
+        m_open = memory_report(_open(r), H100, plan=got.plan, framework=fw)
+        m_explicit = memory_report(explicit, H100, plan=got.plan, framework=fw)
+        assert m_open["peak_bytes"] == m_explicit["peak_bytes"]
+        assert m_open["assumptions"]["zero"] == fw.zero_stage(want)
+
+
+def test_fsdp_without_a_zero_stage_shards_the_weights_and_the_optimizer():
+    """An 8B model on 64 GPUs under FSDP with no ``zero`` given: a 64th of the FP32 states a GPU,
+    not the whole model (which, with its activations, would not fit in 80 GB)."""
+    r = Run(LLAMA8, H100.name, Layout(dp=64), Training(seq_len=8192, global_batch=64, micro_batch=1,
+                                                       recompute="selective"))
+    mem = memory_report(r, H100, framework=FSDP)
+    st = mem["stages"][0]
+    params = 8.03e9
+    assert st["optimizer_bytes"] < 8 * params / 64 * 1.1
+    # the FP32 shard, plus the bf16 units gathered at a time (a layer and the one prefetched; the
+    # embedding and the output layer are units of their own): far below the whole 32 GB
+    assert 4 * params / 64 < st["weights_bytes"] < 4 * params / 8
+    assert mem["fits"]
+    assert mem["assumptions"]["zero"] == 3
+    # and without a stack to choose (seed mode's memory), an open stage is no sharding
+    assert memory_report(r, H100)["assumptions"]["zero"] == 0

@@ -129,7 +129,9 @@ class Layout:
 
     ``vpp`` is chunks per device (None: the mode's default). ``zero`` is the data-parallel
     sharding stage: 0 none, 1 optimizer states (Megatron's distributed optimizer),
-    2 + gradients, 3 + weights (FSDP). ``order`` is the rank order, innermost first (default
+    2 + gradients, 3 + weights (FSDP); None leaves it to the training stack (the default
+    model's framework preset, ``Framework.zero_stage``: FSDP's presets shard all three) and
+    otherwise means none (:attr:`zero_stage`). ``order`` is the rank order, innermost first (default
     :data:`DEFAULT_ORDER`).
     ``cp_kind`` is context parallelism's form, "ring" or "allgather"; None leaves it to the
     training stack (the default model's framework preset) and otherwise means the all-gather
@@ -144,14 +146,14 @@ class Layout:
     etp: int | None = None
     vpp: int | None = None
     sequence_parallel: bool = False
-    zero: int = 0
+    zero: int | None = None
     schedule: str | None = None
     cp_kind: str | None = None
     order: tuple[str, ...] = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
         _positive(self, "tp", "cp", "pp", "dp", "ep", "etp", "vpp")
-        if self.zero not in (0, 1, 2, 3):
+        if self.zero not in (None, 0, 1, 2, 3):
             raise ModelcutError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.cp_kind not in (None, "ring", "allgather"):
             raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {self.cp_kind!r}")
@@ -159,6 +161,11 @@ class Layout:
     @property
     def gpus(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def zero_stage(self) -> int:
+        """``zero``, or no sharding when the layout leaves it open and no stack chooses."""
+        return 0 if self.zero is None else self.zero
 
     @property
     def cp_form(self) -> str:

@@ -248,7 +248,9 @@ class LayoutIn(Strict):
     ep: GpuCount = 1
     vpp: Optional[Layers] = None
     sequence_parallel: bool = False
-    zero: int = Field(0, ge=0, le=3)
+    zero: Optional[Annotated[int, Field(ge=0, le=3)]] = Field(
+        None, description="ZeRO stage 0-3 (default: the training stack's: 3 under the FSDP and "
+                          "DeepSpeed ZeRO-3 presets, at least 1 with Megatron's distributed optimizer, else 0)")
     schedule: Optional[ScheduleName] = None
     etp: Optional[GpuCount] = Field(None, description="expert tensor-parallel size")
     cp_kind: Optional[CpKind] = None

@@ -24,6 +24,8 @@ dp = 1
 # etp = 1                # expert tensor parallelism (default tp)
 # cp_kind = "ring"       # or "allgather": context parallelism's form (with cp > 1; default: the
 #                        # framework's, ring for megatron-core/nemo, all-gather otherwise)
+# zero = 3               # ZeRO stage 0-3 (default: the framework's, 3 for the FSDP presets and
+#                        # deepspeed-zero3, at least 1 with Megatron's distributed optimizer)
 [training]
 seq_len = 2048
 global_batch = 64        # sequences per step

@@ -32,7 +32,7 @@ CSV_COLUMNS: dict[str, str] = {
     "gpus_per_node": "accelerators per node (default: the hardware's)",
     "tp": "tensor-parallel size", "cp": "context-parallel size (default 1)", "pp": "pipeline stages",
     "dp": "data-parallel size", "vpp": "interleaved chunks per device (default 1)",
-    "sequence_parallel": "true/false (default false)", "zero": "ZeRO stage 0-3 (default 0)",
+    "sequence_parallel": "true/false (default false)", "zero": "ZeRO stage 0-3 (default: the stack's, 3 under FSDP)",
     "seq_len": "tokens per sequence", "global_batch": "sequences per step",
     "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none)",
     "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
@@ -53,6 +53,11 @@ def _int(row: dict, key: str, where: str, default: int | None = None) -> int | N
         return int(val)
     except ValueError:
         raise ModelcutError(f"{where}: {key} must be an integer, got {val!r}") from None
+
+
+def _opt_int(row: dict, key: str, where: str) -> int | None:
+    """An optional integer column: None where the cell is empty."""
+    return _int(row, key, where, 0) if (row.get(key) or "").strip() else None
 
 
 def _float(row: dict, key: str, where: str) -> float | None:
@@ -101,7 +106,7 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
         try:
             layout = Layout(tp=_int(row, "tp", where), cp=_int(row, "cp", where, 1), pp=_int(row, "pp", where),
                             dp=_int(row, "dp", where), vpp=vpp if vpp and vpp > 1 else None,
-                            sequence_parallel=sp in ("true", "1", "yes"), zero=_int(row, "zero", where, 0))
+                            sequence_parallel=sp in ("true", "1", "yes"), zero=_opt_int(row, "zero", where))
             training = Training(seq_len=_int(row, "seq_len", where), global_batch=_int(row, "global_batch", where),
                                 micro_batch=_int(row, "micro_batch", where),
                                 recompute=(row.get("recompute", "").strip() or "none"),

@@ -266,8 +266,8 @@ def stage_memory(run: Run, hw: Hardware | None = None, *, options: MemoryOptions
     plan = plan or memory_plan(run, options, vpp, schedule, stage_layers)
     acts, share = _activations(run, options, plan, run.training.recompute, cached)
     params = _device_params(run, plan)
-    states = _states(run, options, params, run.layout.zero, plan)
-    copies = _fp8_copies(run, options, params, run.layout.zero, plan)
+    states = _states(run, options, params, run.layout.zero_stage, plan)
+    copies = _fp8_copies(run, options, params, run.layout.zero_stage, plan)
     if options.fp8 is not None and options.fp8.param_gather:
         states[:, 0] += copies          # FP8 parameters: the FP8 weights are the weights
         copies = np.zeros_like(copies)
@@ -335,7 +335,7 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     * context parallelism in the stack's form when the layout leaves it open;
     * FP8 as the stack runs it on ``hw`` (its weight copies, its FP8-kept inputs)."""
     lay = run.layout
-    zero = max(lay.zero, 1) if framework.dist_optimizer else lay.zero
+    zero = framework.zero_stage(lay.zero)
     if zero != lay.zero or lay.cp_kind is None:
         run = replace(run, layout=replace(lay, zero=zero, cp_kind=lay.cp_kind or framework.cp_kind))
     opts = stack_options(framework, options)
@@ -383,7 +383,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
     plan = plan or memory_plan(run, options)
     stages = stage_memory(run, hw, options=options, plan=plan)
     peak = peak_bytes(stages)
-    res = options.residency(run.layout.zero, plan.p, plan.m)
+    res = options.residency(run.layout.zero_stage, plan.p, plan.m)
     rep: dict[str, Any] = {
         "stages": [s.as_dict() for s in stages],
         "peak_bytes": peak,
@@ -393,7 +393,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
             "residency": {"weights": res.weights, "grads": res.grads},
             "buffer_fixed_bytes": options.buffer_fixed_bytes,
             "fragmentation": options.fragmentation,
-            "zero": run.layout.zero,
+            "zero": run.layout.zero_stage,
             "framework": fw_name,
             "fp8_recipe": options.fp8.recipe if options.fp8 is not None else None,
         },

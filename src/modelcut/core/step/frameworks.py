@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency
 from ..errors import ModelcutError
-from ..specs import FP8_RECIPES
+from ..specs import FP8_RECIPES, Run
 from .layers import CE_BYTES
 from ..units import (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST, GRAD_BYTES,
                      OPTIMIZER_STATE_BYTES, WEIGHT_BYTES)
@@ -145,7 +145,9 @@ class Framework:
     and the rest): a YaRN attention factor other than 1 (``ModelSpec.rope_mscale``), a clamped
     GLU in the routed experts (``ModelSpec.glu_clamp``) and the routed experts' output biases;
     ``p2p_async_interleaved_only``: the stack overlaps pipeline sends (``p2p_async``) only in its
-    interleaved schedule (:meth:`p2p_overlapped`)."""
+    interleaved schedule (:meth:`p2p_overlapped`); ``default_zero``: the ZeRO stage it runs when
+    the layout does not say (3 for FSDP's stacks, whose ``fully_shard`` shards weights, gradients
+    and optimizer states; :meth:`zero_stage`)."""
 
     name: str
     overlap: Overlap
@@ -160,6 +162,7 @@ class Framework:
     param_bytes: int = WEIGHT_BYTES
     optimizer_bytes: int = OPTIMIZER_STATE_BYTES
     dist_optimizer: bool = False
+    default_zero: int = 0
     reshard_after_forward: bool = True
     prefetch_backward: bool = True
     tp_async_backward: bool = True
@@ -189,7 +192,7 @@ class Framework:
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
-        for name, allowed in (("grad_bytes", (2, 4)), ("expert_grad_bytes", (None, 2, 4)), ("unsharded_grad_bytes", (None, 2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
+        for name, allowed in (("default_zero", (0, 1, 2, 3)), ("grad_bytes", (2, 4)), ("expert_grad_bytes", (None, 2, 4)), ("unsharded_grad_bytes", (None, 2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
                               ("optimizer_bytes", (4, 8, 12)), ("grad_accum_bytes", (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32,
                                                                   GRAD_ACCUM_BYTES_32_CAST))):
             if getattr(self, name) not in allowed:
@@ -209,6 +212,18 @@ class Framework:
         1F1B exchanges with ``batch_isend_irecv`` then ``torch.cuda.synchronize()``
         (megatron/core/pipeline_parallel/p2p_communication.py, ``batch_p2p_sync``)."""
         return self.overlap.p2p_async and (vpp > 1 or not self.p2p_async_interleaved_only)
+
+    def zero_stage(self, zero: int | None) -> int:
+        """The ZeRO stage this stack runs a layout's ``zero`` at: its own (``default_zero``) where
+        the layout leaves it open (None), at least 1 under Megatron's distributed optimizer
+        (``dist_optimizer``: the FP32 main weights and Adam moments sharded over dp·cp)."""
+        z = self.default_zero if zero is None else zero
+        return max(z, 1) if self.dist_optimizer else z
+
+    def resolve(self, run: Run) -> Run:
+        """``run`` with its layout's ZeRO stage as this stack runs it (:meth:`zero_stage`)."""
+        zero = self.zero_stage(run.layout.zero)
+        return run if zero == run.layout.zero else replace(run, layout=replace(run.layout, zero=zero))
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""
