@@ -114,3 +114,22 @@ def test_a_run_file_under_fsdp_without_a_zero_stage_is_fully_sharded(capsys, tmp
     replicated = json.loads(out)
     assert replicated["memory"]["assumptions"]["zero"] == 0
     assert replicated["memory"]["peak_bytes"] > 2 * d["memory"]["peak_bytes"]
+
+
+def test_a_nemo_run_file_with_tensor_parallelism_cuts_the_norms_unless_it_says_not(capsys, tmp_path):
+    """NeMo's Llama 3 70B layout (tp 4, cp 2, pp 4, v 5) with no ``sequence_parallel``: NeMo's
+    performance scripts turn it on with tp > 1, so the run fits in 80 GB as it ran; ``false`` says
+    otherwise and costs time and memory."""
+    text = open("tests/data/llama3-70b-64-h100.toml").read()
+    assert "sequence_parallel = true\n" in text
+    f = tmp_path / "RUN.toml"
+    f.write_text(text.replace("sequence_parallel = true\n", ""))
+    _, out, _ = run_cli(capsys, "predict", str(f), "--json")
+    left_open = json.loads(out)
+    _, out, _ = run_cli(capsys, "predict", "tests/data/llama3-70b-64-h100.toml", "--json")
+    assert left_open["step_time_s"] == json.loads(out)["step_time_s"] and left_open["memory"]["fits"]
+    f.write_text(text.replace("sequence_parallel = true\n", "sequence_parallel = false\n"))
+    _, out, _ = run_cli(capsys, "predict", str(f), "--json")
+    off = json.loads(out)
+    assert off["step_time_s"] > left_open["step_time_s"]
+    assert off["memory"]["peak_bytes"] > left_open["memory"]["peak_bytes"]

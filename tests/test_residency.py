@@ -199,3 +199,23 @@ def test_fsdp_without_a_zero_stage_shards_the_weights_and_the_optimizer():
     assert mem["assumptions"]["zero"] == 3
     # and without a stack to choose (seed mode's memory), an open stage is no sharding
     assert memory_report(r, H100)["assumptions"]["zero"] == 0
+
+
+@pytest.mark.parametrize("name", catalog.framework_names())
+def test_a_layout_without_sequence_parallelism_said_runs_as_the_stack_does(name):
+    """``sequence_parallel`` left out (None) with tp > 1 is the stack's: on under Megatron-core, NeMo,
+    Megatron-Bridge and torchtitan's presets, off under Megatron-LM of 2021-2022, DeepSpeed and
+    AutoModel; time and memory read the same."""
+    fw = catalog.framework(name)
+    on = name in ("megatron-core", "nemo", "megatron-bridge", "fsdp", "fsdp-compile", "llama3")
+    assert fw.sequence_parallel is on
+    r = _open(run(0, pp=1, tp=4))
+    r = replace(r, layout=replace(r.layout, sequence_parallel=None, zero=fw.zero_stage(None)))
+    assert fw.resolve(r).layout.sequence_parallel is on
+    explicit = replace(r, layout=replace(r.layout, sequence_parallel=on))
+    got = predict(r, H100, "default", efficiency=EFF, framework=fw)
+    assert got.step_time_s == step(explicit, fw)
+    assert (memory_report(r, H100, plan=got.plan, framework=fw)["peak_bytes"]
+            == memory_report(explicit, H100, plan=got.plan, framework=fw)["peak_bytes"])
+    # without tensor parallelism there is nothing to cut
+    assert fw.resolve(_open(run(0, pp=1, tp=1))).layout.sequence_parallel is False

@@ -131,7 +131,9 @@ class Layout:
     sharding stage: 0 none, 1 optimizer states (Megatron's distributed optimizer),
     2 + gradients, 3 + weights (FSDP); None leaves it to the training stack (the default
     model's framework preset, ``Framework.zero_stage``: FSDP's presets shard all three) and
-    otherwise means none (:attr:`zero_stage`). ``order`` is the rank order, innermost first (default
+    otherwise means none (:attr:`zero_stage`). ``sequence_parallel``: norms and dropouts cut over
+    tp (Korthikanti et al. 2022); None leaves it to the stack as well (``Framework.resolve``) and
+    otherwise means off. ``order`` is the rank order, innermost first (default
     :data:`DEFAULT_ORDER`).
     ``cp_kind`` is context parallelism's form, "ring" or "allgather"; None leaves it to the
     training stack (the default model's framework preset) and otherwise means the all-gather
@@ -145,7 +147,7 @@ class Layout:
     ep: int = 1
     etp: int | None = None
     vpp: int | None = None
-    sequence_parallel: bool = False
+    sequence_parallel: bool | None = None
     zero: int | None = None
     schedule: str | None = None
     cp_kind: str | None = None
@@ -153,6 +155,8 @@ class Layout:
 
     def __post_init__(self) -> None:
         _positive(self, "tp", "cp", "pp", "dp", "ep", "etp", "vpp")
+        if self.sequence_parallel not in (None, True, False):
+            raise ModelcutError(f"sequence_parallel must be true or false, got {self.sequence_parallel!r}")
         if self.zero not in (None, 0, 1, 2, 3):
             raise ModelcutError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.cp_kind not in (None, "ring", "allgather"):

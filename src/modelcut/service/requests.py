@@ -247,7 +247,9 @@ class LayoutIn(Strict):
     dp: GpuCount = 1
     ep: GpuCount = 1
     vpp: Optional[Layers] = None
-    sequence_parallel: bool = False
+    sequence_parallel: Optional[bool] = Field(
+        None, description="norms and dropouts cut over tp (default: the training stack's: on with tp > 1 under "
+                          "megatron-core, nemo, megatron-bridge and torchtitan's fsdp presets)")
     zero: Optional[Annotated[int, Field(ge=0, le=3)]] = Field(
         None, description="ZeRO stage 0-3 (default: the training stack's: 3 under the FSDP and "
                           "DeepSpeed ZeRO-3 presets, at least 1 with Megatron's distributed optimizer, else 0)")

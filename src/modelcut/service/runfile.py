@@ -26,6 +26,8 @@ dp = 1
 #                        # framework's, ring for megatron-core/nemo, all-gather otherwise)
 # zero = 3               # ZeRO stage 0-3 (default: the framework's, 3 for the FSDP presets and
 #                        # deepspeed-zero3, at least 1 with Megatron's distributed optimizer)
+# sequence_parallel = true   # norms and dropouts cut over tp (default: the framework's, on with
+#                        # tp > 1 for megatron-core, nemo, megatron-bridge and torchtitan's fsdp)
 [training]
 seq_len = 2048
 global_batch = 64        # sequences per step

@@ -32,7 +32,7 @@ CSV_COLUMNS: dict[str, str] = {
     "gpus_per_node": "accelerators per node (default: the hardware's)",
     "tp": "tensor-parallel size", "cp": "context-parallel size (default 1)", "pp": "pipeline stages",
     "dp": "data-parallel size", "vpp": "interleaved chunks per device (default 1)",
-    "sequence_parallel": "true/false (default false)", "zero": "ZeRO stage 0-3 (default: the stack's, 3 under FSDP)",
+    "sequence_parallel": "true/false (default: the stack's, on with tp > 1 under Megatron-core and torchtitan)", "zero": "ZeRO stage 0-3 (default: the stack's, 3 under FSDP)",
     "seq_len": "tokens per sequence", "global_batch": "sequences per step",
     "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none)",
     "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
@@ -106,7 +106,7 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
         try:
             layout = Layout(tp=_int(row, "tp", where), cp=_int(row, "cp", where, 1), pp=_int(row, "pp", where),
                             dp=_int(row, "dp", where), vpp=vpp if vpp and vpp > 1 else None,
-                            sequence_parallel=sp in ("true", "1", "yes"), zero=_opt_int(row, "zero", where))
+                            sequence_parallel=sp in ("true", "1", "yes") if sp else None, zero=_opt_int(row, "zero", where))
             training = Training(seq_len=_int(row, "seq_len", where), global_batch=_int(row, "global_batch", where),
                                 micro_batch=_int(row, "micro_batch", where),
                                 recompute=(row.get("recompute", "").strip() or "none"),

@@ -168,7 +168,7 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     context-parallel buffers of the one layer being computed) and the bytes of one micro-batch
     through all its chunks."""
     model, lay, tr = run.model, run.layout, run.training
-    sp = lay.sequence_parallel and lay.tp > 1
+    sp = bool(lay.sequence_parallel) and lay.tp > 1
     kw = dict(micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp, sequence_parallel=sp)
     akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
                fp8=options.fp8 is not None)
@@ -334,10 +334,9 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
       stack reduces gradients in 16 bits);
     * context parallelism in the stack's form when the layout leaves it open;
     * FP8 as the stack runs it on ``hw`` (its weight copies, its FP8-kept inputs)."""
-    lay = run.layout
-    zero = framework.zero_stage(lay.zero)
-    if zero != lay.zero or lay.cp_kind is None:
-        run = replace(run, layout=replace(lay, zero=zero, cp_kind=lay.cp_kind or framework.cp_kind))
+    run = framework.resolve(run)
+    if run.layout.cp_kind is None:
+        run = replace(run, layout=replace(run.layout, cp_kind=framework.cp_kind))
     opts = stack_options(framework, options)
     if hw is not None and run.training.precision == "fp8":
         opts = replace(opts, fp8=fp8_mod.for_stack(run.training, hw, framework))

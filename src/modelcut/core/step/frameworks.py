@@ -147,7 +147,8 @@ class Framework:
     ``p2p_async_interleaved_only``: the stack overlaps pipeline sends (``p2p_async``) only in its
     interleaved schedule (:meth:`p2p_overlapped`); ``default_zero``: the ZeRO stage it runs when
     the layout does not say (3 for FSDP's stacks, whose ``fully_shard`` shards weights, gradients
-    and optimizer states; :meth:`zero_stage`)."""
+    and optimizer states; :meth:`zero_stage`); ``sequence_parallel``: whether it cuts norms and
+    dropouts over tp when the layout does not say (and tp > 1; :meth:`resolve`)."""
 
     name: str
     overlap: Overlap
@@ -163,6 +164,7 @@ class Framework:
     optimizer_bytes: int = OPTIMIZER_STATE_BYTES
     dist_optimizer: bool = False
     default_zero: int = 0
+    sequence_parallel: bool = False
     reshard_after_forward: bool = True
     prefetch_backward: bool = True
     tp_async_backward: bool = True
@@ -221,9 +223,14 @@ class Framework:
         return max(z, 1) if self.dist_optimizer else z
 
     def resolve(self, run: Run) -> Run:
-        """``run`` with its layout's ZeRO stage as this stack runs it (:meth:`zero_stage`)."""
-        zero = self.zero_stage(run.layout.zero)
-        return run if zero == run.layout.zero else replace(run, layout=replace(run.layout, zero=zero))
+        """``run`` with what its layout leaves open as this stack runs it: the ZeRO stage
+        (:meth:`zero_stage`) and sequence parallelism (the stack's ``sequence_parallel`` with tp > 1)."""
+        L = run.layout
+        zero = self.zero_stage(L.zero)
+        sp = (self.sequence_parallel and L.tp > 1) if L.sequence_parallel is None else L.sequence_parallel
+        if zero == L.zero and sp is L.sequence_parallel:
+            return run
+        return replace(run, layout=replace(L, zero=zero, sequence_parallel=sp))
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""
