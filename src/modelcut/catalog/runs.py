@@ -162,6 +162,7 @@ class RunSettings:
     schedule: str | None = None
     sequence_parallel: bool | None = None
     overlap: dict[str, bool] = field(default_factory=dict)   # overlap overrides of the preset, as --overlap
+    cross_entropy: str | None = None                         # the loss's kernel where the run's configuration chose it
 
     def overlap_text(self) -> str | None:
         """The overrides as ``--overlap`` writes them (``tp_comm=on``), None without any."""
@@ -185,13 +186,13 @@ def run_settings() -> dict[str, RunSettings]:
         out[rid] = RunSettings(rid, row["framework"], row.get("group", row["framework"]), row.get("micro_batch"),
                                row.get("vpp"), row.get("recompute"), row.get("source", ""), row.get("schedule"),
                                row.get("sequence_parallel"),
-                               overlap_table(row.get("overlap"), f"runs_dev.toml {rid!r}"))
+                               overlap_table(row.get("overlap"), f"runs_dev.toml {rid!r}"), row.get("cross_entropy"))
     return out
 
 
 def apply_settings(run: Run, st: RunSettings | None) -> Run:
-    """The run as it was really run: micro-batch, recomputation, interleaving, schedule and sequence
-    parallelism from its settings."""
+    """The run as it was really run: micro-batch, recomputation, interleaving, schedule, sequence
+    parallelism and the loss's kernel from its settings."""
     if st is None:
         return run
     if st.micro_batch is not None:
@@ -204,4 +205,6 @@ def apply_settings(run: Run, st: RunSettings | None) -> Run:
         run = run.with_layout(schedule=st.schedule)
     if st.sequence_parallel is not None:
         run = run.with_layout(sequence_parallel=st.sequence_parallel)
+    if st.cross_entropy is not None:
+        run = replace(run, training=replace(run.training, cross_entropy=st.cross_entropy))
     return run

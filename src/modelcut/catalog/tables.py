@@ -13,7 +13,8 @@ MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vo
               "learned_positions", "qkv_bias", "rope_mscale", "glu_clamp", "sliding_window", "sliding_layers")
 LAYOUT_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "sequence_parallel", "zero", "schedule",
                "cp_kind", "order")
-TRAINING_KEYS = ("seq_len", "global_batch", "micro_batch", "recompute", "precision", "fp8_recipe", "local_batch")
+TRAINING_KEYS = ("seq_len", "global_batch", "micro_batch", "recompute", "precision", "fp8_recipe", "local_batch",
+                 "cross_entropy")
 
 
 def _unknown(table: dict, allowed, where: str) -> None:

@@ -177,6 +177,11 @@ class Layout:
         return self.cp_kind or "allgather"
 
 
+#: How the loss's cross-entropy is computed (the bytes a logit each moves:
+#: :data:`.step.layers.CE_BYTES`): Megatron-LM's separate fp32 passes, a fused kernel, PyTorch's
+#: ``F.cross_entropy`` on the 16-bit logits or on logits cast to fp32.
+CROSS_ENTROPY_KINDS = ("fp32-passes", "fused", "torch", "torch-fp32")
+
 #: The precisions a step's matrix products may run in: bf16 and fp16 (16-bit tensor cores, the
 #: same peak) or fp8 (the stack's FP8 recipe for its linear layers, :mod:`.costs.fp8`).
 PRECISIONS = ("bf16", "fp16", "fp8")
@@ -199,7 +204,9 @@ class Training:
     flush): a stack built on torch.distributed.pipelining runs its schedule once per local
     batch and accumulates gradients over global_batch/(dp·local_batch) such runs
     (:func:`.plan.flushes`; the default model times them, the seed model, the deck's, runs every
-    step as one flush)."""
+    step as one flush); ``cross_entropy``, the loss's kernel (:data:`CROSS_ENTROPY_KINDS`; None:
+    the training stack's, ``Framework.cross_entropy``), a model-configuration switch in Megatron-core
+    (``cross_entropy_loss_fusion``)."""
 
     seq_len: int
     global_batch: int
@@ -208,9 +215,13 @@ class Training:
     precision: str = "bf16"
     fp8_recipe: str | None = None
     local_batch: int | None = None
+    cross_entropy: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
+        if self.cross_entropy not in (None, *CROSS_ENTROPY_KINDS):
+            raise ModelcutError(f"cross_entropy must be one of {', '.join(CROSS_ENTROPY_KINDS)}, "
+                                f"got {self.cross_entropy!r}")
         if self.local_batch is not None:
             _positive(self, "local_batch")
             if self.local_batch % self.micro_batch:

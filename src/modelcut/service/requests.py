@@ -23,6 +23,7 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
+from ..core.specs import CROSS_ENTROPY_KINDS
 from ..core.sim import registry
 from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS
@@ -129,6 +130,7 @@ TokenText = Annotated[str, Field(json_schema_extra={"pattern": TOKEN_PATTERN}), 
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Fp8Recipe = Literal["delayed", "current", "blockwise", "mxfp8"]
+CrossEntropy = Literal["fp32-passes", "fused", "torch", "torch-fp32"]
 
 
 class Strict(BaseModel):
@@ -273,6 +275,9 @@ class TrainingIn(Strict):
                                                             "per pipeline schedule run (torch.distributed."
                                                             "pipelining's local batch; default: the whole step's, "
                                                             "one run)")
+    cross_entropy: Optional[CrossEntropy] = Field(None, description="the loss's kernel: fp32-passes (Megatron-core's "
+                                                  "unfused vocab-parallel cross-entropy), fused, torch or torch-fp32 "
+                                                  "(default: the stack's)")
 
 
 class HardwareIn(Strict):
@@ -293,6 +298,7 @@ class OverlapIn(Strict):
 
 
 assert set(OverlapIn.model_fields) == set(OPTIONS), "OverlapIn must hold every overlap option"
+assert get_args(CrossEntropy) == CROSS_ENTROPY_KINDS, "CrossEntropy must name every cross-entropy kind"
 
 
 class PredictOptions(Strict):

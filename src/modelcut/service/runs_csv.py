@@ -36,6 +36,7 @@ CSV_COLUMNS: dict[str, str] = {
     "seq_len": "tokens per sequence", "global_batch": "sequences per step",
     "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none)",
     "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
+    "cross_entropy": "the loss's kernel: fp32-passes, fused, torch or torch-fp32 (default: the framework's)",
     "framework": "a preset (modelcut predict --help lists them; default megatron-core)",
     "overlap": "overrides, e.g. grad_reduce=off;tp_comm=on",
     "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them",
@@ -110,7 +111,8 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
             training = Training(seq_len=_int(row, "seq_len", where), global_batch=_int(row, "global_batch", where),
                                 micro_batch=_int(row, "micro_batch", where),
                                 recompute=(row.get("recompute", "").strip() or "none"),
-                                local_batch=_int(row, "local_batch", where, 0) or None)
+                                local_batch=_int(row, "local_batch", where, 0) or None,
+                                cross_entropy=row.get("cross_entropy", "").strip() or None)
             plans.flushes(layout, training)      # a local batch that does not divide the step
         except ModelcutError as exc:
             msg = str(exc)

@@ -223,14 +223,17 @@ class Framework:
         return max(z, 1) if self.dist_optimizer else z
 
     def resolve(self, run: Run) -> Run:
-        """``run`` with what its layout leaves open as this stack runs it: the ZeRO stage
-        (:meth:`zero_stage`) and sequence parallelism (the stack's ``sequence_parallel`` with tp > 1)."""
+        """``run`` with what it leaves open as this stack runs it: the ZeRO stage
+        (:meth:`zero_stage`), sequence parallelism (the stack's ``sequence_parallel`` with tp > 1)
+        and the loss's kernel (``cross_entropy``)."""
         L = run.layout
         zero = self.zero_stage(L.zero)
         sp = (self.sequence_parallel and L.tp > 1) if L.sequence_parallel is None else L.sequence_parallel
-        if zero == L.zero and sp is L.sequence_parallel:
-            return run
-        return replace(run, layout=replace(L, zero=zero, sequence_parallel=sp))
+        if zero != L.zero or sp is not L.sequence_parallel:
+            run = replace(run, layout=replace(L, zero=zero, sequence_parallel=sp))
+        if run.training.cross_entropy is None:
+            run = replace(run, training=replace(run.training, cross_entropy=self.cross_entropy))
+        return run
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""

@@ -81,7 +81,7 @@ from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
 from ..costs.kernels import ATTENTION_KINDS, BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
 from ..errors import ModelcutError
-from ..specs import Hardware, ModelSpec
+from ..specs import CROSS_ENTROPY_KINDS, Hardware, ModelSpec
 from ..units import GRAD_ACCUM_BYTES_16
 
 #: Bytes per logit each cross-entropy moves, (forward, backward), by how the stack computes it:
@@ -106,6 +106,7 @@ CE_BYTES: dict[str, tuple[float, float]] = {
     "torch": (8.0, 10.0),
     "torch-fp32": (22.0, 26.0),
 }
+assert tuple(CE_BYTES) == CROSS_ENTROPY_KINDS, "CE_BYTES must price every cross-entropy kind"
 
 
 #: Bytes per element of PyTorch's eager (one kernel per op) elementwise code, bf16 activations,

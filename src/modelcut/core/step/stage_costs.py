@@ -66,7 +66,7 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
                        attention=attention_kind(framework, hw), grad_accum_fusion=framework.grad_accum_fusion,
                        grad_accum_bytes=framework.grad_accum_bytes,
-                       cross_entropy=framework.cross_entropy,
+                       cross_entropy=tr.cross_entropy or framework.cross_entropy,
                        tp_async_backward=framework.tp_async_backward, tp_bw=bw["tp"], cp_bw=bw["cp"],
                        cp_kind=L.cp_kind or framework.cp_kind, etp=L.etp,
                        fused_elementwise=framework.fused_elementwise, selective=framework.selective,
