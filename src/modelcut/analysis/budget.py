@@ -68,7 +68,7 @@ def error_budget(run: Run, hw: Hardware, eff: Efficiency, framework: str | None 
     terms = {k: float(v) for k, v in bd.as_dict().items()}
     dominant = max(terms, key=lambda k: terms[k])
     ov = fw.overlap.with_options(**(overlap or {})).as_dict()
-    if fw.zero3_runtime == "deepspeed-0.3" and fw.zero_stage(run.layout.zero) == 3 and run.layout.pp == 1:
+    if fw.zero3_runtime == "deepspeed-0.3" and fw.zero_stage(run.layout) == 3 and run.layout.pp == 1:
         ov.pop("grad_reduce", None)   # the replayed hooks decide when gradients are reduced
     lines = []
     for name, alt, r2, ov2 in alternatives(run, ov):

@@ -254,7 +254,8 @@ class LayoutIn(Strict):
                           "megatron-core, nemo, megatron-bridge and torchtitan's fsdp presets)")
     zero: Optional[Annotated[int, Field(ge=0, le=3)]] = Field(
         None, description="ZeRO stage 0-3 (default: the training stack's: 3 under the FSDP and "
-                          "DeepSpeed ZeRO-3 presets, at least 1 with Megatron's distributed optimizer, else 0)")
+                          "DeepSpeed ZeRO-3 presets (DeepSpeed's 1 with a pipeline), at least 1 with Megatron's "
+                          "distributed optimizer, else 0)")
     schedule: Optional[ScheduleName] = None
     etp: Optional[GpuCount] = Field(None, description="expert tensor-parallel size")
     cp_kind: Optional[CpKind] = None

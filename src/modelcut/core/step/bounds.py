@@ -44,7 +44,7 @@ def lower_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
 
 def _flush_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan) -> float:
     L = run.layout
-    if framework.zero_stage(L.zero) == 3 and L.pp == 1 and framework.zero3_runtime != "unit":
+    if framework.zero_stage(L) == 3 and L.pp == 1 and framework.zero3_runtime != "unit":
         return 0.0           # DeepSpeed v0.3's replay: no bound claimed
     bw = comm.group_bandwidths(L, hw, run.gpus_per_node or hw.per_node, framework.multi_nic_rings)
     uc = unit_costs(run, hw, eff, framework, kernels(run, hw, eff, framework, bw))

@@ -35,7 +35,7 @@ class DeviceEnd:
 def run_residency(run: Run, framework: Framework, microbatches: int) -> Residency:
     """What a rank of the run keeps resident on the stack (the distributed optimizer counts as
     ZeRO-1): the same rule memory applies (:func:`..memory.stages.for_framework`)."""
-    zero = framework.zero_stage(run.layout.zero)
+    zero = framework.zero_stage(run.layout)
     return framework.residency(zero, run.layout.pp, microbatches)
 
 
@@ -160,7 +160,7 @@ def blocking_stage_reduce(run: Run, framework: Framework) -> bool:
     ``backward_maybe_with_nosync`` on the last backward). So each stage's reduction is exposed on
     its device, whole, after its last backward: :func:`device_ends` adds it to the device's end,
     not letting a later stage's slack absorb it (an upper bound of that stall)."""
-    return run.layout.pp > 1 and framework.zero_stage(run.layout.zero) >= 2 and framework.pipeline_grad_sync == "step"
+    return run.layout.pp > 1 and framework.zero_stage(run.layout) >= 2 and framework.pipeline_grad_sync == "step"
 
 
 def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan,
@@ -174,7 +174,7 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     ov = framework.overlap
     t, p = L.tp, L.pp
     dp_group = L.dp * L.cp
-    sharded = framework.zero_stage(L.zero) >= 1
+    sharded = framework.zero_stage(L) >= 1
     res = run_residency(run, framework, plan.m)
     per_mb = res.grads == "per-microbatch" and res.zero >= 2 and plan.m > 1
     waits = blocking_stage_reduce(run, framework)

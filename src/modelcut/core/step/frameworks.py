@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency
 from ..errors import ModelcutError
-from ..specs import FP8_RECIPES, Run
+from ..specs import FP8_RECIPES, Layout, Run
 from .layers import CE_BYTES
 from ..units import (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST, GRAD_BYTES,
                      OPTIMIZER_STATE_BYTES, WEIGHT_BYTES)
@@ -147,7 +147,8 @@ class Framework:
     ``p2p_async_interleaved_only``: the stack overlaps pipeline sends (``p2p_async``) only in its
     interleaved schedule (:meth:`p2p_overlapped`); ``default_zero``: the ZeRO stage it runs when
     the layout does not say (3 for FSDP's stacks, whose ``fully_shard`` shards weights, gradients
-    and optimizer states; :meth:`zero_stage`); ``sequence_parallel``: whether it cuts norms and
+    and optimizer states; :meth:`zero_stage`), ``default_zero_with_pipeline`` the one it runs
+    with a pipeline where that differs (DeepSpeed's pipeline engine: below 2); ``sequence_parallel``: whether it cuts norms and
     dropouts over tp when the layout does not say (and tp > 1; :meth:`resolve`)."""
 
     name: str
@@ -164,6 +165,7 @@ class Framework:
     optimizer_bytes: int = OPTIMIZER_STATE_BYTES
     dist_optimizer: bool = False
     default_zero: int = 0
+    default_zero_with_pipeline: int | None = None
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
     prefetch_backward: bool = True
@@ -194,7 +196,7 @@ class Framework:
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
-        for name, allowed in (("default_zero", (0, 1, 2, 3)), ("grad_bytes", (2, 4)), ("expert_grad_bytes", (None, 2, 4)), ("unsharded_grad_bytes", (None, 2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
+        for name, allowed in (("default_zero", (0, 1, 2, 3)), ("default_zero_with_pipeline", (None, 0, 1, 2, 3)), ("grad_bytes", (2, 4)), ("expert_grad_bytes", (None, 2, 4)), ("unsharded_grad_bytes", (None, 2, 4)), ("grad_buffer_bytes", (2, 4)), ("param_bytes", (2, 4)),
                               ("optimizer_bytes", (4, 8, 12)), ("grad_accum_bytes", (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32,
                                                                   GRAD_ACCUM_BYTES_32_CAST))):
             if getattr(self, name) not in allowed:
@@ -215,11 +217,15 @@ class Framework:
         (megatron/core/pipeline_parallel/p2p_communication.py, ``batch_p2p_sync``)."""
         return self.overlap.p2p_async and (vpp > 1 or not self.p2p_async_interleaved_only)
 
-    def zero_stage(self, zero: int | None) -> int:
-        """The ZeRO stage this stack runs a layout's ``zero`` at: its own (``default_zero``) where
-        the layout leaves it open (None), at least 1 under Megatron's distributed optimizer
-        (``dist_optimizer``: the FP32 main weights and Adam moments sharded over dp·cp)."""
-        z = self.default_zero if zero is None else zero
+    def zero_stage(self, layout: Layout) -> int:
+        """The ZeRO stage this stack runs ``layout`` at: the layout's ``zero``, or where it leaves it
+        open (None) the stack's own (``default_zero``; with a pipeline ``default_zero_with_pipeline``
+        where that differs); at least 1 under Megatron's distributed optimizer (``dist_optimizer``:
+        the FP32 main weights and Adam moments sharded over dp·cp)."""
+        z = layout.zero
+        if z is None:
+            pipe = self.default_zero_with_pipeline
+            z = pipe if layout.pp > 1 and pipe is not None else self.default_zero
         return max(z, 1) if self.dist_optimizer else z
 
     def resolve(self, run: Run) -> Run:
@@ -227,7 +233,7 @@ class Framework:
         (:meth:`zero_stage`), sequence parallelism (the stack's ``sequence_parallel`` with tp > 1)
         and the loss's kernel (``cross_entropy``)."""
         L = run.layout
-        zero = self.zero_stage(L.zero)
+        zero = self.zero_stage(L)
         sp = (self.sequence_parallel and L.tp > 1) if L.sequence_parallel is None else L.sequence_parallel
         if zero != L.zero or sp is not L.sequence_parallel:
             run = replace(run, layout=replace(L, zero=zero, sequence_parallel=sp))

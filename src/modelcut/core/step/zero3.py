@@ -102,7 +102,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     pf_f = ov.param_gather
     pf_b = ov.param_gather and fw.prefetch_backward
     # what stays resident is the rule memory reads too (:mod:`..costs.residency`)
-    res = fw.residency(fw.zero_stage(run.layout.zero), run.layout.pp, m)
+    res = fw.residency(fw.zero_stage(run.layout), run.layout.pp, m)
     reshard = res.gathers_each_pass
     once = res.grads == "per-step"      # accumulated unsharded, reduce-scattered in the last backward only
     tasks: list[tuple[float, float, bool]] = []
