@@ -171,10 +171,9 @@ def stack_violations(run: Run, fw: Framework, pred: Prediction) -> list:
     """The rules of the stack (catalog/framework_rules.toml) the run breaks, as it was timed: a
     prediction of a layout the stack cannot run says so in its notes."""
     L = fw.resolve(run).layout
-    zero = L.zero
     return violations(catalog.capabilities(fw.name), run.model, tp=L.tp, cp=L.cp, pp=L.pp, dp=L.dp, ep=L.ep,
                       vpp=pred.vpp, schedule=pred.schedule, cp_kind=(L.cp_kind or fw.cp_kind) if L.cp > 1 else None,
-                      seq=run.training.seq_len, sequence_parallel=L.sequence_parallel, zero=zero,
+                      seq=run.training.seq_len, sequence_parallel=L.sequence_parallel, zero=L.zero,
                       recompute=run.training.recompute)
 
 

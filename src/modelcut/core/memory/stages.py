@@ -327,7 +327,8 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
       and NeMo's recipes) shards the FP32 main parameters and Adam moments over dp·cp and keeps
       the whole FP32 gradient buffer: ZeRO-1's row of the package table, 6 + 12/D bytes per
       parameter (megatron/training/theoretical_memory_usage.py), so the run is counted with
-      zero ≥ 1;
+      zero ≥ 1; a layout that leaves its ZeRO stage or sequence parallelism open gets the
+      stack's (``Framework.resolve``, as the step model does: FSDP's presets at ZeRO-3);
     * FlashAttention (no s² score matrix) unless the stack runs the unfused softmax attention;
     * ZeRO-3/FSDP keep or free the gathered weights after the forward as the stack does;
     * the gradient buffer in the stack's dtype (``grad_buffer_bytes``: FP32, or 16-bit where the

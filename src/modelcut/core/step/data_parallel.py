@@ -35,8 +35,7 @@ class DeviceEnd:
 def run_residency(run: Run, framework: Framework, microbatches: int) -> Residency:
     """What a rank of the run keeps resident on the stack (the distributed optimizer counts as
     ZeRO-1): the same rule memory applies (:func:`..memory.stages.for_framework`)."""
-    zero = framework.zero_stage(run.layout)
-    return framework.residency(zero, run.layout.pp, microbatches)
+    return framework.residency(framework.zero_stage(run.layout), run.layout.pp, microbatches)
 
 
 def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float]):

@@ -142,7 +142,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     schedule runs a step (:func:`..plan.flushes`) one run is timed, its batch
     :func:`..plan.flush_training`'s, and the step repeats it (:func:`_finish`)."""
     check_run(run)
-    run = framework.resolve(run)      # the ZeRO stage and sequence parallelism as the stack runs them
+    run = framework.resolve(run)      # what the run leaves open (ZeRO, sequence parallelism, the loss) as the stack runs it
     full = run
     run = replace(run, training=plans.flush_training(run.layout, run.training))
     L = run.layout

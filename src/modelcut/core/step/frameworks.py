@@ -148,8 +148,9 @@ class Framework:
     interleaved schedule (:meth:`p2p_overlapped`); ``default_zero``: the ZeRO stage it runs when
     the layout does not say (3 for FSDP's stacks, whose ``fully_shard`` shards weights, gradients
     and optimizer states; :meth:`zero_stage`), ``default_zero_with_pipeline`` the one it runs
-    with a pipeline where that differs (DeepSpeed's pipeline engine: below 2); ``sequence_parallel``: whether it cuts norms and
-    dropouts over tp when the layout does not say (and tp > 1; :meth:`resolve`)."""
+    with a pipeline where that differs (DeepSpeed's pipeline engine: below 2);
+    ``sequence_parallel``: whether it cuts norms and dropouts over tp when the layout does not say
+    (and tp > 1; :meth:`resolve`)."""
 
     name: str
     overlap: Overlap
