@@ -197,6 +197,10 @@ def test_fsdp_without_a_zero_stage_shards_the_weights_and_the_optimizer():
     assert 4 * params / 64 < st["weights_bytes"] < 4 * params / 8
     assert mem["fits"]
     assert mem["assumptions"]["zero"] == 3
+    assert mem["dtypes"]["gradients_bytes"] == "fp32 (sharded, in the fp32 parameters' dtype)"
+    # with a pipeline, torchtitan's stages hold their gradients whole until the schedule ends
+    piped = Run(LLAMA8, H100.name, Layout(pp=4, dp=16), r.training)
+    assert memory_report(piped, H100, framework=FSDP)["dtypes"]["gradients_bytes"].startswith("fp32 (held whole")
     # and without a stack to choose (seed mode's memory), an open stage is no sharding
     assert memory_report(r, H100)["assumptions"]["zero"] == 0
 

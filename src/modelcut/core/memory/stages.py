@@ -355,7 +355,10 @@ def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False
              4: f"{half} Adam m and v ({half} weights, no master copy)"}[int(options.optimizer_bytes)]
     out = {"weights_bytes": f"transformer layers: {layers} (FP8 parameters); embedding, output, norms: {half}"
            if f8 is not None and f8.param_gather else plain,
-           "gradients_bytes": "fp32 (main_grad accumulation buffer)" if options.grad_bytes >= 4
+           "gradients_bytes": ("fp32 (held whole between reductions, in the reduce dtype)" if whole_grads
+                               else "fp32 (sharded, in the fp32 parameters' dtype)")
+           if options.grad_bytes >= 4 and options.param_bytes >= 4      # FSDP with fp32 sharded parameters
+           else "fp32 (main_grad accumulation buffer)" if options.grad_bytes >= 4
            else (f"fp32 for the dense weights' (accumulated whole in the reduce dtype), {half} for any routed experts'"
                  if whole_grads and (options.whole_grad_bytes or 0) >= 4
                  else f"{half} (the gradient buffer in the parameters' dtype)"),
