@@ -38,6 +38,8 @@ recompute = "full"       # none | selective | full
 # local_batch = 8        # with a pipeline on torch.distributed.pipelining (nemo-automodel, torchtitan):
 #                        # sequences per data-parallel rank per schedule run; the step runs
 #                        # global_batch / (dp · local_batch) of them (default: one)
+# cross_entropy = "fused"  # the loss's kernel: fp32-passes | fused | torch | torch-fp32 (default: the
+#                        # framework's; Megatron-core's cross_entropy_loss_fusion off is fp32-passes)
 ```
 
 Every problem is one :class:`ModelcutError` line naming the file and the problem.
