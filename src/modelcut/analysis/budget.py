@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from .. import catalog
 from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
-from ..core.specs import Hardware, Run
+from ..core.specs import RECOMPUTE_LEVELS, Hardware, Run
 from ..core.step import default
 
 
@@ -46,7 +46,7 @@ def alternatives(run: Run, fw_overlap: dict[str, bool]) -> list[tuple[str, str, 
     for k, val in fw_overlap.items():
         if applies.get(k, True):
             out.append((f"overlap {k}", "on" if not val else "off", run, {k: not val}))
-    for rc in ("none", "selective", "full"):
+    for rc in RECOMPUTE_LEVELS:
         if rc != tr.recompute:
             out.append(("recompute", rc, replace(run, training=replace(tr, recompute=rc)), {}))
     if L.pp > 1:

@@ -7,11 +7,14 @@ raises :class:`ModelcutError` with one line naming the problem.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .errors import ModelcutError
 
 Recompute = Literal["none", "selective", "full"]
+#: The activation-recomputation levels, least recomputed first: none, selective (Korthikanti et al.
+#: 2022's attention core, or the stack's per-op policy), full (every layer's forward again).
+RECOMPUTE_LEVELS: tuple[str, ...] = get_args(Recompute)
 
 
 def _positive(obj, *names: str) -> None:
@@ -227,7 +230,7 @@ class Training:
             if self.local_batch % self.micro_batch:
                 raise ModelcutError(f"local_batch ({self.local_batch}) must be a multiple of micro_batch "
                                     f"({self.micro_batch})")
-        if self.recompute not in ("none", "selective", "full"):
+        if self.recompute not in RECOMPUTE_LEVELS:
             raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
         if self.precision not in PRECISIONS:
             raise ModelcutError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")

@@ -23,7 +23,7 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import CROSS_ENTROPY_KINDS
+from ..core.specs import CROSS_ENTROPY_KINDS, Recompute
 from ..core.sim import registry
 from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS
@@ -38,7 +38,6 @@ FrameworkName = Literal[catalog.framework_names()]  # type: ignore[valid-type]
 ModeName = Literal[tuple(MODES)]  # type: ignore[valid-type]
 CpKind = Literal[CP_KINDS]  # type: ignore[valid-type]
 Constant = Literal[CONSTANTS]  # type: ignore[valid-type]
-Recompute = Literal["none", "selective", "full"]
 MeshDim = Literal["tp", "cp", "pp", "dp", "ep"]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import ModelcutError
 from ..sim import registry
-from ..specs import ModelSpec
+from ..specs import RECOMPUTE_LEVELS, ModelSpec
 
 #: How chunks may split the layers (``Capabilities.interleave``).
 INTERLEAVE = ("layers", "layers+2", "any")
@@ -48,7 +48,7 @@ class Capabilities:
     moe_tensor_parallel: bool = True
     interleave: str = "any"
     interleave_min_pp: int = 2
-    recompute: tuple[str, ...] = ("none", "selective", "full")
+    recompute: tuple[str, ...] = RECOMPUTE_LEVELS
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -61,8 +61,8 @@ class Capabilities:
         if self.interleave not in INTERLEAVE:
             raise ModelcutError(f"{where}: interleave must be one of {', '.join(INTERLEAVE)}, got {self.interleave!r}")
         for r in self.recompute:
-            if r not in ("none", "selective", "full"):
-                raise ModelcutError(f"{where}: recompute levels are none, selective, full, got {r!r}")
+            if r not in RECOMPUTE_LEVELS:
+                raise ModelcutError(f"{where}: recompute levels are {', '.join(RECOMPUTE_LEVELS)}, got {r!r}")
         for k in self.cp_kinds:
             if k not in ("ring", "allgather"):
                 raise ModelcutError(f"{where}: cp_kinds are ring and allgather, got {k!r}")

@@ -10,9 +10,9 @@ from ..costs import flops
 from ..costs.context import CP_KINDS
 from ..costs.mesh import Mesh, group_crosses_nodes
 from ..sim import registry
-from ..specs import DEFAULT_ORDER, Layout, ModelSpec, Run, Training
+from ..specs import DEFAULT_ORDER, RECOMPUTE_LEVELS, Layout, ModelSpec, Run, Training
 
-RECOMPUTE_ORDER = ("none", "selective", "full")
+RECOMPUTE_ORDER = RECOMPUTE_LEVELS   # the explorer tries them least recomputed first
 ZERO_ORDER = (0, 1, 2, 3)
 #: The schedules searched unless the caller names others (the registry's ``explored_by_default``).
 DEFAULT_SCHEDULES = registry.explored_by_default()

@@ -81,7 +81,7 @@ from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
 from ..costs.kernels import ATTENTION_KINDS, BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
 from ..errors import ModelcutError
-from ..specs import CROSS_ENTROPY_KINDS, Hardware, ModelSpec
+from ..specs import CROSS_ENTROPY_KINDS, RECOMPUTE_LEVELS, Hardware, ModelSpec
 from ..units import GRAD_ACCUM_BYTES_16
 
 #: Bytes per logit each cross-entropy moves, (forward, backward), by how the stack computes it:
@@ -232,7 +232,7 @@ class LayerSetup:
             raise ModelcutError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}")
         if self.selective not in ("attention", "op"):
             raise ModelcutError(f"selective recomputation must be 'attention' or 'op', got {self.selective!r}")
-        if self.recompute not in ("none", "selective", "full"):
+        if self.recompute not in RECOMPUTE_LEVELS:
             raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
 
 

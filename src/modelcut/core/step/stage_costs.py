@@ -172,7 +172,6 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     """Every stage's durations (module doc). Per pass: compute, plus the tensor-parallel time the
     framework leaves exposed, plus context parallelism's; MoE layers add their all-to-all (twice
     in the backward with full recomputation); blocking sends hold both devices."""
-    ov = framework.overlap
     uc = unit_costs(run, hw, eff, framework, k)
     layer_costs = uc.layers
     tau = send_time(run, hw, eff, bw)
