@@ -109,3 +109,13 @@ def residency(zero: int, pp: int, microbatches: int, *, reshard_after_forward: b
     else:
         grads = "per-microbatch"
     return Residency(zero, weights, grads)
+
+
+def residency_under(policy, zero: int, pp: int, microbatches: int) -> Residency:
+    """:func:`residency` under the four choices ``policy`` holds as attributes of the same names
+    (``reshard_after_forward``, ``reshard_with_pipeline``, ``pipeline_grad_sync``,
+    ``flat_grad_sync``): a training stack (``step.frameworks.Framework``) and the memory model's
+    assumptions (``memory.MemoryOptions``) both ask through it."""
+    return residency(zero, pp, microbatches, reshard_after_forward=policy.reshard_after_forward,
+                     reshard_with_pipeline=policy.reshard_with_pipeline,
+                     pipeline_grad_sync=policy.pipeline_grad_sync, flat_grad_sync=policy.flat_grad_sync)

@@ -12,7 +12,7 @@ from ..costs import comm
 from ..costs import fp8 as fp8_mod
 from ..costs import params as counts
 from ..costs.fp8 import Fp8
-from ..costs.residency import Residency, residency
+from ..costs.residency import Residency, residency_under
 from ..plan import PipelinePlan
 from ..sim import registry
 from ..specs import Hardware, Run
@@ -76,9 +76,7 @@ class MemoryOptions:
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident under these assumptions (:func:`..costs.residency.residency`)."""
-        return residency(zero, pp, microbatches, reshard_after_forward=self.reshard_after_forward,
-                         reshard_with_pipeline=self.reshard_with_pipeline, pipeline_grad_sync=self.pipeline_grad_sync,
-                         flat_grad_sync=self.flat_grad_sync)
+        return residency_under(self, zero, pp, microbatches)
 
 
 DEFAULT_OPTIONS = MemoryOptions()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency
+from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency_under
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES, Layout, Run
 from .layers import CE_BYTES
@@ -244,9 +244,7 @@ class Framework:
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""
-        return residency(zero, pp, microbatches, reshard_after_forward=self.reshard_after_forward,
-                         reshard_with_pipeline=self.reshard_with_pipeline, pipeline_grad_sync=self.pipeline_grad_sync,
-                         flat_grad_sync=self.flat_grad_sync)
+        return residency_under(self, zero, pp, microbatches)
 
     def with_overlap(self, overrides: dict[str, bool] | None) -> "Framework":
         """This stack with some overlap options switched (``--overlap``)."""
