@@ -24,4 +24,5 @@ def schedule_help() -> str:
 def listing() -> dict[str, Any]:
     return {"schedules": schedules(), "hardware": [h.as_dict() for h in catalog.all_hardware()],
             "models": [dataclasses.asdict(m) for m in catalog.all_models()], "modes": list(MODES),
-            "frameworks": list(catalog.framework_names())}
+            "frameworks": list(catalog.framework_names()),
+            "default_framework": catalog.default_framework()}

@@ -84,6 +84,7 @@ class CatalogResponse(BaseModel):
     models: list[dict[str, Any]] = Field(description="model shapes of the catalog")
     modes: list[str] = Field(description="modes of the systems model (assumption sets)")
     frameworks: list[str] = Field(description="training-stack presets the default mode takes (framework)")
+    default_framework: str = Field(description="the preset a request that names none gets")
     limits: dict[str, int] = Field(description="the API's limits: ops per simulation, body bytes, layouts")
 
 

@@ -7,7 +7,7 @@
   const UPLOAD = '__upload__';
   const KNOB_NAME = {cp_kind: 'context-parallel form', micro_batch: 'micro-batch', vpp: 'chunks v', zero: 'ZeRO'};
   const DEFAULTS = {model: 'llama3-8b', gpu: 'h100-sxm5-80gb', gpus: '64', seq: '8192', tokens: '4M', top: '20',
-                    framework: 'megatron-core', precision: 'bf16', recipe: ''};
+                    framework: '', precision: 'bf16', recipe: ''};   // framework: the catalog's default, set on load
   const LIMIT = '#b3261e';   // the memory limit's mark: a solid red line, not a dashed one (no menu look-alike)
   let hfConfig = null;
   let last = null;
@@ -386,6 +386,8 @@
         hardware[hw.name] = hw;
         $('gpu').append(h('option', {value: hw.name, text: `${hw.name} (${Math.round(hw.mem_bytes / 1e9)} GB)`}));
       }
+      DEFAULTS.framework = cat.default_framework;
+      if (!st.framework) st.framework = DEFAULTS.framework;
       for (const f of cat.frameworks) $('framework').append(h('option', {value: f, text: f}));
     } catch (e) { showError(`could not load the catalog: ${e.message}`); }
     if ([...$('model').options].some((o) => o.value === st.model)) $('model').value = st.model;
