@@ -314,6 +314,12 @@ def test_explorer_takes_the_stack_and_the_precision_and_refuses_fp8_on_an_a100(s
     page.goto(server + "/explorer?model=gpt-1.7b&gpu=h100-sxm5-80gb&gpus=8&seq=2048&tokens=131072&top=5")
     page.wait_for_selector("[data-testid=layouts] tbody tr")
     assert page.is_disabled("#recipe")
+    # the form offers what the API takes, from GET /api/catalog: no second list in the page
+    cat = httpx.get(server + "/api/catalog").json()
+    assert page.eval_on_selector_all("#precision option", "os => os.map(o => o.value)") == cat["precisions"]
+    assert page.eval_on_selector_all("#recipe option", "os => os.map(o => o.value)") == ["", *cat["fp8_recipes"]]
+    boxes = page.eval_on_selector_all("input[name=schedule]", "bs => bs.map(b => [b.value, b.checked])")
+    assert boxes == [[sc["name"], sc["explored_by_default"]] for sc in cat["schedules"]]
     page.select_option("#framework", "nemo")
     page.select_option("#precision", "fp8")
     assert not page.is_disabled("#recipe")

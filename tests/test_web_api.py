@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from modelcut.cli import main
 from modelcut.core.sim import closed_forms, registry
+from modelcut.core.specs import FP8_RECIPES, PRECISIONS
 from modelcut.core.sim.engine import Timing
 from modelcut.core.errors import ModelcutError
 from modelcut.core.sim.ops import Schedule
@@ -179,6 +180,8 @@ def test_catalog_lists_the_schedules(client):
             takes_other = False
         assert s.chunks_fixed == (not takes_other)
     assert cat.limits["max_ops"] == webapp.MAX_OPS
+    assert [s.name for s in cat.schedules if s.explored_by_default] == list(registry.explored_by_default())
+    assert (cat.precisions, cat.fp8_recipes) == (list(PRECISIONS), list(FP8_RECIPES))
 
 
 def test_openapi_documents_the_api(client):

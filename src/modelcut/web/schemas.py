@@ -75,6 +75,8 @@ class ScheduleInfo(BaseModel):
     default_chunks: int
     chunks_fixed: bool = Field(description="true when the schedule runs only its default chunk count")
     split_backward: bool
+    explored_by_default: bool = Field(description="true when the explorer searches it unless the request names "
+                                                  "its schedules")
     doc: str
 
 
@@ -85,6 +87,8 @@ class CatalogResponse(BaseModel):
     modes: list[str] = Field(description="modes of the systems model (assumption sets)")
     frameworks: list[str] = Field(description="training-stack presets the default mode takes (framework)")
     default_framework: str = Field(description="the preset a request that names none gets")
+    precisions: list[str] = Field(description="the matrix products' precisions a request may name (precision)")
+    fp8_recipes: list[str] = Field(description="FP8 scaling recipes a request may name (fp8_recipe)")
     limits: dict[str, int] = Field(description="the API's limits: ops per simulation, body bytes, layouts")
 
 

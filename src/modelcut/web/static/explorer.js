@@ -389,6 +389,15 @@
       DEFAULTS.framework = cat.default_framework;
       if (!st.framework) st.framework = DEFAULTS.framework;
       for (const f of cat.frameworks) $('framework').append(h('option', {value: f, text: f}));
+      // precisions, recipes and schedules as the API takes them (GET /api/catalog): the registry's
+      // schedules, the ones the explorer searches by default checked
+      for (const p of cat.precisions) $('precision').append(h('option', {value: p, text: p}));
+      for (const r of cat.fp8_recipes) $('recipe').append(h('option', {value: r, text: r}));
+      for (const sc of cat.schedules) {
+        const box = h('input', {type: 'checkbox', name: 'schedule', value: sc.name});
+        box.checked = sc.explored_by_default;
+        $('schedules').append(h('label', {title: sc.doc}, [box, ` ${sc.name}`]));
+      }
     } catch (e) { showError(`could not load the catalog: ${e.message}`); }
     if ([...$('model').options].some((o) => o.value === st.model)) $('model').value = st.model;
     if ([...$('gpu').options].some((o) => o.value === st.gpu)) $('gpu').value = st.gpu;
