@@ -154,8 +154,8 @@ def layer_check_rows(check: LayerCheck) -> list[LayerRow]:
     eff = catalog.profile_for(meas.hw).efficiency
     rows = []
     for c in check.configs:
-        run = replace(meas.run, layout=replace(meas.run.layout, sequence_parallel=c.sequence_parallel),
-                      training=replace(meas.run.training, recompute=c.recompute))
+        run = fw.resolve(replace(meas.run, layout=replace(meas.run.layout, sequence_parallel=c.sequence_parallel),
+                                 training=replace(meas.run.training, recompute=c.recompute)))
         L = run.layout
         bw = comm.group_bandwidths(L, meas.hw, run.gpus_per_node or meas.hw.per_node, fw.multi_nic_rings)
         layer = kernels(run, meas.hw, eff, fw, bw).dense

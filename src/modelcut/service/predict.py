@@ -172,7 +172,7 @@ def stack_violations(run: Run, fw: Framework, pred: Prediction) -> list:
     prediction of a layout the stack cannot run says so in its notes."""
     L = fw.resolve(run).layout
     return violations(catalog.capabilities(fw.name), run.model, tp=L.tp, cp=L.cp, pp=L.pp, dp=L.dp, ep=L.ep,
-                      vpp=pred.vpp, schedule=pred.schedule, cp_kind=(L.cp_kind or fw.cp_kind) if L.cp > 1 else None,
+                      vpp=pred.vpp, schedule=pred.schedule, cp_kind=L.cp_kind if L.cp > 1 else None,
                       seq=run.training.seq_len, sequence_parallel=L.sequence_parallel, zero=L.zero,
                       recompute=run.training.recompute)
 

@@ -334,8 +334,6 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     * context parallelism in the stack's form when the layout leaves it open;
     * FP8 as the stack runs it on ``hw`` (its weight copies, its FP8-kept inputs)."""
     run = framework.resolve(run)
-    if run.layout.cp_kind is None:
-        run = replace(run, layout=replace(run.layout, cp_kind=framework.cp_kind))
     opts = stack_options(framework, options)
     if hw is not None and run.training.precision == "fp8":
         opts = replace(opts, fp8=fp8_mod.for_stack(run.training, hw, framework))

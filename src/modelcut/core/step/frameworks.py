@@ -231,13 +231,16 @@ class Framework:
 
     def resolve(self, run: Run) -> Run:
         """``run`` with what it leaves open as this stack runs it: the ZeRO stage
-        (:meth:`zero_stage`), sequence parallelism (the stack's ``sequence_parallel`` with tp > 1)
-        and the loss's kernel (``cross_entropy``)."""
+        (:meth:`zero_stage`), sequence parallelism (the stack's ``sequence_parallel`` with tp > 1),
+        context parallelism's form (``cp_kind``) and the loss's kernel (``cross_entropy``). The one
+        place a run's open choices are filled: the step model, its lower bound, memory and the
+        stack's rules read the resolved run."""
         L = run.layout
         zero = self.zero_stage(L)
         sp = (self.sequence_parallel and L.tp > 1) if L.sequence_parallel is None else L.sequence_parallel
-        if zero != L.zero or sp is not L.sequence_parallel:
-            run = replace(run, layout=replace(L, zero=zero, sequence_parallel=sp))
+        cp_kind = L.cp_kind or (self.cp_kind if L.cp > 1 else None)   # a form only where there is context parallelism
+        if zero != L.zero or sp is not L.sequence_parallel or cp_kind != L.cp_kind:
+            run = replace(run, layout=replace(L, zero=zero, sequence_parallel=sp, cp_kind=cp_kind))
         if run.training.cross_entropy is None:
             run = replace(run, training=replace(run.training, cross_entropy=self.cross_entropy))
         return run

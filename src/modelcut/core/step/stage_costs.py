@@ -58,7 +58,8 @@ def attention_kind(framework: Framework, hw: Hardware) -> str:
 
 
 def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: dict[str, float]) -> Kernels:
-    """Time every pass of one micro-batch (:mod:`.layers`)."""
+    """Time every pass of one micro-batch (:mod:`.layers`) of ``run`` as ``framework`` resolved it
+    (:meth:`.frameworks.Framework.resolve`)."""
     model, L, tr = run.model, run.layout, run.training
     gpn = run.gpus_per_node or hw.per_node
     f8 = fp8_mod.for_stack(run.training, hw, framework)
@@ -66,9 +67,9 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
                        attention=attention_kind(framework, hw), grad_accum_fusion=framework.grad_accum_fusion,
                        grad_accum_bytes=framework.grad_accum_bytes,
-                       cross_entropy=tr.cross_entropy or framework.cross_entropy,
+                       cross_entropy=tr.cross_entropy,
                        tp_async_backward=framework.tp_async_backward, tp_bw=bw["tp"], cp_bw=bw["cp"],
-                       cp_kind=L.cp_kind or framework.cp_kind, etp=L.etp,
+                       cp_kind=L.cp_kind, etp=L.etp,
                        fused_elementwise=framework.fused_elementwise, selective=framework.selective,
                        mcore_layers=framework.mcore_layers,
                        tp_inside=not comm.group_spans_nodes(L, "tp", gpn),
