@@ -12,7 +12,7 @@ from modelcut import catalog
 from modelcut.catalog.hf_config import mla_equivalent_shape
 from modelcut.core.costs import comm, flops, moe, params
 from modelcut.core.errors import ModelcutError
-from modelcut.core.specs import Layout, ModelSpec
+from modelcut.core.specs import Layout, ModelSpec, Run, Training
 from modelcut.service.runfile import run_from_dict
 
 MOE_MODELS = ("mixtral-8x7b", "deepseek-v3", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b")
@@ -220,6 +220,50 @@ def test_an_moe_layer_pays_its_permutations_at_memory_bandwidth():
     assert a.fwd.gemm == d.fwd.gemm
     dense = layer_time(m, LayerSetup(**base, moe_dispatch="deepep"), hw, eff)
     assert dense.fwd.memory < d.fwd.memory
+
+
+@given(st.floats(0, 1.0), st.floats(0, 1.0), st.integers(0, 132), st.sampled_from([None, 108, 132]))
+def test_shared_experts_beside_the_all_to_all_save_at_most_either(shared, a2a, comm_sms, sms):
+    """min(S, A·(1 − sms_comm/SMs)): never more than the shared products or the all-to-all, never
+    negative, all of the shared products when the all-to-all's free SMs cover them."""
+    comm_sms = min(comm_sms, sms or 0)
+    got = moe.shared_overlap_saving(shared, a2a, comm_sms, sms)
+    assert 0.0 <= got <= min(shared, a2a) + 1e-15
+    free = 1 - comm_sms / sms if sms else 1.0
+    if shared <= a2a * free:
+        assert got == shared
+    assert moe.shared_overlap_saving(shared, 2 * a2a, comm_sms, sms) >= got
+
+
+def test_a_stack_that_runs_the_shared_experts_beside_the_dispatch_hides_them():
+    """NeMo AutoModel runs DeepSeek-V3's shared expert on a second stream beside DeepEP's
+    dispatch and combine (20 of the H100's 132 SMs): each pass's all-to-all term shrinks by
+    min(S, A·(1 − 20/132)), S the pass's shared products; the pipeline's stages and ZeRO-3's
+    units read the same rule; a model without shared experts, or a stack that runs them in
+    line, keeps the whole all-to-all."""
+    from modelcut.core.step.stage_costs import a2a_time, kernels, moe_a2a, unit_costs
+    hw = catalog.hardware("h100")
+    fw = catalog.framework("nemo-automodel")
+    inline = replace(fw, shared_expert_overlap=False)
+    eff = catalog.profile_for(hw).efficiency
+    for model, shared in (("deepseek-v3", True), ("qwen3-30b-a3b", False)):
+        m = catalog.model(model)
+        run = fw.resolve(Run(m, hw.name, Layout(tp=1, pp=1, dp=m.experts // 4, ep=m.experts // 4, zero=3),
+                             Training(seq_len=4096, global_batch=64, micro_batch=1, recompute="full")))
+        bw = comm.group_bandwidths(run.layout, hw, 8, fw.multi_nic_rings)
+        k = kernels(run, hw, eff, fw, bw)
+        a = a2a_time(run, hw, eff, fw)
+        s_f, s_b = k.moe.shared
+        assert (s_f > 0) == shared and (s_b > 0) == shared
+        free = 1 - moe.DISPATCH_SMS["deepep"] / hw.sms
+        f, b = moe_a2a(k.moe, a, "full", fw, hw)
+        assert f == pytest.approx(a - min(s_f, a * free))
+        assert b == pytest.approx(2 * a - min(s_b, a * free) - min(s_f, a * free))
+        assert moe_a2a(k.moe, a, "full", inline, hw) == (a, 2 * a)
+        uc = unit_costs(run, hw, eff, fw, k).layers[True]
+        assert (uc[0][3], uc[1][3]) == pytest.approx((f, b))
+    with pytest.raises(ModelcutError, match="shared_expert_overlap needs a dispatcher"):
+        replace(fw, moe_dispatch="all-to-all")
 
 
 def test_ep_members_in_a_node_follow_the_order():

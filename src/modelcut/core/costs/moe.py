@@ -35,6 +35,16 @@ all-to-alls over the ep group, each moving rows·h values per rank (Lepikhin et 
 all-to-all per MoE layer" forward). A full recomputation repeats the forward's two. DeepSeek-V3
 dispatches in FP8 and combines in BF16 (arXiv 2412.19437 §3.3.2; ``dispatch_bytes``).
 
+**Shared experts beside the all-to-all** (:func:`shared_overlap_saving`). A stack may run the
+shared experts on a second stream while the routed path dispatches, computes and combines
+(NeMo AutoModel: ``MoE.forward`` launches them on ``_shared_experts_stream`` "to overlap compute
+with the communication for grouped experts", NVIDIA-NeMo/Automodel 037e04a
+nemo_automodel/components/moe/layers.py; their backward runs on the same stream). While an
+all-to-all of A seconds holds ``comm_sms`` of the device's SMs, the shared products (S seconds
+alone) run on the rest: they finish inside it when S ≤ A·(1 − comm_sms/SMs), else the remainder
+runs after it at full speed. The pass saves min(S, A·(1 − comm_sms/SMs)); against the routed
+experts' own products the two streams share the SMs and nothing is saved.
+
 **Weights.** Routed experts are cut over ep·etp ranks (E/ep experts per rank, width f_e/etp),
 shared experts and the router like the dense MLP (shared over t, the router replicated).
 Expert gradients are reduced over the expert-data-parallel group, tp·cp·dp/(ep·etp) ranks
@@ -266,6 +276,23 @@ def permute_bytes(model: ModelSpec, tokens: float, *, ep: int = 1, tp: int = 1, 
         rows = 3.0 * S + (4.0 * R if model.experts // ep > 1 else 0.0) + T
     b = rows * model.hidden * BYTES
     return b, b
+
+
+#: SMs the token dispatcher's kernels hold while they run: DeepEP's high-throughput kernels take
+#: ``Buffer.num_sms`` = 20 (deepseek-ai/DeepEP deep_ep/buffer.py), which NeMo AutoModel keeps unless
+#: DEEP_EP_SM_NUMS says otherwise (nemo_automodel/components/moe/megatron/fused_a2a.py at 037e04a:
+#: ``Buffer.set_num_sms(int(os.environ.get("DEEP_EP_SM_NUMS", 20)))``).
+DISPATCH_SMS = {"deepep": 20}
+
+
+def shared_overlap_saving(shared_s: float, a2a_s: float, comm_sms: int, sms: int | None) -> float:
+    """Seconds a pass saves by running ``shared_s`` seconds of shared-expert products beside
+    ``a2a_s`` seconds of all-to-all that hold ``comm_sms`` of ``sms`` SMs (module doc):
+    min(S, A·(1 − comm_sms/sms)); all of A's span when the SM count is unknown."""
+    if shared_s < 0 or a2a_s < 0:
+        raise ModelcutError(f"shared-expert and all-to-all seconds must be non-negative, got {shared_s}, {a2a_s}")
+    free = 1.0 - comm_sms / sms if sms else 1.0
+    return min(shared_s, a2a_s * max(free, 0.0))
 
 
 def rank_copies(model: ModelSpec, ep: int) -> float:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..costs.moe import DISPATCH_SMS
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency_under
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES, Layout, Run
@@ -125,6 +126,9 @@ class Framework:
     how tokens reach their experts: "all-to-all", one copy per routed expert; "deepep",
     DeepEP's node-deduplicated dispatch (one copy per destination node over the network,
     forwarded over NVLink inside it: deepseek-ai/DeepEP README, DeepSeek-AI 2024 §3.2.2);
+    ``shared_expert_overlap``: the shared experts run on a second stream beside the routed path,
+    hiding behind its all-to-alls (:func:`..costs.moe.shared_overlap_saving`; needs a dispatcher
+    whose SM share is known, :data:`..costs.moe.DISPATCH_SMS`);
     with FP8 (:mod:`..costs.fp8`): ``fp8_norm_fused``, the QKV and MLP-up inputs quantized inside
     the norm (Transformer Engine's LayerNormLinear, as Megatron-core builds its layers);
     ``fp8_param_gather``, weights kept and gathered in FP8; ``fp8_default_recipe``, the recipe
@@ -177,6 +181,7 @@ class Framework:
     fused_elementwise: bool = True
     selective: str = "attention"
     moe_dispatch: str = "all-to-all"
+    shared_expert_overlap: bool = False
     fp8_norm_fused: bool = True
     fp8_param_gather: bool = False
     fp8_default_recipe: str = "auto"
@@ -203,6 +208,9 @@ class Framework:
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of "
                                     f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
+        if self.shared_expert_overlap and self.moe_dispatch not in DISPATCH_SMS:
+            raise ModelcutError(f"framework {self.name}: shared_expert_overlap needs a dispatcher whose SM use is "
+                                f"known ({', '.join(DISPATCH_SMS)}), got moe_dispatch {self.moe_dispatch!r}")
 
     @property
     def expert_grad_b(self) -> int:

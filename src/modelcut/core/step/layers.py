@@ -277,6 +277,7 @@ class LayerTime:
     recompute: PassTime
     wgrad: float = 0.0
     notes: list[str] = field(default_factory=list)
+    shared: tuple[float, float] = (0.0, 0.0)   # the shared experts' products in fwd and bwd (in gemm above)
 
 
 #: A norm's forward moves its input in and its output out, 2 + 2 bytes per element, LayerNorm
@@ -368,6 +369,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     linears = ([(m_, n_, k_, c_, nm) for (m_, n_, k_, c_), nm in zip(attention_linears(model, T, t), ("qkv", "proj"))]
                + [(g.m, g.n, g.k, g.count, g.name) for g in mlp])
     fwd_g = bwd_g = wgrad = 0.0
+    shared_f = shared_b = 0.0
     per_linear = []
     f8 = setup.fp8
     inputs = fused_inputs = grads = weights = 0.0
@@ -381,6 +383,9 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
         fwd_g += c_ * f_
         bwd_g += c_ * (dg + wg)
         wgrad += c_ * wg
+        if name.startswith("shared expert"):
+            shared_f += c_ * f_
+            shared_b += c_ * (dg + wg)
         if in_fp8:
             if name in ("qkv", "mlp up"):
                 fused_inputs += c_ * m_ * k_
@@ -394,7 +399,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     # block's collectives are its dispatcher's (module doc): attention's only.
     col = [per_linear[0]] + ([per_linear[2]] if not moe else [])
     local_params = sum(n_ * k_ * c_ for _, n_, k_, c_, _ in linears)
-    return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts
+    return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, (shared_f, shared_b)
 
 
 def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float) -> tuple[float, float]:
@@ -508,7 +513,7 @@ def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effi
 def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,
                ep: int = 1) -> LayerTime:
     """Forward, backward and recomputation of one transformer layer (module doc)."""
-    fwd_g, bwd_g, wgrad, col, mlp, local_params, casts = _products(model, setup, hw, eff, moe, ep)
+    fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, shared = _products(model, setup, hw, eff, moe, ep)
     s, cp = setup.seq_len, setup.cp
     att = layer_attention(model, setup, hw, eff)
     mem_f, mem_b = _memory_bytes(model, setup, mlp, local_params)
@@ -523,7 +528,7 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
                    tp=tp_f, cp=cp_f)
     bwd = PassTime(gemm=bwd_g, attention=att.bwd_math, memory=mem_time(mem_b, hw, eff) + att.bwd_mem,
                    tp=tp_b, cp=cp_b)
-    return LayerTime(fwd, bwd, _recomputed(setup, fwd, att), wgrad)
+    return LayerTime(fwd, bwd, _recomputed(setup, fwd, att), wgrad, shared=shared)
 
 
 def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime) -> PassTime:

@@ -116,6 +116,26 @@ def a2a_time(run: Run, hw: Hardware, eff: Efficiency, fw: Framework) -> float:
     return mc.a2a_fwd_s + mc.etp_s
 
 
+def moe_a2a(lt: LayerTime, a2a: float, recompute: str, framework: Framework, hw: Hardware) -> tuple[float, float]:
+    """An MoE layer's all-to-all seconds on the compute stream per micro-batch, (forward, backward
+    with its recomputation), from one pass's dispatch and combine ``a2a`` (:func:`a2a_time`): the
+    backward's are the forward's transposes and a full recomputation repeats the forward's. Where
+    the stack runs the shared experts beside them (``shared_expert_overlap``) each pass's
+    all-to-all hides the shared products it covers (:func:`..costs.moe.shared_overlap_saving`:
+    the forward's, the backward's, the recomputed forward's). The one rule the pipeline's stages
+    and ZeRO-3's units both read."""
+    full = recompute == "full"
+    f, b = a2a, (2 if full else 1) * a2a
+    if framework.shared_expert_overlap and a2a > 0:
+        sms = moe_mod.DISPATCH_SMS[framework.moe_dispatch]
+        shared_f, shared_b = lt.shared
+        f -= moe_mod.shared_overlap_saving(shared_f, a2a, sms, hw.sms)
+        b -= moe_mod.shared_overlap_saving(shared_b, a2a, sms, hw.sms)
+        if full:
+            b -= moe_mod.shared_overlap_saving(shared_f, a2a, sms, hw.sms)
+    return f, b
+
+
 Terms = tuple[float, float, float, float]   # compute, exposed tp, cp, all-to-all
 
 
@@ -135,9 +155,8 @@ class UnitCosts:
 
 def unit_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, k: Kernels) -> UnitCosts:
     """Per pass: compute, plus the tensor-parallel time the framework leaves exposed, plus context
-    parallelism's; MoE layers add their all-to-all (twice in the backward with full recomputation)."""
+    parallelism's; MoE layers add their all-to-all (:func:`moe_a2a`)."""
     ov = framework.overlap
-    full = run.training.recompute == "full"
     a2a = a2a_time(run, hw, eff, framework)
 
     def cost(pt: PassTime) -> tuple[float, float, float]:
@@ -146,7 +165,8 @@ def unit_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, k:
     def layer_cost(lt: LayerTime, is_moe: bool):
         fc = cost(lt.fwd)
         bc = tuple(x + y for x, y in zip(cost(lt.bwd), cost(lt.recompute)))
-        return fc + (a2a if is_moe else 0.0,), bc + ((2 if full else 1) * a2a if is_moe else 0.0,), lt.wgrad
+        a_f, a_b = moe_a2a(lt, a2a, run.training.recompute, framework, hw) if is_moe else (0.0, 0.0)
+        return fc + (a_f,), bc + (a_b,), lt.wgrad
 
     return UnitCosts({False: layer_cost(k.dense, False), True: layer_cost(k.moe, True) if k.moe is not None else None},
                      (cost(k.emb[0]) + (0.0,), cost(k.emb[1]) + (0.0,)),

@@ -18,7 +18,7 @@ from .layers import LayerTime, PassTime, dense_linears
 from .result import DefaultBreakdown
 from ..costs import fp8 as fp8_mod
 from .data_parallel import dp_collective
-from .stage_costs import Kernels, a2a_time
+from .stage_costs import Kernels, a2a_time, moe_a2a
 
 
 def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernels, m: int,
@@ -71,7 +71,9 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     else:
         T_c, compute_total, a2a_total = _unit_prefetch(run, fw, dense, moe_lt, emb, loss, m, gather, rs, exposed,
                                                        (p_dense, p_moe, p_emb, p_out), first_moe,
-                                                       a2a_time(run, hw, eff, fw), gather_layer)
+                                                       moe_a2a(moe_lt, a2a_time(run, hw, eff, fw), run.training.recompute,
+                                                               fw, hw) if moe_lt is not None else (0.0, 0.0),
+                                                       gather_layer)
         notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
     P_dev = sum(a + b for a, b in mods)
     opt = mem_time(optimizer_step_bytes(P_dev, dp_group, grads_sharded=True), hw, eff)
@@ -83,8 +85,8 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
 
 def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
                    emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
-                   sizes: tuple[float, float, float, float], first_moe: int, a2a: float = 0.0,
-                   gather_layer=None) -> tuple[float, float, float]:
+                   sizes: tuple[float, float, float, float], first_moe: int,
+                   a2a: tuple[float, float] = (0.0, 0.0), gather_layer=None) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
     reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`),
@@ -92,8 +94,9 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     (``flat_grad_sync = "step"``, :mod:`..costs.residency`).
     ``sizes``: the parameters of a dense layer, an MoE layer ((dense, routed experts): gathered
     and reduced over their own groups), the embedding and the output;
-    ``a2a``: an MoE layer's token dispatch and combine per pass, on the compute stream's critical
-    path (the experts wait for their tokens; a recomputed forward dispatches again).
+    ``a2a``: an MoE layer's token dispatch and combine in its forward and in its backward with the
+    recomputation (:func:`.stage_costs.moe_a2a`), on the compute stream's critical path (the
+    experts wait for their tokens).
     Returns (seconds to the end of the last collective, compute seconds, all-to-all seconds)."""
     p_dense, p_moe, p_emb, p_out = sizes
     gather_layer = gather_layer or gather          # a layer's weights (FP8 where gathered so)
@@ -116,7 +119,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
         for i in range(model.layers):
             is_moe = model.is_moe and i >= first_moe
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
-            x = a2a if is_moe else 0.0
+            x = a2a[0] if is_moe else 0.0
             a2a_total += x
             tasks.append((gather_layer(pp_) if gather_fwd else 0.0, exposed(lt.fwd) + x, pf_f))
         tasks.append((gather(p_out) if gather_fwd else 0.0, exposed(loss[0]) + exposed(loss[1]), pf_f))
@@ -125,7 +128,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
         for i in reversed(range(model.layers)):
             is_moe = model.is_moe and i >= first_moe
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
-            x = (2 if lt.recompute.compute > 0 else 1) * a2a if is_moe else 0.0
+            x = a2a[1] if is_moe else 0.0
             a2a_total += x
             # One gather serves the recomputed forward and the backward that follows it
             # (DeepSpeed keeps weights reused within stage3_max_reuse_distance; FSDP recomputes
