@@ -16,7 +16,7 @@ from helpers import predict_default
 
 MODELS = ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "mixtral-8x7b", "gpt-oss-20b")
 GPUS = ("a100-sxm4-80gb", "h100-sxm5-80gb", "b200", "tpu-v5p")
-FRAMEWORKS = ("megatron-core", "nemo", "fsdp", "fsdp-compile", "megatron-2022", "llama3", "nemo-automodel-flex")
+FRAMEWORKS = tuple(catalog.framework_names())   # every preset of the catalog
 
 
 @st.composite
@@ -32,8 +32,9 @@ def runs(draw):
     recompute = draw(st.sampled_from(("none", "selective", "full")))
     assume(seq % (2 * cp) == 0)
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, sequence_parallel=tp > 1)
+    precision = draw(st.sampled_from(("bf16", "fp8")))   # fp8 where the accelerator runs it (else refused)
     return Run(model, gpu, layout, Training(seq_len=seq, global_batch=dp * m, micro_batch=1,
-                                            recompute=recompute)), draw(st.sampled_from(FRAMEWORKS))
+                                            recompute=recompute, precision=precision)), draw(st.sampled_from(FRAMEWORKS))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -47,9 +48,11 @@ def test_mfu_never_exceeds_one(case):
         assume(False)       # a layout the model rejects with a one-line error: not this property's
         return
     assert 0 < p.mfu <= 1.0
-    # the MFU is the causal work over n·T·peak (the figure the docstring promises)
+    # the MFU is the causal work over n·T·peak (the figure the docstring promises), the peak the
+    # 16-bit one or, for FP8 products, the FP8 one
     work = flops.causal_model_flops(run.model, run.training.global_batch, run.training.seq_len)
-    assert abs(p.mfu - work / (run.layout.gpus * p.step_time_s * hw.peak_flops_16)) <= 1e-9 * p.mfu
+    peak = hw.peak_flops_8 if run.training.precision == "fp8" and hw.peak_flops_8 else hw.peak_flops_16
+    assert abs(p.mfu - work / (run.layout.gpus * p.step_time_s * peak)) <= 1e-9 * p.mfu
 
 
 def test_a_million_tokens_stays_below_the_peak():
