@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from modelcut import catalog
 from modelcut.core.costs import flops
+from modelcut.core.costs.kernels import mfu_peak
 from modelcut.core.errors import ModelcutError
 from modelcut.core.specs import Layout, Run, Training
 
@@ -49,9 +50,10 @@ def test_mfu_never_exceeds_one(case):
         return
     assert 0 < p.mfu <= 1.0
     # the MFU is the causal work over n·T·peak (the figure the docstring promises), the peak the
-    # 16-bit one or, for FP8 products, the FP8 one
+    # 16-bit one or, for FP8 products, the FP8 one (kernels.mfu_peak, the one definition)
     work = flops.causal_model_flops(run.model, run.training.global_batch, run.training.seq_len)
-    peak = hw.peak_flops_8 if run.training.precision == "fp8" and hw.peak_flops_8 else hw.peak_flops_16
+    peak = mfu_peak(hw, run.training)
+    assert peak == (hw.peak_flops_8 if run.training.precision == "fp8" else hw.peak_flops_16)
     assert abs(p.mfu - work / (run.layout.gpus * p.step_time_s * peak)) <= 1e-9 * p.mfu
 
 

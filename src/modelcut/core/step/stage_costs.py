@@ -128,11 +128,12 @@ def moe_a2a(lt: LayerTime, a2a: float, recompute: str, framework: Framework, hw:
     f, b = a2a, (2 if full else 1) * a2a
     if framework.shared_expert_overlap and a2a > 0:
         sms = moe_mod.DISPATCH_SMS[framework.moe_dispatch]
+
+        def hidden(shared_s: float) -> float:     # what one pass's all-to-all hides
+            return moe_mod.shared_overlap_saving(shared_s, a2a, sms, hw.sms)
         shared_f, shared_b = lt.shared
-        f -= moe_mod.shared_overlap_saving(shared_f, a2a, sms, hw.sms)
-        b -= moe_mod.shared_overlap_saving(shared_b, a2a, sms, hw.sms)
-        if full:
-            b -= moe_mod.shared_overlap_saving(shared_f, a2a, sms, hw.sms)
+        f -= hidden(shared_f)
+        b -= hidden(shared_b) + (hidden(shared_f) if full else 0.0)
     return f, b
 
 
