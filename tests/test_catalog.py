@@ -311,3 +311,23 @@ def test_run_settings_carry_overlap_overrides_into_validation(monkeypatch):
         with pytest.raises(ModelcutError, match="runs_dev.toml 'x': overlap"):
             runs_mod.run_settings()
     runs_mod.run_settings.cache_clear()
+
+
+def test_mtnlg_micro_batch_from_its_scaling():
+    """MT-NLG's micro-batch is not stated; runs_dev.toml infers 2 from the source's own three
+    iteration times. A 1F1B step is t·(m + p − 1) slots plus c outside the pipeline (gradient sync,
+    optimizer). Fitted through the three rows (dp 8, 10, 12 at a fixed batch of 1920), c is +6.0 s
+    with micro-batch 1 and −0.7 s with micro-batch 2 (residual 0.3 s either way): only micro-batch 2
+    leaves c near the few tenths of a second that work takes."""
+    import numpy as np
+    runs = [catalog.published_run(f"mtnlg-530b-{g}") for g in (2240, 2800, 3360)]
+    settings = catalog.run_settings()
+    assert {settings[r.id].micro_batch for r in runs} == {2} == {r.run.training.micro_batch for r in runs}
+    T = np.array([r.published_step_time_s for r in runs])
+    outside = {}
+    for b in (1, 2):
+        slots = np.array([r.run.training.global_batch / (r.run.layout.dp * b) + r.run.layout.pp - 1 for r in runs])
+        t, c = np.polyfit(slots, T, 1)
+        assert np.abs(T - (t * slots + c)).max() < 0.35
+        outside[b] = c
+    assert outside[1] == pytest.approx(6.0, abs=0.05) and outside[2] == pytest.approx(-0.7, abs=0.05)
