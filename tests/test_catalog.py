@@ -331,3 +331,4 @@ def test_mtnlg_micro_batch_from_its_scaling():
         assert np.abs(T - (t * slots + c)).max() < 0.35
         outside[b] = c
     assert outside[1] == pytest.approx(6.0, abs=0.05) and outside[2] == pytest.approx(-0.7, abs=0.05)
+

@@ -42,7 +42,7 @@ def test_left_open_the_loss_is_the_stacks_and_a_run_may_say_otherwise(name):
 
 
 def test_an_unknown_loss_kernel_is_a_one_line_error():
-    with pytest.raises(ModelcutError, match="cross_entropy must be one of fp32-passes, fused, torch, torch-fp32"):
+    with pytest.raises(ModelcutError, match="cross_entropy must be one of fp32-passes, fused, mcore-fused, torch, torch-fp32"):
         Training(seq_len=4096, global_batch=8, cross_entropy="liger")
     with pytest.raises(ModelcutError, match="cross_entropy"):
         parse(TrainingIn, {"seq_len": 4096, "global_batch": 8, "cross_entropy": "liger"})
@@ -50,12 +50,15 @@ def test_an_unknown_loss_kernel_is_a_one_line_error():
 
 def test_nemo_24_07s_launcher_runs_say_their_loss():
     """The NeMo 24.07 rows carry the loss their launcher configuration chose: unfused for GPT-3,
-    Llama 2 and Nemotron-340B, fused where the file turns cross_entropy_loss_fusion on."""
+    Llama 2 and Nemotron-340B; where the file turns cross_entropy_loss_fusion on, Megatron-core's
+    native fusion of 2024 (its fp32 passes in compiled groups), not Transformer Engine's one-kernel
+    loss, which Megatron-core took up only in 2025."""
     st = catalog.run_settings()
     ce = {rid: s.cross_entropy for rid, s in st.items() if rid.startswith("nemo2407-")}
     assert len(ce) == 12
-    assert {rid for rid, c in ce.items() if c == "fused"} == {
+    assert {rid for rid, c in ce.items() if c == "mcore-fused"} == {
         "nemo2407-nemotron-8b-64", "nemo2407-nemotron-22b-64", "nemo2407-llama3-8b-8", "nemo2407-llama3-70b-64"}
     assert all(c == "fp32-passes" for rid, c in ce.items() if "gpt3" in rid or "llama2" in rid or "340b" in rid)
+    assert all(("cross_entropy_loss_fusion: true" in st[rid].source) == (c == "mcore-fused") for rid, c in ce.items())
     pr = catalog.published_run("nemo2407-gpt3-5b-64")
     assert catalog.apply_settings(pr.run, st[pr.id]).training.cross_entropy == "fp32-passes"

@@ -129,7 +129,7 @@ TokenText = Annotated[str, Field(json_schema_extra={"pattern": TOKEN_PATTERN}), 
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Fp8Recipe = Literal["delayed", "current", "blockwise", "mxfp8"]
-CrossEntropy = Literal["fp32-passes", "fused", "torch", "torch-fp32"]
+CrossEntropy = Literal["fp32-passes", "fused", "mcore-fused", "torch", "torch-fp32"]
 
 
 class Strict(BaseModel):
@@ -276,7 +276,8 @@ class TrainingIn(Strict):
                                                             "pipelining's local batch; default: the whole step's, "
                                                             "one run)")
     cross_entropy: Optional[CrossEntropy] = Field(None, description="the loss's kernel: fp32-passes (Megatron-core's "
-                                                  "unfused vocab-parallel cross-entropy), fused, torch or torch-fp32 "
+                                                  "unfused vocab-parallel cross-entropy), fused (one kernel, Transformer Engine's), "
+                                                  "mcore-fused (Megatron-core's native fusion), torch or torch-fp32 "
                                                   "(default: the stack's)")
 
 

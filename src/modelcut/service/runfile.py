@@ -38,7 +38,7 @@ recompute = "full"       # none | selective | full
 # local_batch = 8        # with a pipeline on torch.distributed.pipelining (nemo-automodel, torchtitan):
 #                        # sequences per data-parallel rank per schedule run; the step runs
 #                        # global_batch / (dp · local_batch) of them (default: one)
-# cross_entropy = "fused"  # the loss's kernel: fp32-passes | fused | torch | torch-fp32 (default: the
+# cross_entropy = "fused"  # the loss's kernel: fp32-passes | fused | mcore-fused | torch | torch-fp32 (default: the
 #                        # framework's; Megatron-core's cross_entropy_loss_fusion off is fp32-passes)
 ```
 

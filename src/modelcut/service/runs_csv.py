@@ -36,7 +36,7 @@ CSV_COLUMNS: dict[str, str] = {
     "seq_len": "tokens per sequence", "global_batch": "sequences per step",
     "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none)",
     "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
-    "cross_entropy": "the loss's kernel: fp32-passes, fused, torch or torch-fp32 (default: the framework's)",
+    "cross_entropy": "the loss's kernel: fp32-passes, fused, mcore-fused, torch or torch-fp32 (default: the framework's)",
     "framework": "a preset (modelcut predict --help lists them; default megatron-core)",
     "overlap": "overrides, e.g. grad_reduce=off;tp_comm=on",
     "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them",

@@ -81,7 +81,8 @@ class Framework:
     explicit cast to a temporary FP32 copy, DeepSpeed's BF16_Optimizer: 2 + 4, then 4 + 4 + 4;
     :data:`..units.GRAD_ACCUM_BYTES_32_CAST`);
     ``cross_entropy``: how the loss is computed, "fused" (one fused kernel), "fp32-passes"
-    (Megatron-LM's separate fp32 passes), "torch" (``F.cross_entropy`` on the 16-bit logits) or
+    (Megatron-LM's separate fp32 passes), "mcore-fused" (Megatron-core's native fusion: the fp32
+    passes in compiled groups), "torch" (``F.cross_entropy`` on the 16-bit logits) or
     "torch-fp32" (the logits cast to fp32 first): :data:`.layers.CE_BYTES`; ``grad_bytes``: bytes per gradient element
     on the data-parallel wire (2: fp16/bf16, 4: fp32); ``expert_grad_bytes``: the same for the
     routed experts' gradients where the stack reduces them in another dtype (None: ``grad_bytes``;

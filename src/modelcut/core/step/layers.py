@@ -89,8 +89,19 @@ from ..units import GRAD_ACCUM_BYTES_16
 #: * ``"fp32-passes"``: Megatron-LM (2021-2022) casts the logits to fp32 and runs max, subtract,
 #:   exp, sum, divide as separate passes (``megatron/mpu/cross_entropy.py``): convert 2 + 4, max 4,
 #:   subtract 8, exp 8, sum 4, divide 8 forward (38); scale 8 and the cast back 6 backward (14).
-#: * ``"fused"``: a fused cross-entropy (Megatron-core ``cross_entropy_loss_fusion``, 2024): read
-#:   the logits twice forward (2 + 2), write the gradient backward (2).
+#: * ``"fused"``: a one-kernel fused cross-entropy on the 16-bit logits (Transformer Engine's
+#:   ``parallel_cross_entropy``, which Megatron-core runs with ``cross_entropy_loss_fusion`` and
+#:   ``cross_entropy_fusion_impl = "te"``, as Megatron-Bridge v0.2.0's performance scripts set it:
+#:   scripts/performance/utils/helpers.py ``set_common_perf_overrides``): read the logits twice
+#:   forward (2 + 2), write the gradient backward (2).
+#: * ``"mcore-fused"``: Megatron-core's own "fused" cross-entropy (``cross_entropy_loss_fusion``
+#:   with the native implementation, Megatron-LM commit 7b4a6d7, 2024-06-14, in core_v0.8.0
+#:   ``megatron/core/fusions/fused_cross_entropy.py``): the same fp32 steps as the unfused one,
+#:   grouped into four ``jit_fuser`` functions (``torch.compile`` on PyTorch 2.2 and later,
+#:   ``megatron/core/jit.py``), each one pass that reads its input and writes its output: the
+#:   cast to an fp32 copy with the row maximum 2 + 4, the in-place subtract and exp with the row
+#:   sum 4 + 4, the in-place divide 4 + 4 forward (22); the in-place scale of the saved softmax
+#:   with the cast back to 16 bits 4 + 4 + 2 backward (10).
 #: * ``"torch"``: ``F.cross_entropy`` on the 16-bit logits, log_softmax then nll_loss (PyTorch
 #:   aten/src/ATen/native/cuda/SoftMax.cu ``cunn_SoftMaxForward``, whose row of a large vocabulary
 #:   does not fit shared memory: a max pass 2, a sum-of-exponentials pass 2, the write pass 2 + 2 = 8
@@ -103,6 +114,7 @@ from ..units import GRAD_ACCUM_BYTES_16
 CE_BYTES: dict[str, tuple[float, float]] = {
     "fp32-passes": (38.0, 14.0),
     "fused": (4.0, 2.0),
+    "mcore-fused": (22.0, 10.0),
     "torch": (8.0, 10.0),
     "torch-fp32": (22.0, 26.0),
 }
