@@ -15,6 +15,16 @@ Recompute = Literal["none", "selective", "full"]
 #: The activation-recomputation levels, least recomputed first: none, selective (Korthikanti et al.
 #: 2022's attention core, or the stack's per-op policy), full (every layer's forward again).
 RECOMPUTE_LEVELS: tuple[str, ...] = get_args(Recompute)
+RecomputeModule = Literal["core_attn", "layernorm", "moe_act"]
+#: What selective recomputation may name, Megatron-core's ``--recompute-modules`` (with
+#: ``--recompute-granularity selective``; default ``core_attn``; Megatron-LM core_v0.15.0
+#: megatron/training/arguments.py and megatron/core/transformer/transformer_config.py): the attention
+#: core; the norms that run as their own kernels (``layernorm``: with Transformer Engine's layer spec
+#: only a mixture-of-experts layer's pre-MLP norm, the input norm being fused into the QKV product,
+#: megatron/core/models/gpt/gpt_layer_specs.py and transformer_layer.py); the routed experts'
+#: activation function (``moe_act``, megatron/core/transformer/moe/experts.py). Megatron-core's
+#: others (mla_up_proj, mlp, moe, shared_experts) are not timed here.
+RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 
 
 def _positive(obj, *names: str) -> None:
@@ -210,7 +220,9 @@ class Training:
     (:func:`.plan.flushes`; the default model times them, the seed model, the deck's, runs every
     step as one flush); ``cross_entropy``, the loss's kernel (:data:`CROSS_ENTROPY_KINDS`; None:
     the training stack's, ``Framework.cross_entropy``), a model-configuration switch in Megatron-core
-    (``cross_entropy_loss_fusion``)."""
+    (``cross_entropy_loss_fusion``); ``recompute_modules``, with selective recomputation, the modules
+    recomputed (:data:`RECOMPUTE_MODULES`, Megatron-core's ``--recompute-modules``; None: the stack's
+    selective policy, the attention core or its per-op one)."""
 
     seq_len: int
     global_batch: int
@@ -220,9 +232,23 @@ class Training:
     fp8_recipe: str | None = None
     local_batch: int | None = None
     cross_entropy: str | None = None
+    recompute_modules: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
+        if self.recompute_modules is not None:
+            mods = self.recompute_modules
+            if isinstance(mods, str) or not isinstance(mods, (tuple, list)):
+                raise ModelcutError(f"recompute_modules must be a list of module names, got {mods!r}")
+            object.__setattr__(self, "recompute_modules", tuple(mods))
+            bad = [m for m in mods if m not in RECOMPUTE_MODULES]
+            if bad:
+                raise ModelcutError(f"recompute_modules: {bad[0]!r} is not one modelcut times; use "
+                                    f"{', '.join(RECOMPUTE_MODULES)}")
+            if not mods or len(set(mods)) != len(mods):
+                raise ModelcutError("recompute_modules must name at least one module, each once")
+            if self.recompute != "selective":
+                raise ModelcutError(f"recompute_modules needs recompute = \"selective\", got {self.recompute!r}")
         if self.cross_entropy not in (None, *CROSS_ENTROPY_KINDS):
             raise ModelcutError(f"cross_entropy must be one of {', '.join(CROSS_ENTROPY_KINDS)}, "
                                 f"got {self.cross_entropy!r}")

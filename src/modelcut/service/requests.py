@@ -23,7 +23,7 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import CROSS_ENTROPY_KINDS, Recompute
+from ..core.specs import CROSS_ENTROPY_KINDS, Recompute, RecomputeModule
 from ..core.sim import registry
 from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS
@@ -279,6 +279,9 @@ class TrainingIn(Strict):
                                                   "unfused vocab-parallel cross-entropy), fused (one kernel, Transformer Engine's), "
                                                   "mcore-fused (Megatron-core's native fusion), torch or torch-fp32 "
                                                   "(default: the stack's)")
+    recompute_modules: Optional[list[RecomputeModule]] = Field(
+        None, description="with recompute selective: the modules recomputed, Megatron-core's --recompute-modules "
+                          "(core_attn, layernorm, moe_act; default: the stack's selective policy)")
 
 
 class HardwareIn(Strict):

@@ -33,6 +33,8 @@ seq_len = 2048
 global_batch = 64        # sequences per step
 micro_batch = 1
 recompute = "full"       # none | selective | full
+# recompute_modules = ["layernorm", "moe_act"]   # with selective: Megatron-core's --recompute-modules
+#                        # (core_attn, layernorm, moe_act; default: the stack's selective policy)
 # precision = "fp8"      # bf16 (default) | fp16 | fp8: the matrix products' precision
 # fp8_recipe = "delayed" # with fp8: delayed | current | blockwise | mxfp8 (default: the stack's choice)
 # local_batch = 8        # with a pipeline on torch.distributed.pipelining (nemo-automodel, torchtitan):

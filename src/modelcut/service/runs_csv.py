@@ -35,6 +35,8 @@ CSV_COLUMNS: dict[str, str] = {
     "sequence_parallel": "true/false (default: the stack's, on with tp > 1 under Megatron-core and torchtitan)", "zero": "ZeRO stage 0-3 (default: the stack's, 3 under FSDP)",
     "seq_len": "tokens per sequence", "global_batch": "sequences per step",
     "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none)",
+    "recompute_modules": "with selective: the modules recomputed, e.g. layernorm;moe_act (core_attn, layernorm, "
+                         "moe_act; default: the stack's selective policy)",
     "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
     "cross_entropy": "the loss's kernel: fp32-passes, fused, mcore-fused, torch or torch-fp32 (default: the framework's)",
     "framework": "a preset (modelcut predict --help lists them; default megatron-core)",
@@ -111,6 +113,8 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
             training = Training(seq_len=_int(row, "seq_len", where), global_batch=_int(row, "global_batch", where),
                                 micro_batch=_int(row, "micro_batch", where),
                                 recompute=(row.get("recompute", "").strip() or "none"),
+                                recompute_modules=tuple(m.strip() for m in row.get("recompute_modules", "").split(";")
+                                                        if m.strip()) or None,
                                 local_batch=_int(row, "local_batch", where, 0) or None,
                                 cross_entropy=row.get("cross_entropy", "").strip() or None)
             plans.flushes(layout, training)      # a local batch that does not divide the step

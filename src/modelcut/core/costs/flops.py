@@ -208,14 +208,18 @@ def megatron_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
     return _tokens(batch, seq) * (per_token + 6.0 * model.hidden * model.vocab)
 
 
-def recompute_flops(model: ModelSpec, batch: int, seq: int, recompute: str) -> float:
+def recompute_flops(model: ModelSpec, batch: int, seq: int, recompute: str,
+                    modules: tuple[str, ...] | None = None) -> float:
     """Extra forward work of activation recomputation per step: ``full`` re-runs every layer's
     forward; ``selective`` only the attention core QKᵀ, softmax, A·V (Korthikanti et al. 2022
-    §5), 4·s·q per layer per token; ``none`` nothing."""
+    §5), 4·s·q per layer per token, where it is among the ``modules`` recomputed (None: it is; the
+    norms and activations the others name are no products); ``none`` nothing."""
     if recompute == "none":
         return 0.0
     tokens = _tokens(batch, seq)
     if recompute == "selective":
+        if modules is not None and "core_attn" not in modules:
+            return 0.0
         return tokens * model.layers * 4.0 * seq * model.q_dim
     if recompute == "full":
         moe = moe_layer_count(model)
@@ -251,4 +255,4 @@ def model_flops(model: ModelSpec, training: Training, convention: str) -> float:
 def executed_flops(model: ModelSpec, training: Training, convention: str) -> float:
     """Work actually executed per step: the convention's model FLOPs plus recomputation."""
     return model_flops(model, training, convention) + recompute_flops(
-        model, training.global_batch, training.seq_len, training.recompute)
+        model, training.global_batch, training.seq_len, training.recompute, training.recompute_modules)

@@ -18,7 +18,8 @@ LSE_BYTES = FP32_BYTES
 def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = True, moe: bool = False, etp: int | None = None,
-                           recomputing: bool = False, cp_kind: str = "ring", fp8: bool = False) -> float:
+                           recomputing: bool = False, cp_kind: str = "ring", fp8: bool = False,
+                           recompute_modules: tuple[str, ...] = ("core_attn",)) -> float:
     """Bytes one transformer layer keeps for its backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 Table 2 generalized (module docstring). ``recompute``: none,
@@ -29,7 +30,12 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     :func:`cp_kept_extra_bytes`); their buffers in flight are :func:`cp_transient_bytes`. ``fp8``: the
     linear layers' inputs are kept as their FP8 copies, 1 byte an element instead of 2 (the two
     norms' outputs, the attention output, the second MLP linear's input; an MoE layer's routed
-    rows into and out of the experts' activation: :mod:`..costs.fp8`).
+    rows into and out of the experts' activation: :mod:`..costs.fp8`). ``recompute_modules``, with
+    selective recomputation, what it recomputes (Megatron-core's ``--recompute-modules``): ``core_attn``
+    keeps no score matrix (an unfused attention's), ``layernorm`` drops an MoE layer's pre-MLP norm
+    output and ``moe_act`` the routed experts' activation output (both output-discarding checkpoints:
+    megatron/core/tensor_parallel/random.py ``CheckpointWithoutOutput``; what a recomputed norm or
+    activation feeds is refilled in the backward).
     """
     n = micro_batch * seq / cp            # tokens of the micro-batch on this rank
     h, q, a = model.hidden, model.q_dim, model.heads
@@ -45,7 +51,7 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
         core = LSE_BYTES * a / t
     else:
         core = a * seq * (5 if model.dropout else 2) / t
-        if recompute == "selective" and not recomputing:
+        if recompute == "selective" and not recomputing and "core_attn" in recompute_modules:
             core = 0.0
     if moe:
         fe = model.expert_ffn_hidden or model.ffn_hidden
@@ -70,6 +76,13 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
                 mlp -= model.shared_experts * fe / t
         else:
             mlp -= model.ffn_hidden / t           # the second linear's input
+    if recompute == "selective" and not recomputing and moe:
+        el = 1 if fp8 else 2                      # bytes an element of a saved linear input
+        if "layernorm" in recompute_modules:
+            replicated -= el * h                  # the pre-MLP norm's output
+        if "moe_act" in recompute_modules:
+            fe = model.expert_ffn_hidden or model.ffn_hidden
+            mlp -= model.top_k * (model.capacity_factor or 1.0) * el * fe / (etp or t)
     return n * (replicated / sp + attn + core + mlp) + gathered
 
 

@@ -168,8 +168,9 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     model, lay, tr = run.model, run.layout, run.training
     sp = bool(lay.sequence_parallel) and lay.tp > 1
     kw = dict(micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp, sequence_parallel=sp)
+    modules = tr.recompute_modules if recompute == tr.recompute and tr.recompute_modules else ("core_attn",)
     akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
-               fp8=options.fp8 is not None)
+               fp8=options.fp8 is not None, recompute_modules=modules)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw), loss_activation_bytes(model, **kw)])

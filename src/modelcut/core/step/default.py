@@ -152,6 +152,12 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     if eager:
         notes.append("Megatron-core runs eagerly: " + ", ".join(MCORE_EAGER_PATHS[e] for e in eager)
                      + (f" (YaRN attention factor {run.model.rope_mscale:.4g})" if "rope" in eager else ""))
+    mods = run.training.recompute_modules
+    if mods:
+        idle = [] if run.model.is_moe else [m for m in mods if m != "core_attn"]
+        notes.append("selective recomputation of " + ", ".join(mods)
+                     + (f" ({', '.join(idle)}: nothing to recompute in a dense layer, whose input norm is fused "
+                        "into its QKV product)" if idle else ""))
     if plan.p > 1 and framework.overlap.p2p_async and not framework.p2p_overlapped(plan.v):
         notes.append("pipeline sends hold both devices: Megatron-core overlaps them only in its interleaved schedule")
     bw = comm.group_bandwidths(L, hw, run.gpus_per_node or hw.per_node, framework.multi_nic_rings)

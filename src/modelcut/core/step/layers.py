@@ -31,8 +31,13 @@ bytes per local parameter per micro-batch into a 16-bit buffer (``megatron/model
 explicit cast to a temporary FP32 copy (``update_hp_grads``: :data:`..units.GRAD_ACCUM_BYTES_32_CAST`).
 
 **Recomputation** re-executes (Korthikanti et al. 2022 §5): ``selective``, the attention
-core's forward (QKᵀ, softmax, dropout, A·V); ``full``, the layer's whole forward, its
-tensor-parallel communication included.
+core's forward (QKᵀ, softmax, dropout, A·V), or the modules the run names
+(``Training.recompute_modules``, Megatron-core's ``--recompute-modules``): ``core_attn`` that
+same attention core, ``layernorm`` the norms that run as their own kernels (with Transformer
+Engine's layer spec a mixture-of-experts layer's pre-MLP norm, its input norm being fused into the
+QKV product; a dense layer has none), ``moe_act`` the routed experts' activation function, each
+its forward's bytes again; ``full``, the layer's whole forward, its tensor-parallel communication
+included.
 
 **Tensor-parallel communication** per layer (Shoeybi et al. 2019, Fig. 3): two all-reduces
 of T·h·2 bytes in the forward (after attention and after the MLP), two in the backward; with
@@ -81,7 +86,7 @@ from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
 from ..costs.kernels import ATTENTION_KINDS, BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
 from ..errors import ModelcutError
-from ..specs import CROSS_ENTROPY_KINDS, RECOMPUTE_LEVELS, Hardware, ModelSpec
+from ..specs import CROSS_ENTROPY_KINDS, RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Hardware, ModelSpec
 from ..units import GRAD_ACCUM_BYTES_16
 
 #: Bytes per logit each cross-entropy moves, (forward, backward), by how the stack computes it:
@@ -236,6 +241,7 @@ class LayerSetup:
     tp_overlap_fp8_ring: bool = True  # FP8 row-parallel forwards by ring exchange (else pipelined)
     mcore_layers: bool = False        # Megatron-core's eager paths (:data:`MCORE_EAGER_ROPE_FWD` and the rest)
     moe_dispatch: str = "all-to-all"  # the token dispatcher: its permutations (:func:`..costs.moe.permute_bytes`)
+    recompute_modules: tuple[str, ...] = ("core_attn",)   # selective's modules (module doc)
 
     def __post_init__(self) -> None:
         if self.cross_entropy not in CE_BYTES:
@@ -246,6 +252,13 @@ class LayerSetup:
             raise ModelcutError(f"selective recomputation must be 'attention' or 'op', got {self.selective!r}")
         if self.recompute not in RECOMPUTE_LEVELS:
             raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
+        bad = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+        if bad or not self.recompute_modules:
+            raise ModelcutError(f"recompute_modules must name some of {', '.join(RECOMPUTE_MODULES)}, "
+                                f"got {self.recompute_modules!r}")
+        if self.selective == "op" and self.recompute_modules != ("core_attn",):
+            raise ModelcutError("recompute_modules are Megatron-core's (--recompute-modules); this stack "
+                                "recomputes selectively per op")
 
 
 @dataclass
@@ -414,8 +427,10 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, (shared_f, shared_b)
 
 
-def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float) -> tuple[float, float]:
-    """Bytes the layer's memory-bound kernels move, (forward, backward) (module doc)."""
+def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
+                  ) -> tuple[float, float, dict[str, float]]:
+    """Bytes the layer's memory-bound kernels move, (forward, backward) (module doc), and the
+    forward bytes of the modules selective recomputation may name (``layernorm``, ``moe_act``)."""
     t = setup.tp
     T = setup.micro_batch * setup.seq_len // setup.cp
     Tn = T // t if setup.sequence_parallel else T
@@ -447,6 +462,9 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float)
     if "expert bias" in eager:
         extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
     mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f + extra_f
+    expert_act = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups if g.name == "expert up")
+    modules = {"layernorm": nb * Tn * h if expert_up else 0.0,     # the MoE layer's own pre-MLP norm
+               "moe_act": ((6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0) * expert_act + extra_f}
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
     act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
     # the bias gradients read each biased output's gradient: QKV, MLP up, and the two row-parallel
@@ -456,7 +474,7 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float)
     mem_b = 2 * nb_b * Tn * h + 2 * resid_b + act_b + rope_b + bias_b + extra_b
     if not setup.grad_accum_fusion:
         mem_b += setup.grad_accum_bytes * local_params
-    return mem_f, mem_b
+    return mem_f, mem_b, modules
 
 
 def _tp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, col) -> tuple[float, float]:
@@ -528,7 +546,7 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, shared = _products(model, setup, hw, eff, moe, ep)
     s, cp = setup.seq_len, setup.cp
     att = layer_attention(model, setup, hw, eff)
-    mem_f, mem_b = _memory_bytes(model, setup, mlp, local_params)
+    mem_f, mem_b, modules = _memory_bytes(model, setup, mlp, local_params)
     mem_f, mem_b = mem_f + casts[0], mem_b + casts[1]
     if moe:
         perm_f, perm_b = moe_mod.permute_bytes(model, setup.micro_batch * s // cp, ep=ep, tp=setup.tp,
@@ -540,14 +558,15 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
                    tp=tp_f, cp=cp_f)
     bwd = PassTime(gemm=bwd_g, attention=att.bwd_math, memory=mem_time(mem_b, hw, eff) + att.bwd_mem,
                    tp=tp_b, cp=cp_b)
-    return LayerTime(fwd, bwd, _recomputed(setup, fwd, att), wgrad, shared=shared)
+    return LayerTime(fwd, bwd, _recomputed(setup, fwd, att, {k: mem_time(v, hw, eff) for k, v in modules.items()}),
+                     wgrad, shared=shared)
 
 
-def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime) -> PassTime:
+def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime, module_s: dict[str, float]) -> PassTime:
     """What recomputation re-executes in the backward (module doc): full, the whole forward;
-    selective, the attention core (Megatron-LM) or torchtitan's per-op policy (half the products,
-    every memory-bound kernel, the all-gathers: half the sequence-parallel collectives, all of an
-    all-reduce)."""
+    selective, the attention core (Megatron-LM) and the other modules the run names (``module_s``:
+    their forward seconds), or torchtitan's per-op policy (half the products, every memory-bound
+    kernel, the all-gathers: half the sequence-parallel collectives, all of an all-reduce)."""
     if setup.recompute == "full":
         return PassTime(fwd.gemm, fwd.attention, fwd.memory, fwd.tp, fwd.cp)
     if setup.recompute != "selective":
@@ -555,7 +574,9 @@ def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime) -> PassTim
     if setup.selective == "op":
         return PassTime(gemm=fwd.gemm / 2, memory=fwd.memory - att.fwd_mem,
                         tp=fwd.tp / 2 if setup.sequence_parallel else fwd.tp)
-    return PassTime(attention=att.fwd_math, memory=att.fwd_mem)
+    core = "core_attn" in setup.recompute_modules
+    return PassTime(attention=att.fwd_math if core else 0.0,
+                    memory=(att.fwd_mem if core else 0.0) + sum(module_s.get(m, 0.0) for m in setup.recompute_modules))
 
 
 def embedding_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> tuple[PassTime, PassTime]:
