@@ -144,7 +144,8 @@ def test_a_run_file_names_its_modules_and_the_prediction_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("mods, args, words", [
-    ('["layernorm"]', ("--framework", "fsdp"), "recomputes selectively per op"),
+    ('["layernorm"]', ("--framework", "fsdp"), "not built on Megatron-core's layers"),
+    ('["moe_act"]', ("--framework", "megatron-2022"), "not built on Megatron-core's layers"),
     ('["mla_up_proj"]', ("--framework", "megatron-bridge"), "mla_up_proj"),
 ])
 def test_a_bad_run_file_exits_two_with_one_line(tmp_path, mods, args, words):

@@ -256,9 +256,9 @@ class LayerSetup:
         if bad or not self.recompute_modules:
             raise ModelcutError(f"recompute_modules must name some of {', '.join(RECOMPUTE_MODULES)}, "
                                 f"got {self.recompute_modules!r}")
-        if self.selective == "op" and self.recompute_modules != ("core_attn",):
-            raise ModelcutError("recompute_modules are Megatron-core's (--recompute-modules); this stack "
-                                "recomputes selectively per op")
+        if self.recompute_modules != ("core_attn",) and (self.selective == "op" or not self.mcore_layers):
+            raise ModelcutError("recompute_modules are Megatron-core's (--recompute-modules): this stack is not "
+                                "built on Megatron-core's layers (the megatron-core, nemo and megatron-bridge presets are)")
 
 
 @dataclass
