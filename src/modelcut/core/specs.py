@@ -25,6 +25,8 @@ RecomputeModule = Literal["core_attn", "layernorm", "moe_act"]
 #: activation function (``moe_act``, megatron/core/transformer/moe/experts.py). Megatron-core's
 #: others (mla_up_proj, mlp, moe, shared_experts) are not timed here.
 RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
+#: What selective recomputation redoes where a run names no modules (Megatron-core's default).
+DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
 
 
 def _positive(obj, *names: str) -> None:
@@ -249,6 +251,11 @@ class Training:
                 raise ModelcutError("recompute_modules must name at least one module, each once")
             if self.recompute != "selective":
                 raise ModelcutError(f"recompute_modules needs recompute = \"selective\", got {self.recompute!r}")
+
+    @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """The modules selective recomputation redoes: the run's, else :data:`DEFAULT_RECOMPUTE_MODULES`."""
+        return self.recompute_modules or DEFAULT_RECOMPUTE_MODULES
         if self.cross_entropy not in (None, *CROSS_ENTROPY_KINDS):
             raise ModelcutError(f"cross_entropy must be one of {', '.join(CROSS_ENTROPY_KINDS)}, "
                                 f"got {self.cross_entropy!r}")

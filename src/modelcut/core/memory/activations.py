@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..costs import context
 from ..errors import ModelcutError
-from ..specs import ModelSpec
+from ..specs import DEFAULT_RECOMPUTE_MODULES, ModelSpec
 from ..units import FP32_BYTES, TOKEN_ID_BYTES
 
 #: FP32 logits/softmax kept by the vocab-parallel cross-entropy (see the package docstring).
@@ -19,7 +19,7 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = True, moe: bool = False, etp: int | None = None,
                            recomputing: bool = False, cp_kind: str = "ring", fp8: bool = False,
-                           recompute_modules: tuple[str, ...] = ("core_attn",)) -> float:
+                           recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES) -> float:
     """Bytes one transformer layer keeps for its backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 Table 2 generalized (module docstring). ``recompute``: none,

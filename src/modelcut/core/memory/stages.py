@@ -15,7 +15,7 @@ from ..costs.fp8 import Fp8
 from ..costs.residency import Residency, residency_under
 from ..plan import PipelinePlan
 from ..sim import registry
-from ..specs import Hardware, Run
+from ..specs import DEFAULT_RECOMPUTE_MODULES, Hardware, Run
 from ..step.frameworks import Framework
 from ..step.zero3 import deepspeed_resident_numel
 from ..units import GRAD_BYTES, GiB, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
@@ -168,7 +168,8 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     model, lay, tr = run.model, run.layout, run.training
     sp = bool(lay.sequence_parallel) and lay.tp > 1
     kw = dict(micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp, sequence_parallel=sp)
-    modules = tr.recompute_modules if recompute == tr.recompute and tr.recompute_modules else ("core_attn",)
+    # the run's modules for the run's own level; a variant at another level has the default
+    modules = tr.selective_modules if recompute == tr.recompute else DEFAULT_RECOMPUTE_MODULES
     akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
                fp8=options.fp8 is not None, recompute_modules=modules)
     unit = np.array([layer_activation_bytes(model, **akw),

@@ -86,7 +86,7 @@ from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
 from ..costs.kernels import ATTENTION_KINDS, BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
 from ..errors import ModelcutError
-from ..specs import CROSS_ENTROPY_KINDS, RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Hardware, ModelSpec
+from ..specs import CROSS_ENTROPY_KINDS, DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Hardware, ModelSpec
 from ..units import GRAD_ACCUM_BYTES_16
 
 #: Bytes per logit each cross-entropy moves, (forward, backward), by how the stack computes it:
@@ -241,7 +241,7 @@ class LayerSetup:
     tp_overlap_fp8_ring: bool = True  # FP8 row-parallel forwards by ring exchange (else pipelined)
     mcore_layers: bool = False        # Megatron-core's eager paths (:data:`MCORE_EAGER_ROPE_FWD` and the rest)
     moe_dispatch: str = "all-to-all"  # the token dispatcher: its permutations (:func:`..costs.moe.permute_bytes`)
-    recompute_modules: tuple[str, ...] = ("core_attn",)   # selective's modules (module doc)
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # selective's modules (module doc)
 
     def __post_init__(self) -> None:
         if self.cross_entropy not in CE_BYTES:
@@ -256,7 +256,7 @@ class LayerSetup:
         if bad or not self.recompute_modules:
             raise ModelcutError(f"recompute_modules must name some of {', '.join(RECOMPUTE_MODULES)}, "
                                 f"got {self.recompute_modules!r}")
-        if self.recompute_modules != ("core_attn",) and (self.selective == "op" or not self.mcore_layers):
+        if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and (self.selective == "op" or not self.mcore_layers):
             raise ModelcutError("recompute_modules are Megatron-core's (--recompute-modules): this stack is not "
                                 "built on Megatron-core's layers (the megatron-core, nemo and megatron-bridge presets are)")
 
@@ -448,7 +448,8 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
         resid_f = (6.0 + (1.0 if drop else 0.0)) * Tn * h       # bias+dropout+residual, fused
     else:
         resid_f = (6.0 + (EAGER_DROPOUT if drop else 0.0)) * Tn * h
-    act_f = ((6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0) * act_elems
+    act_coef = (6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0   # forward bytes an activation element
+    act_f = act_coef * act_elems
     rope_elems = T * (q // t + kv_t) if rope else 0.0
     rope_f = rope_b = (4.0 if fused else EAGER_ROPE) * rope_elems
     extra_f, extra_b = 0.0, 0.0
@@ -464,7 +465,7 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f + extra_f
     expert_act = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups if g.name == "expert up")
     modules = {"layernorm": nb * Tn * h if expert_up else 0.0,     # the MoE layer's own pre-MLP norm
-               "moe_act": ((6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0) * expert_act + extra_f}
+               "moe_act": act_coef * expert_act + extra_f}
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
     act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
     # the bias gradients read each biased output's gradient: QKV, MLP up, and the two row-parallel

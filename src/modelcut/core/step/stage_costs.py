@@ -65,7 +65,7 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
     f8 = fp8_mod.for_stack(run.training, hw, framework)
     setup = LayerSetup(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=L.tp, cp=L.cp,
                        sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
-                       recompute_modules=tr.recompute_modules or ("core_attn",),
+                       recompute_modules=tr.selective_modules,
                        attention=attention_kind(framework, hw), grad_accum_fusion=framework.grad_accum_fusion,
                        grad_accum_bytes=framework.grad_accum_bytes,
                        cross_entropy=tr.cross_entropy,
