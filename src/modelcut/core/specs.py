@@ -251,11 +251,6 @@ class Training:
                 raise ModelcutError("recompute_modules must name at least one module, each once")
             if self.recompute != "selective":
                 raise ModelcutError(f"recompute_modules needs recompute = \"selective\", got {self.recompute!r}")
-
-    @property
-    def selective_modules(self) -> tuple[str, ...]:
-        """The modules selective recomputation redoes: the run's, else :data:`DEFAULT_RECOMPUTE_MODULES`."""
-        return self.recompute_modules or DEFAULT_RECOMPUTE_MODULES
         if self.cross_entropy not in (None, *CROSS_ENTROPY_KINDS):
             raise ModelcutError(f"cross_entropy must be one of {', '.join(CROSS_ENTROPY_KINDS)}, "
                                 f"got {self.cross_entropy!r}")
@@ -273,6 +268,11 @@ class Training:
                 raise ModelcutError(f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}")
             if self.precision != "fp8":
                 raise ModelcutError(f"fp8_recipe {self.fp8_recipe!r} needs precision = \"fp8\"")
+
+    @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """The modules selective recomputation redoes: the run's, else :data:`DEFAULT_RECOMPUTE_MODULES`."""
+        return self.recompute_modules or DEFAULT_RECOMPUTE_MODULES
 
 
 @dataclass(frozen=True)
