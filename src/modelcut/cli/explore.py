@@ -58,7 +58,7 @@ def _shape_head(moe: bool) -> str:
 
 
 #: Short labels that keep the tables within 100 columns.
-SHORT = {"allgather": "gather", "selective": "select"}
+SHORT = {"allgather": "gather", "selective": "select", "layernorm+moe_act": "norm+act"}
 
 
 def _knobs(e: Evaluated) -> list[str]:
@@ -359,4 +359,4 @@ def show(res: ExploreResult) -> None:
               f"{'reshards' if options.reshard_after_forward else 'keeps weights'} (with a pipeline: "
               f"{'as without' if options.reshard_with_pipeline is None else ('reshards' if options.reshard_with_pipeline else 'keeps them')}), "
               f"buffers allowance {options.buffer_fixed_bytes / 2**30:.0f} GiB + {options.fragmentation:.0%}; "
-              f"recomputation levels {', '.join(RECOMPUTE_ORDER)}[/dim]")
+              f"recomputation variants {', '.join(RECOMPUTE_ORDER)}[/dim]")

@@ -27,6 +27,27 @@ RecomputeModule = Literal["core_attn", "layernorm", "moe_act"]
 RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 #: What selective recomputation redoes where a run names no modules (Megatron-core's default).
 DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
+#: The explorer's recomputation variants, least recomputed first: the levels, and between none and
+#: selective the modules Megatron-Bridge's mixture-of-experts recipes name (``layernorm`` and
+#: ``moe_act``, the attention core kept: Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/
+#: workload_base_configs.py ``GPT_OSS_120B_H100_BF16_BASE_CONFIG``), memory-bound work only. A
+#: variant is a level or the modules of selective recomputation joined by ``+``
+#: (:func:`recompute_variant`).
+ExploreRecompute = Literal["none", "layernorm+moe_act", "selective", "full"]
+RECOMPUTE_VARIANTS: tuple[str, ...] = get_args(ExploreRecompute)
+
+
+def recompute_variant(label: str) -> tuple[str, tuple[str, ...] | None]:
+    """A recomputation variant's level and modules: a level names itself (its modules left to the
+    run, None); ``"a+b"`` is selective recomputation of modules a and b."""
+    if label in RECOMPUTE_LEVELS:
+        return label, None
+    mods = tuple(label.split("+"))
+    bad = [m for m in mods if m not in RECOMPUTE_MODULES]
+    if bad:
+        raise ModelcutError(f"recompute variant {label!r}: use a level ({', '.join(RECOMPUTE_LEVELS)}) or "
+                            f"modules joined by + ({', '.join(RECOMPUTE_MODULES)})")
+    return "selective", mods
 
 
 def _positive(obj, *names: str) -> None:

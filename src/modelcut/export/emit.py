@@ -8,7 +8,7 @@ Megatron-LM flags (megatron/training/arguments.py): ``--tensor-model-parallel-si
 ``--use-distributed-optimizer`` (ZeRO-1), Megatron-FSDP's ``--use-megatron-fsdp
 --data-parallel-sharding-strategy optim_grads|optim_grads_params`` (ZeRO-2/3),
 ``--recompute-granularity selective|full`` (full: ``--recompute-method uniform
---recompute-num-layers 1``), and for an uneven split ``--pipeline-model-parallel-layout``
+--recompute-num-layers 1``; selective of named modules: ``--recompute-modules``), and for an uneven split ``--pipeline-model-parallel-layout``
 ("E" embedding, "t" a transformer layer, "L" the loss, "|" between virtual stages in
 pipeline order; docs/source/user-guide/features/pipeline_parallel_layout.md).
 
@@ -29,7 +29,7 @@ NeMo 2.0 (NeMo-Run overrides of a pretraining recipe, ``nemo llm pretrain --fact
 that gives the embedding and the loss a layer's slot, ``fsdp = "megatron"`` with
 ``ddp.data_parallel_sharding_strategy`` for ZeRO-2/3: NeMo v2.4 nemo/lightning/pytorch/strategies/
 megatron_strategy.py, scripts/performance/helpers.py), ``optim.config.use_distributed_optimizer``
-(ZeRO-1), ``model.config.recompute_granularity``/``recompute_method``/``recompute_num_layers``,
+(ZeRO-1), ``model.config.recompute_granularity``/``recompute_method``/``recompute_num_layers``/``recompute_modules``,
 ``model.config.cp_comm_type``, and ``data.micro_batch_size``/``global_batch_size``/``seq_length``.
 
 Precision, each stack's own names for modelcut's recipes (delayed, current, blockwise, mxfp8):
@@ -118,9 +118,11 @@ def megatron_args(e: Evaluated) -> str:
         strategy = "optim_grads" if e.zero == 2 else "optim_grads_params"
         lines += ["--use-distributed-optimizer", "--use-megatron-fsdp",
                   f"--data-parallel-sharding-strategy {strategy}"]
-    if e.recompute == "selective":
+    if tr.recompute == "selective":
         lines.append("--recompute-granularity selective")
-    elif e.recompute == "full":
+        if tr.recompute_modules:
+            lines.append("--recompute-modules " + " ".join(tr.recompute_modules))
+    elif tr.recompute == "full":
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     precision, f8 = _precision(e)
     lines.append("--fp16" if precision == "fp16" else "--bf16")
@@ -176,9 +178,12 @@ def torchtitan_toml(e: Evaluated) -> str:
                 names += ["norm", "output"]
             parts.append("  [" + ", ".join(_toml_str(x) for x in names) + "],")
         out += ["module_fqns_per_model_part = ["] + parts + ["]"]
-    out += ["", "[activation_checkpoint]", f"mode = {_toml_str(e.recompute)}"]
-    if e.recompute == "selective":
+    out += ["", "[activation_checkpoint]", f"mode = {_toml_str(tr.recompute)}"]
+    if tr.recompute == "selective":
         out.append('selective_ac_option = "op"')
+        if tr.recompute_modules:
+            out.append(f"# recompute_modules {', '.join(tr.recompute_modules)}: torchtitan names no modules; "
+                       "its op-level policy is the nearest")
     out += ["", "[training]", f"local_batch_size = {tr.global_batch // s.dp}",
             f"global_batch_size = {tr.global_batch}", f"seq_len = {tr.seq_len}"]
     precision, f8 = _precision(e)
@@ -224,9 +229,11 @@ def nemo_overrides(e: Evaluated) -> str:
         lines += ["optim.config.use_distributed_optimizer=true", "trainer.strategy.fsdp=megatron",
                   f"trainer.strategy.ddp.data_parallel_sharding_strategy="
                   f"{'optim_grads' if e.zero == 2 else 'optim_grads_params'}"]
-    if e.recompute == "selective":
+    if tr.recompute == "selective":
         lines.append("model.config.recompute_granularity=selective")
-    elif e.recompute == "full":
+        if tr.recompute_modules:
+            lines.append(f"model.config.recompute_modules=[{','.join(tr.recompute_modules)}]")
+    elif tr.recompute == "full":
         lines += ["model.config.recompute_granularity=full", "model.config.recompute_method=uniform",
                   "model.config.recompute_num_layers=1"]
     lines += [f"data.micro_batch_size={tr.micro_batch}", f"data.global_batch_size={tr.global_batch}",

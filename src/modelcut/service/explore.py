@@ -32,7 +32,7 @@ from ..analysis.validation import seed_eta
 from ..core.errors import ModelcutError
 from ..core.explore import DEFAULT_SCHEDULES, Evaluated, Exploration, Space, explore, find, structures, why
 from ..core.explore.rules import Capabilities
-from ..core.explore.space import RECOMPUTE_ORDER, ZERO_ORDER, tp_ok
+from ..core.explore.space import ZERO_ORDER, recompute_choices, tp_ok
 from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions, stack_options
 from ..core.costs import fp8 as fp8_mod
@@ -295,7 +295,7 @@ def count_layouts(req: ExploreRequest, cap: int, ops_cap: int | None = None) -> 
     """(layouts the space holds, whether it holds more than ``cap``, the pipeline ops its shapes
     would simulate: each p·v·m·3), counting structures no further than the caps allow."""
     space = req.space
-    variants = len([r for r in RECOMPUTE_ORDER if r in space.recomputes]) * len(
+    variants = len(recompute_choices(req.model, space)) * len(
         [z for z in ZERO_ORDER if z in space.zeros])
     gb = req.global_batch_tokens // req.seq
     gpn = req.gpus_per_node or req.hw.per_node

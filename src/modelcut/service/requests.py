@@ -23,7 +23,7 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import CROSS_ENTROPY_KINDS, Recompute, RecomputeModule
+from ..core.specs import CROSS_ENTROPY_KINDS, ExploreRecompute, Recompute, RecomputeModule
 from ..core.sim import registry
 from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS
@@ -341,7 +341,9 @@ class CheckIn(Strict):
     zero: Optional[Annotated[int, Field(ge=0, le=3)]] = None
     cp_kind: Optional[CpKind] = None
     schedule: Optional[ScheduleName] = None
-    recompute: Optional[Recompute] = None
+    recompute: Optional[ExploreRecompute] = Field(
+        None, description="a recomputation variant: none, selective, full, or layernorm+moe_act (selective "
+                          "recomputation of those modules, on a mixture-of-experts model)")
 
 
 class ExploreInput(ModelChoice):

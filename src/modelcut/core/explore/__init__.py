@@ -10,8 +10,11 @@ d = N/(t·c·p) dividing the global batch; micro-batch b; schedule and chunks v 
 ZB-H1 with v = 1; the interleaved schedule with the v whose p·v divides l or l + 2, so
 that chunks are balanced, with m a multiple of p as Megatron-LM requires; ZB-V with
 v = 2; DualPipe, when asked for, with v = 2, p even, m even and m ≥ 2p, and DualPipeV with
-v = 2 and m ≥ 2p, the DualPipe repository's rules); recomputation none/selective/full; ZeRO
-stage 0–3. Sequence parallelism is on whenever t > 1 (same traffic, t times fewer norm and
+v = 2 and m ≥ 2p, the DualPipe repository's rules); recomputation none/selective/full, and
+for a mixture-of-experts model selective recomputation of ``layernorm+moe_act`` (the MoE
+layer's pre-MLP norm and the experts' activation, Megatron-core's ``--recompute-modules`` as
+Megatron-Bridge's MoE recipes name them; :data:`..specs.RECOMPUTE_VARIANTS`) where the stack's
+rules offer it; ZeRO stage 0–3. Sequence parallelism is on whenever t > 1 (same traffic, t times fewer norm and
 dropout activations; Korthikanti et al. 2022 §4.2.2). Every layout uses exactly N GPUs:
 t·c·p·d = N. With c > 1 both forms of context parallelism are tried (``Space.cp_kinds``: the
 all-gather of Llama 3 and ring attention; :mod:`.context`). For a mixture-of-experts model,
@@ -32,8 +35,9 @@ peak memory of all its recomputation × ZeRO variants comes from one pass
 gradients and optimizer states only on the ZeRO stage); a structure where none fits is
 dropped. Of the variants that fit only the cheapest are predicted: more recomputation or
 more sharding only adds work or traffic, so a variant is dropped when one with no more of
-either fits (for each recomputation level, the least ZeRO stage that fits, kept only if
-it shards less than every cheaper recomputation level needs). In-flight activation
+either fits (for each recomputation variant, the least ZeRO stage that fits, kept only if
+it shards less than every variant redoing no more of its work needs: the module list and the
+attention core are not compared, each redoing work the other does not). In-flight activation
 profiles are cached per (schedule, p, equivalent m, v) and the step-time model caches its
 pipeline simulations. ``prune=False`` predicts every variant that fits and
 ``cached=False`` recomputes every variant's memory from the full schedule (the

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import ModelcutError
 from ..sim import registry
-from ..specs import RECOMPUTE_LEVELS, ModelSpec
+from ..specs import RECOMPUTE_VARIANTS, ModelSpec
 
 #: How chunks may split the layers (``Capabilities.interleave``).
 INTERLEAVE = ("layers", "layers+2", "any")
@@ -30,7 +30,8 @@ class Capabilities:
     ``cp_seq_multiple_tp``: the sequence splits into 2·cp·tp pieces; ``sequence_parallel``;
     ``mixture_of_experts``, ``expert_parallel``, ``ep_with_tp_needs_sp``, ``moe_tensor_parallel``
     (tp > 1 on a mixture-of-experts model); ``interleave``
-    (:data:`INTERLEAVE`) and ``interleave_min_pp`` for v > 1; ``recompute`` levels. ``sources``:
+    (:data:`INTERLEAVE`) and ``interleave_min_pp`` for v > 1; ``recompute`` variants
+    (:data:`..specs.RECOMPUTE_VARIANTS`: the levels and selective recomputation's module lists). ``sources``:
     field -> where it was read."""
 
     framework: str
@@ -48,7 +49,7 @@ class Capabilities:
     moe_tensor_parallel: bool = True
     interleave: str = "any"
     interleave_min_pp: int = 2
-    recompute: tuple[str, ...] = RECOMPUTE_LEVELS
+    recompute: tuple[str, ...] = RECOMPUTE_VARIANTS
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -61,8 +62,8 @@ class Capabilities:
         if self.interleave not in INTERLEAVE:
             raise ModelcutError(f"{where}: interleave must be one of {', '.join(INTERLEAVE)}, got {self.interleave!r}")
         for r in self.recompute:
-            if r not in RECOMPUTE_LEVELS:
-                raise ModelcutError(f"{where}: recompute levels are {', '.join(RECOMPUTE_LEVELS)}, got {r!r}")
+            if r not in RECOMPUTE_VARIANTS:
+                raise ModelcutError(f"{where}: recompute variants are {', '.join(RECOMPUTE_VARIANTS)}, got {r!r}")
         for k in self.cp_kinds:
             if k not in ("ring", "allgather"):
                 raise ModelcutError(f"{where}: cp_kinds are ring and allgather, got {k!r}")

@@ -14,9 +14,9 @@ from ..errors import ModelcutError
 from ..memory import DEFAULT_OPTIONS, MemoryOptions, StageMemory, memory_plan, peak_bytes, stage_memory, variant_peaks
 from ..plan import PipelinePlan
 from ..sim import registry
-from ..specs import Hardware, Run, ModelSpec
+from ..specs import DEFAULT_RECOMPUTE_MODULES, Hardware, ModelSpec, Run, recompute_variant
 from .rules import Capabilities, Violation, violations
-from .space import RECOMPUTE_ORDER, ZERO_ORDER, Space, Structure, make_run, structures
+from .space import RECOMPUTE_ORDER, ZERO_ORDER, Space, Structure, make_run, recompute_choices, structures
 from .why import MEMORY_TERMS
 
 #: Fraction of the accelerator's memory kept free (see the package docstring).
@@ -69,7 +69,9 @@ class Evaluated:
         out = {"tp": s.tp, "cp": s.cp, "ep": s.ep, "cp_kind": s.cp_kind if s.cp > 1 else None, "pp": s.pp, "dp": s.dp,
                "vpp": s.vpp, "micro_batch": s.micro_batch, "order": list(self.run.layout.order),
                "sequence_parallel": self.run.layout.sequence_parallel,
-               "recompute": self.recompute, "zero": self.zero, "schedule": s.schedule,
+               "recompute": self.recompute, "recompute_modules": (list(self.run.training.recompute_modules)
+                                                                  if self.run.training.recompute_modules else None),
+               "zero": self.zero, "schedule": s.schedule,
                "step_time_s": None, "tflops_per_gpu": None, "mfu": None, "feasible": self.feasible,
                "memory": mem, "breakdown": None}
         if self.prediction is not None:
@@ -207,7 +209,7 @@ class _Search:
 
     def allowed_variants(self, s: Structure) -> list[tuple[str, int]]:
         out = []
-        for r in (r for r in RECOMPUTE_ORDER if r in self.space.recomputes):
+        for r in recompute_choices(self.model, self.space):
             for z in (z for z in ZERO_ORDER if z in self.space.zeros):
                 if self.caps is not None:
                     bad = violations(self.caps, self.model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, zero=z, recompute=r)
@@ -221,7 +223,7 @@ class _Search:
     def runnable(self, gpus: int, gpn: int) -> list[tuple[Structure, list[tuple[str, int]]]]:
         ex, caps, space = self.ex, self.caps, self.space
         kept: list[tuple[Structure, list[tuple[str, int]]]] = []
-        n_variants = sum(1 for r in RECOMPUTE_ORDER if r in space.recomputes for z in ZERO_ORDER if z in space.zeros)
+        n_variants = len(recompute_choices(self.model, space)) * sum(1 for z in ZERO_ORDER if z in space.zeros)
         for s in structures(self.model, gpus, self.seq, self.gb, gpn, space):
             ex.enumerated += 1
             if caps is not None:
@@ -368,20 +370,35 @@ class _Search:
         ex.layouts = self.timed
 
 
+def _recomputed(variant: str) -> frozenset[str] | None:
+    """What a recomputation variant redoes, to compare variants: none nothing, selective its
+    modules (the attention core by default), full everything (None)."""
+    level, modules = recompute_variant(variant)
+    if level == "full":
+        return None
+    return frozenset() if level == "none" else frozenset(modules or DEFAULT_RECOMPUTE_MODULES)
+
+
+def no_more_recomputed(a: str, b: str) -> bool:
+    """Variant a redoes no more than variant b (a subset of its work), so it is never slower."""
+    ra, rb = _recomputed(a), _recomputed(b)
+    return rb is None or (ra is not None and ra <= rb)
+
+
 def frugal(feasible: list[Evaluated]) -> list[Evaluated]:
     """The feasible variants of one structure worth predicting (module docstring: Pruning):
-    for each recomputation level, cheapest first, the least ZeRO stage that fits, kept only
-    when it is less than every cheaper level's."""
+    for each recomputation variant, cheapest first, the least ZeRO stage that fits, kept only
+    when it is less than that of every variant redoing no more of its work
+    (:func:`no_more_recomputed`: the module list and the attention core are not compared)."""
     best: dict[str, Evaluated] = {}
     for e in feasible:
         if e.recompute not in best or e.zero < best[e.recompute].zero:
             best[e.recompute] = e
-    kept, bound = [], None
+    kept = []
     for r in RECOMPUTE_ORDER:
         e = best.get(r)
-        if e is not None and (bound is None or e.zero < bound):
+        if e is not None and all(e.zero < c.zero for q, c in best.items() if q != r and no_more_recomputed(q, r)):
             kept.append(e)
-            bound = e.zero
     return kept
 
 

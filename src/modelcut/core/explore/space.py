@@ -10,9 +10,9 @@ from ..costs import flops
 from ..costs.context import CP_KINDS
 from ..costs.mesh import Mesh, group_crosses_nodes
 from ..sim import registry
-from ..specs import DEFAULT_ORDER, RECOMPUTE_LEVELS, Layout, ModelSpec, Run, Training
+from ..specs import DEFAULT_ORDER, RECOMPUTE_VARIANTS, Layout, ModelSpec, Run, Training, recompute_variant
 
-RECOMPUTE_ORDER = RECOMPUTE_LEVELS   # the explorer tries them least recomputed first
+RECOMPUTE_ORDER = RECOMPUTE_VARIANTS   # the explorer tries them least recomputed first
 ZERO_ORDER = (0, 1, 2, 3)
 #: The schedules searched unless the caller names others (the registry's ``explored_by_default``).
 DEFAULT_SCHEDULES = registry.explored_by_default()
@@ -47,6 +47,14 @@ class Structure:
     vpp: int
     ep: int = 1
     cp_kind: str = "allgather"   # Layout's default; the form only matters when cp > 1
+
+
+def recompute_choices(model: ModelSpec, space: "Space") -> list[str]:
+    """The recomputation variants tried for a model, least recomputed first: a module list only on
+    a mixture-of-experts model (on a dense one ``layernorm`` and ``moe_act`` recompute nothing, the
+    input norm being fused into the QKV product); the stack's rules then keep what it offers."""
+    return [r for r in RECOMPUTE_ORDER if r in space.recomputes
+            and (model.is_moe or recompute_variant(r)[1] is None)]
 
 
 def divisors(n: int) -> list[int]:
@@ -122,12 +130,15 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
              gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
              fp8_recipe: str | None = None, order: tuple[str, ...] = DEFAULT_ORDER) -> Run:
-    """The run of one layout: sequence parallelism with t > 1 (where the stack has it,
+    """The run of one layout under a recomputation variant (:func:`..specs.recompute_variant`):
+    sequence parallelism with t > 1 (where the stack has it,
     ``sequence_parallel``); the rank order ``order``, by default the layouts' default,
     Megatron-core's (ep next to tp and cp, the pipeline outermost: :data:`..specs.DEFAULT_ORDER`)."""
     lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
                  schedule=s.schedule, cp_kind=s.cp_kind, order=order)
+    level, modules = recompute_variant(recompute)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
-                                         recompute=recompute, precision=precision, fp8_recipe=fp8_recipe),
+                                         recompute=level, recompute_modules=modules, precision=precision,
+                                         fp8_recipe=fp8_recipe),
                gpus_per_node=gpus_per_node)

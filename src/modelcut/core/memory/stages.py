@@ -15,7 +15,7 @@ from ..costs.fp8 import Fp8
 from ..costs.residency import Residency, residency_under
 from ..plan import PipelinePlan
 from ..sim import registry
-from ..specs import DEFAULT_RECOMPUTE_MODULES, Hardware, Run
+from ..specs import DEFAULT_RECOMPUTE_MODULES, Hardware, Run, recompute_variant
 from ..step.frameworks import Framework
 from ..step.zero3 import deepspeed_resident_numel
 from ..units import GRAD_BYTES, GiB, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
@@ -164,12 +164,14 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
                  cached: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Per device: peak activation bytes (with full recomputation's one-layer working set and the
     context-parallel buffers of the one layer being computed) and the bytes of one micro-batch
-    through all its chunks."""
+    through all its chunks, under the recomputation variant ``recompute`` (a level or a module
+    list, :func:`..specs.recompute_variant`)."""
     model, lay, tr = run.model, run.layout, run.training
     sp = bool(lay.sequence_parallel) and lay.tp > 1
     kw = dict(micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp, sequence_parallel=sp)
-    # the run's modules for the run's own level; a variant at another level has the default
-    modules = tr.selective_modules if recompute == tr.recompute else DEFAULT_RECOMPUTE_MODULES
+    # a variant's own modules; else the run's for the run's own level, the default at another level
+    recompute, named = recompute_variant(recompute)
+    modules = named or (tr.selective_modules if recompute == tr.recompute else DEFAULT_RECOMPUTE_MODULES)
     akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
                fp8=options.fp8 is not None, recompute_modules=modules)
     unit = np.array([layer_activation_bytes(model, **akw),
@@ -292,7 +294,9 @@ def variant_peaks(run: Run, plan: PipelinePlan, variants: list[tuple[str, int]],
     activation and parameter work between variants (the explorer's fast path; the same numbers
     as :func:`stage_memory`)."""
     params = _device_params(run, plan)
-    acts = {r: _activations(run, options, plan, r)[0] for r in {r for r, _ in variants}}
+    # each variant's own modules: none from the run the variants share
+    bare = replace(run, training=replace(run.training, recompute_modules=None))
+    acts = {r: _activations(bare, options, plan, r)[0] for r in {r for r, _ in variants}}
     states = {z: _states(run, options, params, z, plan).sum(axis=1) + _fp8_copies(run, options, params, z, plan)
               for z in {z for _, z in variants}}
     return {(r, z): float(_total(options, acts[r] + states[z]).max()) for r, z in variants}
