@@ -121,3 +121,11 @@ def test_redoing_no_more_work_is_never_slower(model, pp, b, seq):
             if no_more_recomputed(a, c):
                 assert times[a] <= times[c] * (1 + 1e-9), (a, c, times)
     assert not no_more_recomputed(MODULES, "selective") and not no_more_recomputed("selective", MODULES)
+
+
+def test_a_dense_model_check_of_the_module_list_is_one_line(capsys):
+    from modelcut.cli import main
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "4096",
+                 "--global-batch-tokens", "1M", "--check", "recompute=layernorm+moe_act"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "on a dense model it recomputes nothing" in err

@@ -281,6 +281,10 @@ def check_problems(check: dict[str, Any], model: ModelSpec, gpus: int, seq: int)
     pp = check.get("pp")
     if pp is not None and pp > model.layers:
         out.append(f"pp {pp:,} is more stages than the model's {model.layers} layers")
+    rc = check.get("recompute")
+    if rc is not None and not model.is_moe and rc not in recompute_choices(model, Space()):
+        out.append(f"recompute {rc} names modules of a mixture-of-experts layer; on a dense model it "
+                   "recomputes nothing (use none, selective or full)")
     ep = check.get("ep")
     if ep is not None and ep > 1 and (not model.is_moe or model.experts % ep):
         out.append(f"ep {ep:,} does not divide the model's {model.experts} experts")
