@@ -458,3 +458,24 @@ def test_explore_run_all_ends_with_the_summary(monkeypatch, capsys):
     import re
     assert re.search(r"published layouts: [01] of 1 within 5 % of the explorer's best on their stack, "
                      r"[01] ranked first \(1 ranked\)", out)
+
+
+@pytest.mark.parametrize("must", [{"zero": 1}, {"zero": 3}, {"recompute": "full"}, {"zero": 0, "recompute": "none"}])
+def test_a_query_of_variants_alone_leaves_the_best_as_it_is(must):
+    """A ``--check`` naming only a ZeRO stage or a recomputation level matches every structure: its
+    layouts are timed, and the other variants still compete, so the best is the unqueried search's."""
+    kw = dict(gpus=64, seq=8192, global_batch_tokens=256 * 8192)
+    base = explore(LLAMA8, H100, **kw)
+    asked = explore(LLAMA8, H100, must=must, **kw)
+    assert asked.layouts[0].step_time_s == pytest.approx(base.layouts[0].step_time_s)
+    named = [e for e in asked.layouts if all(e.knobs()[k] == v for k, v in must.items())]
+    assert named and len({id(e) for e in asked.layouts}) == len(asked.layouts)
+
+
+def test_run_takes_a_check_in_place_of_its_published_layout(capsys):
+    assert main(["explore", "--run", "nemo2407-llama2-7b-8", "--check", "zero=1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["check"]["query"] == {"zero": 1} and out["check"]["best"]["zero"] == 1
+    assert main(["explore", "--run", "all", "--check", "zero=1"]) == 2
+    assert main(["explore", "--run", "nemo2407-llama2-7b-8", "--check", "zero=9"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 2

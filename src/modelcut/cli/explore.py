@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from typing import Optional
 
 import typer
@@ -19,7 +20,8 @@ from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
 from ..export import emit as emitter
 from ..service import inputs
-from ..service.requests import ExploreInput
+from ..service import requests
+from ..service.requests import CheckIn, ExploreInput
 from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, explore_request, ExploreResult, catalog_request,
                                catalog_summary, check_row, gpu_counts, gpu_pareto, run_explore, run_explore_range,
                                why_text)
@@ -123,7 +125,8 @@ def explore(
                                            help="ZeRO-3 reshards weights after each forward; default: as the stack "
                                                 "does (memory and time follow it alike)"),
     check: Optional[str] = typer.Option(None, "--check", help="also report a layout, e.g. tp=8,cp=1,pp=16,dp=64: "
-                                        "its rank and gap to the best, or the rule it breaks"),
+                                        "its rank and gap to the best, or the rule it breaks (with --run: "
+                                        "in place of the published layout, e.g. zero=1)"),
     eps: Optional[str] = typer.Option(None, "--eps", help="expert-parallel sizes to try (MoE models; default: "
                                                           "every divisor of the experts that divides dp)"),
     cp_kinds: str = typer.Option(",".join(CP_KINDS), "--cp-kinds",
@@ -154,11 +157,15 @@ def explore(
         raise ModelcutError(f"--pareto-within must be a fraction in [0, 1], got {pareto_within}")
     if run is not None:
         given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
-                                ("--global-batch-tokens", global_batch_tokens), ("--check", check),
+                                ("--global-batch-tokens", global_batch_tokens),
                                 ("--framework", framework), ("--overlap", overlap)) if v is not None]
         if given:
-            raise ModelcutError(f"--run takes its problem, stack and layout from the catalog; drop {given[0]}")
-        show_runs(run, mode, top, as_json, emit, pick)
+            raise ModelcutError(f"--run takes its problem and stack from the catalog; drop {given[0]}")
+        if check is not None and run == "all":
+            raise ModelcutError("--run all checks each published layout; --check needs one run")
+        query = (requests.parse(CheckIn, inputs.check_spec(check), where="--check").model_dump(exclude_none=True)
+                 if check is not None else None)
+        show_runs(run, mode, top, as_json, emit, pick, query)
         return
     missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
                               ("--global-batch-tokens", global_batch_tokens)) if v is None]
@@ -211,10 +218,12 @@ def explore(
     show(res)
 
 
-def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None, pick: int) -> None:
-    """``--run ID``: the run's search as ``show`` prints it; ``--run all``: one line per published run
-    (the validation set's), its published layout's rank and gap to the best and the term that
-    differs most."""
+def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None, pick: int,
+              check: dict | None = None) -> None:
+    """``--run ID``: the run's search as ``show`` prints it, checking its published layout or, with
+    ``check``, the layouts with those knobs (``--check zero=1``: the best ZeRO-1 layout of the
+    published problem); ``--run all``: one line per published run (the validation set's), its
+    published layout's rank and gap to the best and the term that differs most."""
     ids = [r.id for r in catalog.published_runs() if r.in_validation] if run_id == "all" else [run_id]
     results = []
     err = Console(stderr=True)
@@ -223,7 +232,8 @@ def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None,
         task = bar.add_task("runs", total=len(ids))
         for rid in ids:
             bar.update(task, description=rid)
-            results.append((rid, run_explore(catalog_request(rid, mode, top))))
+            req = catalog_request(rid, mode, top)
+            results.append((rid, run_explore(req if check is None else replace(req, check=check))))
             bar.advance(task)
     if emit is not None:
         _emit(results[0][1].layouts, emit, pick)

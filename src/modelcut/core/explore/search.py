@@ -347,7 +347,10 @@ class _Search:
                 for e in self._named(c):
                     e.lower_bound_s = c[0]
                     self.time_it(e)
-                tick()
+                if "zero" in want:
+                    rest.append(c)     # its other ZeRO stages compete for the best as any layout does
+                else:
+                    tick()
             else:
                 rest.append(c)
         for k, (lb, _, s, variants, r) in enumerate(rest):
@@ -356,6 +359,8 @@ class _Search:
                 break
             least_zero = min(z for rr, z in variants if rr == r)
             for e in self.worth(s, variants, r):
+                if e.prediction is not None:     # timed already: the query named it
+                    continue
                 e.lower_bound_s = lb
                 if self.lower_bound is not None and self.prune and e.zero != least_zero:
                     e.lower_bound_s = self.lower_bound(e.run, self.hw, e.plan)
