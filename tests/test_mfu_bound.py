@@ -30,12 +30,19 @@ def runs(draw):
     dp = draw(st.sampled_from((1, 2, 8)))
     seq = 2 ** draw(st.integers(10, 20))          # 1K .. 1M tokens
     m = draw(st.sampled_from((1, 2, 8)))
+    b = draw(st.sampled_from((1, 2)))
     recompute = draw(st.sampled_from(("none", "selective", "full")))
+    # selective by module where the stack runs it (else refused in one line)
+    modules = draw(st.sampled_from((None, ("layernorm", "moe_act")))) if recompute == "selective" else None
     assume(seq % (2 * cp) == 0)
-    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, sequence_parallel=tp > 1)
+    # expert parallelism out of the data-parallel ranks on a mixture-of-experts model; any ZeRO stage
+    ep = draw(st.sampled_from([e for e in (1, 2, 8) if dp % e == 0 and model.experts % e == 0])) if model.is_moe else 1
+    zero = draw(st.sampled_from((None, 0, 1, 2, 3)))
+    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero, sequence_parallel=tp > 1)
     precision = draw(st.sampled_from(("bf16", "fp8")))   # fp8 where the accelerator runs it (else refused)
-    return Run(model, gpu, layout, Training(seq_len=seq, global_batch=dp * m, micro_batch=1,
-                                            recompute=recompute, precision=precision)), draw(st.sampled_from(FRAMEWORKS))
+    return Run(model, gpu, layout, Training(seq_len=seq, global_batch=dp * m * b, micro_batch=b,
+                                            recompute=recompute, recompute_modules=modules, precision=precision)
+               ), draw(st.sampled_from(FRAMEWORKS))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
