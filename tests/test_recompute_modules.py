@@ -50,6 +50,17 @@ def test_each_module_reexecutes_its_own_forward():
     assert both.memory == pytest.approx(norm.memory + act.memory)
 
 
+def test_moe_act_does_not_recompute_the_experts_output_biases():
+    """moe_act checkpoints the activation function (its clamped GLU included); the routed experts'
+    output biases are added after the down product, outside the checkpoint (Megatron-LM core_v0.15.0
+    experts.py TEGroupedMLP.forward), so a model with them recomputes the same bytes as one without."""
+    plain = replace(OSS, bias=False)
+    with_b = layer_time(OSS, setup(("moe_act",)), H100, EFF, moe=True, ep=8)
+    without = layer_time(plain, setup(("moe_act",)), H100, EFF, moe=True, ep=8)
+    assert with_b.fwd.memory > without.fwd.memory                  # the biases' eager adds do cost
+    assert with_b.recompute.memory == pytest.approx(without.recompute.memory)
+
+
 def test_a_dense_layer_has_nothing_but_its_attention_core_to_recompute():
     """Under Transformer Engine's layer spec a dense layer's input norm is fused into the QKV
     product and it has no routed experts: layernorm and moe_act recompute nothing there."""

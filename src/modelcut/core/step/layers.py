@@ -452,20 +452,24 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     act_f = act_coef * act_elems
     rope_elems = T * (q // t + kv_t) if rope else 0.0
     rope_f = rope_b = (4.0 if fused else EAGER_ROPE) * rope_elems
-    extra_f, extra_b = 0.0, 0.0
+    clamp_f, extra_f, extra_b = 0.0, 0.0, 0.0
     eager = mcore_eager_paths(model) if setup.mcore_layers else ()
     if "rope" in eager:
         rope_f, rope_b = MCORE_EAGER_ROPE_FWD * rope_elems, MCORE_EAGER_ROPE_BWD * rope_elems
     expert_up = sum(g.m * g.count * g.n for g in ups if g.name == "expert up")
     expert_down = sum(g.m * g.count * g.n for g in mlp if g.name == "expert down")
     if "glu clamp" in eager:
-        extra_f, extra_b = MCORE_GLU_CLAMP_FWD * expert_up, MCORE_GLU_CLAMP_BWD * expert_up
+        clamp_f = MCORE_GLU_CLAMP_FWD * expert_up
+        extra_f, extra_b = clamp_f, MCORE_GLU_CLAMP_BWD * expert_up
     if "expert bias" in eager:
         extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
     mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f + extra_f
     expert_act = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups if g.name == "expert up")
+    # moe_act checkpoints the activation function, its clamped GLU included; the output biases are
+    # added after the down product, outside it (Megatron-LM core_v0.15.0 megatron/core/transformer/moe/
+    # experts.py TEGroupedMLP.forward: the checkpoint wraps bias_act_func, _apply_bias follows linear_fc2)
     modules = {"layernorm": nb * Tn * h if expert_up else 0.0,     # the MoE layer's own pre-MLP norm
-               "moe_act": act_coef * expert_act + extra_f}
+               "moe_act": act_coef * expert_act + clamp_f}
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
     act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
     # the bias gradients read each biased output's gradient: QKV, MLP up, and the two row-parallel
