@@ -16,17 +16,28 @@ published run's settings with each measured recomputation and sequence-parallel 
 here is the step model's own for that layer (:func:`..core.step.stage_costs.kernels`, the dense
 layer's passes: compute plus the tensor-parallel time the stack leaves exposed), with the run's
 profile constants, as a step is timed.
+
+**Product sweeps** (:func:`sweep_rows`, the file's ``[[gemm_sweep]]`` entries): another project's
+measurements of single products by shape, each shape's time here the product tables' burst rate
+(:func:`..core.costs.kernels.burst_tflops`: the tables are bursts, as the sweeps are), 2·m·n·k over
+it, against the sweep's time for the product alone (an FP8 call less its measured input
+quantization). Summarised as the ratio modelcut/measured: its median, 10th and 90th percentiles,
+the time-weighted ratio Σ modelcut / Σ measured (what a layer of such products would see) and the
+shape furthest off; with an FP8 sweep, FP8's speed-up over bf16 at the shapes both sweeps of the
+device measured, modelcut's beside the measured.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from .. import catalog
-from ..catalog.kernel_checks import LINEAR_KINDS, LayerCheck, LinearCheck, layer_checks, linear_checks
+from ..catalog.kernel_checks import (LINEAR_KINDS, GemmSweep, LayerCheck, LinearCheck, gemm_sweeps, layer_checks,
+                                     linear_checks)
 from ..core.costs import comm
 from ..core.costs import fp8 as fp8_mod
-from ..core.costs.kernels import Efficiency, gemm_time, mem_time
+from ..core.costs.kernels import Efficiency, burst_tflops, gemm_time, mem_time
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware, ModelSpec, Training
 from ..core.step.layers import dense_linears
@@ -173,3 +184,74 @@ def layer_check_rows(check: LayerCheck) -> list[LayerRow]:
 def layer_rows() -> list[LayerRow]:
     """Every published layer measurement, setting by setting."""
     return [row for c in layer_checks() for row in layer_check_rows(c)]
+
+
+def sweep_time_ms(sweep: GemmSweep, m: int, n: int, k: int) -> float:
+    """modelcut's burst milliseconds for one m×n×k product of the sweep's data type on its device."""
+    return 2.0 * m * n * k / (burst_tflops(m, n, k, sweep.hw, dtype=sweep.dtype) * 1e12) * 1e3
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """The q-quantile of ``xs`` by linear interpolation between order statistics."""
+    ys = sorted(xs)
+    pos = q * (len(ys) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One sweep summarised (module doc): ratios are modelcut's time over the measured."""
+
+    check: str
+    device: str
+    dtype: str
+    shapes: int
+    median_ratio: float
+    p10_ratio: float
+    p90_ratio: float
+    time_ratio: float
+    worst_shape: tuple[int, int, int]
+    worst_ratio: float
+    measured_speedup: float | None = None    # FP8 over bf16, the median over shapes both sweeps hold
+    predicted_speedup: float | None = None
+    speedup_shapes: int = 0
+
+    def as_dict(self) -> dict:
+        return {"check": self.check, "device": self.device, "dtype": self.dtype, "shapes": self.shapes,
+                "median_ratio": self.median_ratio, "p10_ratio": self.p10_ratio, "p90_ratio": self.p90_ratio,
+                "time_ratio": self.time_ratio, "worst_shape": list(self.worst_shape), "worst_ratio": self.worst_ratio,
+                "measured_speedup": self.measured_speedup, "predicted_speedup": self.predicted_speedup,
+                "speedup_shapes": self.speedup_shapes}
+
+
+def sweep_summary(sweep: GemmSweep, bf16: GemmSweep | None = None) -> SweepRow:
+    """One sweep against the tables (module doc); ``bf16``: the same device's 16-bit sweep, for an
+    FP8 sweep's speed-up."""
+    ours = [sweep_time_ms(sweep, p.m, p.n, p.k) for p in sweep.points]
+    meas = [p.product_ms for p in sweep.points]
+    ratios = [a / b for a, b in zip(ours, meas)]
+    worst = max(range(len(ratios)), key=lambda i: abs(math.log(ratios[i])))
+    w = sweep.points[worst]
+    sp_m = sp_p = None
+    n_sp = 0
+    if bf16 is not None:
+        base = {(p.m, p.n, p.k): p.product_ms for p in bf16.points}
+        pairs = [(base[(p.m, p.n, p.k)] / p.product_ms,
+                  sweep_time_ms(bf16, p.m, p.n, p.k) / t)
+                 for p, t in zip(sweep.points, ours) if (p.m, p.n, p.k) in base]
+        if pairs:
+            n_sp = len(pairs)
+            sp_m = _quantile([a for a, _ in pairs], 0.5)
+            sp_p = _quantile([b for _, b in pairs], 0.5)
+    return SweepRow(sweep.id, sweep.hw.name, sweep.dtype, len(ratios), _quantile(ratios, 0.5),
+                    _quantile(ratios, 0.1), _quantile(ratios, 0.9), sum(ours) / sum(meas),
+                    (w.m, w.n, w.k), ratios[worst], sp_m, sp_p, n_sp)
+
+
+def sweep_rows() -> list[SweepRow]:
+    """Every product sweep summarised; an FP8 sweep with its device's bf16 sweep's speed-up."""
+    sweeps = gemm_sweeps()
+    bf16 = {s.hw.name: s for s in sweeps if s.dtype == "bf16"}
+    return [sweep_summary(s, bf16.get(s.hw.name) if s.dtype != "bf16" else None) for s in sweeps]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import tomllib
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -108,4 +110,74 @@ def linear_checks() -> tuple[LinearCheck, ...]:
         out.append(LinearCheck(e["id"], _device(e), int(e["hidden"]), int(e["intermediate"]), int(e["tokens"]),
                                dict(e["measured_ms"]), e["source"], str(e.get("date", "")),
                                e.get("variant_source", "")))
+    return tuple(out)
+
+
+#: The data types a product sweep may measure (the product tables' own keys, kernels.toml).
+SWEEP_DTYPES = ("bf16", "fp8")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One measured product of a sweep: m×n×k, the call's milliseconds and the milliseconds of the
+    input quantization it includes (0 for a 16-bit product)."""
+
+    m: int
+    n: int
+    k: int
+    ms: float
+    quant_ms: float = 0.0
+
+    @property
+    def product_ms(self) -> float:
+        """The product alone: the call less its input quantization."""
+        return self.ms - self.quant_ms
+
+
+@dataclass(frozen=True)
+class GemmSweep:
+    """An independent sweep of single products by shape on one device and data type (the file's
+    ``[[gemm_sweep]]`` doc)."""
+
+    id: str
+    hw: Hardware
+    dtype: str
+    points: tuple[SweepPoint, ...]
+    source: str
+    date: str
+
+
+def _sweep_points(entry: dict) -> tuple[SweepPoint, ...]:
+    text = resources.files("modelcut.catalog").joinpath(entry["file"]).read_text(encoding="utf-8")
+    points = []
+    reader = csv.DictReader(io.StringIO(text))
+    missing = {"device", "dtype", "m", "n", "k", "ms", "quant_ms"} - set(reader.fieldnames or ())
+    if missing:
+        raise ModelcutError(f"kernel_checks.toml {entry['id']}: {entry['file']} lacks the columns "
+                            f"{', '.join(sorted(missing))}")
+    for row in reader:
+        if row["device"] != entry["device"] or row["dtype"] != entry["dtype"]:
+            continue
+        q = float(row["quant_ms"]) if row.get("quant_ms") else 0.0
+        p = SweepPoint(int(row["m"]), int(row["n"]), int(row["k"]), float(row["ms"]), q)
+        if min(p.m, p.n, p.k) < 1 or not p.product_ms > 0 or q < 0:
+            raise ModelcutError(f"kernel_checks.toml {entry['id']}: a product must have positive sizes and "
+                                f"time left after its quantization, got {row}")
+        if entry["dtype"] == "fp8" and not row.get("quant_ms"):
+            raise ModelcutError(f"kernel_checks.toml {entry['id']}: an FP8 row needs its quant_ms, got {row}")
+        points.append(p)
+    if not points:
+        raise ModelcutError(f"kernel_checks.toml {entry['id']}: no {entry['dtype']} rows for {entry['device']} "
+                            f"in {entry['file']}")
+    return tuple(points)
+
+
+@lru_cache(maxsize=None)
+def gemm_sweeps() -> tuple[GemmSweep, ...]:
+    out = []
+    for e in _toml().get("gemm_sweep", []):
+        if e["dtype"] not in SWEEP_DTYPES:
+            raise ModelcutError(f"kernel_checks.toml {e['id']}: dtype must be one of {', '.join(SWEEP_DTYPES)}, "
+                                f"got {e['dtype']!r}")
+        out.append(GemmSweep(e["id"], _device(e), e["dtype"], _sweep_points(e), e["source"], str(e.get("date", ""))))
     return tuple(out)

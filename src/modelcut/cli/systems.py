@@ -76,6 +76,19 @@ def validate(
                       f"{p['attention']:.2f}, memory-bound {p['memory']:.2f}, communication {p['communication']:.2f}")
         for cid, src in out["layer_sources"].items():
             con.print(f"{cid} (run {src['run']}): {src['source']}")
+        sweeps = Table("Sweep", "Device", "Type", "Shapes", "Median", "10th-90th", "Time-weighted", "Furthest off",
+                       "FP8 speed-up", "modelcut",
+                       title="Product sweeps by shape: modelcut's burst time over the measured (1 = agree)")
+        for r in out["sweeps"]:
+            m, n, k = r["worst_shape"]
+            sp = r["measured_speedup"]
+            sweeps.add_row(r["check"], r["device"], r["dtype"], str(r["shapes"]), f"{r['median_ratio']:.3f}",
+                           f"{r['p10_ratio']:.3f}-{r['p90_ratio']:.3f}", f"{r['time_ratio']:.3f}",
+                           f"{r['worst_ratio']:.2f} at {m}x{n}x{k}",
+                           *((f"{sp:.2f}", f"{r['predicted_speedup']:.2f}") if sp is not None else ("-", "-")))
+        con.print(sweeps)
+        for cid, src in out["sweep_sources"].items():
+            con.print(f"{cid}: {src['source']}")
         return
     if mode == "default":
         prof = service.load_profile(profile)

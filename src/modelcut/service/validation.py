@@ -21,7 +21,7 @@ from ..analysis import validation as av
 from ..analysis.budget import ErrorBudget, error_budget
 from ..analysis.measured import Measured, catalog_measured
 from ..catalog import Profile
-from ..catalog.kernel_checks import layer_checks, linear_checks
+from ..catalog.kernel_checks import gemm_sweeps, layer_checks, linear_checks
 from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.step import seed
@@ -37,7 +37,9 @@ def kernel_rows() -> dict[str, Any]:
             "sources": {c.id: {"source": c.source, "device": c.hw.name, "device_source": c.device_source,
                                "date": c.date} for c in linear_checks()},
             "layers": [r.as_dict() for r in kernel_checks.layer_rows()],
-            "layer_sources": {c.id: {"source": c.source, "run": c.run} for c in layer_checks()}}
+            "layer_sources": {c.id: {"source": c.source, "run": c.run} for c in layer_checks()},
+            "sweeps": [r.as_dict() for r in kernel_checks.sweep_rows()],
+            "sweep_sources": {c.id: {"source": c.source, "device": c.hw.name, "date": c.date} for c in gemm_sweeps()}}
 
 
 def deck_runs() -> list[catalog.PublishedRun]:

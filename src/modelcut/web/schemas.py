@@ -217,11 +217,29 @@ class LayerCheckRow(BaseModel):
     fwd_products_tflops: float = Field(description="the forward's linear-layer products, TFLOP/s")
 
 
+class SweepCheckRow(BaseModel):
+    check: str
+    device: str
+    dtype: str = Field(description="bf16 or fp8")
+    shapes: int = Field(description="products the sweep measured")
+    median_ratio: float = Field(description="modelcut's burst time over the measured, the median over shapes")
+    p10_ratio: float
+    p90_ratio: float
+    time_ratio: float = Field(description="the sum of modelcut's times over the sum of the measured")
+    worst_shape: list[int] = Field(description="m, n, k of the shape furthest off")
+    worst_ratio: float
+    measured_speedup: float | None = Field(description="FP8 over bf16, the median over shapes both sweeps hold")
+    predicted_speedup: float | None
+    speedup_shapes: int
+
+
 class KernelChecksResponse(BaseModel):
     rows: list[KernelCheckRow]
     sources: dict[str, dict[str, str]] = Field(description="per benchmark: its source, device, device source, date")
     layers: list[LayerCheckRow] = Field(description="layer measurements beside the step model's layer times")
     layer_sources: dict[str, dict[str, str]] = Field(description="per layer measurement: its source and published run")
+    sweeps: list[SweepCheckRow] = Field(description="independent product sweeps by shape against the product tables")
+    sweep_sources: dict[str, dict[str, str]] = Field(description="per sweep: its source, device, date")
 
 
 class UploadResponse(BaseModel):

@@ -133,15 +133,13 @@ def peak_scale(hw: Hardware, dtype: str = "bf16") -> float:
     return at_peak(1.0, peak, ref.peak_flops[dtype])
 
 
-def product_tflops(m: int, n: int, k: int, hw: Hardware, batch: int = 1, dtype: str = "bf16") -> float:
-    """The TFLOP/s an m×n×k product (``batch`` copies) sustains on ``hw`` alone: the measured table
-    of its architecture and data type (quantized for this device's SMs, scaled by its peak over
-    the measuring device's, :func:`peak_scale`), else :data:`UNMEASURED_FRACTION` of the dense
-    peak times the shape's quantization; times ``hw.sustained_frac``, the measured share of a
-    short burst's matmul throughput the device holds once it runs at its power limit (the
-    tables are bursts: Bekman's MAMF at the boost clock, XLA's a few timed runs a shape). Where
-    the device has its own measured FP8 maximum (``hw.fp8_ceiling``), FP8 products are held at
-    it instead of at the measuring device's maximum scaled by peak."""
+def burst_tflops(m: int, n: int, k: int, hw: Hardware, batch: int = 1, dtype: str = "bf16") -> float:
+    """The TFLOP/s an m×n×k product (``batch`` copies) reaches on ``hw`` in a short burst, as the
+    tables measure it: the measured table of its architecture and data type (quantized for this
+    device's SMs, scaled by its peak over the measuring device's, :func:`peak_scale`), at most the
+    dense peak, else :data:`UNMEASURED_FRACTION` of the dense peak times the shape's quantization.
+    Where the device has its own measured FP8 maximum (``hw.fp8_ceiling``), FP8 products are held
+    at it instead of at the measuring device's maximum scaled by peak."""
     table = hw.kernels.gemm.get(dtype) if hw.kernels is not None else None
     peak = (hw.peak_flops_16 if dtype != "fp8" else (hw.peak_flops_8 or hw.peak_flops_16)) / 1e12
     if table is not None:
@@ -149,8 +147,16 @@ def product_tflops(m: int, n: int, k: int, hw: Hardware, batch: int = 1, dtype: 
         # a device's own measured FP8 maximum replaces the measuring device's, scaled
         own = hw.fp8_ceiling / 1e12 / scale if dtype == "fp8" and hw.fp8_ceiling else None
         tf = _measured_tflops(table, m, n, k, batch, hw.sms, own) * scale
-        return min(tf, peak) * hw.sustained_frac   # no product outruns the dense peak
-    return UNMEASURED_FRACTION * quantization(m, n, k, hw.sms, batch)[0] * peak * hw.sustained_frac
+        return min(tf, peak)   # no product outruns the dense peak
+    return UNMEASURED_FRACTION * quantization(m, n, k, hw.sms, batch)[0] * peak
+
+
+def product_tflops(m: int, n: int, k: int, hw: Hardware, batch: int = 1, dtype: str = "bf16") -> float:
+    """The TFLOP/s an m×n×k product (``batch`` copies) sustains on ``hw`` alone: its burst rate
+    (:func:`burst_tflops`) times ``hw.sustained_frac``, the measured share of a short burst's
+    matmul throughput the device holds once it runs at its power limit (the tables are bursts:
+    Bekman's MAMF at the boost clock, XLA's a few timed runs a shape)."""
+    return burst_tflops(m, n, k, hw, batch, dtype) * hw.sustained_frac
 
 
 def gemm_time(m: int, n: int, k: int, hw: Hardware, eff: Efficiency, batch: int = 1, dtype: str = "bf16") -> float:
