@@ -69,6 +69,13 @@ def test_llama3_405b_is_405_8_billion():
     assert flops.param_count(catalog.model("llama3-405b")) / 1e9 == pytest.approx(405.8, abs=0.05)
 
 
+def test_mixtral_8x22b_is_141b_with_39b_active():
+    """Mistral AI's announcement (2024-04-17): 141B parameters, 39B active."""
+    m = catalog.model("mixtral-8x22b")
+    assert flops.param_count(m) / 1e9 == pytest.approx(141, abs=0.5)
+    assert flops.param_count(m, active=True) / 1e9 == pytest.approx(39, abs=0.3)
+
+
 def test_moe_active_parameters():
     m = catalog.load_hf_config("tests/data/hf/mixtral-8x7b.json")
     assert flops.param_count(m, active=True) / 1e9 == pytest.approx(12.9, abs=0.05)  # Mixtral paper: 13B active

@@ -311,7 +311,7 @@ def test_bad_expert_layouts(layout, msg):
 
 @pytest.mark.parametrize("file,name", [("mixtral-8x7b", "mixtral-8x7b"), ("deepseek-v3", "deepseek-v3"),
                                        ("qwen1.5-moe-a2.7b", "qwen1.5-moe-a2.7b"), ("qwen3-30b-a3b", "qwen3-30b-a3b"),
-                                       ("gpt-oss-120b", "gpt-oss-120b")])
+                                       ("gpt-oss-120b", "gpt-oss-120b"), ("mixtral-8x22b", "mixtral-8x22b")])
 def test_hf_configs_give_the_catalog_entries(file, name):
     got, want = catalog.load_hf_config(f"tests/data/hf/{file}.json"), catalog.model(name)
     for f in fields(want):
