@@ -10,6 +10,7 @@ from importlib import resources
 
 from ..core.errors import ModelcutError
 from ..core.step.frameworks import OPTIONS, Framework, Overlap
+from .names import loose_key
 
 _FIELDS = {f.name for f in dataclasses.fields(Framework)}
 
@@ -68,10 +69,14 @@ def default_framework() -> str:
 
 
 def framework(name: str | None) -> Framework:
-    """A preset by name (case-insensitive); None: the default."""
+    """A preset by name (case-insensitive, else with other separators: ``names.loose_key``);
+    None: the default."""
     presets, default = _presets()
     key = default if name is None else str(name).lower()
     fw = presets.get(key)
+    if fw is None and name is not None:
+        hits = [v for k, v in presets.items() if loose_key(k) == loose_key(name)]
+        fw = hits[0] if len(hits) == 1 else None
     if fw is None:
         raise ModelcutError(f"unknown framework {name!r}; choose one of {', '.join(presets)}")
     return fw

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Generic, Iterable, TypeVar
 
@@ -10,9 +11,18 @@ from ..core.errors import ModelcutError
 T = TypeVar("T")
 
 
+def loose_key(key: str) -> str:
+    """A name as :class:`NameIndex` matches it when the exact spelling is not in the catalog: lower
+    case, without a leading vendor "nvidia", spaces, hyphens and underscores ("NVIDIA A100-SXM4-80GB",
+    nvidia-smi's name, and "a100_sxm4_80gb" both give "a100sxm480gb"; "Llama-3.1-8B" gives "llama3.18b")."""
+    k = re.sub(r"[\s_-]+", "", str(key).lower())
+    return k[len("nvidia"):] if k.startswith("nvidia") and len(k) > len("nvidia") else k
+
+
 @dataclass
 class NameIndex(Generic[T]):
-    """Entries in catalog order, found by name or alias (case-insensitive).
+    """Entries in catalog order, found by name or alias (case-insensitive), else by the same name
+    written with other separators (:func:`loose_key`), where that spelling names one entry only.
 
     ``catalog`` names the file's catalog in the duplicate error ("hardware catalog: ..."),
     ``noun`` the thing a user asked for in the unknown-name error ("unknown GPU ...")."""
@@ -21,6 +31,7 @@ class NameIndex(Generic[T]):
     noun: str
     index: dict[str, T] = field(default_factory=dict)
     items: list[T] = field(default_factory=list)
+    loose: dict[str, list[T]] = field(default_factory=dict)
 
     def add(self, item: T, name: str, aliases: Iterable[str] = ()) -> None:
         self.items.append(item)
@@ -28,13 +39,21 @@ class NameIndex(Generic[T]):
             if key.lower() in self.index:
                 raise ModelcutError(f"{self.catalog} catalog: {key!r} names two entries")
             self.index[key.lower()] = item
+            hits = self.loose.setdefault(loose_key(key), [])
+            if not any(h is item for h in hits):
+                hits.append(item)
 
     def get(self, key: str) -> T:
         item = self.index.get(str(key).lower())
-        if item is None:
-            names = ", ".join(getattr(i, "name") for i in self.items)
-            raise ModelcutError(f"unknown {self.noun} {key!r}; choose one of {names}")
-        return item
+        if item is not None:
+            return item
+        hits = self.loose.get(loose_key(key), [])
+        if len(hits) == 1:
+            return hits[0]
+        names = ", ".join(getattr(i, "name") for i in (hits or self.items))
+        if hits:
+            raise ModelcutError(f"{self.noun} {key!r} could be any of {names}; write one of them")
+        raise ModelcutError(f"unknown {self.noun} {key!r}; choose one of {names}")
 
     def keys(self) -> tuple[str, ...]:
         """Every name and alias :meth:`get` takes (lower case), catalog order."""

@@ -159,6 +159,29 @@ class Strict(BaseModel):
                 out[name] = new
         return data if out is None else out
 
+    @model_validator(mode="before")
+    @classmethod
+    def _catalog_spellings(cls, data: Any) -> Any:
+        """A GPU, model or framework written another way the catalog recognises ("H100 80GB HBM3",
+        "Llama-3.1-8B", "megatron_core": any case, other separators) stands for its catalog name, as
+        the run file's reader takes it; a name the catalog does not know is left for the field's
+        own error."""
+        if not isinstance(data, dict):
+            return data
+        out = None
+        for name, look in (("gpu", catalog.hardware), ("model", catalog.model), ("framework", catalog.framework)):
+            val = data.get(name)
+            if name not in cls.model_fields or not isinstance(val, str):
+                continue
+            try:
+                canon = look(val).name
+            except ModelcutError:
+                continue
+            if canon != val:
+                out = dict(data) if out is None else out
+                out[name] = canon
+        return data if out is None else out
+
 
 # --- pipeline simulation -------------------------------------------------------------------------
 
