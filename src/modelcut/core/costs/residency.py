@@ -31,6 +31,16 @@ its gradient-accumulation steps (``flat_grad_sync = "step"``): NeMo AutoModel tu
 ``_forward_backward_step`` with ``idx == num_batches - 1``, NVIDIA-NeMo/Automodel @89e3a9fdd), so the
 unsharded gradients accumulate and are reduce-scattered once; torchtitan reduce-scatters after every
 micro-batch's backward.
+
+**FSDP2's copies.** PyTorch's ``fully_shard`` moves every gathered and every reduced byte once more
+through HBM, on the compute stream (torch 2.13 ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``).
+After a unit's all-gather, ``foreach_all_gather_copy_out`` waits for it on the current stream and
+copies the flat output into each parameter's unsharded tensor (``split_with_sizes_copy``): the
+gathered bytes read and written, :func:`copy_out_bytes`. Before a unit's reduce-scatter,
+``foreach_reduce`` copies the unsharded gradients into the flat input buffer in the reduce dtype
+(``foreach_reduce_scatter_copy_in``, ``chunk_cat``), still on the current stream; only then does the
+reduce-scatter stream wait for it: each gradient read in its own dtype and written in the reduce
+dtype, :func:`copy_in_bytes`. ``Framework.fsdp2_copies`` says which stacks run it.
 """
 
 from __future__ import annotations
@@ -119,3 +129,21 @@ def residency_under(policy, zero: int, pp: int, microbatches: int) -> Residency:
     return residency(zero, pp, microbatches, reshard_after_forward=policy.reshard_after_forward,
                      reshard_with_pipeline=policy.reshard_with_pipeline,
                      pipeline_grad_sync=policy.pipeline_grad_sync, flat_grad_sync=policy.flat_grad_sync)
+
+
+def copy_out_bytes(gathered_bytes: float) -> float:
+    """HBM bytes of FSDP2's all-gather copy-out for a unit whose gathered weights take
+    ``gathered_bytes`` (module doc): read once from the all-gather output, written once into the
+    parameters, 2 × gathered_bytes."""
+    if gathered_bytes < 0:
+        raise ModelcutError(f"gathered bytes must be non-negative, got {gathered_bytes}")
+    return 2.0 * gathered_bytes
+
+
+def copy_in_bytes(params: float, grad_bytes: int, reduce_bytes: int) -> float:
+    """HBM bytes of FSDP2's reduce-scatter copy-in for ``params`` gradient elements held in
+    ``grad_bytes`` each and reduced in ``reduce_bytes`` each (module doc):
+    params · (grad_bytes + reduce_bytes)."""
+    if params < 0:
+        raise ModelcutError(f"parameters must be non-negative, got {params}")
+    return params * (grad_bytes + reduce_bytes)

@@ -18,6 +18,7 @@ from ..sim.engine import Trace
 from ..specs import Hardware, Run
 from ..units import BF16_BYTES, optimizer_step_bytes
 from ..costs import fp8 as fp8_mod
+from ..costs import residency
 from ..costs.residency import Residency
 from .exposure import exposed_after, prefetch_timeline
 from .frameworks import Framework
@@ -221,5 +222,53 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
             g = coll("all-gather", gather_bytes, gather_expert)
             # gathered ahead of use: only the first layer's share waits, the rest hides behind the forward
             gather = g / max(1, layers_dev) if ov.param_gather else g
-        out.append(DeviceEnd(ends[dev] + exp_dp + tied + opt + gather, exp_dp + tied + gather, opt))
+        copies = fsdp2_copies_s(run, hw, eff, framework, res, plan.m, mods, (gather_bytes, gather_expert))
+        out.append(DeviceEnd(ends[dev] + exp_dp + tied + opt + gather + copies, exp_dp + tied + gather + copies, opt))
     return out
+
+
+def fsdp2_copies(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, res: Residency, m: int):
+    """FSDP2's copies (:mod:`..costs.residency`) as ``(copy_out, copy_in)``: ``copy_out((dense,
+    expert) gathered bytes) -> seconds`` after a gather, ``copy_in((dense, expert) gradient
+    elements) -> seconds`` before a reduce-scatter, each group counted where it shards over more
+    than one rank (the dense weights over dp·cp, the routed experts over their own group,
+    :func:`dp_collective`'s groups); gradients read as bf16, or in the dtype the stack accumulates
+    them whole in between reductions (``unsharded_grad_bytes``), written in the reduce dtype. Both
+    give 0 unless the stack runs FSDP2 (``fsdp2_copies``) under ZeRO-3."""
+    L = run.layout
+    on = framework.fsdp2_copies and res.zero >= 3
+    dp_group = L.dp * L.cp
+    n_e = comm.expert_dp_size(L) if L.ep > 1 else dp_group
+    dense_on, expert_on = on and dp_group > 1, on and n_e > 1
+    accumulated = res.grads == "per-step" and m > 1
+    held = ((framework.unsharded_grad_bytes or framework.grad_buffer_bytes) if accumulated else BF16_BYTES,
+            BF16_BYTES)
+
+    def copy_out(gathered: tuple[float, float]) -> float:
+        n = (gathered[0] if dense_on else 0.0) + (gathered[1] if expert_on else 0.0)
+        return mem_time(residency.copy_out_bytes(n), hw, eff) if n else 0.0
+
+    def copy_in(grads: tuple[float, float]) -> float:
+        n = ((residency.copy_in_bytes(grads[0], held[0], framework.grad_bytes) if dense_on else 0.0)
+             + (residency.copy_in_bytes(grads[1], held[1], framework.expert_grad_b) if expert_on else 0.0))
+        return mem_time(n, hw, eff) if n else 0.0
+
+    return copy_out, copy_in
+
+
+def fsdp2_copies_s(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, res: Residency, m: int,
+                   mods, gathered: tuple[float, float]) -> float:
+    """Seconds FSDP2's copies (:func:`fsdp2_copies`) add to one pipeline device's compute stream in
+    a step, ``mods`` its stages' units (:func:`..costs.params.device_modules`): a copy-out of its
+    ``gathered`` (dense, routed-expert) bytes for every gather (once a
+    step where the weights are kept; every pass of every micro-batch, forward and backward, where
+    they are resharded) and a copy-in of its gradients for every reduction (every micro-batch
+    where only a shard is kept, else once). Charged at the device's end, after its last backward:
+    the copies of earlier passes are not moved into the pipeline's schedule (with a pipeline the
+    FSDP2 stacks keep the weights and reduce once, ``reshard_with_pipeline``,
+    ``pipeline_grad_sync``)."""
+    copy_out, copy_in = fsdp2_copies(run, hw, eff, framework, res, m)
+    gathers = 2 * m if res.gathers_each_pass else 1
+    reductions = m if res.grads == "per-microbatch" else 1
+    grads = (sum(a for units in mods for a, _ in units), sum(b for units in mods for _, b in units))
+    return gathers * copy_out(gathered) + reductions * copy_in(grads)

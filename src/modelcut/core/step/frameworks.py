@@ -155,7 +155,9 @@ class Framework:
     and optimizer states; :meth:`zero_stage`), ``default_zero_with_pipeline`` the one it runs
     with a pipeline where that differs (DeepSpeed's pipeline engine: below 2);
     ``sequence_parallel``: whether it cuts norms and dropouts over tp when the layout does not say
-    (and tp > 1; :meth:`resolve`)."""
+    (and tp > 1; :meth:`resolve`); ``fsdp2_copies``: under ZeRO-3 the stack is PyTorch's FSDP2,
+    whose all-gather copy-out and reduce-scatter copy-in run on the compute stream
+    (:mod:`..costs.residency`, "FSDP2's copies")."""
 
     name: str
     overlap: Overlap
@@ -192,6 +194,7 @@ class Framework:
     p2p_async_interleaved_only: bool = False
     pipeline_grad_sync: str = "microbatch"
     flat_grad_sync: str = "microbatch"
+    fsdp2_copies: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:

@@ -17,7 +17,7 @@ from .frameworks import Framework
 from .layers import LayerTime, PassTime, dense_linears
 from .result import DefaultBreakdown
 from ..costs import fp8 as fp8_mod
-from .data_parallel import dp_collective
+from .data_parallel import dp_collective, fsdp2_copies
 from .stage_costs import Kernels, a2a_time, moe_a2a
 
 
@@ -51,6 +51,17 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
         a, b = split(params)
         return coll("reduce-scatter", a * grad_b, b * grad_e)
 
+    # FSDP2's copies on the compute stream (costs.residency, data_parallel.fsdp2_copies)
+    res = fw.residency(fw.zero_stage(L), L.pp, m)
+    out_s, in_s = fsdp2_copies(run, hw, eff, fw, res, m)
+
+    def copy_out(params, per: float = BF16_BYTES) -> float:
+        a, b = split(params)
+        return out_s((a * per, b * per))
+
+    def copy_in(params) -> float:
+        return in_s(split(params))
+
     n_moe = flops.moe_layer_count(model)
     mods = params.device_modules(model, t, L.ep, L.etp, [(model.layers - n_moe, n_moe, True, True)])[0]
     p_out, p_emb = mods[0][0], mods[-1][0]    # readiness order: output first, embedding last
@@ -73,8 +84,10 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
                                                        (p_dense, p_moe, p_emb, p_out), first_moe,
                                                        moe_a2a(moe_lt, a2a_time(run, hw, eff, fw), run.training.recompute,
                                                                fw, hw) if moe_lt is not None else (0.0, 0.0),
-                                                       gather_layer)
+                                                       gather_layer, (copy_out, copy_in, layer_b))
         notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
+        if copy_out(p_dense) > 0:
+            notes.append("ZeRO-3: FSDP2's all-gather copy-out and reduce-scatter copy-in on the compute stream")
     P_dev = sum(a + b for a, b in mods)
     opt = mem_time(optimizer_step_bytes(P_dev, dp_group, grads_sharded=True), hw, eff)
     T = T_c + opt
@@ -86,7 +99,8 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
 def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
                    emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
                    sizes: tuple[float, float, float, float], first_moe: int,
-                   a2a: tuple[float, float] = (0.0, 0.0), gather_layer=None) -> tuple[float, float, float]:
+                   a2a: tuple[float, float] = (0.0, 0.0), gather_layer=None,
+                   copies=None) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
     reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`),
@@ -96,7 +110,10 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     and reduced over their own groups), the embedding and the output;
     ``a2a``: an MoE layer's token dispatch and combine in its forward and in its backward with the
     recomputation (:func:`.stage_costs.moe_a2a`), on the compute stream's critical path (the
-    experts wait for their tokens).
+    experts wait for their tokens); ``copies``: (copy_out(params, bytes per weight), copy_in(params),
+    a layer's gathered bytes per weight), the seconds FSDP2's copies add to the compute stream after
+    each gather and before each reduce-scatter (:mod:`..costs.residency`; None: none), counted in
+    the step but not in the compute seconds.
     Returns (seconds to the end of the last collective, compute seconds, all-to-all seconds)."""
     p_dense, p_moe, p_emb, p_out = sizes
     gather_layer = gather_layer or gather          # a layer's weights (FP8 where gathered so)
@@ -108,23 +125,37 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     res = fw.residency(fw.zero_stage(run.layout), run.layout.pp, m)
     reshard = res.gathers_each_pass
     once = res.grads == "per-step"      # accumulated unsharded, reduce-scattered in the last backward only
+    copy_out, copy_in, layer_b = copies or (lambda params, per=0.0: 0.0, lambda params: 0.0, BF16_BYTES)
     tasks: list[tuple[float, float, bool]] = []
     after: list[tuple[int, float]] = []
-    a2a_total = 0.0
+    a2a_total = copies_total = 0.0
+
+    def task(gathered: bool, params, compute: float, prefetch: bool, reduced: bool = False,
+             layer: bool = False) -> None:
+        """A unit on the compute stream (a transformer ``layer`` or not): its gather (if any), its
+        compute, FSDP2's copy-out after the gather and copy-in before its reduce-scatter
+        (``reduced``)."""
+        nonlocal copies_total
+        extra = ((copy_out(params, layer_b if layer else BF16_BYTES) if gathered else 0.0)
+                 + (copy_in(params) if reduced else 0.0))
+        copies_total += extra
+        g = ((gather_layer if layer else gather)(params)) if gathered else 0.0
+        tasks.append((g, compute + extra, prefetch))
+        if reduced:
+            after.append((len(tasks) - 1, rs(params)))
+
     for mb in range(m):
         gather_fwd = mb == 0 or reshard
         reduce = not once or mb == m - 1
         # Forward: embedding, layers, loss (the loss uses the (tied) output weights).
-        tasks.append((gather(p_emb) if gather_fwd else 0.0, exposed(emb[0]), pf_f))
+        task(gather_fwd, p_emb, exposed(emb[0]), pf_f)
         for i in range(model.layers):
             is_moe = model.is_moe and i >= first_moe
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
             x = a2a[0] if is_moe else 0.0
             a2a_total += x
-            tasks.append((gather_layer(pp_) if gather_fwd else 0.0, exposed(lt.fwd) + x, pf_f))
-        tasks.append((gather(p_out) if gather_fwd else 0.0, exposed(loss[0]) + exposed(loss[1]), pf_f))
-        if reduce:
-            after.append((len(tasks) - 1, rs(p_out)))
+            task(gather_fwd, pp_, exposed(lt.fwd) + x, pf_f, layer=True)
+        task(gather_fwd, p_out, exposed(loss[0]) + exposed(loss[1]), pf_f, reduce)
         for i in reversed(range(model.layers)):
             is_moe = model.is_moe and i >= first_moe
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
@@ -133,14 +164,9 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
             # One gather serves the recomputed forward and the backward that follows it
             # (DeepSpeed keeps weights reused within stage3_max_reuse_distance; FSDP recomputes
             # inside the unit's backward, its weights gathered).
-            g = gather_layer(pp_) if reshard else 0.0
-            tasks.append((g, exposed(lt.recompute) + exposed(lt.bwd) + x, pf_b))
-            if reduce:
-                after.append((len(tasks) - 1, rs(pp_)))
-        tasks.append((gather(p_emb) if reshard else 0.0, exposed(emb[1]), pf_b))
-        if reduce:
-            after.append((len(tasks) - 1, rs(p_emb)))
-    compute_total = sum(c for _, c, _ in tasks) - a2a_total
+            task(reshard, pp_, exposed(lt.recompute) + exposed(lt.bwd) + x, pf_b, reduce, layer=True)
+        task(reshard, p_emb, exposed(emb[1]), pf_b, reduce)
+    compute_total = sum(c for _, c, _ in tasks) - a2a_total - copies_total
     if not ov.grad_reduce:
         rs_total = sum(d for _, d in after)
         after = []
