@@ -10,7 +10,7 @@ from importlib import resources
 
 from ..core.errors import ModelcutError
 from ..core.step.frameworks import OPTIONS, Framework, Overlap
-from .names import loose_key
+from .names import NameIndex
 
 _FIELDS = {f.name for f in dataclasses.fields(Framework)}
 
@@ -68,15 +68,15 @@ def default_framework() -> str:
     return _presets()[1]
 
 
+@lru_cache(maxsize=None)
+def _index() -> NameIndex[Framework]:
+    index: NameIndex[Framework] = NameIndex("framework", "framework")
+    for name, fw in _presets()[0].items():
+        index.add(fw, name)
+    return index
+
+
 def framework(name: str | None) -> Framework:
-    """A preset by name (case-insensitive, else with other separators: ``names.loose_key``);
-    None: the default."""
-    presets, default = _presets()
-    key = default if name is None else str(name).lower()
-    fw = presets.get(key)
-    if fw is None and name is not None:
-        hits = [v for k, v in presets.items() if loose_key(k) == loose_key(name)]
-        fw = hits[0] if len(hits) == 1 else None
-    if fw is None:
-        raise ModelcutError(f"unknown framework {name!r}; choose one of {', '.join(presets)}")
-    return fw
+    """A preset by name, found as the other catalogs find theirs (:class:`.names.NameIndex`: any
+    case, else with other separators); None: the default."""
+    return _presets()[0][_presets()[1]] if name is None else _index().get(name)
