@@ -33,15 +33,20 @@ def _overlap(row: dict, where: str) -> Overlap:
 
 
 @lru_cache(maxsize=None)
-def _presets() -> tuple[dict[str, Framework], str]:
+def _presets() -> tuple[dict[str, Framework], str, dict[str, tuple[str, ...]]]:
     data = tomllib.loads(resources.files("modelcut.catalog").joinpath("frameworks.toml").read_text(encoding="utf-8"))
     out: dict[str, Framework] = {}
+    aliases: dict[str, tuple[str, ...]] = {}
     for row in data["framework"]:
         row = dict(row)
         name = row.get("name")
         where = f"frameworks.toml {name!r}"
         if name in out:
             raise ModelcutError(f"{where}: named twice")
+        names = row.pop("aliases", [])
+        if not isinstance(names, list) or not all(isinstance(a, str) and a for a in names):
+            raise ModelcutError(f"{where}: aliases must be a list of names")
+        aliases[name] = tuple(names)   # a preset's own: one built on it (base) does not inherit them
         base = row.pop("base", None)
         if base is not None:
             if base not in out:
@@ -56,7 +61,7 @@ def _presets() -> tuple[dict[str, Framework], str]:
     default = data["defaults"]["framework"]
     if default not in out:
         raise ModelcutError(f"frameworks.toml: the default framework {default!r} is not a preset")
-    return out, default
+    return out, default, aliases
 
 
 def framework_names() -> tuple[str, ...]:
@@ -71,8 +76,9 @@ def default_framework() -> str:
 @lru_cache(maxsize=None)
 def _index() -> NameIndex[Framework]:
     index: NameIndex[Framework] = NameIndex("framework", "framework")
-    for name, fw in _presets()[0].items():
-        index.add(fw, name)
+    presets, _, aliases = _presets()
+    for name, fw in presets.items():
+        index.add(fw, name, aliases[name])
     return index
 
 

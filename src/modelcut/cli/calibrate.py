@@ -83,6 +83,33 @@ def _budget_lines(b) -> str:
     return "; ".join(f"{ln.input} {ln.alternative}: {ln.change_pct:+.1f} %" for ln in b.lines)
 
 
+def show_user_table(out: dict) -> None:
+    """``modelcut validate --runs FILE.csv`` as text: per group and overall first, then every run,
+    then the constants used (none fitted to these runs)."""
+    con = console(200)
+
+    def fmt(x, signed=False):
+        return "-" if x is None else (f"{x:+.1f} %" if signed else f"{x:.1f} %")
+
+    st_t = Table("Group", "Runs", "Mean |error|", "Mean error", "Largest",
+                 title="Your runs, predicted with constants fitted on none of them; errors in throughput, "
+                       "+ = predicted faster")
+    for g, st in [*out["groups"].items(), ("[bold]overall[/bold]", out["overall"])]:
+        st_t.add_row(g, str(st["runs"]), fmt(st["mean_abs_pct"]), fmt(st["mean_signed_pct"], True),
+                     fmt(st["max_abs_pct"]))
+    con.print(st_t)
+    table = Table("Run", "Group", "Framework", "GPU", "Measured", "Predicted", "Error", "Step (s)", "Dominant",
+                  title="Every run (TFLOP/s per GPU, or seconds a step where the CSV gives step_time_s)")
+    for r in out["runs"]:
+        u = " s" if r["unit"] == "s" else ""
+        table.add_row(r["id"], r["group"], r["framework"], r["gpu"], f"{r['measured']:g}{u}",
+                      f"{r['predicted']:.2f}{u}" if u else f"{r['predicted']:.1f}", fmt(r["error_pct"], True),
+                      f"{r['step_time_s']:.3f}", r["dominant"])
+    con.print(table)
+    for h, p in out["profiles"].items():
+        con.print(f"{h}: gemm {p['gemm']:.4f}, mem {p['mem']:.4f}, net {p['net']:.4f} ({p['source']})")
+
+
 def show_default_table(t: DefaultTable) -> None:
     """``modelcut validate --mode default`` as text: first the error out of sample, per source
     (each source's runs predicted with the constants fitted without it) beside the in-sample

@@ -19,7 +19,7 @@ from ..service.runfile import load_run_with_settings
 from ..service import inputs
 from ..service.requests import PredictOptions
 from .app import app, fail
-from .calibrate import show_default_table, write_text
+from .calibrate import NO_FLAGS, show_default_table, show_user_table, write_text
 from .common import check_writable, limit_option, limits, parse, progress
 from .views import console, show_prediction
 
@@ -36,13 +36,17 @@ def validate(
     kernels: bool = typer.Option(False, "--kernels", help="check the measured kernel tables against published "
                                                           "kernel benchmarks, and layer times against published "
                                                           "layer measurements, instead"),
+    runs: Path = typer.Option(None, "--runs", dir_okay=False,
+                              help="default mode: your measured runs as CSV (the columns modelcut calibrate --help "
+                                   "lists), predicted with the shipped constants (or --profile's), nothing fitted "
+                                   "to them, instead of the published runs"),
 ) -> None:
     """Check the systems model against the published runs: η fitted on one, the rest predicted.
     ``--mode default``: every run (deck and dev sets), the default model beside the seed.
     ``--kernels``: the kernel tables against published kernel benchmarks."""
     if kernels:
-        if profile is not None or budget or mode != "seed":
-            fail("--kernels takes no --mode, --profile or --budget")
+        if profile is not None or budget or mode != "seed" or runs is not None:
+            fail("--kernels takes no --mode, --profile, --budget or --runs")
         out = validation.kernel_rows()
         if as_json:
             print(json.dumps(out))
@@ -89,6 +93,17 @@ def validate(
         con.print(sweeps)
         for cid, src in out["sweep_sources"].items():
             con.print(f"{cid}: {src['source']}")
+        return
+    if runs is not None:
+        if mode not in ("seed", "default") or budget:
+            fail("--runs predicts with the default model (--mode default) and takes no --budget")
+        with progress("predicting your runs", enabled=not as_json) as upd:
+            upd(0)
+            out = validation.user_table(runs, service.load_profile(profile), NO_FLAGS)
+        if as_json:
+            print(json.dumps(out))
+        else:
+            show_user_table(out)
         return
     if mode == "default":
         prof = service.load_profile(profile)

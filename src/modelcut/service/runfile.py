@@ -143,8 +143,13 @@ def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None, 
         cfg = Path(mt["config"])
         if base is not None and not cfg.is_absolute():
             cfg = base / cfg
-        inputs.model_spec(str(cfg), lim)           # its sizes within the limits, before it is read
-        model = catalog.load_hf_config(cfg, mt.get("name"))
+        try:
+            inputs.model_spec(str(cfg), lim)       # its sizes within the limits, before it is read
+            model = catalog.load_hf_config(cfg, mt.get("name"))
+        except LimitError:
+            raise
+        except ModelcutError as exc:
+            raise ModelcutError(f"{where} [model]: {exc}") from None
     elif set(mt) == {"name"}:
         model = _catalog_entry(catalog.model, mt["name"], "name", f"{where} [model]")
     else:

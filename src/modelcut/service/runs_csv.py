@@ -4,6 +4,7 @@ each bad row is a one-line error."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from pathlib import Path
 
@@ -11,12 +12,9 @@ from .. import catalog
 from ..analysis.measured import Measured
 from ..core import plan as plans
 from ..core.errors import ModelcutError
-from ..core.specs import Layout, Run, Training
-from ..core.step.checks import check_run
-from . import inputs
 from .inputs import parse_overlap
 from .limits import Limits
-from .runfile import check_sizes
+from .runfile import run_from_dict
 
 
 # ---------------------------------------------------------------- a user's runs (CSV)
@@ -32,14 +30,20 @@ CSV_COLUMNS: dict[str, str] = {
     "gpus_per_node": "accelerators per node (default: the hardware's)",
     "tp": "tensor-parallel size", "cp": "context-parallel size (default 1)", "pp": "pipeline stages",
     "dp": "data-parallel size", "vpp": "interleaved chunks per device (default 1)",
+    "ep": "expert-parallel size (an MoE model; default 1)", "etp": "expert tensor-parallel size (default tp)",
+    "cp_kind": "with cp > 1: ring or allgather (default: the stack's)",
+    "schedule": "a pipeline schedule of the registry (modelcut schedules; default: 1F1B, interleaved with vpp > 1)",
+    "order": "rank order, innermost first, e.g. tp;cp;pp;dp (default: Megatron-core's, tp;cp;ep;dp;pp)",
     "sequence_parallel": "true/false (default: the stack's, on with tp > 1 under Megatron-core and torchtitan)", "zero": "ZeRO stage 0-3 (default: the stack's, 3 under FSDP)",
     "seq_len": "tokens per sequence", "global_batch": "sequences per step",
     "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none)",
     "recompute_modules": "with selective: the modules recomputed, e.g. layernorm;moe_act (core_attn, layernorm, "
                          "moe_act; default: the stack's selective policy)",
     "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
+    "precision": "the matrix products' precision: bf16, fp16 or fp8 (default bf16)",
+    "fp8_recipe": "with fp8: delayed, current, blockwise or mxfp8 (default: the stack's)",
     "cross_entropy": "the loss's kernel: fp32-passes, fused, mcore-fused, torch or torch-fp32 (default: the framework's)",
-    "framework": "a preset (modelcut predict --help lists them; default megatron-core)",
+    "framework": "a preset or another name for one, e.g. torchtitan (modelcut predict --help lists them; default megatron-core)",
     "overlap": "overrides, e.g. grad_reduce=off;tp_comm=on",
     "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them",
     "step_time_s": "measured seconds per step (used when given)",
@@ -73,6 +77,42 @@ def _float(row: dict, key: str, where: str) -> float | None:
         raise ModelcutError(f"{where}: {key} must be a number, got {val!r}") from None
 
 
+#: The columns a row's run is built from, by the run file's section and the cell's type.
+_INTS = {"tp", "cp", "pp", "dp", "ep", "etp", "vpp", "zero", "seq_len", "global_batch", "micro_batch",
+         "local_batch", "gpus_per_node"}
+_LISTS = {"order", "recompute_modules"}        # ";"-separated cells
+_SECTIONS = {"hardware": ("gpu", "gpus_per_node"),
+             "layout": catalog.LAYOUT_KEYS,
+             "training": catalog.TRAINING_KEYS}
+
+
+def _cell(row: dict, key: str, where: str):
+    """A non-empty cell as the run file would give it: an integer, true/false, a list or a string."""
+    val = row[key].strip()
+    if key in _INTS:
+        return _int(row, key, where)
+    if key == "sequence_parallel":
+        low = val.lower()
+        if low not in ("true", "false", "1", "0", "yes", "no"):
+            raise ModelcutError(f"{where}: sequence_parallel must be true or false, got {val!r}")
+        return low in ("true", "1", "yes")
+    if key in _LISTS:
+        return [x.strip() for x in val.split(";") if x.strip()]
+    return val
+
+
+def _row_doc(row: dict, model: str, where: str) -> dict:
+    """A CSV row as a RUN.toml document, read by the run file's own reader (:func:`.runfile.run_from_dict`:
+    the same request models, defaults and one-line errors): the model a catalog name or a config.json path."""
+    is_config = model.endswith(".json") or Path(model).is_file()
+    doc: dict = {"model": {"config": model} if is_config else {"name": model}}
+    for section, keys in _SECTIONS.items():
+        doc[section] = {k: _cell(row, k, where) for k in keys if k in row and row[k].strip()}
+    if doc["layout"].get("vpp") == 1:
+        del doc["layout"]["vpp"]                  # one chunk a device: the schedule's default, as before
+    return doc
+
+
 def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measured]:
     """A user's measured runs (columns :data:`CSV_COLUMNS`); each bad row is a one-line error."""
     p = Path(path)
@@ -100,31 +140,21 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
         mname = row.get("model", "").strip()
         if not mname:
             raise ModelcutError(f"{where}: missing 'model'")
-        spec = inputs.model_spec(mname, limits)
-        hw = catalog.hardware(row.get("gpu", "").strip() or "?")
-        sp = row.get("sequence_parallel", "").strip().lower()
-        if sp not in ("", "true", "false", "1", "0", "yes", "no"):
-            raise ModelcutError(f"{where}: sequence_parallel must be true or false, got {sp!r}")
-        vpp = _int(row, "vpp", where, 1)
+        for k in ("tp", "pp", "dp"):
+            _int(row, k, where)                  # required here, as the columns say
+        run = run_from_dict(_row_doc(row, mname, where), where, None, limits)
+        run = dataclasses.replace(run, name=rid)
+        hw = catalog.hardware(run.gpu)
         try:
-            layout = Layout(tp=_int(row, "tp", where), cp=_int(row, "cp", where, 1), pp=_int(row, "pp", where),
-                            dp=_int(row, "dp", where), vpp=vpp if vpp and vpp > 1 else None,
-                            sequence_parallel=sp in ("true", "1", "yes") if sp else None, zero=_opt_int(row, "zero", where))
-            training = Training(seq_len=_int(row, "seq_len", where), global_batch=_int(row, "global_batch", where),
-                                micro_batch=_int(row, "micro_batch", where),
-                                recompute=(row.get("recompute", "").strip() or "none"),
-                                recompute_modules=tuple(m.strip() for m in row.get("recompute_modules", "").split(";")
-                                                        if m.strip()) or None,
-                                local_batch=_int(row, "local_batch", where, 0) or None,
-                                cross_entropy=row.get("cross_entropy", "").strip() or None)
-            plans.flushes(layout, training)      # a local batch that does not divide the step
+            plans.flushes(run.layout, run.training)      # a local batch that does not divide the step
         except ModelcutError as exc:
-            msg = str(exc)
-            raise ModelcutError(msg if msg.startswith(where) else f"{where}: {msg}") from None
-        gpn = _int(row, "gpus_per_node", where, 0) or None
+            raise ModelcutError(f"{where}: {exc}") from None
         fw = row.get("framework", "").strip() or None
-        if fw is not None and fw not in catalog.framework_names():
-            raise ModelcutError(f"{where}: unknown framework {fw!r}; choose one of {', '.join(catalog.framework_names())}")
+        if fw is not None:
+            try:   # any spelling the presets' index takes ("torchtitan", "Megatron-LM"), as --framework does
+                fw = catalog.framework(fw).name
+            except ModelcutError as exc:
+                raise ModelcutError(f"{where}: {exc}") from None
         ov = parse_overlap(row.get("overlap", "").replace(";", ","))
         tflops, step = _float(row, "tflops_per_gpu", where), _float(row, "step_time_s", where)
         if tflops is None and step is None:
@@ -133,13 +163,7 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
             raise ModelcutError(f"{where}: tflops_per_gpu must be a positive number, got {tflops!r}")
         if step is not None and not (math.isfinite(step) and step > 0):
             raise ModelcutError(f"{where}: step_time_s must be a positive number, got {step!r}")
-        run = Run(model=spec, gpu=hw.name, layout=layout, training=training, gpus_per_node=gpn, name=rid)
-        try:
-            check_sizes(run, limits)
-            check_run(run)
-        except ModelcutError as exc:
-            raise ModelcutError(f"{where}: {exc}") from None
-        group = row.get("group", "").strip() or (fw or "megatron-core")
+        group = row.get("group", "").strip() or (fw or catalog.default_framework())
         out.append(Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, str(p)))
     if not out:
         raise ModelcutError(f"{p}: no runs")

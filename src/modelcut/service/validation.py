@@ -4,6 +4,8 @@
 * :func:`kernel_rows`: the measured kernel tables against published kernel benchmarks, and the
   step model's layer times against published layer measurements (:mod:`..analysis.kernel_checks`),
   ``validate --kernels``.
+* :func:`user_table`: a user's measured runs (CSV, :mod:`.runs_csv`) under the shipped model, nothing
+  fitted to them: ``validate --runs FILE.csv``.
 * :func:`default_table`: every published run (deck and development sets) under the default model,
   out of sample first (each source's runs predicted with the constants of the profile's fold
   that left that source out), in sample beside it, and the seed; per source and overall, with
@@ -25,7 +27,9 @@ from ..catalog.kernel_checks import gemm_sweeps, layer_checks, linear_checks
 from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.step import seed
+from .limits import Limits
 from .predict import efficiency_for, profile_on
+from .runs_csv import read_runs_csv
 
 BREAKDOWN_KEYS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "optimizer_s")
 
@@ -115,6 +119,36 @@ def default_table(profile: Profile | None = None, budget: bool = False) -> Defau
         p = profile_on(m.hw, profile)
         used.setdefault(p.hardware, p)
     return DefaultTable(rows, av.summarize(rows), used, budgets)
+
+
+def user_table(path, profile: Profile | None = None, limits: Limits | None = None) -> dict[str, Any]:
+    """A user's measured runs (a CSV file, :func:`.runs_csv.read_runs_csv`) predicted by the default
+    model with the shipped constants (or ``profile``'s), none of them fitted to these runs: each
+    run's measured and predicted figure and error (+ = predicted faster), per group (the CSV's
+    ``group``, else the framework) and overall: ``validate --runs FILE.csv [--json]``."""
+    measured = read_runs_csv(path, limits)
+    rows = []
+    for m in measured:
+        try:
+            rows += av.side_by_side([m], {}, lambda hw: efficiency_for(hw, profile))
+        except ModelcutError as exc:     # a run the model cannot time (FP8 on an A100): its row named
+            raise ModelcutError(f"{m.source}: run {m.id!r}: {exc}") from None
+    summary = av.summarize(rows)
+    used: dict[str, Profile] = {}
+    for m in measured:
+        p = profile_on(m.hw, profile)
+        used.setdefault(p.hardware, p)
+    return {
+        "mode": "default",
+        "runs": [{"id": r.id, "group": r.group, "framework": r.framework or catalog.default_framework(),
+                  "gpu": r.measured.hw.name, "measured": r.published, "unit": r.unit, "predicted": r.value(r.default),
+                  "step_time_s": r.default.step_time_s, "error_pct": r.default_error_pct, "dominant": r.dominant,
+                  "breakdown": {k: getattr(r.default.breakdown, k) for k in BREAKDOWN_KEYS}} for r in rows],
+        "groups": {g: st["default"] for g, st in summary["groups"].items()},
+        "overall": summary["overall"]["default"],
+        "profiles": {h: {"gemm": p.efficiency.gemm, "mem": p.efficiency.mem, "net": p.efficiency.net,
+                         "source": p.path or p.source} for h, p in used.items()},
+    }
 
 
 def runs_page(mode: str = "seed", which: str = "deck") -> dict[str, Any]:

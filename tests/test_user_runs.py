@@ -1,0 +1,104 @@
+"""A user's measured runs checked against the shipped model, nothing fitted to them
+(``modelcut validate --runs FILE.csv``): each CSV row is read by the run file's own reader, so every
+layout and training field a RUN.toml takes (ep, cp_kind, precision, …) and every framework name
+``--framework`` takes work in a row too; a row the model cannot time is one line naming it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from modelcut import catalog
+from modelcut.cli import main
+from modelcut.core.errors import ModelcutError
+from modelcut.service import predict as service
+from modelcut.service.runfile import run_from_dict
+from modelcut.service.runs_csv import read_runs_csv
+
+HEAD = "id,group,model,gpu,tp,cp,pp,dp,ep,cp_kind,seq_len,global_batch,micro_batch,recompute,precision,framework,step_time_s\n"
+ROWS = ("dense-fp8,g1,llama3-70b,h100,4,1,4,4,,,8192,128,1,none,fp8,Megatron-LM,10.0\n"
+        "dense-bf16,g1,llama3-70b,h100,4,1,4,4,,,8192,128,1,none,bf16,mcore,12.0\n"
+        "moe,g2,mixtral-8x7b,h100,1,1,4,16,8,,4096,256,1,full,,nemo2,5.0\n"
+        "long,g2,llama3-8b,NVIDIA H100 80GB HBM3,1,4,1,2,,ring,32768,8,1,full,,torchtitan,9.0\n")
+
+
+def _csv(tmp_path, body=ROWS):
+    p = tmp_path / "mine.csv"
+    p.write_text(HEAD + body)
+    return p
+
+
+def test_a_row_is_the_run_its_run_file_would_be(tmp_path):
+    """Each row's run equals what run_from_dict builds from the same fields; aliases resolve."""
+    got = {m.id: m for m in read_runs_csv(_csv(tmp_path))}
+    assert [got[k].framework for k in ("dense-fp8", "dense-bf16", "moe", "long")] == [
+        "megatron-core", "megatron-core", "nemo", "fsdp"]
+    doc = {"model": {"name": "llama3-8b"}, "hardware": {"gpu": "h100"},
+           "layout": {"tp": 1, "cp": 4, "pp": 1, "dp": 2, "cp_kind": "ring"},
+           "training": {"seq_len": 32768, "global_batch": 8, "micro_batch": 1, "recompute": "full"}}
+    want = run_from_dict(doc, "x")
+    long = got["long"].run
+    assert (long.layout, long.training, long.model, long.gpu) == (want.layout, want.training, want.model, want.gpu)
+    assert got["moe"].run.layout.ep == 8 and got["dense-fp8"].run.training.precision == "fp8"
+    assert got["dense-bf16"].run.training.precision == "bf16"
+
+
+def test_validate_runs_predicts_each_row_as_predict_does(tmp_path, capsys):
+    path = _csv(tmp_path)
+    assert main(["validate", "--runs", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["id"]: r for r in out["runs"]}
+    for m in read_runs_csv(path):
+        pred = service.predict(service.PredictRequest(m.run, framework=m.framework)).prediction
+        r = rows[m.id]
+        assert r["step_time_s"] == pytest.approx(pred.step_time_s, rel=1e-12)
+        assert r["error_pct"] == pytest.approx((m.step_time_s / pred.step_time_s - 1) * 100)
+    # FP8 in the precision column is honoured: the same layout is faster than in bf16
+    assert rows["dense-fp8"]["step_time_s"] < rows["dense-bf16"]["step_time_s"]
+    # per group and overall: the rows' own errors summarised
+    g1 = [rows[k]["error_pct"] for k in ("dense-fp8", "dense-bf16")]
+    assert out["groups"]["g1"]["mean_abs_pct"] == pytest.approx(sum(map(abs, g1)) / 2)
+    assert out["groups"]["g1"]["mean_signed_pct"] == pytest.approx(sum(g1) / 2)
+    assert out["overall"]["runs"] == 4
+    assert out["overall"]["max_abs_pct"] == pytest.approx(max(abs(r["error_pct"]) for r in rows.values()))
+    assert main(["validate", "--runs", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "Your runs" in text and "dense-fp8" in text and "overall" in text
+
+
+@pytest.mark.parametrize("row, word", [
+    ("a,g,llama3-70b,a100,4,1,4,4,,,8192,128,1,none,fp8,megatron-core,10\n", "run 'a': precision fp8"),
+    ("a,g,llama3-70b,h100,4,1,4,4,,,8192,128,1,none,fp9,,10\n", "precision must be one of"),
+    ("a,g,llama3-70b,h100,4,1,4,4,3,,8192,128,1,none,,,10\n", "needs a mixture-of-experts model"),
+    ("a,g,llama3-70b,h100,4,1,4,4,,spiral,8192,128,1,none,,,10\n", "cp_kind"),
+    ("a,g,llama3-70b,h100,4,1,4,4,,,8192,128,1,none,,titan,10\n", "unknown framework 'titan'"),
+    ("a,g,/nonesuch/config.json,h100,4,1,4,4,,,8192,128,1,none,,,10\n", ":2 [model]: no such config file"),
+])
+def test_a_bad_row_is_one_line_naming_it(tmp_path, capsys, row, word):
+    path = _csv(tmp_path, row)
+    assert main(["validate", "--runs", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("modelcut: error:") and word in err[0]
+
+
+def test_validate_runs_refuses_what_it_does_not_do(tmp_path, capsys):
+    path = _csv(tmp_path)
+    for extra in (["--kernels"], ["--budget"]):
+        assert main(["validate", "--runs", str(path), *extra]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("written, name", [
+    ("torchtitan", "fsdp"), ("TorchTitan-Compile", "fsdp-compile"), ("fsdp2", "fsdp"), ("Megatron-LM", "megatron-core"),
+    ("mcore", "megatron-core"), ("megatron", "megatron-core"), ("NeMo2", "nemo"), ("DeepSpeed", "deepspeed-zero3"),
+    ("automodel", "nemo-automodel"), ("mbridge", "megatron-bridge")])
+def test_framework_aliases(written, name):
+    assert catalog.framework(written).name == name
+
+
+def test_a_preset_built_on_another_does_not_take_its_aliases():
+    """fsdp-compile is built on fsdp (base) but "torchtitan" still names fsdp alone, not both."""
+    assert catalog.framework("torchtitan") is catalog.framework("fsdp")
+    with pytest.raises(ModelcutError, match="unknown framework"):
+        catalog.framework("automodel-flex")
