@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import catalog
-from ..core.costs.flops import executed_flops, model_flops
+from ..core.costs.flops import model_flops, reported_flops
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware, Run
 
@@ -43,8 +43,7 @@ def counted_flops(run: Run) -> float:
     """FLOPs per step as modelcut reports TFLOP/s (the seed's count): Narayanan et al. 2021
     eq. 3 with full recomputation, PaLM's 6N + 12·l·s·d otherwise (plus the recomputed
     attention core with selective recomputation)."""
-    tr = run.training
-    return executed_flops(run.model, tr, "megatron" if tr.recompute == "full" else "palm")
+    return reported_flops(run.model, run.training)
 
 
 def published_flops(pr: catalog.PublishedRun) -> float | None:

@@ -54,8 +54,9 @@ def show_prediction(result: PredictResult) -> None:
               f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}"
               + (f" × {pred.flushes} runs" if pred.flushes > 1 else "") + f"; {label})")
     con.print(f"step time        {pred.step_time_s:.4f} s")
-    con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}")
-    con.print(f"MFU              {pred.mfu * 100:.1f} %" + (" (of the FP8 peak)" if tr.precision == "fp8" else ""))
+    counts_tflops, counts_mfu = result.counting
+    con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}  ({counts_tflops})")
+    con.print(f"MFU              {pred.mfu * 100:.1f} %  ({counts_mfu})")
     table = Table("Term", "Seconds", "Share")
     for k, x in pred.breakdown.as_dict().items():
         table.add_row(k.removesuffix("_s"), f"{x:.4f}", f"{x / pred.step_time_s * 100:.1f} %")

@@ -19,6 +19,7 @@ from ..analysis.budget import ErrorBudget, error_budget
 from ..analysis.measured import error_pct, measured_run, measured_step_time, published_flops
 from ..analysis.validation import seed_eta
 from ..catalog import Profile, PublishedRun
+from ..core.costs import flops
 from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.explore.rules import violations
@@ -91,6 +92,20 @@ class PredictResult:
     published: dict[str, Any] | None = None
     budget: ErrorBudget | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def counting(self) -> tuple[str, str]:
+        """What the TFLOP/s per GPU and the MFU count, in words (:func:`..core.costs.flops.reported_convention`)."""
+        tr = self.run.training
+        if flops.reported_convention(tr) == "megatron":
+            tflops = "Narayanan et al. 2021 eq. 3, full recomputation counted"
+        else:
+            tflops = "PaLM's 6N + 12·l·s·d a token, attention unmasked" + (
+                ", recomputation added" if tr.recompute != "none" else "")
+        peak = "FP8" if tr.precision == "fp8" else "16-bit"
+        mfu = f"causal work, no recomputation, over the {peak} peak" if self.prediction.mode == "default" else \
+            f"the same count over the {peak} peak"
+        return tflops, mfu
 
     def as_dict(self) -> dict[str, Any]:
         d = self.prediction.as_dict()

@@ -256,3 +256,17 @@ def executed_flops(model: ModelSpec, training: Training, convention: str) -> flo
     """Work actually executed per step: the convention's model FLOPs plus recomputation."""
     return model_flops(model, training, convention) + recompute_flops(
         model, training.global_batch, training.seq_len, training.recompute, training.recompute_modules)
+
+
+def reported_convention(training: Training) -> str:
+    """The count behind the TFLOP/s per GPU modelcut reports (the deck's, as its sources count):
+    Narayanan et al. 2021 eq. 3 ("megatron") with full recomputation, PaLM's 6N + 12·l·s·d
+    (attention over every (query, key) pair) otherwise; the recomputed work added
+    (:func:`reported_flops`). MFU counts :func:`causal_model_flops` instead, the work the time
+    model charges, so the two differ by the masked half of attention and by recomputation."""
+    return "megatron" if training.recompute == "full" else "palm"
+
+
+def reported_flops(model: ModelSpec, training: Training) -> float:
+    """FLOPs per step behind the reported TFLOP/s per GPU (:func:`reported_convention`)."""
+    return executed_flops(model, training, reported_convention(training))

@@ -127,7 +127,7 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: DefaultBreakd
         bd = DefaultBreakdown(**{k: (v if k == "optimizer_s" else f * v) for k, v in bd.as_dict().items()})
         notes.append(f"{f} pipeline schedule runs a step, each of {plan.m} micro-batches (local batch "
                      f"{tr.local_batch}): each fills and drains the pipeline and reduces its gradients")
-    F = flops.executed_flops(run.model, tr, "megatron" if tr.recompute == "full" else "palm")
+    F = flops.reported_flops(run.model, tr)
     n = run.layout.gpus
     work = flops.causal_model_flops(run.model, tr.global_batch, tr.seq_len)
     return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * mfu_peak(hw, tr)),

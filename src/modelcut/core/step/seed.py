@@ -201,8 +201,7 @@ def predict(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) 
     n = L.gpus
     plan, notes = seed_plan(run)
     p, m, v = plan.p, plan.m, plan.v
-    convention = "megatron" if tr.recompute == "full" else "palm"
-    F = flops.executed_flops(model, tr, convention)
+    F = flops.reported_flops(model, tr)
     # Work: F spread over the pipeline's slots (DualPipe: each micro-batch passes one of the two copies).
     slots = [st.slots for st in plan.stages]
     per_slot_compute = F * p * plan.copies / (n * m * sum(slots)) / (eta * hw.peak_flops_16)
