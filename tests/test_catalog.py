@@ -91,11 +91,65 @@ def test_published_runs():
     ("pythia-1b.json", dict(layers=16, hidden=2048, ffn_hidden=8192, heads=8, tied_embeddings=False,
                             gated_mlp=False)),
     ("mixtral-8x7b.json", dict(experts=8, top_k=2, gated_mlp=True)),
+    # MosaicML MPT-7B: ALiBi (no position table), no biases, tied, a plain 4h MLP
+    ("mpt-7b.json", dict(layers=32, hidden=4096, ffn_hidden=16384, heads=32, kv_heads=32, vocab=50432,
+                         gated_mlp=False, tied_embeddings=True, bias=False, learned_positions=False, dropout=False)),
+    ("gemma-7b.json", dict(layers=28, hidden=3072, head_dim=256, heads=16, kv_heads=16, gated_mlp=True,
+                           tied_embeddings=True, norm="rmsnorm", sliding_window=None)),
+    # Gemma 2 9B: every other layer from the first within 4,096 keys (Gemma2Config without layer_types)
+    ("gemma2-9b.json", dict(layers=42, kv_heads=8, head_dim=256, sliding_window=4096, sliding_layers=21,
+                            tied_embeddings=True)),
+    ("olmo2-7b.json", dict(layers=32, hidden=4096, ffn_hidden=11008, vocab=100352, gated_mlp=True,
+                           tied_embeddings=False, qkv_bias=False)),
+    # a NemotronForCausalLM config of Nemotron-4 15B's shape is the catalog's nemotron4-15b
+    ("nemotron4-15b-like.json", dict(layers=32, hidden=6144, ffn_hidden=24576, heads=48, kv_heads=8, vocab=256000,
+                                     gated_mlp=False, tied_embeddings=False, norm="layernorm", bias=False)),
 ])
 def test_hf_configs(file, arch):
     m = catalog.load_hf_config(f"tests/data/hf/{file}")
     for k, v in arch.items():
         assert getattr(m, k) == v, k
+
+
+def test_hf_config_parameter_counts_of_the_new_families():
+    """Gemma 7B's 8,537,680,896 parameters (its model card's 8.54B); a Nemotron config of
+    Nemotron-4 15B's shape counts what the catalog entry counts; MPT-7B's 6.65B within 0.01 %."""
+    from modelcut.core.costs.flops import param_count
+    assert param_count(catalog.load_hf_config("tests/data/hf/gemma-7b.json")) == 8_537_680_896
+    assert param_count(catalog.load_hf_config("tests/data/hf/nemotron4-15b-like.json")) == \
+        param_count(catalog.model("nemotron4-15b"))
+    assert param_count(catalog.load_hf_config("tests/data/hf/mpt-7b.json")) == pytest.approx(6.649e9, rel=1e-4)
+
+
+def test_mpt_and_gemma3_options():
+    base = json.loads(open("tests/data/hf/mpt-7b.json").read())
+    gqa = catalog.model_from_hf_config({**base, "attn_config": {"attn_type": "grouped_query_attention",
+                                                                "kv_n_heads": 8, "rope": True},
+                                        "ffn_config": {"ffn_type": "mptglu"}, "expansion_ratio": 3.5})
+    assert (gqa.kv_heads, gqa.gated_mlp, gqa.ffn_hidden, gqa.learned_positions) == (8, True, 14336, False)
+    mqa = catalog.model_from_hf_config({**base, "attn_config": {"attn_type": "multiquery_attention"}})
+    assert mqa.kv_heads == 1 and mqa.learned_positions and mqa.max_seq == 2048   # MPTConfig's learned positions
+    with pytest.raises(ModelcutError, match="kv_n_heads"):
+        catalog.model_from_hf_config({**base, "attn_config": {"attn_type": "grouped_query_attention"}})
+    g3 = {"architectures": ["Gemma3ForCausalLM"], "hidden_size": 1152, "intermediate_size": 6912,
+          "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 26,
+          "vocab_size": 262144, "sliding_window": 512}
+    m = catalog.model_from_hf_config(g3)
+    assert (m.sliding_window, m.sliding_layers, m.tied_embeddings) == (512, 26 - 4, True)   # layers 5, 11, 17, 23 global
+    types = ["full_attention" if i % 2 else "sliding_attention" for i in range(26)]
+    assert catalog.model_from_hf_config({**g3, "layer_types": types}).sliding_layers == 13
+
+
+@pytest.mark.parametrize("change, word", [
+    ({"d_model": "big"}, "d_model must be a positive whole number"),
+    ({"expansion_ratio": "x"}, "expansion_ratio must be a positive number"),
+    ({"attn_config": [1]}, "attn_config and ffn_config must be objects"),
+    ({"attn_config": {"attn_type": "weird"}}, "unknown attn_config.attn_type 'weird'"),
+])
+def test_bad_mpt_configs_are_one_line_errors(change, word):
+    base = json.loads(open("tests/data/hf/mpt-7b.json").read())
+    with pytest.raises(ModelcutError, match=word):
+        catalog.model_from_hf_config({**base, **change})
 
 
 def test_hf_config_errors():

@@ -3,7 +3,9 @@
 Field names and defaults follow the transformers configuration classes (src/transformers/models/
 <family>/configuration_<family>.py): LlamaConfig, MistralConfig, Qwen2Config, MixtralConfig,
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
-same fields), GptOssConfig, GPT2Config, GPTNeoXConfig. The architecture is read from ``architectures[0]``, else
+same fields), GptOssConfig, GPT2Config, GPTNeoXConfig, NemotronConfig, GemmaConfig, Gemma2Config,
+Gemma3TextConfig, OlmoConfig, Olmo2Config; and MosaicML's MPTConfig (llm-foundry
+llmfoundry/models/mpt/configuration_mpt.py). The architecture is read from ``architectures[0]``, else
 from ``model_type``. A missing required field or an unknown architecture is a one-line error
 naming it.
 
@@ -26,6 +28,25 @@ Mixture-of-experts fields, by family:
   experts' GLU clamped where ``swiglu_limit`` is set (``glu_clamp``); ``sliding_window`` keys for
   the layers ``layer_types`` names ``"sliding_attention"`` (without the list, every other layer
   from the first, GptOssConfig's default in transformers' configuration_gpt_oss.py).
+
+Other families:
+
+* MPT: ``d_model``, ``n_heads``, ``n_layers``, an MLP ``expansion_ratio`` × ``d_model`` wide (default 4;
+  ``ffn_config.ffn_type`` ``"mptglu"`` gated), ``vocab_size``, ``max_seq_len``; biases unless ``no_bias``;
+  LayerNorm; embeddings tied unless ``tie_word_embeddings`` is false; ``attn_config.attn_type``
+  ``multiquery_attention`` (one KV head) or ``grouped_query_attention`` (``kv_n_heads``); learned
+  positions (``learned_pos_emb``, MPTConfig's default) unless ``attn_config`` turns on ALiBi or RoPE.
+  ALiBi adds its bias inside the attention kernel (FlashAttention-2's ``alibi_slopes``); modelcut times
+  such a model as a RoPE one, whose rotary kernel it charges: a small overcount of elementwise work.
+  Dropout where ``resid_pdrop``, ``emb_pdrop`` or ``attn_config.attn_pdrop`` is above 0.
+* Nemotron (NemotronConfig): squared ReLU as a plain MLP (not gated), LayerNorm (``layernorm1p``), no
+  linear biases unless ``attention_bias`` / ``mlp_bias``, untied, ``head_dim`` where given.
+* Gemma, Gemma 2, Gemma 3 (text): a gated (GeGLU) MLP, RMSNorm, ``head_dim`` (256 for most sizes),
+  tied embeddings (their configs' default); Gemma 2 and 3 attend within ``sliding_window`` on the
+  layers ``layer_types`` names ``"sliding_attention"``, else Gemma 2's every other layer from the first
+  (Gemma2Config) and Gemma 3's five of every six (``sliding_window_pattern``, default 6: layer i global
+  when (i + 1) % 6 == 0). Gemma 2's logit soft-capping and their extra norms are not timed apart.
+* OLMo, OLMo 2: Llama-shaped (SwiGLU, RoPE, untied); OLMo 2's query and key norms not timed apart.
 
 RoPE scaling: a YaRN ``rope_scaling`` gives the attention factor its cos and sin are multiplied
 by (``rope_mscale``), as transformers computes it (modeling_rope_utils.py
@@ -58,6 +79,13 @@ _FAMILIES = {
     "DeepseekV2ForCausalLM": "deepseek", "deepseek_v2": "deepseek",
     "DeepseekV3ForCausalLM": "deepseek", "deepseek_v3": "deepseek",
     "GptOssForCausalLM": "gpt_oss", "gpt_oss": "gpt_oss",
+    "MPTForCausalLM": "mpt", "mpt": "mpt",
+    "NemotronForCausalLM": "nemotron", "nemotron": "nemotron",
+    "GemmaForCausalLM": "gemma", "gemma": "gemma",
+    "Gemma2ForCausalLM": "gemma2", "gemma2": "gemma2",
+    "Gemma3ForCausalLM": "gemma3", "gemma3_text": "gemma3",
+    "OlmoForCausalLM": "olmo", "olmo": "olmo",
+    "Olmo2ForCausalLM": "olmo2", "olmo2": "olmo2",
 }
 
 
@@ -149,6 +177,21 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),  # GPTNeoXConfig default
             norm="layernorm", bias=bool(_get(cfg, "attention_bias", arch, True)),
             max_seq=_get(cfg, "max_position_embeddings", arch, None), source=f"Hugging Face config.json ({arch})")
+    if fam == "mpt":
+        return _mpt(cfg, arch, name)
+    if fam == "nemotron":
+        heads = _get(cfg, "num_attention_heads", arch)
+        hidden = _get(cfg, "hidden_size", arch)
+        head_dim = cfg.get("head_dim")
+        return ModelSpec(
+            name=name, layers=_get(cfg, "num_hidden_layers", arch), hidden=hidden,
+            ffn_hidden=_get(cfg, "intermediate_size", arch), heads=heads,
+            kv_heads=_get(cfg, "num_key_value_heads", arch, heads), vocab=_get(cfg, "vocab_size", arch),
+            gated_mlp=False, tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),
+            head_dim=None if head_dim is None or head_dim * heads == hidden else head_dim, norm="layernorm",
+            bias=bool(cfg.get("attention_bias", False)) and bool(cfg.get("mlp_bias", False)),
+            qkv_bias=bool(cfg.get("attention_bias", False)), dropout=False,
+            max_seq=_get(cfg, "max_position_embeddings", arch, None), source=f"Hugging Face config.json ({arch})")
     # Llama-like: Llama, Mistral, Qwen2/3, Mixtral, Qwen MoE, DeepSeek (RMSNorm, SwiGLU, RoPE).
     heads = _get(cfg, "num_attention_heads", arch)
     hidden = _get(cfg, "hidden_size", arch)
@@ -170,6 +213,8 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
                     kw.update(sliding_window=_get(cfg, "sliding_window", arch), sliding_layers=sliding)
     elif fam in ("qwen2_moe", "qwen3_moe"):
         kw = _qwen_moe(cfg, arch, fam, layers)
+    elif fam in ("gemma2", "gemma3"):
+        kw = _gemma_sliding(cfg, arch, fam, layers)
     elif fam == "deepseek":
         kw = _deepseek_moe(cfg, arch)
         kv_heads, head_dim = mla_equivalent_shape(
@@ -182,14 +227,71 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         name=name, layers=layers, hidden=hidden,
         ffn_hidden=_get(cfg, "intermediate_size", arch), heads=heads, kv_heads=kv_heads,
         vocab=_get(cfg, "vocab_size", arch), gated_mlp=True,
-        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),
+        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, fam.startswith("gemma"))),  # GemmaConfig: True
         head_dim=head_dim, norm="rmsnorm",
         bias=(attention_bias and bool(cfg.get("mlp_bias", False)) if fam == "llama"
               else attention_bias if fam == "gpt_oss" else False),
         qkv_bias=(True if fam in ("qwen2", "qwen2_moe")
-                  else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe") else None)),
+                  else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+                                                  "olmo", "olmo2") else None)),
         dropout=False, max_seq=_get(cfg, "max_position_embeddings", arch, None),
         rope_mscale=rope_attention_factor(cfg, arch), source=f"Hugging Face config.json ({arch})", **kw)
+
+
+def _mpt(cfg: dict, arch: str, name: str) -> ModelSpec:
+    """An MPT config (module doc): MPTConfig's field names and defaults."""
+    hidden = _get(cfg, "d_model", arch)
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+        raise ModelcutError(f"config.json ({arch}): d_model must be a positive whole number, got {hidden!r}")
+    heads = _get(cfg, "n_heads", arch)
+    attn = cfg.get("attn_config") or {}
+    ffn = cfg.get("ffn_config") or {}
+    if not isinstance(attn, dict) or not isinstance(ffn, dict):
+        raise ModelcutError(f"config.json ({arch}): attn_config and ffn_config must be objects")
+    kind = attn.get("attn_type", "multihead_attention")
+    if kind == "multiquery_attention":
+        kv = 1
+    elif kind == "grouped_query_attention":
+        kv = attn.get("kv_n_heads")
+        if kv is None:
+            raise ModelcutError(f"config.json ({arch}): grouped_query_attention needs attn_config.kv_n_heads")
+    elif kind == "multihead_attention":
+        kv = heads
+    else:
+        raise ModelcutError(f"config.json ({arch}): unknown attn_config.attn_type {kind!r}")
+    ratio = _get(cfg, "expansion_ratio", arch, 4)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
+        raise ModelcutError(f"config.json ({arch}): expansion_ratio must be a positive number, got {ratio!r}")
+    ffn_hidden = ffn.get("ffn_hidden_size") or int(hidden * ratio)   # llm-foundry ffn.py resolve_ffn_hidden_size
+    learned = bool(_get(cfg, "learned_pos_emb", arch, True)) and not (attn.get("alibi") or attn.get("rope"))
+    drops = (cfg.get("resid_pdrop", 0.0), cfg.get("emb_pdrop", 0.0), attn.get("attn_pdrop", 0.0))
+    max_seq = _get(cfg, "max_seq_len", arch, 2048)
+    return ModelSpec(
+        name=name, layers=_get(cfg, "n_layers", arch), hidden=hidden, ffn_hidden=ffn_hidden, heads=heads,
+        kv_heads=kv, vocab=_get(cfg, "vocab_size", arch), gated_mlp=ffn.get("ffn_type", "mptmlp") == "mptglu",
+        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm",
+        bias=not bool(_get(cfg, "no_bias", arch, False)), dropout=any(bool(d) and d > 0 for d in drops),
+        max_seq=max_seq, learned_positions=learned, source=f"Hugging Face config.json ({arch}, MosaicML MPTConfig)")
+
+
+def _gemma_sliding(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
+    """Gemma 2 / 3's sliding-window layers (module doc): ``layer_types`` where the config lists them,
+    else every other layer from the first (Gemma 2) or all but every sixth (Gemma 3)."""
+    window = cfg.get("sliding_window")
+    if not window:
+        return {}
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        sliding = sum(1 for t in types if t == "sliding_attention")
+    elif fam == "gemma2":
+        sliding = (layers + 1) // 2
+    else:
+        pattern = _get(cfg, "sliding_window_pattern", arch, 6)
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise ModelcutError(f"config.json ({arch}): sliding_window_pattern must be a positive whole number, "
+                                f"got {pattern!r}")
+        sliding = sum(1 for i in range(layers) if (i + 1) % pattern)
+    return dict(sliding_window=window, sliding_layers=sliding) if sliding else {}
 
 
 def _dense_prefix(cfg: dict, arch: str, layers: int) -> int:

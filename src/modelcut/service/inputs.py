@@ -48,7 +48,8 @@ HF_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_
             "vocab_size", "head_dim", "max_position_embeddings", "n_embd", "n_layer", "n_head", "n_inner",
             "n_positions", "num_local_experts", "num_experts_per_tok", "num_experts", "moe_intermediate_size",
             "shared_expert_intermediate_size", "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
-            "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+            "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+            "d_model", "n_layers", "n_heads", "max_seq_len", "sliding_window_pattern")
 
 
 def check_hf_sizes(cfg: dict, limits: Limits | None = None) -> None:
@@ -58,8 +59,9 @@ def check_hf_sizes(cfg: dict, limits: Limits | None = None) -> None:
     for k in HF_SIZES:
         v = cfg.get(k)
         if isinstance(v, int) and not isinstance(v, bool):
-            lim.check("max_layers" if k in ("num_hidden_layers", "n_layer", "first_k_dense_replace")
-                      else "max_seq" if k in ("max_position_embeddings", "n_positions") else "max_width",
+            lim.check("max_layers" if k in ("num_hidden_layers", "n_layer", "n_layers", "first_k_dense_replace",
+                                            "sliding_window_pattern")
+                      else "max_seq" if k in ("max_position_embeddings", "n_positions", "max_seq_len") else "max_width",
                       v, f"config.json {k}")
 
 
