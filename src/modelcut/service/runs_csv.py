@@ -62,11 +62,6 @@ def _int(row: dict, key: str, where: str, default: int | None = None) -> int | N
         raise ModelcutError(f"{where}: {key} must be an integer, got {val!r}") from None
 
 
-def _opt_int(row: dict, key: str, where: str) -> int | None:
-    """An optional integer column: None where the cell is empty."""
-    return _int(row, key, where, 0) if (row.get(key) or "").strip() else None
-
-
 def _float(row: dict, key: str, where: str) -> float | None:
     val = (row.get(key) or "").strip()
     if not val:
