@@ -92,3 +92,53 @@ def test_run_file_cli_and_api_take_the_same_spellings(tmp_path, capsys):
     assert ans.json()["step_time_s"] == pytest.approx(cli["step_time_s"])
     bad = TestClient(create_app()).post("/api/predict", json=body | {"gpu": "a200"})
     assert bad.status_code == 422 and "unknown GPU 'a200'" in bad.json()["detail"]
+
+
+# ---------------------------------------------------------------- overlap options as the stacks name them
+
+@pytest.mark.parametrize("written, want", [
+    ("tp_comm=on", {"tp_comm": True}),
+    ("tp_comm", {"tp_comm": True}),                                   # a key alone: on, as a flag
+    ("--tp-comm-overlap", {"tp_comm": True}),                         # Megatron-LM's flag
+    ("async_tp=on", {"tp_comm": True}),                               # torchtitan
+    ("Overlap-Grad-Reduce=off,overlap_param_gather=false", {"grad_reduce": False, "param_gather": False}),
+    ("overlap_p2p_comm=yes", {"p2p_async": True}),
+])
+def test_overlap_options_as_the_stacks_write_them(written, want):
+    from modelcut.service.inputs import parse_overlap
+    assert parse_overlap(written) == want
+
+
+@pytest.mark.parametrize("written, word", [("colour=on", "unknown key 'colour'"), ("tp_comm=maybe", "not on or off"),
+                                           ("tp_comm=on,tp_comm_overlap=off", "both on and off")])
+def test_bad_overlap_options_are_one_line_errors(written, word):
+    from modelcut.service.inputs import parse_overlap
+    with pytest.raises(ModelcutError, match=word):
+        parse_overlap(written)
+
+
+def test_every_overlap_alias_names_an_option():
+    from modelcut.core.step.frameworks import OPTION_ALIASES, OPTIONS, option_name
+    assert all(option_name(k) == k for k in OPTIONS)
+    assert set(OPTION_ALIASES.values()) <= set(OPTIONS)
+
+
+def test_the_cli_and_the_api_take_the_stacks_overlap_names(capsys):
+    import json
+    from fastapi.testclient import TestClient
+    from modelcut.web.app import create_app
+    f = "tests/data/llama3-70b-64-h100.toml"
+    got = {}
+    for ov in ("tp_comm=on", "--tp-comm-overlap", "tp_comm=off"):
+        assert main(["predict", f, "--framework", "megatron-core", "--overlap", ov, "--json"]) == 0
+        got[ov] = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert got["tp_comm=on"] == got["--tp-comm-overlap"] != got["tp_comm=off"]
+    body = {"model": "llama3-70b", "gpu": "h100", "framework": "megatron-core",
+            "layout": {"tp": 4, "cp": 2, "pp": 4, "dp": 2, "vpp": 5, "sequence_parallel": True},
+            "training": {"seq_len": 8192, "global_batch": 128, "micro_batch": 1}}
+    c = TestClient(create_app())
+    a = c.post("/api/predict", json=body | {"overlap": {"tp_comm": True}})
+    b = c.post("/api/predict", json=body | {"overlap": {"async_tp": True}})
+    assert a.status_code == b.status_code == 200 and a.json()["step_time_s"] == b.json()["step_time_s"]
+    assert a.json()["step_time_s"] == pytest.approx(got["tp_comm=on"])
+    assert c.post("/api/predict", json=body | {"overlap": {"colour": True}}).status_code == 422

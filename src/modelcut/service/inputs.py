@@ -13,7 +13,7 @@ from typing import Any
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
-from ..core.step.frameworks import OPTIONS
+from ..core.step.frameworks import OPTION_ALIASES, OPTIONS, option_name
 from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
@@ -159,12 +159,24 @@ def pairs(text: str, what: str, example: str, keys) -> list[tuple[str, str]]:
 
 
 def parse_overlap(text: str) -> dict[str, bool]:
-    """``"grad_reduce=off,tp_comm=on"`` -> {"grad_reduce": False, "tp_comm": True} (:data:`OPTIONS`)."""
+    """``"grad_reduce=off,tp_comm=on"`` -> {"grad_reduce": False, "tp_comm": True} (:data:`OPTIONS`).
+    A key may be written as the stacks name it (:func:`..core.step.frameworks.option_name`:
+    ``--tp-comm-overlap=on``, ``async_tp=on``), and a key alone means on (``tp_comm``, as the
+    stacks' flags are given)."""
     out: dict[str, bool] = {}
-    for k, val in pairs(text, "overlap option", "grad_reduce=off,tp_comm=on", OPTIONS):
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        k, val = (x.strip() for x in part.split("=", 1)) if "=" in part else (part, "on")
+        name = option_name(k)
+        if name is None:
+            raise ModelcutError(f"overlap option: unknown key {k!r}; choose one of {', '.join(OPTIONS)} "
+                                f"(or the stacks' names: {', '.join(OPTION_ALIASES)})")
         if val.lower() not in ("on", "off", "true", "false", "1", "0", "yes", "no"):
             raise ModelcutError(f"overlap option {k}: {val!r} is not on or off")
-        out[k] = val.lower() in ("on", "true", "1", "yes")
+        if name in out and out[name] != (val.lower() in ("on", "true", "1", "yes")):
+            raise ModelcutError(f"overlap option {name} is given both on and off")
+        out[name] = val.lower() in ("on", "true", "1", "yes")
     return out
 
 

@@ -26,7 +26,7 @@ from ..core.errors import ModelcutError
 from ..core.specs import CROSS_ENTROPY_KINDS, ExploreRecompute, Recompute, RecomputeModule
 from ..core.sim import registry
 from ..core.step import MODES
-from ..core.step.frameworks import OPTIONS
+from ..core.step.frameworks import OPTIONS, option_name
 from .limits import DEFAULT, LimitError, Limits
 
 # --- names the catalog and the registry know --------------------------------------------------------
@@ -322,6 +322,20 @@ class OverlapIn(Strict):
     param_gather: Optional[bool] = None
     p2p_async: Optional[bool] = None
     tp_comm: Optional[bool] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stack_names(cls, data: Any) -> Any:
+        """An option under a stack's own name (``tp_comm_overlap``, ``async_tp``: ``option_name``) stands
+        for modelcut's, as ``--overlap`` takes it; given beside modelcut's name it is left to fail."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for k in data:
+            name = option_name(k) if isinstance(k, str) and k not in cls.model_fields else None
+            if name is not None and name not in out:
+                out[name] = out.pop(k)
+        return out
 
 
 assert set(OverlapIn.model_fields) == set(OPTIONS), "OverlapIn must hold every overlap option"
