@@ -121,6 +121,18 @@ def test_hf_config_parameter_counts_of_the_new_families():
     assert param_count(catalog.load_hf_config("tests/data/hf/mpt-7b.json")) == pytest.approx(6.649e9, rel=1e-4)
 
 
+def test_small_llama_and_mistral_entries():
+    """Llama 3.2 1B and 3B count their config.json's 1,235,814,400 and 3,212,749,824 parameters;
+    Mistral 7B its 7,241,732,096, the same as the model read from its config.json."""
+    from modelcut.core.costs.flops import param_count
+    assert param_count(catalog.model("llama3.2-1b")) == 1_235_814_400
+    assert param_count(catalog.model("Llama-3.2-3B")) == 3_212_749_824
+    hf = catalog.load_hf_config("tests/data/hf/mistral-7b.json")
+    assert param_count(catalog.model("mistral-7b")) == param_count(hf) == 7_241_732_096
+    assert (hf.sliding_window, hf.sliding_layers) == (catalog.model("mistral-7b").sliding_window, 32)
+    assert catalog.model("llama3.3-70b") is catalog.model("llama3-70b")
+
+
 def test_mpt_and_gemma3_options():
     base = json.loads(open("tests/data/hf/mpt-7b.json").read())
     gqa = catalog.model_from_hf_config({**base, "attn_config": {"attn_type": "grouped_query_attention",

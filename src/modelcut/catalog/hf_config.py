@@ -215,6 +215,9 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         kw = _qwen_moe(cfg, arch, fam, layers)
     elif fam in ("gemma2", "gemma3"):
         kw = _gemma_sliding(cfg, arch, fam, layers)
+    elif fam == "mistral" and cfg.get("sliding_window"):
+        # MistralConfig: every layer attends within sliding_window (null from v0.2 on: none)
+        kw = dict(sliding_window=_get(cfg, "sliding_window", arch), sliding_layers=layers)
     elif fam == "deepseek":
         kw = _deepseek_moe(cfg, arch)
         kv_heads, head_dim = mla_equivalent_shape(
