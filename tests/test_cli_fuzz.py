@@ -144,7 +144,32 @@ others = st.one_of(
 RUNS_CSV = ("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,tflops_per_gpu\n"
             "a,gpt-1.7b,a100,1,1,99999999999999999999,2048,512,1,nan\n")
 
-every = st.one_of(simulate, explore, mesh, predict, others)
+# validate --runs: a CSV row of small valid values with some cells made extreme or malformed
+CSV_BASE = {"id": "a", "model": "gpt-1.7b", "gpu": "a100", "tp": "1", "pp": "2", "dp": "1", "seq_len": "1024",
+            "global_batch": "8", "micro_batch": "1", "step_time_s": "1.5"}
+CSV_CELLS = {"tp": ints, "pp": ints, "dp": ints, "cp": ints, "ep": ints, "vpp": ints, "zero": ints,
+             "seq_len": ints, "global_batch": ints, "micro_batch": ints, "local_batch": ints, "gpus_per_node": ints,
+             "step_time_s": floats, "tflops_per_gpu": floats, "model": models, "gpu": gpus,
+             "precision": st.sampled_from(["fp8", "bf16", "fp4", ""]), "fp8_recipe": st.sampled_from(["mxfp8", "x"]),
+             "cp_kind": st.sampled_from(["ring", "x"]), "schedule": names, "order": st.sampled_from(["tp;pp;dp", "x;y"]),
+             "sequence_parallel": st.sampled_from(["true", "maybe"]), "recompute": st.sampled_from(["full", "x"]),
+             "recompute_modules": st.sampled_from(["layernorm;moe_act", "x"]),
+             "framework": st.sampled_from(["torchtitan", "Megatron-LM", "nope"]),
+             "overlap": st.sampled_from(["tp_comm=on", "--tp-comm-overlap", "x=1", "tp_comm=on;tp_comm=off"])}
+
+
+def _csv(changes: list[tuple[str, str]]) -> str:
+    row = dict(CSV_BASE, **dict(changes))
+    return ",".join(row) + "\n" + ",".join(v.replace(",", ";") for v in row.values()) + "\n"
+
+
+user_runs = st.tuples(st.lists(st.sampled_from(sorted(CSV_CELLS)).flatmap(
+    lambda k: st.tuples(st.just(k), CSV_CELLS[k])), max_size=3),
+    argv("validate", ["--runs", "mine.csv"], **{"--json": FLAG, "--profile": st.just("nope.toml"),
+                                                "--mode": st.sampled_from(["default", "magic"])})).map(
+    lambda t: {"argv": t[1], "files": {"mine.csv": _csv(t[0]), **HF_FILES}})
+
+every = st.one_of(simulate, explore, mesh, predict, others, user_runs)
 
 
 def check(cases: list[dict]) -> None:
@@ -167,4 +192,10 @@ def test_every_command_exits_0_or_2_in_time_and_memory(cases):
 @settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.lists(predict, min_size=40, max_size=40))
 def test_run_toml_fields_exit_0_or_2_in_time_and_memory(cases):
+    check(cases)
+
+
+@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.lists(user_runs, min_size=40, max_size=40))
+def test_csv_rows_exit_0_or_2_in_time_and_memory(cases):
     check(cases)
