@@ -109,7 +109,8 @@ def test_serving_and_prefetch_timelines():
 
 def test_overlap_options_parse_and_refuse():
     assert parse_overlap("grad_reduce=off, tp_comm=on") == {"grad_reduce": False, "tp_comm": True}
-    for bad in ("grad=on", "tp_comm", "tp_comm=maybe"):
+    assert parse_overlap("tp_comm") == {"tp_comm": True}        # a key alone: on, as the stacks' flags
+    for bad in ("grad=on", "tp_comm=maybe", "=on"):
         with pytest.raises(ModelcutError):
             parse_overlap(bad)
     with pytest.raises(ModelcutError):
