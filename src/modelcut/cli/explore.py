@@ -109,10 +109,11 @@ def explore(
     pick: int = typer.Option(1, "--pick", help="which ranked layout --emit prints (1 = the best)"),
     mode: str = typer.Option("default", "--mode", help="step-time model: default (the physics model) or seed "
                              "(the deck's model, faster)"),
-    framework: Optional[str] = typer.Option(None, "--framework", help="the training stack (a preset; default "
-                                            "megatron-core): only layouts it can run are ranked"),
+    framework: Optional[str] = typer.Option(None, "--framework", help="the training stack (a preset or another name "
+                                            "for one, e.g. torchtitan, megatron-lm; default megatron-core): only "
+                                            "layouts it can run are ranked"),
     overlap: Optional[str] = typer.Option(None, "--overlap", help="overlap overrides of the stack, e.g. "
-                                          "tp_comm=on,grad_reduce=off (as predict's)"),
+                                          "tp_comm=on,grad_reduce=off, or the stacks' names (--tp-comm-overlap, async_tp; as predict's)"),
     allow_tp_across_nodes: bool = typer.Option(False, "--allow-tp-across-nodes",
                                                help="let tensor parallelism span nodes"),
     margin: float = typer.Option(DEFAULT_MARGIN, "--margin", help="fraction of memory kept free"),

@@ -151,8 +151,10 @@ def predict(
     eta: float = typer.Option(None, "--eta", help="fraction of peak the matrix products reach (default: fitted)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON: step_time_s, tflops_per_gpu, mfu, breakdown, "
                                                        "memory, …"),
-    framework: str = typer.Option(None, "--framework", help="default mode: the training stack (a preset)"),
-    overlap: str = typer.Option(None, "--overlap", help="default mode: overlap overrides, e.g. grad_reduce=off,tp_comm=on"),
+    framework: str = typer.Option(None, "--framework", help="default mode: the training stack (a preset, or another "
+                                                                "name for one: torchtitan, megatron-lm, mcore, …)"),
+    overlap: str = typer.Option(None, "--overlap", help="default mode: overlap overrides, e.g. grad_reduce=off,tp_comm=on "
+                                                            "(or the stacks' names: --tp-comm-overlap, async_tp, …)"),
     profile: Path = typer.Option(None, "--profile", dir_okay=False, help="default mode: a fitted profile file"),
     budget: bool = typer.Option(False, "--budget", help="default mode: print the error budget"),
     precision: str = typer.Option(None, "--precision", help="the products' precision: bf16, fp16 or fp8 "
