@@ -157,6 +157,7 @@ def test_mpt_and_gemma3_options():
     ({"expansion_ratio": "x"}, "expansion_ratio must be a positive number"),
     ({"attn_config": [1]}, "attn_config and ffn_config must be objects"),
     ({"attn_config": {"attn_type": "weird"}}, "unknown attn_config.attn_type 'weird'"),
+    ({"resid_pdrop": "x"}, "dropout probabilities must be numbers"),
 ])
 def test_bad_mpt_configs_are_one_line_errors(change, word):
     base = json.loads(open("tests/data/hf/mpt-7b.json").read())

@@ -102,3 +102,20 @@ def test_a_preset_built_on_another_does_not_take_its_aliases():
     assert catalog.framework("torchtitan") is catalog.framework("fsdp")
     with pytest.raises(ModelcutError, match="unknown framework"):
         catalog.framework("automodel-flex")
+
+
+def test_list_and_bool_cells_read_as_the_run_file_types_them(tmp_path):
+    """order and recompute_modules (";"-separated lists), sequence_parallel (true/false) and zero, as
+    the request models type them, give the run the same fields give a run file."""
+    p = tmp_path / "kinds.csv"
+    p.write_text("id,model,gpu,tp,pp,dp,ep,sequence_parallel,zero,order,seq_len,global_batch,micro_batch,"
+                 "recompute,recompute_modules,step_time_s\n"
+                 "k,mixtral-8x7b,h100,2,2,4,4,false,1,tp;cp;pp;dp,4096,64,1,selective,layernorm;moe_act,3\n")
+    got = read_runs_csv(p)[0].run
+    doc = {"model": {"name": "mixtral-8x7b"}, "hardware": {"gpu": "h100"},
+           "layout": {"tp": 2, "pp": 2, "dp": 4, "ep": 4, "sequence_parallel": False, "zero": 1,
+                      "order": ["tp", "cp", "pp", "dp"]},
+           "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "recompute": "selective",
+                        "recompute_modules": ["layernorm", "moe_act"]}}
+    want = run_from_dict(doc, "x")
+    assert (got.layout, got.training) == (want.layout, want.training)

@@ -268,12 +268,15 @@ def _mpt(cfg: dict, arch: str, name: str) -> ModelSpec:
     ffn_hidden = ffn.get("ffn_hidden_size") or int(hidden * ratio)   # llm-foundry ffn.py resolve_ffn_hidden_size
     learned = bool(_get(cfg, "learned_pos_emb", arch, True)) and not (attn.get("alibi") or attn.get("rope"))
     drops = (cfg.get("resid_pdrop", 0.0), cfg.get("emb_pdrop", 0.0), attn.get("attn_pdrop", 0.0))
+    for d in drops:
+        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))):
+            raise ModelcutError(f"config.json ({arch}): dropout probabilities must be numbers, got {d!r}")
     max_seq = _get(cfg, "max_seq_len", arch, 2048)
     return ModelSpec(
         name=name, layers=_get(cfg, "n_layers", arch), hidden=hidden, ffn_hidden=ffn_hidden, heads=heads,
         kv_heads=kv, vocab=_get(cfg, "vocab_size", arch), gated_mlp=ffn.get("ffn_type", "mptmlp") == "mptglu",
         tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm",
-        bias=not bool(_get(cfg, "no_bias", arch, False)), dropout=any(bool(d) and d > 0 for d in drops),
+        bias=not bool(_get(cfg, "no_bias", arch, False)), dropout=any(d is not None and d > 0 for d in drops),
         max_seq=max_seq, learned_positions=learned, source=f"Hugging Face config.json ({arch}, MosaicML MPTConfig)")
 
 

@@ -84,6 +84,22 @@ def _kinds(tp: Any) -> set[str]:
     return set()
 
 
+def value_kind(tp: Any) -> str:
+    """What a field holds, for a face that reads it as text (a CSV cell): "int", "bool", "list"
+    (of anything) or "str"."""
+    if tp is bool:
+        return "bool"
+    if tp is int:
+        return "int"
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (list, tuple):
+        return "list"
+    if origin is Annotated:
+        return value_kind(args[0])
+    kinds = {value_kind(a) for a in args if a is not type(None)} if args else set()
+    return kinds.pop() if len(kinds) == 1 else "str"
+
+
 def Capped(cap: str, minimum: float = 1):
     """A number from ``minimum`` up to a cap of :mod:`.limits` (the schema states the default)."""
     return [Field(ge=minimum, json_schema_extra={"maximum": getattr(DEFAULT, cap)}), _capped(cap)]

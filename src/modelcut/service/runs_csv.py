@@ -14,6 +14,7 @@ from ..core import plan as plans
 from ..core.errors import ModelcutError
 from .inputs import parse_overlap
 from .limits import Limits
+from .requests import HardwareIn, LayoutIn, TrainingIn, value_kind
 from .runfile import run_from_dict
 
 
@@ -72,26 +73,25 @@ def _float(row: dict, key: str, where: str) -> float | None:
         raise ModelcutError(f"{where}: {key} must be a number, got {val!r}") from None
 
 
-#: The columns a row's run is built from, by the run file's section and the cell's type.
-_INTS = {"tp", "cp", "pp", "dp", "ep", "etp", "vpp", "zero", "seq_len", "global_batch", "micro_batch",
-         "local_batch", "gpus_per_node"}
-_LISTS = {"order", "recompute_modules"}        # ";"-separated cells
-_SECTIONS = {"hardware": ("gpu", "gpus_per_node"),
-             "layout": catalog.LAYOUT_KEYS,
-             "training": catalog.TRAINING_KEYS}
+#: The columns a row's run is built from, by the run file's section, each read as the section's
+#: request model types it (:func:`.requests.value_kind`).
+_SECTIONS = {"hardware": (HardwareIn, ("gpu", "gpus_per_node")),
+             "layout": (LayoutIn, catalog.LAYOUT_KEYS),
+             "training": (TrainingIn, catalog.TRAINING_KEYS)}
 
 
-def _cell(row: dict, key: str, where: str):
-    """A non-empty cell as the run file would give it: an integer, true/false, a list or a string."""
+def _cell(row: dict, key: str, kind: str, where: str):
+    """A non-empty cell as the run file would give it: an integer, true/false, a list (";"-separated)
+    or a string."""
     val = row[key].strip()
-    if key in _INTS:
+    if kind == "int":
         return _int(row, key, where)
-    if key == "sequence_parallel":
+    if kind == "bool":
         low = val.lower()
         if low not in ("true", "false", "1", "0", "yes", "no"):
-            raise ModelcutError(f"{where}: sequence_parallel must be true or false, got {val!r}")
+            raise ModelcutError(f"{where}: {key} must be true or false, got {val!r}")
         return low in ("true", "1", "yes")
-    if key in _LISTS:
+    if kind == "list":
         return [x.strip() for x in val.split(";") if x.strip()]
     return val
 
@@ -101,8 +101,9 @@ def _row_doc(row: dict, model: str, where: str) -> dict:
     the same request models, defaults and one-line errors): the model a catalog name or a config.json path."""
     is_config = model.endswith(".json") or Path(model).is_file()
     doc: dict = {"model": {"config": model} if is_config else {"name": model}}
-    for section, keys in _SECTIONS.items():
-        doc[section] = {k: _cell(row, k, where) for k in keys if k in row and row[k].strip()}
+    for section, (model_in, keys) in _SECTIONS.items():
+        doc[section] = {k: _cell(row, k, value_kind(model_in.model_fields[k].annotation), where)
+                        for k in keys if k in row and row[k].strip()}
     if doc["layout"].get("vpp") == 1:
         del doc["layout"]["vpp"]                  # one chunk a device: the schedule's default, as before
     return doc

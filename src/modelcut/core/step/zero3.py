@@ -10,6 +10,7 @@ from ..costs import flops, params
 from ..costs.kernels import Efficiency, mem_time
 from ..errors import ModelcutError
 from ..specs import Hardware, Run
+from ..costs.residency import Residency
 from ..units import BF16_BYTES, optimizer_step_bytes
 from . import deepspeed_stage3 as ds
 from .exposure import exposed_tp, prefetch_timeline
@@ -17,7 +18,7 @@ from .frameworks import Framework
 from .layers import LayerTime, PassTime, dense_linears
 from .result import DefaultBreakdown
 from ..costs import fp8 as fp8_mod
-from .data_parallel import dp_collective, fsdp2_copies
+from .data_parallel import dp_collective, fsdp2_copies, run_residency
 from .stage_costs import Kernels, a2a_time, moe_a2a
 
 
@@ -52,8 +53,8 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
         return coll("reduce-scatter", a * grad_b, b * grad_e)
 
     # FSDP2's copies on the compute stream (costs.residency, data_parallel.fsdp2_copies)
-    res = fw.residency(fw.zero_stage(L), L.pp, m)
-    out_s, in_s = fsdp2_copies(run, hw, eff, fw, res, m)
+    resid = run_residency(run, fw, m)
+    out_s, in_s = fsdp2_copies(run, hw, eff, fw, resid, m)
 
     def copy_out(params, per: float = BF16_BYTES) -> float:
         a, b = split(params)
@@ -84,7 +85,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
                                                        (p_dense, p_moe, p_emb, p_out), first_moe,
                                                        moe_a2a(moe_lt, a2a_time(run, hw, eff, fw), run.training.recompute,
                                                                fw, hw) if moe_lt is not None else (0.0, 0.0),
-                                                       gather_layer, (copy_out, copy_in, layer_b))
+                                                       gather_layer, (copy_out, copy_in, layer_b), resid)
         notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
         if copy_out(p_dense) > 0:
             notes.append("ZeRO-3: FSDP2's all-gather copy-out and reduce-scatter copy-in on the compute stream")
@@ -100,7 +101,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
                    emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
                    sizes: tuple[float, float, float, float], first_moe: int,
                    a2a: tuple[float, float] = (0.0, 0.0), gather_layer=None,
-                   copies=None) -> tuple[float, float, float]:
+                   copies=None, resid: Residency | None = None) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
     reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`),
@@ -113,7 +114,8 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     experts wait for their tokens); ``copies``: (copy_out(params, bytes per weight), copy_in(params),
     a layer's gathered bytes per weight), the seconds FSDP2's copies add to the compute stream after
     each gather and before each reduce-scatter (:mod:`..costs.residency`; None: none), counted in
-    the step but not in the compute seconds.
+    the step but not in the compute seconds. ``resid``: the run's residency (:func:`.data_parallel.run_residency`;
+    None: found here).
     Returns (seconds to the end of the last collective, compute seconds, all-to-all seconds)."""
     p_dense, p_moe, p_emb, p_out = sizes
     gather_layer = gather_layer or gather          # a layer's weights (FP8 where gathered so)
@@ -122,7 +124,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     pf_f = ov.param_gather
     pf_b = ov.param_gather and fw.prefetch_backward
     # what stays resident is the rule memory reads too (:mod:`..costs.residency`)
-    res = fw.residency(fw.zero_stage(run.layout), run.layout.pp, m)
+    res = resid or run_residency(run, fw, m)
     reshard = res.gathers_each_pass
     once = res.grads == "per-step"      # accumulated unsharded, reduce-scattered in the last backward only
     copy_out, copy_in, layer_b = copies or (lambda params, per=0.0: 0.0, lambda params: 0.0, BF16_BYTES)
