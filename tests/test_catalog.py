@@ -399,3 +399,83 @@ def test_mtnlg_micro_batch_from_its_scaling():
         outside[b] = c
     assert outside[1] == pytest.approx(6.0, abs=0.05) and outside[2] == pytest.approx(-0.7, abs=0.05)
 
+
+
+@pytest.mark.parametrize("name,total,active,rel", [
+    # each family's own stated size (paper tables and model cards), to the figure's printed precision
+    ("llama-7b", 6.7e9, None, 1e-2), ("llama-13b", 13.0e9, None, 2e-3),     # Touvron et al. 2023, Table 2
+    ("llama-33b", 32.5e9, None, 2e-3), ("llama-65b", 65.2e9, None, 2e-3),
+    ("codellama-34b", 33.7e9, None, 2e-3),
+    ("gpt3-125m", 125e6, None, 5e-3), ("gpt3-350m", 350e6, None, 2e-2),    # Brown et al. 2020, Table 2.1
+    ("gpt3-760m", 760e6, None, 5e-3), ("gpt3-1.3b", 1.3e9, None, 2e-2),
+    ("gpt3-2.7b", 2.7e9, None, 2e-2), ("gpt3-6.7b", 6.7e9, None, 1e-2), ("gpt3-13b", 13.0e9, None, 2e-2),
+    ("mpt-7b", 6.7e9, None, 1e-2), ("mpt-30b", 30e9, None, 1e-2),
+    ("qwen2.5-7b", 7.61e9, None, 2e-3), ("qwen2.5-72b", 72.7e9, None, 2e-3),  # Qwen2.5 model cards
+    ("qwen3-8b", 8.2e9, None, 5e-3), ("qwen3-32b", 32.8e9, None, 5e-3),      # Qwen3 model cards
+    ("deepseek-v2", 236e9, 21e9, 1e-2), ("deepseek-v2-lite", 15.7e9, 2.4e9, 1e-2),  # DeepSeek-V2 report
+])
+def test_further_families_count_their_stated_sizes(name, total, active, rel):
+    """Active parameters less the input embedding (a lookup, which DeepSeek's activated counts leave
+    out: V2-Lite's 2.4B is 2.45B without it, 2.66B with it)."""
+    from modelcut.core.costs import flops
+    m = catalog.model(name)
+    assert m.source
+    assert flops.param_count(m) == pytest.approx(total, rel=rel)
+    if active is not None:
+        assert flops.param_count(m, active=True) - m.vocab * m.hidden == pytest.approx(active, rel=3 * rel)
+
+
+def test_deepseek_v2_entries_are_what_their_configs_read_as():
+    """The catalog's DeepSeek-V2 shapes are the ones a config.json with the report's fields reads as
+    (MLA as the equal-weight GQA shape both ways)."""
+    from dataclasses import replace
+    from modelcut.catalog.hf_config import model_from_hf_config
+    base = dict(architectures=["DeepseekV2ForCausalLM"], qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                kv_lora_rank=512, n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1,
+                vocab_size=102400, tie_word_embeddings=False, hidden_act="silu", moe_layer_freq=1)
+    cfgs = {"deepseek-v2": dict(base, num_hidden_layers=60, hidden_size=5120, num_attention_heads=128,
+                                num_key_value_heads=128, q_lora_rank=1536, n_routed_experts=160,
+                                moe_intermediate_size=1536, intermediate_size=12288),
+            "deepseek-v2-lite": dict(base, num_hidden_layers=27, hidden_size=2048, num_attention_heads=16,
+                                     num_key_value_heads=16, q_lora_rank=None, n_routed_experts=64,
+                                     moe_intermediate_size=1408, intermediate_size=10944)}
+    for name, cfg in cfgs.items():
+        cat = catalog.model(name)
+        hf = model_from_hf_config(dict(cfg, max_position_embeddings=cat.max_seq), name)
+        assert replace(hf, source=cat.source) == cat
+
+
+@pytest.mark.parametrize("spelling,name", [
+    ("meta-llama/Llama-3.1-8B", "llama3-8b"), ("meta-llama/Meta-Llama-3-70B", "llama3-70b"),
+    ("Meta-Llama-3.1-405B", "llama3-405b"), ("meta-llama/Llama-2-7b-hf", "llama2-7b"),
+    ("huggyllama/llama-65b", "llama-65b"), ("mosaicml/mpt-30b", "mpt-30b"), ("Qwen/Qwen2.5-72B", "qwen2.5-72b"),
+    ("Qwen/Qwen3-8B", "qwen3-8b"), ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"),
+    ("deepseek-ai/DeepSeek-V2-Lite", "deepseek-v2-lite"), ("GPT3-XL", "gpt3-1.3b"), ("gpt3-5b", "nemo-gpt3-5b"),
+])
+def test_models_by_their_hub_and_stack_names(spelling, name):
+    """A model is found under its Hugging Face repository id (owner, "-hf" and Meta's "Meta-" dropped)
+    and under the names NeMo gives its GPT-3 configurations."""
+    assert catalog.model(spelling).name == name
+
+
+def test_an_unknown_hub_id_is_still_a_one_line_error():
+    with pytest.raises(ModelcutError, match="unknown model 'acme/Llama-9-1B'"):
+        catalog.model("acme/Llama-9-1B")
+
+
+@pytest.mark.parametrize("name", [m.name for m in catalog.all_models()])
+def test_every_catalog_model_predicts_on_one_node(name):
+    """Each model of the catalog runs through the default model on one node of H100s under FSDP
+    (experts cut over the eight ranks where they divide): a positive step and an MFU within (0, 1]."""
+    from math import gcd
+    from modelcut.core.costs import flops
+    from modelcut.core.specs import Layout, Run, Training
+    from helpers import predict_default
+    m = catalog.model(name)
+    ep = gcd(m.experts, 8) if m.is_moe else 1
+    run = Run(m, "h100-sxm5-80gb", Layout(tp=1, pp=1, dp=8, ep=ep),
+              Training(seq_len=2048, global_batch=8, micro_batch=1, recompute="full"))
+    pred = predict_default(run, catalog.hardware(run.gpu), framework="fsdp")
+    assert pred.step_time_s > 0
+    assert 0 < pred.mfu <= 1
+    assert flops.param_count(m) > 0

@@ -19,6 +19,22 @@ def loose_key(key: str) -> str:
     return k[len("nvidia"):] if k.startswith("nvidia") and len(k) > len("nvidia") else k
 
 
+def hub_spellings(key: str) -> list[str]:
+    """The spellings of ``key`` tried in turn against the loose names: itself, then as a Hugging Face
+    repository names a model: without its owner ("meta-llama/Llama-3.1-8B" is "Llama-3.1-8B"), without
+    the "-hf" of a converted checkpoint ("Llama-2-7b-hf") and without the "Meta-" of Meta's own names
+    ("Meta-Llama-3-70B")."""
+    out = [key]
+    name = key.rsplit("/", 1)[-1]
+    if re.search(r"[-_]hf$", name, flags=re.I):
+        name = name[:-3]
+    if re.match(r"meta[-_]llama", name, flags=re.I):
+        name = name[5:]
+    if name != key:
+        out.append(name)
+    return out
+
+
 @dataclass
 class NameIndex(Generic[T]):
     """Entries in catalog order, found by name or alias (case-insensitive), else by the same name
@@ -47,7 +63,11 @@ class NameIndex(Generic[T]):
         item = self.index.get(str(key).lower())
         if item is not None:
             return item
-        hits = self.loose.get(loose_key(key), [])
+        hits: list[T] = []
+        for spelling in hub_spellings(str(key)):
+            hits = self.loose.get(loose_key(spelling), [])
+            if hits:
+                break
         if len(hits) == 1:
             return hits[0]
         names = ", ".join(getattr(i, "name") for i in (hits or self.items))
