@@ -352,7 +352,8 @@ def test_mla_stand_in_holds_mla_weights():
 
 
 @pytest.mark.parametrize("change,msg", [
-    ({"decoder_sparse_step": 2}, "decoder_sparse_step"),
+    ({"decoder_sparse_step": 2, "mlp_only_layers": [0]}, "decoder_sparse_step 2 beside mlp_only_layers"),
+    ({"decoder_sparse_step": 0}, "decoder_sparse_step must be a positive whole number"),
     ({"mlp_only_layers": [3]}, "not the leading layers"),
     ({"shared_expert_intermediate_size": 1000}, "not a multiple"),
 ])

@@ -23,6 +23,15 @@ Mixture-of-experts fields, by family:
   ``intermediate_size``), ``moe_layer_freq`` 1. Multi-head latent attention has no shape in
   :class:`~modelcut.core.specs.ModelSpec`; :func:`mla_equivalent_shape` stands a grouped-query
   shape in for it (docs/long-context-and-moe.md, "MLA").
+* Llama 4 (Llama4TextConfig; a Llama4ForConditionalGeneration config's ``text_config``, its vision
+  encoder left out): ``num_local_experts`` routed experts and one shared expert, each
+  ``intermediate_size`` wide, ``num_experts_per_tok`` of them routed; the layers ``moe_layers`` names
+  (default range(step − 1, L, step), step = ``interleave_moe_layer_step``, 1) hold them, the others a
+  dense MLP of ``intermediate_size_mlp``; the layers ``layer_types`` names ``"chunked_attention"``
+  (default: those ``no_rope_layers`` marks 1, all but every ``no_rope_layer_interval``-th, 4) attend
+  within blocks of ``attention_chunk_size`` tokens.
+* Qwen2-MoE / Qwen3-MoE's ``decoder_sparse_step`` k > 1 (experts in the layers i with (i + 1) % k = 0)
+  is ``moe_every``, where no ``mlp_only_layers`` are listed beside it.
 * GPT-OSS: ``num_local_experts``, ``num_experts_per_tok``, experts ``intermediate_size`` wide, in
   every layer; biases on the attention projections and the experts (``attention_bias``); the
   experts' GLU clamped where ``swiglu_limit`` is set (``glu_clamp``); ``sliding_window`` keys for
@@ -86,6 +95,8 @@ _FAMILIES = {
     "Gemma3ForCausalLM": "gemma3", "gemma3_text": "gemma3",
     "OlmoForCausalLM": "olmo", "olmo": "olmo",
     "Olmo2ForCausalLM": "olmo2", "olmo2": "olmo2",
+    "Llama4ForConditionalGeneration": "llama4", "llama4": "llama4",
+    "Llama4ForCausalLM": "llama4", "llama4_text": "llama4",
 }
 
 
@@ -179,6 +190,8 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             max_seq=_get(cfg, "max_position_embeddings", arch, None), source=f"Hugging Face config.json ({arch})")
     if fam == "mpt":
         return _mpt(cfg, arch, name)
+    if fam == "llama4":
+        return _llama4(cfg, arch, name)
     if fam == "nemotron":
         heads = _get(cfg, "num_attention_heads", arch)
         hidden = _get(cfg, "hidden_size", arch)
@@ -300,25 +313,28 @@ def _gemma_sliding(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any
     return dict(sliding_window=window, sliding_layers=sliding) if sliding else {}
 
 
-def _dense_prefix(cfg: dict, arch: str, layers: int) -> int:
-    """Leading dense layers of a Qwen MoE config: ``mlp_only_layers`` must be 0 … k − 1 and
-    ``decoder_sparse_step`` 1 (Qwen2MoeConfig: layer i has experts iff i ∉ mlp_only_layers and
-    (i + 1) % decoder_sparse_step == 0)."""
+def _dense_prefix(cfg: dict, arch: str, layers: int) -> tuple[int, int]:
+    """(leading dense layers, moe_every) of a Qwen MoE config (Qwen2MoeConfig: layer i has experts
+    iff i ∉ mlp_only_layers and (i + 1) % decoder_sparse_step == 0): ``mlp_only_layers`` must be
+    0 … d − 1, and with a ``decoder_sparse_step`` above 1 none may be listed."""
     step = _get(cfg, "decoder_sparse_step", arch, 1)
     only = sorted(_get(cfg, "mlp_only_layers", arch, []))
-    if step != 1:
-        raise ModelcutError(f"config.json ({arch}): decoder_sparse_step {step}: modelcut models experts in "
-                            "every layer after the leading dense ones (decoder_sparse_step 1)")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ModelcutError(f"config.json ({arch}): decoder_sparse_step must be a positive whole number, got {step!r}")
     if only != list(range(len(only))) or len(only) > layers:
         raise ModelcutError(f"config.json ({arch}): mlp_only_layers {only} are not the leading layers; "
                             "modelcut models dense-first layers only")
-    return len(only)
+    if step != 1 and only:
+        raise ModelcutError(f"config.json ({arch}): decoder_sparse_step {step} beside mlp_only_layers {only}: "
+                            "modelcut models leading dense layers or every k-th layer with experts, not both")
+    return len(only), step
 
 
 def _qwen_moe(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
     width = _get(cfg, "moe_intermediate_size", arch)
+    dense, every = _dense_prefix(cfg, arch, layers)
     kw: dict[str, Any] = dict(experts=_get(cfg, "num_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
-                              expert_ffn_hidden=width, dense_layers=_dense_prefix(cfg, arch, layers))
+                              expert_ffn_hidden=width, dense_layers=dense, moe_every=every)
     shared = _get(cfg, "shared_expert_intermediate_size", arch, 0) if fam == "qwen2_moe" else 0
     if shared:
         if shared % width:
@@ -339,3 +355,45 @@ def _deepseek_moe(cfg: dict, arch: str) -> dict[str, Any]:
                 expert_ffn_hidden=_get(cfg, "moe_intermediate_size", arch),
                 shared_experts=_get(cfg, "n_shared_experts", arch, 0),
                 dense_layers=_get(cfg, "first_k_dense_replace", arch, 0))
+
+
+def _llama4(cfg: dict, arch: str, name: str) -> ModelSpec:
+    """A Llama 4 config (module doc): Llama4TextConfig's field names and defaults (transformers
+    src/transformers/models/llama4/configuration_llama4.py)."""
+    text = cfg.get("text_config", cfg) if arch in ("Llama4ForConditionalGeneration", "llama4") else cfg
+    if not isinstance(text, dict):
+        raise ModelcutError(f"config.json ({arch}): text_config must be an object")
+    layers = _get(text, "num_hidden_layers", arch)
+    heads = _get(text, "num_attention_heads", arch)
+    hidden = _get(text, "hidden_size", arch)
+    for key, v in (("num_hidden_layers", layers), ("num_attention_heads", heads), ("hidden_size", hidden)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ModelcutError(f"config.json ({arch}): {key} must be a positive whole number, got {v!r}")
+    step = _get(text, "interleave_moe_layer_step", arch, 1)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ModelcutError(f"config.json ({arch}): interleave_moe_layer_step must be a positive whole number, "
+                            f"got {step!r}")
+    moe = text.get("moe_layers")
+    if moe is not None and sorted(moe) != list(range(step - 1, layers, step)):
+        raise ModelcutError(f"config.json ({arch}): moe_layers {moe} are not every {step}-th layer; modelcut "
+                            "models experts in every k-th layer")
+    types = text.get("layer_types")
+    if types is None:
+        interval = _get(text, "no_rope_layer_interval", arch, 4)
+        rope = text.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
+        types = ["chunked_attention" if r else "full_attention" for r in rope]
+    if not isinstance(types, list):
+        raise ModelcutError(f"config.json ({arch}): layer_types must be a list")
+    chunk = text.get("attention_chunk_size", 8192)
+    chunked = sum(1 for t in types if t == "chunked_attention") if chunk else 0
+    head_dim = _get(text, "head_dim", arch, 128)
+    return ModelSpec(
+        name=name, layers=layers, hidden=hidden, ffn_hidden=_get(text, "intermediate_size_mlp", arch, 16384),
+        heads=heads, kv_heads=_get(text, "num_key_value_heads", arch, heads), vocab=_get(text, "vocab_size", arch),
+        gated_mlp=True, tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),
+        head_dim=None if head_dim * heads == hidden else head_dim, norm="rmsnorm", bias=False, qkv_bias=False,
+        dropout=False, max_seq=_get(text, "max_position_embeddings", arch, None),
+        experts=_get(text, "num_local_experts", arch), top_k=_get(text, "num_experts_per_tok", arch, 1),
+        expert_ffn_hidden=_get(text, "intermediate_size", arch), shared_experts=1, moe_every=step,
+        attention_chunk=chunk if chunked else None, chunked_layers=chunked,
+        source=f"Hugging Face config.json ({arch})")

@@ -10,7 +10,8 @@ from ..core.specs import Layout, ModelSpec, Training
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "gated_mlp",
               "tied_embeddings", "head_dim", "norm", "bias", "dropout", "max_seq", "experts", "top_k",
               "expert_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor", "source",
-              "learned_positions", "qkv_bias", "rope_mscale", "glu_clamp", "sliding_window", "sliding_layers")
+              "learned_positions", "qkv_bias", "rope_mscale", "glu_clamp", "sliding_window", "sliding_layers",
+              "moe_every", "attention_chunk", "chunked_layers")
 LAYOUT_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "sequence_parallel", "zero", "schedule",
                "cp_kind", "order")
 TRAINING_KEYS = ("seq_len", "global_batch", "micro_batch", "recompute", "precision", "fp8_recipe", "local_batch",
@@ -38,7 +39,7 @@ def model_from_table(table: dict, name: str = "", where: str = "[model]") -> Mod
     cf = d.get("capacity_factor")
     if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float)) or not cf > 0):
         raise ModelcutError(f"{where}: capacity_factor must be a positive number (1.0: no slack), got {cf!r}")
-    for k in ("experts", "top_k", "shared_experts", "dense_layers"):
+    for k in ("experts", "top_k", "shared_experts", "dense_layers", "moe_every", "chunked_layers"):
         if k in d and (isinstance(d[k], bool) or not isinstance(d[k], int)):
             raise ModelcutError(f"{where}: {k} must be an integer, got {d[k]!r}")
     if d.get("shared_experts", 0) < 0:

@@ -31,6 +31,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from .costs import flops
 from .errors import ModelcutError
 from .sim import registry
 from .sim.inflight import inflight_profile, profile_uncached
@@ -280,12 +281,11 @@ def resolve(model: ModelSpec, layout: Layout, training: Training, *, v: int, sch
     m = microbatches(layout, training)
     spec.validate(p, m, v, group)
     lay, slots = _copy_split(model, spec, p, v, balance, stage_layers, first_layers, last_layers)
-    first_moe = model.dense_layers if model.is_moe else model.layers
     stages, per_copy = [], len(lay)
     for s in range(p * v):
         c = s % per_copy
         start = sum(lay[:c])
         stages.append(Stage(index=s, device=spec.device_of(s, p), layers=lay[c], slots=slots[c], first_layer=start,
-                            moe_layers=max(0, start + lay[c] - max(start, first_moe)),
+                            moe_layers=flops.moe_layers_in(model, start, lay[c]),
                             embedding=c == 0, loss=c == per_copy - 1))
     return PipelinePlan(spec, p, v, m, group if spec.grouped else None, tuple(stages))

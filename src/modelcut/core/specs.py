@@ -69,9 +69,15 @@ class ModelSpec:
     each of the gate and up projections, SwiGLU). ``kv_heads`` < ``heads`` is grouped-query
     attention. Mixture-of-experts fields: ``experts`` (E, 1 = dense), ``top_k``,
     ``expert_ffn_hidden`` (each routed expert's inner width; default ``ffn_hidden``),
-    ``shared_experts`` and ``dense_layers`` (leading layers with a dense MLP). Sliding-window
+    ``shared_experts`` and ``dense_layers`` (leading layers with a dense MLP); past those, every
+    ``moe_every``-th layer holds the experts and the others a dense MLP of ``ffn_hidden``: layer i
+    (from 0) is an MoE layer when i ≥ dense_layers and (i − dense_layers + 1) is a multiple of
+    moe_every (Llama 4 Maverick: 2, its odd layers; Hugging Face Llama4TextConfig's
+    ``interleave_moe_layer_step``, whose MoE layers are range(step − 1, L, step)). Sliding-window
     attention: ``sliding_layers`` of the layers attend only to the ``sliding_window`` keys up to
-    each query, itself included (GPT-OSS: every other layer, 128 keys).
+    each query, itself included (GPT-OSS: every other layer, 128 keys). Chunked attention:
+    ``chunked_layers`` of the layers attend causally within their own block of ``attention_chunk``
+    tokens only (Llama 4: 8192 tokens in three layers of every four, ``attention_chunk_size``).
     """
 
     name: str
@@ -101,6 +107,9 @@ class ModelSpec:
     glu_clamp: bool = False            # the gated MLP clamps its two halves first (GPT-OSS's swiglu_limit)
     sliding_window: int | None = None  # keys a sliding-window layer's query attends, itself included
     sliding_layers: int = 0            # how many layers attend within that window (the rest: causal)
+    moe_every: int = 1                 # with experts: every moe_every-th layer past dense_layers holds them
+    attention_chunk: int | None = None  # tokens of a chunked-attention layer's block (Llama 4: 8192)
+    chunked_layers: int = 0            # how many layers attend only within their block
 
     def __post_init__(self) -> None:
         _positive(self, "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts", "top_k")
@@ -127,6 +136,18 @@ class ModelSpec:
         if (self.sliding_window is None) != (self.sliding_layers == 0):
             raise ModelcutError(f"{self.name}: sliding_window and sliding_layers go together (a window needs "
                                 "the layers that use it, and those layers a window)")
+        if isinstance(self.moe_every, bool) or not isinstance(self.moe_every, int) or self.moe_every < 1:
+            raise ModelcutError(f"{self.name}: moe_every must be a positive whole number (1: every layer past "
+                                f"dense_layers holds experts), got {self.moe_every!r}")
+        _positive(self, "attention_chunk")
+        if isinstance(self.chunked_layers, bool) or not isinstance(self.chunked_layers, int) \
+                or not 0 <= self.chunked_layers <= self.layers - self.sliding_layers:
+            raise ModelcutError(f"{self.name}: chunked_layers ({self.chunked_layers!r}) must be a whole number "
+                                f"of layers, 0 to {self.layers - self.sliding_layers} (the layers less the "
+                                "sliding-window ones)")
+        if (self.attention_chunk is None) != (self.chunked_layers == 0):
+            raise ModelcutError(f"{self.name}: attention_chunk and chunked_layers go together (a chunk needs "
+                                "the layers that use it, and those layers a chunk)")
 
     @property
     def d_head(self) -> int:

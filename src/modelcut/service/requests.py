@@ -261,6 +261,12 @@ class ModelSpecIn(Strict):
                                                                "sliding_layers)")
     sliding_layers: Annotated[int, *Capped("max_layers", 0)] = Field(0, description="layers attending within "
                                                                                     "sliding_window")
+    moe_every: Annotated[int, *Capped("max_layers", 1)] = Field(
+        1, description="with experts: every moe_every-th layer past dense_layers holds them (Llama 4 Maverick: 2)")
+    attention_chunk: Optional[SeqLen] = Field(None, description="tokens of a chunked-attention layer's block "
+                                                                "(with chunked_layers; Llama 4: 8192)")
+    chunked_layers: Annotated[int, *Capped("max_layers", 0)] = Field(0, description="layers attending only "
+                                                                                    "within their block")
 
 
 #: Exactly one of the three ways to name a model, as the schema says it.

@@ -11,7 +11,9 @@ vocab = 51200
 gated_mlp = false
 tied_embeddings = true
 # experts = 8            # mixture of experts: routed experts (1: dense), top_k, expert_ffn_hidden,
-# top_k = 2              # shared_experts, dense_layers (leading dense layers), capacity_factor
+# top_k = 2              # shared_experts, dense_layers (leading dense layers), capacity_factor,
+#                        # moe_every (experts in every k-th layer past them; Llama 4 Maverick: 2)
+# attention_chunk = 8192 # with chunked_layers: layers attending only within blocks of this many tokens
 [hardware]
 gpu = "a100-sxm4-80gb"   # a catalog name or alias
 gpus = 64                # must equal tp·cp·pp·dp

@@ -122,9 +122,28 @@ def router_params(model: ModelSpec) -> int:
     return model.hidden * model.experts if model.experts > 1 else 0
 
 
+def _moe_layers_before(model: ModelSpec, i: int) -> int:
+    """MoE layers among layers 0 .. i − 1: those j ≥ d with (j − d + 1) a multiple of k
+    (d = ``dense_layers``, k = ``moe_every``), ⌊(i − d)/k⌋."""
+    if not model.is_moe:
+        return 0
+    return max(0, i - model.dense_layers) // model.moe_every
+
+
 def moe_layer_count(model: ModelSpec) -> int:
-    """Layers with experts: all but the first ``dense_layers`` (none for a dense model)."""
-    return model.layers - model.dense_layers if model.is_moe else 0
+    """Layers with experts: past the first ``dense_layers``, every ``moe_every``-th (none for a
+    dense model; all but the dense ones with moe_every 1)."""
+    return _moe_layers_before(model, model.layers)
+
+
+def moe_layers_in(model: ModelSpec, first: int, count: int) -> int:
+    """MoE layers among the ``count`` layers from layer ``first`` (a pipeline stage's)."""
+    return _moe_layers_before(model, first + count) - _moe_layers_before(model, first)
+
+
+def is_moe_layer(model: ModelSpec, i: int) -> bool:
+    """Whether layer ``i`` (from 0) holds experts (:class:`~modelcut.core.specs.ModelSpec`)."""
+    return moe_layers_in(model, i, 1) == 1
 
 
 def embedding_params(model: ModelSpec) -> int:
@@ -173,25 +192,38 @@ def causal_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
     forward + backward = 3 × the forward; every layer's products (2 per matrix weight a token
     passes through, the routed top-k experts in an MoE layer) and the logits (2·h·V per token), and
     the attention core over the causally unmasked half of the (query, key) pairs, 2·2·s·q/2 per
-    token per layer (a sliding-window layer's over its window's pairs, :func:`attention_pairs`); no
+    token per layer (a sliding-window or chunked layer's over its pairs, :func:`attention_pairs`); no
     recomputation. The FLOPs behind the default model's MFU, which therefore never exceeds 100 %:
     every one of them is timed at no more than the accelerator's peak."""
     moe = moe_layer_count(model)
-    lw = model.sliding_layers
-    attn = ((model.layers - lw) * attention_pairs(seq) + lw * attention_pairs(seq, model.sliding_window)) \
+    attn = sum(n * attention_pairs(seq, window, chunk) for n, window, chunk in attention_layer_kinds(model)) \
         * 4.0 * model.q_dim / seq
     per_layer = ((model.layers - moe) * 2.0 * layer_matmul_params(model, False)
                  + moe * 2.0 * layer_matmul_params(model, True) + attn)
     return _tokens(batch, seq) * 3.0 * (per_layer + 2.0 * model.hidden * model.vocab)
 
 
-def attention_pairs(seq: int, window: int | None = None) -> float:
+def attention_pairs(seq: int, window: int | None = None, chunk: int | None = None) -> float:
     """(query, key) pairs a causal attention over ``seq`` tokens scores, s²/2 (the masked half
     left out, as the time model counts it); within a sliding ``window`` of keys (each query's
-    own among them) s·w − w²/2 when w < s."""
+    own among them) s·w − w²/2 when w < s; within blocks of ``chunk`` tokens, q·c²/2 + r²/2
+    (s = q·c + r: q causal attentions of c tokens and one of the r left)."""
+    if chunk is not None and chunk < seq:
+        q, r = divmod(seq, chunk)
+        return (q * chunk * chunk + r * r) / 2.0
     if window is None or window >= seq:
         return seq * seq / 2.0
     return seq * window - window * window / 2.0
+
+
+def attention_layer_kinds(model: ModelSpec) -> tuple[tuple[int, int | None, int | None], ...]:
+    """The layers by how they attend, (count, window, chunk): causally over the whole sequence,
+    within a sliding window (``sliding_layers``), within blocks (``chunked_layers``); kinds of no
+    layer left out."""
+    full = model.layers - model.sliding_layers - model.chunked_layers
+    kinds = ((full, None, None), (model.sliding_layers, model.sliding_window, None),
+             (model.chunked_layers, None, model.attention_chunk))
+    return tuple(k for k in kinds if k[0] > 0)
 
 
 def _tokens(batch: int, seq: int) -> float:

@@ -80,7 +80,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..costs import comm, context
+from ..costs import comm, context, flops
 from ..costs import moe as moe_mod
 from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
@@ -527,21 +527,42 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
                                     net=eff.net)
 
 
+def _fields(a: AttentionTime) -> tuple[float, ...]:
+    return (a.fwd, a.bwd, a.fwd_math, a.bwd_math, a.flops_fwd)
+
+
+def _chunked_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> AttentionTime:
+    """A chunked layer's attention core: the sequence's s = q·c + r tokens in q causal attentions
+    of c = ``attention_chunk`` tokens (run as one kernel of q times the batch) and one of r; with
+    context parallelism each rank does 1/cp of that work (its queries' blocks), the all-gather or
+    ring that brings it the keys timed as a whole-sequence layer's."""
+    s, c = setup.seq_len, model.attention_chunk
+    q, r = divmod(s, c) if c < s else (1, 0)
+    c = min(c, s)
+    parts = [attention_time(setup.attention, setup.micro_batch * q, model.heads // setup.tp, c, c, model.d_head,
+                            True, model.dropout, hw, eff)]
+    if r:
+        parts.append(attention_time(setup.attention, setup.micro_batch, model.heads // setup.tp, r, r, model.d_head,
+                                    True, model.dropout, hw, eff))
+    return AttentionTime(*[sum(v) / setup.cp for v in zip(*(_fields(a) for a in parts))])
+
+
 def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> AttentionTime:
     """One layer's attention core for a micro-batch, the average layer's: with sliding-window
-    layers (``ModelSpec.sliding_layers``) the causal and the windowed attention weighted by their
-    share of the layers (the stage costs time an average layer; a stage's own mix differs by at
-    most one layer's)."""
+    layers (``ModelSpec.sliding_layers``) or chunked ones (``chunked_layers``, :func:`_chunked_attention`)
+    the causal, windowed and chunked attention weighted by their share of the layers
+    (:func:`..costs.flops.attention_layer_kinds`; the stage costs time an average layer, and a
+    stage's own mix differs by at most one layer's)."""
     s, cp = setup.seq_len, setup.cp
     args = (setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head, True,
             model.dropout, hw, eff)
-    full = attention_time(*args)
-    if not model.sliding_layers:
-        return full
-    win = attention_time(*args, window=model.sliding_window)
-    f = model.sliding_layers / model.layers
-    mix = [(1 - f) * a + f * b for a, b in zip((full.fwd, full.bwd, full.fwd_math, full.bwd_math, full.flops_fwd),
-                                              (win.fwd, win.bwd, win.fwd_math, win.bwd_math, win.flops_fwd))]
+    kinds = flops.attention_layer_kinds(model)
+    if len(kinds) == 1 and kinds[0][1] is None and kinds[0][2] is None:
+        return attention_time(*args)
+    mix = [0.0] * 5
+    for n, window, chunk in kinds:
+        a = _chunked_attention(model, setup, hw, eff) if chunk is not None else attention_time(*args, window=window)
+        mix = [acc + n / model.layers * v for acc, v in zip(mix, _fields(a))]
     return AttentionTime(*mix)
 
 

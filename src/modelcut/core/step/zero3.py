@@ -68,7 +68,6 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     p_out, p_emb = mods[0][0], mods[-1][0]    # readiness order: output first, embedding last
     p_dense = params.layer_params(model, t, False)[0]
     p_moe = tuple(params.layer_params(model, t, True, L.ep, L.etp)) if model.is_moe else (0.0, 0.0)   # (dense, experts)
-    first_moe = model.dense_layers if model.is_moe else model.layers
 
     def exposed(pt: PassTime) -> float:
         return pt.compute + exposed_tp(pt.tp, pt.gemm, ov.tp_comm) + pt.cp
@@ -82,7 +81,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
         notes.append("ZeRO-3: DeepSpeed v0.3 hooks replayed (per-weight gathers, device syncs, reuse distance)")
     else:
         T_c, compute_total, a2a_total = _unit_prefetch(run, fw, dense, moe_lt, emb, loss, m, gather, rs, exposed,
-                                                       (p_dense, p_moe, p_emb, p_out), first_moe,
+                                                       (p_dense, p_moe, p_emb, p_out),
                                                        moe_a2a(moe_lt, a2a_time(run, hw, eff, fw), run.training.recompute,
                                                                fw, hw) if moe_lt is not None else (0.0, 0.0),
                                                        gather_layer, (copy_out, copy_in, layer_b), resid)
@@ -99,7 +98,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
 
 def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
                    emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
-                   sizes: tuple[float, float, float, float], first_moe: int,
+                   sizes: tuple[float, float, float, float],
                    a2a: tuple[float, float] = (0.0, 0.0), gather_layer=None,
                    copies=None, resid: Residency | None = None) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
@@ -152,14 +151,14 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
         # Forward: embedding, layers, loss (the loss uses the (tied) output weights).
         task(gather_fwd, p_emb, exposed(emb[0]), pf_f)
         for i in range(model.layers):
-            is_moe = model.is_moe and i >= first_moe
+            is_moe = flops.is_moe_layer(model, i)
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
             x = a2a[0] if is_moe else 0.0
             a2a_total += x
             task(gather_fwd, pp_, exposed(lt.fwd) + x, pf_f, layer=True)
         task(gather_fwd, p_out, exposed(loss[0]) + exposed(loss[1]), pf_f, reduce)
         for i in reversed(range(model.layers)):
-            is_moe = model.is_moe and i >= first_moe
+            is_moe = flops.is_moe_layer(model, i)
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
             x = a2a[1] if is_moe else 0.0
             a2a_total += x
