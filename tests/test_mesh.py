@@ -10,8 +10,9 @@ from hypothesis import given, settings, strategies as st
 from modelcut.cli import main
 from modelcut.core.costs import comm
 from modelcut.core.errors import ModelcutError
-from modelcut.core.costs.mesh import (DIMS, MEGATRON_ORDER, Mesh, crossing_fraction, dims_in_node, group_crosses_nodes,
-                                members_in_node, node_ranks, nodes_spanned, parse_order)
+from modelcut.core.costs.mesh import (DIMS, MEGATRON_ORDER, Mesh, crossing_fraction, dims_in_node, expert_grid_applies,
+                                expert_mesh, group_crosses_nodes, members_in_node, node_ranks, nodes_spanned,
+                                parse_order)
 from modelcut.core.specs import DEFAULT_ORDER, Layout
 
 sizes = st.sampled_from([1, 2, 3, 4, 8])
@@ -173,11 +174,14 @@ def test_ep_in_the_order_round_trip_groups_and_crossing(m, gpn, data):
         mine = m._all_coords(r)
         assert all(all(m._all_coords(q)[k] == mine[k] for k in fixed) for q in g)
         brute = [len({q // gpn for q in grp}) > 1 for grp in m.groups(d)]
-        assert group_crosses_nodes(m, d, gpn) == any(brute) == comm.group_spans_nodes(lay, d, gpn)
+        assert group_crosses_nodes(m, d, gpn) == any(brute)
         assert crossing_fraction(m, d, gpn) == pytest.approx(sum(brute) / len(brute))
         first = m.group(0, d)
-        assert members_in_node(m, d, gpn) == comm.group_members_in_node(lay, d, gpn) == \
-            sum(1 for q in first if q // gpn == 0)
+        assert members_in_node(m, d, gpn) == sum(1 for q in first if q // gpn == 0)
+        # a layout's ep groups are its expert grid's where that holds them, else the mesh's
+        ref = expert_mesh(lay) if d == "ep" else m
+        assert comm.group_spans_nodes(lay, d, gpn) == any(len({q // gpn for q in grp}) > 1 for grp in ref.groups(d))
+        assert comm.group_members_in_node(lay, d, gpn) == sum(1 for q in ref.group(0, d) if q // gpn == 0)
 
 
 def test_megatron_order_formula_and_text():
@@ -227,3 +231,68 @@ def test_cli_ep_default_is_megatron_order(capsys):
     assert "dp 128 = ep 64 × edp 2" in capsys.readouterr().out
     assert main(["mesh", "--dp", "4", "--ep", "2", "--order", "tp,ep,ep,cp,pp,dp"]) == 2
     assert "ep at most once" in capsys.readouterr().err
+
+
+def mcore_expert_groups(tp, cp, pp, dp, ep, etp):
+    """Megatron-core's expert groups by its own construction (parallel_state.py's second
+    RankGenerator over tp·cp·dp ranks a stage, pp-last order): rank = etp_i + etp·(ep_i + ep·(edp_i
+    + edp·pp_i)); returns (ep groups, expert-data-parallel groups)."""
+    stage = tp * cp * dp
+    edp = stage // (ep * etp)
+    world = stage * pp
+    coords = {r: (r % etp, (r // etp) % ep, (r // (etp * ep)) % edp, r // stage) for r in range(world)}
+    def groups(free):
+        out = {}
+        for r, c in coords.items():
+            key = tuple(v for i, v in enumerate(c) if i != free)
+            out.setdefault(key, []).append(r)
+        return sorted(sorted(g) for g in out.values())
+    return groups(1), groups(2)
+
+
+@settings(max_examples=80, deadline=None)
+@given(tp=sizes, cp=sizes, pp=st.sampled_from([1, 2, 3]), dp=sizes, data=st.data(),
+       gpn=st.sampled_from([1, 2, 4, 8]))
+def test_the_expert_grid_is_megatron_cores(tp, cp, pp, dp, data, gpn):
+    """Over Megatron-core's default order the expert-parallel and expert-data-parallel groups are
+    the ones its second rank generator builds, for any etp and any ep with ep·etp dividing
+    tp·cp·dp (ep may exceed dp); the dense groups stay the layout's."""
+    stage = tp * cp * dp
+    etp = data.draw(st.sampled_from([e for e in (1, 2, 4, 8) if stage % e == 0]))
+    ep = data.draw(st.sampled_from([e for e in range(2, 17) if stage % (e * etp) == 0] or [1]))
+    lay = Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
+    if ep == 1:
+        assert not expert_grid_applies(lay)
+        return
+    assert expert_grid_applies(lay)
+    em = expert_mesh(lay)
+    ep_groups, edp_groups = mcore_expert_groups(tp, cp, pp, dp, ep, etp)
+    assert em.groups("ep") == ep_groups and em.groups(comm.EXPERT_DP) == edp_groups
+    assert comm.expert_dp_size(lay) == len(edp_groups[0])
+    assert comm.group_members_in_node(lay, "ep", gpn) == sum(1 for r in ep_groups[0] if r // gpn == 0)
+    assert comm.group_spans_nodes(lay, "ep", gpn) == any(len({r // gpn for r in g}) > 1 for g in ep_groups)
+    dense = Mesh.build(tp, cp, pp, dp)
+    assert comm.group_members_in_node(lay, ("cp", "dp"), gpn) == members_in_node(dense, ("cp", "dp"), gpn)
+
+
+def test_with_etp_tp_and_no_cp_the_expert_grid_is_ep_carved_from_dp():
+    for tp, dp, ep in ((1, 16, 8), (2, 8, 4), (4, 16, 16), (8, 64, 8)):
+        lay = Layout(tp=tp, pp=2, dp=dp, ep=ep)
+        legacy = Mesh.build(tp=tp, pp=2, dp=dp, ep=ep)
+        assert expert_mesh(lay).groups("ep") == legacy.groups("ep")
+        assert expert_mesh(lay).groups(comm.EXPERT_DP) == legacy.groups(comm.EXPERT_DP)
+
+
+def test_experts_over_tensor_parallel_ranks_stay_in_the_node():
+    """tp 4 with etp 1 and ep 8 over dp 8: Megatron-core's ep group is eight consecutive ranks, one
+    node; ep may exceed dp (ep 32 over tp 2 · dp 16 spans four nodes); another rank order carves ep
+    from dp and must divide it."""
+    assert comm.group_members_in_node(Layout(tp=4, dp=8, ep=8, etp=1), "ep", 8) == 8
+    assert comm.group_members_in_node(Layout(tp=4, dp=8, ep=8), "ep", 8) == 2        # etp = tp: every 4th rank
+    wide = Layout(tp=2, pp=8, dp=16, ep=32, etp=1)
+    assert comm.group_spans_nodes(wide, "ep", 8) and comm.group_members_in_node(wide, "ep", 8) == 8
+    assert comm.expert_dp_size(wide) == 1
+    with pytest.raises(ModelcutError, match=r"ep × etp \(32 × 2\) must divide tp × cp × dp \(32\)"):
+        expert_mesh(Layout(tp=2, pp=8, dp=16, ep=32))
+    with pytest.raises(ModelcutError, match=r"ep \(32\) must divide dp \(16\)"):
+        comm.group_members_in_node(Layout(tp=2, pp=8, dp=16, ep=32, etp=1, order=("tp", "cp", "pp", "dp")), "ep", 8)

@@ -297,7 +297,9 @@ def test_expert_sharding_matches_memory(name, tp, ep, etp):
 
 @pytest.mark.parametrize("layout,msg", [
     (Layout(dp=8, ep=3), "must divide the experts"),
-    (Layout(dp=4, ep=8), "must divide dp"),
+    (Layout(dp=4, ep=8), r"ep × etp \(8 × 1\) must divide tp × cp × dp \(4\)"),
+    (Layout(tp=2, dp=4, ep=8), "with etp 1 the experts may span the tensor-parallel ranks"),
+    (Layout(dp=4, ep=8, order=("tp", "cp", "pp", "dp")), r"ep \(8\) must divide dp \(4\) under the rank order"),
     (Layout(tp=3, dp=8, ep=8), "must divide expert_ffn_hidden"),
 ])
 def test_bad_expert_layouts(layout, msg):

@@ -27,6 +27,15 @@ groups from a second rank generator over tp·cp·dp with context parallelism fol
 takes context-parallel ranks first; modelcut carves ep from dp alone (the same groups
 whenever cp = 1).
 
+**The expert grid.** Where the rank order runs tp, cp and dp inside each pipeline stage, the
+pipeline outermost (:data:`STAGE_CONTIGUOUS`: Megatron-core's default, and the same without ep),
+the expert groups are laid as Megatron-core lays them, over each stage's tp·cp·dp ranks:
+expert tensor parallelism (etp) innermost, then ep, then the expert-data-parallel ranks
+(:func:`expert_mesh`). An ep group then takes tensor-parallel ranks first where etp < tp, and
+context-parallel ones before data-parallel ones; ep need not divide dp, only ep·etp must divide
+tp·cp·dp. With etp = tp and cp = 1 these are the groups carved from dp above. Other orders carve
+ep from dp.
+
 Whether groups cross nodes is exact for any order: a group's members are its first rank b
 (index 0 along the group's dimensions) plus offsets from 0 to reach = Σ (size − 1)·stride,
 so it stays in b's node iff (b mod g) + reach < g; every first rank is checked (numpy).
@@ -225,8 +234,53 @@ class Mesh:
         return tuple((self.stride(d), self.size(d)) for d in self._expand(dim))
 
 
-def _as_mesh(layout: Layout | Mesh) -> Mesh:
-    return layout if isinstance(layout, Mesh) else Mesh.of(layout)
+#: Rank orders whose pipeline stages hold consecutive ranks, tp innermost, then cp, then dp (ep
+#: named just before dp, or not at all): over these the expert grid is Megatron-core's
+#: (:func:`expert_mesh`).
+STAGE_CONTIGUOUS = (("tp", "cp", "ep", "dp", "pp"), ("tp", "cp", "dp", "pp"))
+
+EXPERT_DIMS = ("ep", "edp")
+
+
+def expert_grid_applies(layout: Layout) -> bool:
+    """Whether the layout's expert groups are Megatron-core's expert grid (module doc): ep > 1 and
+    a rank order of :data:`STAGE_CONTIGUOUS`."""
+    return layout.ep > 1 and parse_order(layout.order) in STAGE_CONTIGUOUS
+
+
+def expert_mesh(layout: Layout) -> Mesh:
+    """The mesh whose ``ep`` and ``edp`` groups are the layout's expert-parallel and
+    expert-data-parallel groups. Megatron-core builds them from a second rank generator over the
+    same ranks (megatron/core/parallel_state.py ``initialize_model_parallel``, NVIDIA/Megatron-LM at
+    d98e8a64dd: ``RankGenerator(tp=expert_tensor_parallel_size, ep=expert_model_parallel_size,
+    dp=expert_data_parallel_size, pp=pipeline_model_parallel_size, cp=1, order=order)`` with
+    expert_data_parallel_size = world/(etp·ep·pp), asserting a pp-last order where pp > 1):
+    under :func:`expert_grid_applies`, the mesh of etp, ep, tp·cp·dp/etp and pp (its tp the expert
+    tensor-parallel group). Otherwise the layout's own mesh, ep carved from dp."""
+    if not expert_grid_applies(layout):
+        return Mesh.of(layout)
+    etp = layout.etp or layout.tp
+    stage = layout.tp * layout.cp * layout.dp
+    if stage % (layout.ep * etp):
+        raise ModelcutError(f"ep × etp ({layout.ep} × {etp}) must divide tp × cp × dp ({stage}): the expert "
+                            "grid lays etp, ep and the expert data-parallel ranks over them")
+    return Mesh.build(tp=etp, cp=1, pp=layout.pp, dp=stage // etp, ep=layout.ep)
+
+
+def dense_mesh(layout: Layout) -> Mesh:
+    """The mesh of the tp, cp, pp and dp groups: the layout's, ep carved from dp only where the
+    expert grid does not hold the expert groups (:func:`expert_mesh`)."""
+    if expert_grid_applies(layout):
+        return Mesh.build(layout.tp, layout.cp, layout.pp, layout.dp, 1, layout.order)
+    return Mesh.of(layout)
+
+
+def _as_mesh(layout: Layout | Mesh, dims: Iterable[str] = ()) -> Mesh:
+    """The mesh that holds the groups along ``dims``: a Mesh as given; for a layout, its expert
+    mesh for the expert groups (ep, edp), else its dense one."""
+    if isinstance(layout, Mesh):
+        return layout
+    return expert_mesh(layout) if any(d in EXPERT_DIMS for d in dims) else dense_mesh(layout)
 
 
 def _check_gpn(gpus_per_node: int) -> None:
@@ -255,7 +309,7 @@ def group_crosses_nodes(layout: Layout | Mesh, dim: str | Iterable[str], gpus_pe
     :func:`modelcut.core.costs.comm.group_spans_nodes` asks it."""
     _check_gpn(gpus_per_node)
     dims = (dim,) if isinstance(dim, str) else tuple(dim)
-    crossing, _ = _crossing(_as_mesh(layout), dims, gpus_per_node)
+    crossing, _ = _crossing(_as_mesh(layout, dims), dims, gpus_per_node)
     return crossing > 0
 
 
@@ -264,7 +318,7 @@ def crossing_fraction(layout: Layout | Mesh, dim: str | Iterable[str], gpus_per_
     unevenly: part of them inside a node, part across)."""
     _check_gpn(gpus_per_node)
     dims = (dim,) if isinstance(dim, str) else tuple(dim)
-    crossing, total = _crossing(_as_mesh(layout), dims, gpus_per_node)
+    crossing, total = _crossing(_as_mesh(layout, dims), dims, gpus_per_node)
     return crossing / total
 
 
@@ -273,7 +327,7 @@ def members_in_node(layout: Layout | Mesh, dim: str | Iterable[str], gpus_per_no
     ``gpus_per_node`` consecutive ranks): the group offsets Σ index·stride below gpus_per_node."""
     _check_gpn(gpus_per_node)
     offs = {0}
-    for stride, size in _as_mesh(layout).offsets(dim):
+    for stride, size in _as_mesh(layout, (dim,) if isinstance(dim, str) else tuple(dim)).offsets(dim):
         offs = {o + k * stride for o in offs for k in range(size) if o + k * stride < gpus_per_node}
     return len(offs)
 

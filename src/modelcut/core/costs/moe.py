@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import comm, flops
+from . import comm, flops, mesh
 from ..errors import ModelcutError
 from ..specs import Layout, ModelSpec
 from ..units import BF16_BYTES
@@ -88,16 +88,24 @@ def _pos(name: str, x, integer: bool = True) -> None:
 
 def check_moe_layout(model: ModelSpec, layout: Layout) -> None:
     """Refuse an expert layout no framework would start, in one line: ep needs experts and must
-    divide them (and dp: the ep group is carved from the data-parallel ranks); etp must divide the
-    expert width."""
+    divide them; ep·etp must divide each pipeline stage's tp·cp·dp ranks, over which the expert
+    grid lays them (:func:`.mesh.expert_mesh`; with another rank order the ep group is carved from
+    the data-parallel ranks, and ep must divide dp); etp must divide the expert width."""
     ep, etp = layout.ep, layout.etp or layout.tp
     if ep > 1 and not model.is_moe:
         raise ModelcutError(f"ep ({ep}) needs a mixture-of-experts model; {model.name or 'the model'} is dense")
     if model.is_moe:
         if model.experts % ep:
             raise ModelcutError(f"ep ({ep}) must divide the experts ({model.experts})")
-        if layout.dp % ep:
-            raise ModelcutError(f"ep ({ep}) must divide dp ({layout.dp})")
+        stage = layout.tp * layout.cp * layout.dp
+        if mesh.expert_grid_applies(layout):
+            if stage % (ep * etp):
+                raise ModelcutError(f"ep × etp ({ep} × {etp}) must divide tp × cp × dp ({stage})"
+                                    + (f"; with etp 1 the experts may span the tensor-parallel ranks"
+                                       if etp > 1 and stage % ep == 0 else ""))
+        elif layout.dp % ep:
+            raise ModelcutError(f"ep ({ep}) must divide dp ({layout.dp}) under the rank order "
+                                f"{'-'.join(layout.order)}")
         if flops.expert_width(model) % etp:
             raise ModelcutError(f"etp ({etp}) must divide expert_ffn_hidden ({flops.expert_width(model)})")
         if model.shared_experts and flops.expert_width(model) % layout.tp:
