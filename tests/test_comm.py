@@ -62,10 +62,19 @@ def test_bad_arguments(bad):
 
 def brute_spans(layout: Layout, dims: tuple[str, ...], g: int) -> bool:
     """Enumerate every rank and every group: rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)) in Llama 3's
-    order, tp_i + tp·(cp_i + cp·(dp_i + dp·pp_i)) in the default (Megatron-core's, ep inside dp)."""
+    order (ep inside dp), tp_i + tp·(cp_i + cp·(dp_i + dp·pp_i)) in the default (Megatron-core's), whose
+    ep groups are its expert grid's."""
     order = ("tp", "cp", "pp", "dp")
     size = {d: getattr(layout, d) for d in order}
     llama = layout.order == LLAMA3
+    if "ep" in dims and layout.ep > 1 and not llama:
+        # Megatron-core's expert grid over each stage's tp·cp·dp ranks: etp innermost, then ep
+        etp, stage = layout.etp or layout.tp, layout.tp * layout.cp * layout.dp
+        eg: dict[tuple, set] = {}
+        for rank in range(stage * layout.pp):
+            j = rank % stage
+            eg.setdefault((rank // stage, j % etp, j // (etp * layout.ep)), set()).add(rank // g)
+        return any(len(nodes) > 1 for nodes in eg.values())
     groups: dict[tuple, set] = {}
     for idx in itertools.product(*(range(size[d]) for d in order)):
         i = dict(zip(order, idx))
