@@ -279,15 +279,23 @@ MOE_SPACE = Space(micro_batches=(1,), schedules=("1f1b",), recomputes=("none", "
 
 def test_moe_structures_search_ep_and_both_cp_forms():
     seen = list(structures(QWEN_MOE, 16, 8192, 64, 8, MOE_SPACE))
-    assert all(QWEN_MOE.experts % s.ep == 0 and s.dp % s.ep == 0 for s in seen)
+    # ep from the data-parallel ranks with the experts cut as the attention (etp = tp), or, past
+    # what dp holds, over the tensor-parallel ranks too with the experts whole (etp 1)
+    assert all(QWEN_MOE.experts % s.ep == 0 and (s.dp % s.ep == 0 if s.etp is None else
+                                                 s.etp == 1 and s.dp % s.ep and (s.tp * s.dp) % s.ep == 0)
+               for s in seen)
     assert {s.ep for s in seen} >= {1, 2, 4}
+    assert any(s.etp == 1 and s.ep > s.dp for s in seen)
     for s in seen:
-        assert set(ep_choices(QWEN_MOE, s.dp, MOE_SPACE)) == {x.ep for x in seen if (x.tp, x.cp, x.pp, x.dp) ==
-                                                             (s.tp, s.cp, s.pp, s.dp)}
+        assert set(ep_choices(QWEN_MOE, s.dp, MOE_SPACE, s.tp)) == {(x.ep, x.etp) for x in seen
+                                                                   if (x.tp, x.cp, x.pp, x.dp) == (s.tp, s.cp, s.pp, s.dp)}
         kinds = {x.cp_kind for x in seen if x.__dict__ | {"cp_kind": None} == s.__dict__ | {"cp_kind": None}}
         assert kinds == ({"ring", "allgather"} if s.cp > 1 else {"allgather"})
     only2 = list(structures(QWEN_MOE, 16, 8192, 64, 8, Space(micro_batches=(1,), schedules=("1f1b",), eps=(2,))))
     assert only2 and {s.ep for s in only2} == {2}
+    whole = list(structures(QWEN_MOE, 16, 8192, 64, 8, Space(micro_batches=(1,), schedules=("1f1b",),
+                                                                expert_tp_one=False)))
+    assert whole and all(s.etp is None for s in whole)
     ring = list(structures(QWEN_MOE, 16, 8192, 64, 8, Space(micro_batches=(1,), schedules=("1f1b",),
                                                                cp_kinds=("ring",))))
     assert {s.cp_kind for s in ring if s.cp > 1} == {"ring"}
@@ -479,3 +487,25 @@ def test_run_takes_a_check_in_place_of_its_published_layout(capsys):
     assert main(["explore", "--run", "all", "--check", "zero=1"]) == 2
     assert main(["explore", "--run", "nemo2407-llama2-7b-8", "--check", "zero=9"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 2
+
+
+def test_the_explorer_lays_experts_over_tensor_parallel_ranks(capsys):
+    """ep 16 over tp 2 · dp 8 (etp 1), which dp alone cannot hold, is a layout of the space: found
+    by --check, timed as predict times it, its ep group eight consecutive ranks of one node and the
+    next eight (Megatron-core's expert grid)."""
+    assert main(["explore", "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "4096",
+                 "--global-batch-tokens", "256k", "--framework", "megatron-core", "--check", "tp=2,ep=16,etp=1",
+                 "--json", "--top", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["check"]["rank"] is not None and out["check"]["best"]["etp"] == 1
+    best = out["check"]["best"]
+    assert (best["tp"], best["ep"], best["dp"]) == (2, 16, 8)
+    model = catalog.model("qwen3-30b-a3b")
+    from modelcut.core.specs import Layout, Run, Training
+    from helpers import predict_default
+    run = Run(model, "h100", Layout(tp=2, cp=best["cp"], pp=best["pp"], dp=8, ep=16, etp=1, vpp=best["vpp"],
+                                    sequence_parallel=True, zero=best["zero"], schedule=best["schedule"]),
+              Training(seq_len=4096, global_batch=64, micro_batch=best["micro_batch"], recompute=best["recompute"],
+                       recompute_modules=tuple(best["recompute_modules"]) if best["recompute_modules"] else None))
+    p = predict_default(run, catalog.hardware("h100"), framework="megatron-core")
+    assert p.step_time_s == pytest.approx(best["step_time_s"], rel=1e-9)

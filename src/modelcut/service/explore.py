@@ -430,6 +430,11 @@ def gpu_pareto(results: list[ExploreResult]) -> list[ExploreResult]:
     return out
 
 
+#: Layouts a published run's search may hold: the catalog's own problems are searched whole (the
+#: largest, Megatron-Bridge's Qwen3 235B on 256 GPUs with its expert grid, holds about 270,000).
+CATALOG_MAX_LAYOUTS = 1_000_000
+
+
 def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> ExploreRequest:
     """The search a published run of the catalog answers: its model, accelerator, GPU count,
     sequence and tokens a step, on its stack (runs_dev.toml), checking its published layout
@@ -446,12 +451,13 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
     check: dict[str, Any] = {"tp": L.tp, "cp": L.cp, "pp": L.pp, "dp": L.dp}
     if run.model.is_moe:
         check["ep"] = L.ep
+        check["etp"] = L.etp or L.tp
     space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})), order=L.order,
                   precision=tr.precision, fp8_recipe=tr.fp8_recipe)
     return ExploreRequest(run.model, catalog.hardware(run.gpu), L.gpus, tr.seq_len, tr.global_batch * tr.seq_len,
                           run.gpus_per_node, mode, st.framework if st is not None else None,
                           overlap=dict(st.overlap) if st is not None and st.overlap else None, space=space,
-                          check=check, top=top)
+                          check=check, top=top, limits=replace(DEFAULT, max_layouts=CATALOG_MAX_LAYOUTS))
 
 
 def check_row(res: ExploreResult) -> dict[str, Any]:

@@ -393,6 +393,8 @@ class CheckIn(Strict):
     tp: Optional[GpuCount] = None
     cp: Optional[GpuCount] = None
     ep: Optional[GpuCount] = None
+    etp: Optional[GpuCount] = Field(None, description="expert tensor-parallel size (an ep > 1 layout's; tp when "
+                                                      "the experts are cut as the attention)")
     pp: Optional[GpuCount] = None
     dp: Optional[GpuCount] = None
     vpp: Optional[Layers] = None

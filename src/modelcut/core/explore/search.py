@@ -22,7 +22,7 @@ from .why import MEMORY_TERMS
 #: Fraction of the accelerator's memory kept free (see the package docstring).
 DEFAULT_MARGIN = 0.02
 #: Structure fields a ``must`` query (``--check``) may name besides recompute and zero.
-STRUCTURE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "schedule", "vpp", "ep", "cp_kind")
+STRUCTURE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "schedule", "vpp", "ep", "cp_kind", "etp")
 
 
 @dataclass
@@ -57,8 +57,10 @@ class Evaluated:
         return max(self.stages, key=lambda s: s.total_bytes)
 
     def knobs(self) -> dict[str, Any]:
-        """The layout's knobs as a query would name them (:func:`find`)."""
-        return {"recompute": self.recompute, "zero": self.zero, **self.structure.__dict__}
+        """The layout's knobs as a query would name them (:func:`find`); ``etp`` the experts' tensor
+        parallelism in effect (tp where the structure leaves it to tp)."""
+        return {"recompute": self.recompute, "zero": self.zero, **self.structure.__dict__,
+                "etp": self.structure.expert_tp}
 
     def as_dict(self) -> dict[str, Any]:
         s = self.structure
@@ -66,7 +68,8 @@ class Evaluated:
         mem = {"peak_bytes": self.peak_bytes, "peak_stage": ps.stage,
                **{k: getattr(ps, k) for k in MEMORY_TERMS},
                "stages_total_bytes": [x.total_bytes for x in self.stages]}
-        out = {"tp": s.tp, "cp": s.cp, "ep": s.ep, "cp_kind": s.cp_kind if s.cp > 1 else None, "pp": s.pp, "dp": s.dp,
+        out = {"tp": s.tp, "cp": s.cp, "ep": s.ep, "etp": s.expert_tp if s.ep > 1 else None,
+               "cp_kind": s.cp_kind if s.cp > 1 else None, "pp": s.pp, "dp": s.dp,
                "vpp": s.vpp, "micro_batch": s.micro_batch, "order": list(self.run.layout.order),
                "sequence_parallel": self.run.layout.sequence_parallel,
                "recompute": self.recompute, "recompute_modules": (list(self.run.training.recompute_modules)
@@ -150,7 +153,7 @@ def _check_inputs(model: ModelSpec, gpus: int, seq: int, global_batch_tokens: in
 
 
 def _matches(s: Structure, want: dict[str, Any]) -> bool:
-    return all(getattr(s, k) == v for k, v in want.items() if k in STRUCTURE_KEYS)
+    return all((s.expert_tp if k == "etp" else getattr(s, k)) == v for k, v in want.items() if k in STRUCTURE_KEYS)
 
 
 def explore(model: ModelSpec, hw: Hardware, predictor: Callable[[Run, Hardware], Any], *, gpus: int, seq: int,
@@ -408,7 +411,7 @@ def frugal(feasible: list[Evaluated]) -> list[Evaluated]:
 
 
 def find(ex: Exploration, **want: Any) -> list[Evaluated]:
-    """Ranked layouts matching the given fields (tp, cp, ep, cp_kind, pp, dp, vpp, micro_batch,
+    """Ranked layouts matching the given fields (tp, cp, ep, etp, cp_kind, pp, dp, vpp, micro_batch,
     schedule, recompute, zero)."""
     return [e for e in ex.layouts if all(e.knobs().get(k) == v for k, v in want.items())]
 

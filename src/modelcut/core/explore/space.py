@@ -30,6 +30,7 @@ class Space:
     min_tokens_per_cp_rank: int = 1024
     balanced_vpp_only: bool = True
     eps: tuple[int, ...] | None = None       # None: every divisor of the experts dividing d
+    expert_tp_one: bool = True                # with t > 1 on an MoE model, ep groups over tp ranks (etp 1)
     cp_kinds: tuple[str, ...] = CP_KINDS      # tried when c > 1
     precision: str = "bf16"                   # the products' precision of every layout searched
     fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
@@ -47,6 +48,11 @@ class Structure:
     vpp: int
     ep: int = 1
     cp_kind: str = "allgather"   # Layout's default; the form only matters when cp > 1
+    etp: int | None = None       # expert tensor parallelism (None: tp, Megatron-core's default)
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
 
 
 def recompute_choices(model: ModelSpec, space: "Space") -> list[str]:
@@ -77,12 +83,22 @@ def tp_ok(model: ModelSpec, t: int) -> bool:
             and (not model.is_moe or flops.expert_width(model) % t == 0))
 
 
-def ep_choices(model: ModelSpec, d: int, space: "Space") -> list[int]:
-    """Expert-parallel sizes for d data-parallel ranks: 1 for a dense model; otherwise the
-    divisors of the experts that divide d (``space.eps`` narrows them)."""
+def ep_choices(model: ModelSpec, d: int, space: "Space", t: int = 1) -> list[tuple[int, int | None]]:
+    """(ep, etp) pairs for t tensor- and d data-parallel ranks: (1, None) for a dense model;
+    otherwise each divisor e of the experts that divides d with the experts cut over tp (etp
+    None: tp), and, with t > 1 (``space.expert_tp_one``), each divisor e of the experts that
+    divides t·d but not d with the experts whole (etp 1): an ep group larger than the
+    data-parallel ranks hold, which Megatron-core's expert grid lays over the tensor-parallel
+    ranks first (:func:`..costs.mesh.expert_mesh`; Megatron-Bridge's Qwen3 235B recipe: tp 2,
+    ep 32 over dp 16). etp 1 beside an ep that d holds is not searched (it would nearly double
+    an MoE space); a layout names it. ``space.eps`` narrows e."""
     if not model.is_moe:
-        return [1]
-    return [e for e in divisors(model.experts) if d % e == 0 and (space.eps is None or e in space.eps)]
+        return [(1, None)]
+    pick = [e for e in divisors(model.experts) if space.eps is None or e in space.eps]
+    out: list[tuple[int, int | None]] = [(e, None) for e in pick if d % e == 0]
+    if t > 1 and space.expert_tp_one:
+        out += [(e, 1) for e in pick if d % e and (t * d) % e == 0]
+    return out
 
 
 def vpp_choices(model: ModelSpec, p: int, schedule: str, m: int, balanced_only: bool = True) -> list[int]:
@@ -114,7 +130,7 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                 if global_batch % d:
                     continue
                 kinds = space.cp_kinds if c > 1 else ("allgather",)
-                for e in ep_choices(model, d, space):
+                for e, et in ep_choices(model, d, space, t):
                     for b in space.micro_batches:
                         if (global_batch // d) % b:
                             continue
@@ -124,7 +140,7 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                                 continue
                             for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only):
                                 for kind in kinds:
-                                    yield Structure(t, c, p, d, b, sched, v, e, kind)
+                                    yield Structure(t, c, p, d, b, sched, v, e, kind, et)
 
 
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
@@ -134,7 +150,7 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
     sequence parallelism with t > 1 (where the stack has it,
     ``sequence_parallel``); the rank order ``order``, by default the layouts' default,
     Megatron-core's (ep next to tp and cp, the pipeline outermost: :data:`..specs.DEFAULT_ORDER`)."""
-    lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
+    lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, etp=s.etp, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
                  schedule=s.schedule, cp_kind=s.cp_kind, order=order)
     level, modules = recompute_variant(recompute)

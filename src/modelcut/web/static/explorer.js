@@ -20,8 +20,13 @@
     return key;
   }
 
+  /** ep (and the experts' tensor parallelism where it is not tp) of a mixture-of-experts layout. */
+  function expertsName(x) {
+    if (!(x.ep > 1)) return '';
+    return ` · ep ${x.ep}` + (x.etp != null && x.etp !== x.tp ? ` (etp ${x.etp})` : '');
+  }
   function layoutName(x) {
-    return `tp ${x.tp} · cp ${x.cp} · pp ${x.pp} · dp ${x.dp}`;
+    return `tp ${x.tp} · cp ${x.cp} · pp ${x.pp} · dp ${x.dp}` + expertsName(x);
   }
   function scheduleName(x) { return x.vpp > 1 ? `${x.schedule}, v = ${x.vpp}` : x.schedule; }
 
@@ -223,7 +228,7 @@
       const tr = h('tr', {'data-rank': x.rank, tabindex: 0, onclick: () => pick(i),
                          onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { pick(i); e.preventDefault(); } }}, [
         h('td', {text: String(x.rank)}),
-        h('td', {class: 'left', text: `${x.tp}·${x.cp}·${x.pp}·${x.dp}`}),
+        h('td', {class: 'left', text: `${x.tp}·${x.cp}·${x.pp}·${x.dp}` + expertsName(x)}),
         h('td', {class: 'left', text: x.schedule}),
         h('td', {text: String(x.vpp)}),
         h('td', {text: String(x.micro_batch)}),
