@@ -223,11 +223,14 @@ def test_cli_ep_default_is_megatron_order(capsys):
     assert out["order"] == list(MEGATRON_ORDER)
     by = {g["dim"]: g for g in out["groups"]}
     assert by["ep"]["peers"] == list(range(64)) and by["ep"]["nodes"] == 8
-    assert out["coords"] == {"tp": 0, "cp": 0, "pp": 0, "dp": 9, "ep": 9, "edp": 0}
+    assert out["coords"] == {"tp": 0, "cp": 0, "pp": 0, "dp": 9, "etp": 0, "ep": 9, "edp": 0}
+    assert out["experts"] == {"grid": "megatron-core", "etp": 1, "ep": 64, "edp": 2}
     assert main(["mesh", "--pp", "16", "--dp", "128", "--ep", "64", "--order", "tp,cp,pp,dp", "--json"]) == 0
     by = {g["dim"]: g for g in json.loads(capsys.readouterr().out)["groups"]}
     assert by["ep"]["stride"] == 16 and by["ep"]["nodes"] == 64
     assert main(["mesh", "--pp", "16", "--dp", "128", "--ep", "64"]) == 0
+    assert "experts: etp 1 × ep 64 × edp 2" in " ".join(capsys.readouterr().out.split())
+    assert main(["mesh", "--pp", "16", "--dp", "128", "--ep", "64", "--order", "tp,cp,pp,dp"]) == 0
     assert "dp 128 = ep 64 × edp 2" in capsys.readouterr().out
     assert main(["mesh", "--dp", "4", "--ep", "2", "--order", "tp,ep,ep,cp,pp,dp"]) == 2
     assert "ep at most once" in capsys.readouterr().err
@@ -296,3 +299,24 @@ def test_experts_over_tensor_parallel_ranks_stay_in_the_node():
         expert_mesh(Layout(tp=2, pp=8, dp=16, ep=32))
     with pytest.raises(ModelcutError, match=r"ep \(32\) must divide dp \(16\)"):
         comm.group_members_in_node(Layout(tp=2, pp=8, dp=16, ep=32, etp=1, order=("tp", "cp", "pp", "dp")), "ep", 8)
+
+
+def test_cli_mesh_shows_the_step_models_expert_grid(capsys):
+    """ep 32 over tp 2 · dp 16 with etp 1 (Megatron-Bridge's Qwen3 235B): the mesh command lays the ep
+    group as the step model does, 32 consecutive ranks over four nodes; without --etp (etp = tp) it
+    is a one-line refusal, and --etp with another rank order too."""
+    assert main(["mesh", "--tp", "2", "--pp", "8", "--dp", "16", "--ep", "32", "--etp", "1", "--rank", "3",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    by = {g["dim"]: g for g in out["groups"]}
+    assert by["ep"]["peers"] == list(range(32)) and by["ep"]["nodes"] == 4 and out["dims"]["ep"] == "across"
+    assert out["coords"]["ep"] == 3 and out["coords"]["etp"] == 0 and by["tp"]["peers"] == [2, 3]
+    lay = Layout(tp=2, pp=8, dp=16, ep=32, etp=1)
+    assert by["ep"]["nodes"] == len({r // 8 for r in expert_mesh(lay).group(3, "ep")})
+    assert main(["mesh", "--tp", "2", "--pp", "8", "--dp", "16", "--ep", "32"]) == 2
+    err = capsys.readouterr().err
+    assert "ep × etp (32 × 2) must divide tp × cp × dp (32)" in err and len(err.strip().splitlines()) == 1
+    assert main(["mesh", "--tp", "2", "--dp", "8", "--ep", "4", "--etp", "1", "--order", "tp,cp,pp,dp"]) == 2
+    assert "the experts are carved from dp there" in capsys.readouterr().err
+    assert main(["mesh", "--tp", "2", "--dp", "8", "--etp", "1"]) == 2
+    assert "etp (expert tensor parallelism) needs ep > 1" in capsys.readouterr().err

@@ -31,7 +31,9 @@ def mesh(
     cp: int = typer.Option(1, "--cp", help="context-parallel size"),
     pp: int = typer.Option(1, "--pp", help="pipeline-parallel size"),
     dp: int = typer.Option(1, "--dp", help="data-parallel size"),
-    ep: int = typer.Option(1, "--ep", help="expert-parallel size, carved from the data-parallel ranks"),
+    ep: int = typer.Option(1, "--ep", help="expert-parallel size (with the default order laid as Megatron-core's "
+                                           "expert grid over each stage's tp·cp·dp ranks)"),
+    etp: Optional[int] = typer.Option(None, "--etp", help="expert tensor-parallel size (default tp)"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="accelerators per node"),
     rank: int = typer.Option(0, "--rank", "-r", help="the rank whose groups to show"),
     order: Optional[str] = typer.Option(
@@ -42,9 +44,9 @@ def mesh(
 ) -> None:
     """A rank's coordinates, its peers in each parallel group, and whether each group crosses nodes."""
     lim = limits(max_gpus=max_gpus)
-    inp = parse(MeshInput, {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep, "gpus_per_node": gpus_per_node,
-                            "rank": rank, "order": mesh_order(order)}, lim,
-                {k: f"--{k.replace('_', '-')}" for k in ("tp", "cp", "pp", "dp", "ep", "gpus_per_node", "rank",
+    inp = parse(MeshInput, {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep, "etp": etp,
+                            "gpus_per_node": gpus_per_node, "rank": rank, "order": mesh_order(order)}, lim,
+                {k: f"--{k.replace('_', '-')}" for k in ("tp", "cp", "pp", "dp", "ep", "etp", "gpus_per_node", "rank",
                                                          "order")})
     m, out = mesh_input(inp, lim)
     if as_json:
@@ -53,11 +55,16 @@ def mesh(
     coords, node, groups, inside = out["coords"], out["node"], out["groups"], out["dims"]
     dims = [g["dim"] for g in groups]
     con = Console()
-    sizes = " × ".join(f"{n} {s}" for n, s in m.atoms if n not in ("ep", "edp") or ep > 1) if ep > 1 else \
-        " × ".join(f"{n} {m.size(n)}" for n in m.order)
+    grid = out.get("experts")
+    if grid is not None and grid["grid"] == "dp":
+        sizes = " × ".join(f"{n} {s}" for n, s in m.atoms)
+        how = f"; dp {dp} = ep {ep} × edp {dp // ep}"
+    else:
+        sizes = " × ".join(f"{n} {m.size(n)}" for n in m.order if n != "ep")
+        how = (f"; experts: etp {grid['etp']} × ep {grid['ep']} × edp {grid['edp']} over each stage's "
+               f"tp·cp·dp = {tp * cp * dp:,} ranks (Megatron-core's expert grid)" if grid is not None else "")
     con.print(f"[bold]mesh[/bold] {sizes} = {m.world:,} ranks, order {','.join(m.order)} (innermost first)"
-              f"{f'; dp {dp} = ep {ep} × edp {dp // ep}' if ep > 1 else ''}; {gpus_per_node} per node → "
-              f"{-(-m.world // gpus_per_node):,} nodes")
+              f"{how}; {gpus_per_node} per node → {-(-m.world // gpus_per_node):,} nodes")
     con.print(f"rank {rank}: " + ", ".join(f"{k} {v}" for k, v in coords.items())
               + f"  (node {node}, local GPU {rank % gpus_per_node})")
     t = Table("group", "size", "stride", f"peers of rank {rank}", "crosses nodes")
@@ -79,9 +86,9 @@ def mesh(
     for c in members:
         pic.add_column(f"GPU {c['rank'] % gpus_per_node}", justify="right")
     pic.add_row("rank", *[str(c["rank"]) for c in members])
-    for d in dims:
-        if m.size(d) > 1:
-            pic.add_row(d, *[str(c[d]) for c in members])
+    for g in groups:
+        if g["size"] > 1:
+            pic.add_row(g["dim"], *[str(c[g["dim"]]) for c in members])
     con.print(pic)
     ins = [d for d, k in inside.items() if k == "inside"]
     acr = [d for d, k in inside.items() if k == "across"]

@@ -3,16 +3,20 @@ coordinates, its peers in each group, which groups leave a node.
 
 JSON: ``world, order, gpus_per_node, nodes, rank, coords, node, groups`` (each ``dim, size,
 stride, peers, nodes, crosses_nodes, groups_crossing_fraction``), ``dims`` (each dimension inside,
-across or partly across nodes) and ``node_ranks`` (the rank's node, each GPU's coordinates).
+across or partly across nodes), ``node_ranks`` (the rank's node, each GPU's coordinates) and
+``experts`` (with ep > 1: how the expert groups are laid, ``grid`` "megatron-core" where the
+order runs tp, cp and dp inside each pipeline stage, else "dp": carved from the data-parallel
+ranks; ``etp``, ``ep``, ``edp``). The ep group and a rank's ep, edp (and etp) coordinates are
+the step model's (:func:`..core.costs.mesh.expert_mesh`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..core.specs import DEFAULT_ORDER
-from ..core.costs.mesh import (DIMS, Mesh, crossing_fraction, dims_in_node, node_ranks,
-                               nodes_spanned)
+from ..core.specs import DEFAULT_ORDER, Layout
+from ..core.costs.mesh import (DIMS, Mesh, crossing_fraction, dense_mesh, dims_in_node, expert_grid_applies,
+                               expert_mesh, node_ranks, nodes_spanned, parse_order)
 from ..core.errors import ModelcutError
 from .limits import DEFAULT, Limits
 from .requests import MeshInput
@@ -38,22 +42,54 @@ def mesh_input(inp: MeshInput, limits: Limits | None = None) -> tuple[Mesh, dict
     lim.check("max_gpus", world, "tp·cp·pp·dp")
     if inp.rank >= world:
         raise ModelcutError(f"rank {inp.rank:,} is outside the {world:,} ranks (0..{world - 1:,})")
-    m = build_mesh(inp.tp, inp.cp, inp.pp, inp.dp, inp.ep, ",".join(inp.order) if inp.order else None)
-    return m, mesh_json(m, inp.rank, inp.gpus_per_node)
+    order = parse_order(",".join(inp.order)) if inp.order else DEFAULT_ORDER
+    if inp.etp is not None and inp.ep == 1:
+        raise ModelcutError("etp (expert tensor parallelism) needs ep > 1")
+    layout = Layout(tp=inp.tp, cp=inp.cp, pp=inp.pp, dp=inp.dp, ep=inp.ep, etp=inp.etp, order=order)
+    if expert_grid_applies(layout):
+        m, experts = dense_mesh(layout), expert_mesh(layout)
+    else:
+        if inp.etp is not None and inp.etp != inp.tp:
+            raise ModelcutError(f"etp {inp.etp} under the rank order {'-'.join(order)}: the experts are carved from "
+                                "dp there, cut as the attention (etp = tp); the expert grid needs tp, cp and dp inside "
+                                "each pipeline stage, the pipeline outermost")
+        m, experts = build_mesh(inp.tp, inp.cp, inp.pp, inp.dp, inp.ep, ",".join(order)), None
+    return m, mesh_json(m, inp.rank, inp.gpus_per_node, experts)
 
 
-def mesh_json(m: Mesh, rank: int, gpus_per_node: int) -> dict[str, Any]:
+def _group(m: Mesh, rank: int, d: str, gpus_per_node: int) -> dict[str, Any]:
+    spanned = nodes_spanned(m, rank, d, gpus_per_node)
+    return {"dim": d, "size": m.size(d), "stride": m.stride(d), "peers": m.group(rank, d), "nodes": spanned,
+            "crosses_nodes": spanned > 1, "groups_crossing_fraction": crossing_fraction(m, d, gpus_per_node)}
+
+
+def _expert_coords(experts: Mesh, rank: int) -> dict[str, int]:
+    c = experts.coords(rank)
+    return {"etp": c["tp"], "ep": c["ep"], "edp": c["edp"]}
+
+
+def mesh_json(m: Mesh, rank: int, gpus_per_node: int, experts: Mesh | None = None) -> dict[str, Any]:
+    """The JSON (module doc); ``experts``: the expert grid's mesh where it holds the expert groups
+    (else they are ``m``'s, carved from dp)."""
     if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
         raise ModelcutError(f"gpus_per_node must be at least 1, got {gpus_per_node}")
     coords = m.coords(rank)
     node = rank // gpus_per_node
-    groups = []
-    for d in (*DIMS, *(("ep",) if m.size("ep") > 1 else ())):
-        spanned = nodes_spanned(m, rank, d, gpus_per_node)
-        groups.append({"dim": d, "size": m.size(d), "stride": m.stride(d), "peers": m.group(rank, d),
-                       "nodes": spanned, "crosses_nodes": spanned > 1,
-                       "groups_crossing_fraction": crossing_fraction(m, d, gpus_per_node)})
+    groups = [_group(m, rank, d, gpus_per_node) for d in (*DIMS, *(("ep",) if m.size("ep") > 1 else ()))]
+    dims = dims_in_node(m, gpus_per_node)
+    ranks = [{"rank": r, **c} for r, c in node_ranks(m, node, gpus_per_node)]
+    out: dict[str, Any] = {"experts": None}
+    if experts is not None:
+        coords.update(_expert_coords(experts, rank))
+        groups.append(_group(experts, rank, "ep", gpus_per_node))
+        f = crossing_fraction(experts, "ep", gpus_per_node)
+        dims["ep"] = "inside" if f == 0 else "across" if f == 1 else "mixed"
+        for row in ranks:
+            row.update(_expert_coords(experts, row["rank"]))
+        out["experts"] = {"grid": "megatron-core", "etp": experts.size("tp"), "ep": experts.ep,
+                          "edp": experts.size("edp")}
+    elif m.size("ep") > 1:
+        out["experts"] = {"grid": "dp", "etp": m.size("tp"), "ep": m.ep, "edp": m.size("edp")}
     return {"world": m.world, "order": list(m.order), "gpus_per_node": gpus_per_node,
             "nodes": -(-m.world // gpus_per_node), "rank": rank, "coords": coords, "node": node, "groups": groups,
-            "dims": dims_in_node(m, gpus_per_node),
-            "node_ranks": [{"rank": r, **c} for r, c in node_ranks(m, node, gpus_per_node)]}
+            "dims": dims, "node_ranks": ranks, **out}

@@ -459,6 +459,8 @@ class MeshInput(Strict):
     pp: GpuCount = 1
     dp: GpuCount = 1
     ep: GpuCount = 1
+    etp: Optional[GpuCount] = Field(None, description="expert tensor-parallel size (default tp); with the default "
+                                                      "order ep·etp must divide tp·cp·dp")
     gpus_per_node: GpuCount = 8
     rank: Annotated[int, *Capped("max_gpus", 0)] = 0
     order: Optional[RankOrder] = Field(None, description="rank order, innermost first (default Megatron-core's "

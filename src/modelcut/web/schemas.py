@@ -159,6 +159,8 @@ class MeshResponse(BaseModel):
     groups: list[dict[str, Any]]
     dims: dict[str, str] = Field(description="each dimension: inside a node, across nodes, or mixed")
     node_ranks: list[dict[str, int]]
+    experts: dict[str, Any] | None = Field(None, description="with ep > 1: the expert grid (megatron-core, or dp: "
+                                                            "carved from the data-parallel ranks), etp, ep, edp")
 
 
 class RunRow(BaseModel):

@@ -298,7 +298,8 @@
     d.append(meshBox);
     try {
       const gpn = (hardware[ans.hardware.name] || ans.hardware).per_node;
-      const mesh = await api('POST', '/api/mesh', {tp: x.tp, cp: x.cp, pp: x.pp, dp: x.dp, gpus_per_node: gpn});
+      const mesh = await api('POST', '/api/mesh', Object.assign({tp: x.tp, cp: x.cp, pp: x.pp, dp: x.dp, gpus_per_node: gpn},
+                                                                 x.ep > 1 ? {ep: x.ep, etp: x.etp} : {}));
       if (last !== ans) return;
       renderMesh(meshBox, mesh);
     } catch (e) {
