@@ -509,3 +509,21 @@ def test_the_explorer_lays_experts_over_tensor_parallel_ranks(capsys):
                        recompute_modules=tuple(best["recompute_modules"]) if best["recompute_modules"] else None))
     p = predict_default(run, catalog.hardware("h100"), framework="megatron-core")
     assert p.step_time_s == pytest.approx(best["step_time_s"], rel=1e-9)
+
+
+def test_emitted_settings_name_the_experts_tensor_parallelism():
+    """A layout with the experts whole over tp 2 (etp 1) says so to each stack: Megatron-LM's
+    --expert-tensor-parallel-size 1 (its default is tp), NeMo's expert_tensor_parallel_size, and
+    torchtitan's expert_parallel_degree with expert_tensor_parallel_degree."""
+    from modelcut.core.explore import find
+    from modelcut.export.emit import nemo_overrides
+    ex = explore(catalog.model("qwen3-30b-a3b"), H100, gpus=16, seq=4096, global_batch_tokens=64 * 4096,
+                 space=Space(micro_batches=(1,), schedules=("1f1b",), recomputes=("full",), zeros=(1,)))
+    e = find(ex, tp=2, ep=16, etp=1)[0]
+    assert "--expert-model-parallel-size 16\n--expert-tensor-parallel-size 1" in megatron_args(e)
+    assert "trainer.strategy.expert_tensor_parallel_size=1" in nemo_overrides(e)
+    par = tomllib.loads(torchtitan_toml(e))["parallelism"]
+    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (16, 1)
+    same = find(ex, tp=2, ep=8, etp=2)[0]        # the experts cut as the attention: Megatron's default
+    assert "--expert-tensor-parallel-size" not in megatron_args(same)
+    assert tomllib.loads(torchtitan_toml(same))["parallelism"]["expert_tensor_parallel_degree"] == 2

@@ -51,8 +51,13 @@ FLAGS = {"gpus": "--gpus", "seq": "--seq", "global_batch_tokens": "--global-batc
 
 
 def _shape(e: Evaluated) -> str:
+    """tp·cp·pp·dp, with ep on an MoE model (and "e1" after it where the experts are not cut over
+    tp: etp 1 with tp > 1)."""
     s = e.structure
-    return "·".join(str(x) for x in ((s.tp, s.cp, s.ep, s.pp, s.dp) if e.run.model.is_moe else (s.tp, s.cp, s.pp, s.dp)))
+    if not e.run.model.is_moe:
+        return "·".join(str(x) for x in (s.tp, s.cp, s.pp, s.dp))
+    ep = f"{s.ep}" + (f"e{s.expert_tp}" if s.expert_tp != s.tp else "")
+    return "·".join(str(x) for x in (s.tp, s.cp, ep, s.pp, s.dp))
 
 
 def _shape_head(moe: bool) -> str:
@@ -255,7 +260,8 @@ def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None,
         row = check_row(res)
         rows.append(row)
         q = res.request.check
-        pub = "·".join(str(q[k]) for k in ("tp", "cp", "ep", "pp", "dp") if k in q)
+        pub = "·".join((f"{q['ep']}e{q['etp']}" if k == "ep" and q.get("etp", q["tp"]) != q["tp"] else str(q[k]))
+                       for k in ("tp", "cp", "ep", "pp", "dp") if k in q)
         if row["rank"] is None:
             t.add_row(rid, pub, "—", "—", _shape(res.layouts[0]) if res.layouts else "", "see below")
             notes.append(f"{rid} ({row['framework']}): {row['text']}")

@@ -3,6 +3,7 @@ TOML. Mapping only, no formulas.
 
 Megatron-LM flags (megatron/training/arguments.py): ``--tensor-model-parallel-size``,
 ``--context-parallel-size`` with ``--cp-comm-type``, ``--pipeline-model-parallel-size``,
+``--expert-model-parallel-size`` and ``--expert-tensor-parallel-size`` (core_r0.11.0; its default is tp),
 ``--num-virtual-stages-per-pipeline-rank``, ``--sequence-parallel``,
 ``--micro-batch-size``/``--global-batch-size``/``--seq-length``,
 ``--use-distributed-optimizer`` (ZeRO-1), Megatron-FSDP's ``--use-megatron-fsdp
@@ -16,7 +17,8 @@ torchtitan (torchtitan/config/job_config.py): ``[parallelism]`` with
 ``data_parallel_replicate_degree``/``data_parallel_shard_degree`` (FSDP2 shards weights,
 gradients and optimizer states: ZeRO-3; ``fsdp_reshard_after_forward = "never"`` keeps
 the gathered weights through the backward, the memory of ZeRO-2), ``tensor_parallel_degree``,
-``context_parallel_degree``/``context_parallel_rotate_method``, ``pipeline_parallel_degree``,
+``context_parallel_degree``/``context_parallel_rotate_method``, ``expert_parallel_degree`` and
+``expert_tensor_parallel_degree`` (v0.2.2: 1, whose default it is, or tp), ``pipeline_parallel_degree``,
 ``pipeline_parallel_schedule`` (torch.distributed.pipelining names), ``pipeline_parallel_microbatch_size``
 and ``module_fqns_per_model_part`` (the exact split); ``[activation_checkpoint] mode``;
 ``[training] local_batch_size, global_batch_size, seq_len``.
@@ -24,7 +26,8 @@ and ``module_fqns_per_model_part`` (the exact split); ``[activation_checkpoint] 
 NeMo 2.0 (NeMo-Run overrides of a pretraining recipe, ``nemo llm pretrain --factory RECIPE``):
 ``trainer.strategy`` (``MegatronStrategy``: ``tensor_model_parallel_size``,
 ``pipeline_model_parallel_size``, ``virtual_pipeline_model_parallel_size``,
-``context_parallel_size``, ``sequence_parallel``, ``expert_model_parallel_size``,
+``context_parallel_size``, ``sequence_parallel``, ``expert_model_parallel_size`` (and
+``expert_tensor_parallel_size`` where the experts are not cut as the attention),
 ``account_for_embedding_in_pipeline_split``/``account_for_loss_in_pipeline_split`` for the split
 that gives the embedding and the loss a layer's slot, ``fsdp = "megatron"`` with
 ``ddp.data_parallel_sharding_strategy`` for ZeRO-2/3: NeMo v2.4 nemo/lightning/pytorch/strategies/
@@ -104,6 +107,8 @@ def megatron_args(e: Evaluated) -> str:
     ep = s.ep
     if ep > 1:
         lines.append(f"--expert-model-parallel-size {ep}")
+        if s.expert_tp != s.tp:
+            lines.append(f"--expert-tensor-parallel-size {s.expert_tp}")
     split = _split(e)
     uneven = len(set(split)) > 1
     if uneven:
@@ -155,6 +160,9 @@ def torchtitan_toml(e: Evaluated) -> str:
     elif e.zero == 3:
         out.append('fsdp_reshard_after_forward = "always"')
     out += [f"tensor_parallel_degree = {s.tp}", f"context_parallel_degree = {s.cp}"]
+    if s.ep > 1:
+        # torchtitan's default expert tensor parallelism is 1; modelcut's layout says which it timed
+        out += [f"expert_parallel_degree = {s.ep}", f"expert_tensor_parallel_degree = {s.expert_tp}"]
     if s.cp > 1:
         rotate = "allgather" if lay.cp_form == "allgather" else "alltoall"
         out.append(f"context_parallel_rotate_method = {_toml_str(rotate)}")
@@ -217,6 +225,8 @@ def nemo_overrides(e: Evaluated) -> str:
              f"trainer.strategy.sequence_parallel={'true' if lay.sequence_parallel else 'false'}"]
     if s.ep > 1:
         lines.append(f"trainer.strategy.expert_model_parallel_size={s.ep}")
+        if s.expert_tp != s.tp:
+            lines.append(f"trainer.strategy.expert_tensor_parallel_size={s.expert_tp}")
     split = _split(e)
     if s.pp > 1 and len(set(split)) > 1 and sum(split) + 2 == len(split) * (max(split)):
         lines += ["trainer.strategy.account_for_embedding_in_pipeline_split=true",
