@@ -167,8 +167,8 @@ def test_a_layout_without_a_zero_stage_runs_at_the_stacks_own(name):
     data_parallel_shard_degree -1), Megatron's distributed optimizer at least the optimizer states,
     older Megatron nothing; time and memory both read it."""
     fw = catalog.framework(name)
-    flat = {"fsdp": 3, "fsdp-compile": 3, "nemo-automodel": 3, "nemo-automodel-flex": 3, "deepspeed-zero3": 3,
-            "llama3": 2}.get(name, 1 if fw.dist_optimizer else 0)
+    flat = {"fsdp": 3, "fsdp-compile": 3, "llm-foundry": 3, "nemo-automodel": 3, "nemo-automodel-flex": 3,
+            "deepspeed-zero3": 3, "llama3": 2}.get(name, 1 if fw.dist_optimizer else 0)
     piped = 1 if name == "deepspeed-zero3" else flat     # DeepSpeed's pipeline engine runs ZeRO below 2
     for pp, tp in ((1, 1), (4, 2)):
         r = run(0, pp=pp, tp=tp)
@@ -211,7 +211,7 @@ def test_a_layout_without_sequence_parallelism_said_runs_as_the_stack_does(name)
     Megatron-Bridge and torchtitan's presets, off under Megatron-LM of 2021-2022, DeepSpeed and
     AutoModel; time and memory read the same."""
     fw = catalog.framework(name)
-    on = name in ("megatron-core", "nemo", "megatron-bridge", "fsdp", "fsdp-compile", "llama3")
+    on = name in ("megatron-core", "nemo", "megatron-bridge", "fsdp", "fsdp-compile", "llm-foundry", "llama3")
     assert fw.sequence_parallel is on
     r = _open(run(0, pp=1, tp=4))
     r = replace(r, layout=replace(r.layout, sequence_parallel=None))
