@@ -13,7 +13,8 @@ apart. Nodes hold consecutive ranks, ``gpus_per_node`` each, as a launcher place
 in different nodes. Llama 3's order is [tp, cp, pp, dp] (Grattafiori et al. 2024 §3.3.2): the
 pipeline inside data parallelism; its runs name it.
 
-**Expert parallelism** (``ep``) is carved out of the data-parallel dimension: a data-parallel
+**Expert parallelism** (``ep``) in a :class:`Mesh` is carved out of the data-parallel dimension (a
+layout's expert groups are the expert grid's where that holds them, below): a data-parallel
 index is dp_i = ep_i + ep·edp_i, ep_i the rank's place in its expert-parallel group and
 edp_i in its expert-data-parallel group (dp/ep ranks holding the same experts). Where ep sits
 in the rank order is configurable: the order may name ``ep`` as a fifth entry, and then ep_i
@@ -24,8 +25,8 @@ ranks after tensor and context parallelism, the pipeline outermost. An order wit
 puts ep innermost inside dp (ep immediately before dp). Megatron-core builds its expert
 groups from a second rank generator over tp·cp·dp with context parallelism folded in
 (expert tensor size etp, then ep, then expert data parallelism), so with cp > 1 its ep group
-takes context-parallel ranks first; modelcut carves ep from dp alone (the same groups
-whenever cp = 1).
+takes context-parallel ranks first: the carved groups are the same only where etp = tp and
+cp = 1.
 
 **The expert grid.** Where the rank order runs tp, cp and dp inside each pipeline stage, the
 pipeline outermost (:data:`STAGE_CONTIGUOUS`: Megatron-core's default, and the same without ep),
