@@ -475,6 +475,20 @@ def test_the_stream_reports_progress_then_the_answer(client):
     assert r.status_code == 422 and r.headers["modelcut-refusal"] == "combination"   # refused before it streams
 
 
+def test_the_streams_last_progress_is_the_searchs_own_count(monkeypatch):
+    """Where the search's progress never reaches the pool (its queue's reader behind, as it may be
+    when a small search ends), the last progress line still carries the search's own count, done of
+    total, before the answer."""
+    from modelcut.web import jobs
+    monkeypatch.setattr(jobs, "in_thread", lambda events, fn, *args: fn(*args))   # no queue: progress lost
+    with TestClient(webapp.create_app(workers=1, pool="thread")) as c:
+        with c.stream("POST", "/api/explore/stream", json=EXPLORE) as r:
+            lines = [json.loads(line) for line in r.iter_lines() if line.strip()]
+    assert "result" in lines[-1] and "progress" in lines[-2]
+    last = lines[-2]["progress"]
+    assert last["total"] and last["done"] == last["total"]
+
+
 def test_a_full_pool_answers_429_with_retry_after():
     import threading
 

@@ -275,7 +275,11 @@ def create_app(*, max_ops: int = MAX_OPS, max_layouts: int = MAX_LAYOUTS, max_bo
             if "error" in out:
                 yield json.dumps({"error": {"status": 422, "detail": out["error"]}}) + "\n"
                 return
-            yield json.dumps({"progress": {"done": job.total or job.done, "total": job.total, "running": True}}) + "\n"
+            # the search's own last count: the queue's reader may not have passed it on yet
+            seen = out.get("progress") or {}
+            total = job.total if job.total is not None else seen.get("total")
+            yield json.dumps({"progress": {"done": total if total is not None else max(job.done, seen.get("done", 0)),
+                                           "total": total, "running": True}}) + "\n"
             yield json.dumps({"result": out["result"]}, allow_nan=False) + "\n"
 
         return StreamingResponse(lines(), media_type="application/x-ndjson",

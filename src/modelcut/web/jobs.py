@@ -38,14 +38,19 @@ def in_thread(events: Any, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _report(job_id: int):
+    """The job's progress callback: (done, total) onto the pool's queue, at most every 0.1 s and
+    always the last; the callback's ``seen`` holds the latest pair, which the job hands back with
+    its answer (the queue's reader may not have passed the last pair on when the answer lands)."""
     last = [0.0]
     events = getattr(_thread, "events", None) or EVENTS
 
     def progress(done: int, total: int | None) -> None:
+        progress.seen = (done, total)
         now = time.monotonic()
         if events is not None and (now - last[0] >= 0.1 or (total is not None and done >= total)):
             last[0] = now
             events.put((job_id, done, total))
+    progress.seen = (0, None)
     return progress
 
 
@@ -58,9 +63,11 @@ def explore(job_id: int, inp: ExploreInput, limits: Limits) -> dict[str, Any]:
     progress = _report(job_id)
     progress(0, None)
     try:
-        return {"result": explore_input(inp, limits, progress).as_dict()}
+        result = explore_input(inp, limits, progress).as_dict()
     except ModelcutError as exc:
         return _refusal(exc)
+    done, total = progress.seen
+    return {"result": result, "progress": {"done": done, "total": total}}
 
 
 def simulate(job_id: int, inp: SimulateInput, limits: Limits, exact_up_to: int) -> dict[str, Any]:
