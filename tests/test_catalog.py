@@ -481,3 +481,30 @@ def test_every_catalog_model_predicts_on_one_node(name):
     assert pred.step_time_s > 0
     assert 0 < pred.mfu <= 1
     assert flops.param_count(m) > 0
+
+
+@pytest.mark.parametrize("arch,change,word", [
+    ("Qwen2MoeForCausalLM", {"mlp_only_layers": 3}, "mlp_only_layers must be a list of layer numbers"),
+    ("DeepseekV3ForCausalLM", {"first_k_dense_replace": "x"}, "first_k_dense_replace must be a whole number"),
+    ("DeepseekV3ForCausalLM", {"num_attention_heads": 10**12, "hidden_size": 0}, "hidden_size must be a positive"),
+    ("LlamaForCausalLM", {"head_dim": {"a": 1}}, "head_dim must be a positive whole number"),
+    ("GPT2LMHeadModel", {"n_embd": [1]}, "n_embd must be a positive whole number"),
+    ("Qwen2MoeForCausalLM", {"shared_expert_intermediate_size": "x"}, "shared_expert_intermediate_size must be"),
+    ("MixtralForCausalLM", {"num_local_experts": [1, "a"]}, "experts must be an integer"),
+])
+def test_malformed_config_fields_are_one_line_errors(arch, change, word, tmp_path):
+    """A field of the wrong type or an absurd size is one line naming the file's architecture (and the
+    field where the reader checks it), by the catalog reader as by the run file; never a traceback or a
+    search over a trillion head counts."""
+    cfg = {"architectures": [arch], "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "intermediate_size": 1536, "vocab_size": 32000, "n_embd": 512, "n_layer": 4,
+           "n_head": 8, "n_positions": 1024, "num_local_experts": 4, "num_experts_per_tok": 2, "num_experts": 4,
+           "moe_intermediate_size": 256, "n_routed_experts": 4, "kv_lora_rank": 64, "qk_nope_head_dim": 32,
+           "qk_rope_head_dim": 16, "v_head_dim": 32, **change}
+    with pytest.raises(ModelcutError) as e:
+        catalog.model_from_hf_config(cfg)
+    assert word in str(e.value) and "\n" not in str(e.value)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ModelcutError, match="config.json"):
+        catalog.load_hf_config(path)

@@ -137,3 +137,22 @@ def test_bad_patterns_are_one_line_errors(change, word):
     with pytest.raises(ModelcutError, match=word.replace("(", r"\(").replace(")", r"\)")) as e:
         ModelSpec(**{**base, **change})
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("change,word", [
+    (dict(moe_layers="odd"), "moe_layers must be a list of whole numbers"),
+    (dict(moe_layers=[0, 2]), "are not every 2-th layer"),
+    (dict(no_rope_layer_interval=0), "no_rope_layer_interval must be a positive whole number"),
+    (dict(no_rope_layers=7), "no_rope_layers must be a list of whole numbers"),
+    (dict(layer_types="chunked"), "layer_types must be a list"),
+    (dict(head_dim="x"), "head_dim must be a positive whole number"),
+    (dict(attention_chunk_size=-1), "attention_chunk"),
+    (dict(num_hidden_layers=0), "num_hidden_layers must be a positive whole number"),
+    (dict(num_local_experts=None), "missing 'num_local_experts'"),
+])
+def test_bad_llama4_configs_are_one_line_errors(change, word):
+    cfg = dict(LLAMA4_TEXT, num_local_experts=128, interleave_moe_layer_step=2, architectures=["Llama4ForCausalLM"])
+    cfg.update(change)
+    with pytest.raises(ModelcutError, match=word) as e:
+        model_from_hf_config(cfg)
+    assert "\n" not in str(e.value)

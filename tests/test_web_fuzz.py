@@ -87,11 +87,12 @@ odd_values = st.one_of(st.integers(-3, 10**6), st.integers(min_value=10**12, max
                        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 HF_KEYS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
            "vocab_size", "head_dim", "tie_word_embeddings", "max_position_embeddings", "n_embd", "n_layer",
-           "n_head", "n_inner", "n_positions", "num_local_experts", "num_experts_per_tok", "attention_bias"]
+           "n_head", "n_inner", "n_positions", "num_local_experts", "num_experts_per_tok", "attention_bias",
+           "interleave_moe_layer_step", "attention_chunk_size", "moe_layers", "no_rope_layers", "intermediate_size_mlp"]
 LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 512, "num_hidden_layers": 4,
          "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 1536, "vocab_size": 32000}
 ARCHS = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MixtralForCausalLM", "GPT2LMHeadModel",
-         "GPTNeoXForCausalLM", "BertModel", ""]
+         "GPTNeoXForCausalLM", "Llama4ForCausalLM", "BertModel", ""]
 
 
 @given(model=st.sampled_from(MODELS), gpu=st.sampled_from(GPUS), tp=small, cp=st.sampled_from([1, 2]), pp=small,

@@ -130,7 +130,8 @@ def mla_equivalent_shape(hidden: int, heads: int, q_lora_rank: int | None, kv_lo
     target = flops.mla_attention_params(hidden, heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
                                         qk_rope_head_dim, v_head_dim)
     best = None
-    for kv in (k for k in range(1, heads + 1) if heads % k == 0):
+    small = [k for k in range(1, math.isqrt(heads) + 1) if heads % k == 0]   # the divisors, in O(√heads)
+    for kv in sorted({*small, *(heads // k for k in small)}):
         per = 2 * hidden * (heads + kv)          # weights per unit of head_dim
         for d in {max(1, target // per), target // per + 1}:
             key = (abs(per * d - target), -d)
@@ -154,6 +155,15 @@ def _arch(cfg: dict) -> tuple[str, str]:
     return arch, fam
 
 
+def _whole(cfg: dict, key: str, arch: str) -> int:
+    """A required positive whole number of the config (one line naming it otherwise), read before any
+    arithmetic is done with it."""
+    v = _get(cfg, key, arch)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ModelcutError(f"config.json ({arch}): {key} must be a positive whole number, got {v!r}")
+    return v
+
+
 def _get(cfg: dict, key: str, arch: str, default: Any = ...) -> Any:
     if key in cfg and cfg[key] is not None:
         return cfg[key]
@@ -164,13 +174,26 @@ def _get(cfg: dict, key: str, arch: str, default: Any = ...) -> Any:
 
 def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a parsed ``config.json``: layers, hidden, FFN, heads, KV heads,
-    vocabulary, tied embeddings, gated MLP (and experts for Mixtral)."""
+    vocabulary, tied embeddings, gated MLP (and experts for Mixtral). A field of the wrong type
+    that the reader does not check by name is still one line (never a traceback), naming the
+    architecture."""
     if not isinstance(cfg, dict):
         raise ModelcutError("config.json must hold a JSON object")
+    try:
+        return _model_from_hf_config(cfg, name)
+    except ModelcutError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+        archs = cfg.get("architectures")
+        arch = archs[0] if isinstance(archs, list) and archs else cfg.get("model_type", "?")
+        raise ModelcutError(f"config.json ({arch}): a field has the wrong type or value ({exc})") from None
+
+
+def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     arch, fam = _arch(cfg)
     name = name or str(cfg.get("_name_or_path") or arch)
     if fam == "gpt2":
-        hidden = _get(cfg, "n_embd", arch)
+        hidden = _whole(cfg, "n_embd", arch)
         return ModelSpec(
             name=name, layers=_get(cfg, "n_layer", arch), hidden=hidden,
             ffn_hidden=_get(cfg, "n_inner", arch, 4 * hidden),          # GPT2Config: n_inner None -> 4·n_embd
@@ -193,9 +216,9 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     if fam == "llama4":
         return _llama4(cfg, arch, name)
     if fam == "nemotron":
-        heads = _get(cfg, "num_attention_heads", arch)
-        hidden = _get(cfg, "hidden_size", arch)
-        head_dim = cfg.get("head_dim")
+        heads = _whole(cfg, "num_attention_heads", arch)
+        hidden = _whole(cfg, "hidden_size", arch)
+        head_dim = _whole(cfg, "head_dim", arch) if cfg.get("head_dim") is not None else None
         return ModelSpec(
             name=name, layers=_get(cfg, "num_hidden_layers", arch), hidden=hidden,
             ffn_hidden=_get(cfg, "intermediate_size", arch), heads=heads,
@@ -206,10 +229,10 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             qkv_bias=bool(cfg.get("attention_bias", False)), dropout=False,
             max_seq=_get(cfg, "max_position_embeddings", arch, None), source=f"Hugging Face config.json ({arch})")
     # Llama-like: Llama, Mistral, Qwen2/3, Mixtral, Qwen MoE, DeepSeek (RMSNorm, SwiGLU, RoPE).
-    heads = _get(cfg, "num_attention_heads", arch)
-    hidden = _get(cfg, "hidden_size", arch)
-    layers = _get(cfg, "num_hidden_layers", arch)
-    head_dim = cfg.get("head_dim")
+    heads = _whole(cfg, "num_attention_heads", arch)
+    hidden = _whole(cfg, "hidden_size", arch)
+    layers = _whole(cfg, "num_hidden_layers", arch)
+    head_dim = _whole(cfg, "head_dim", arch) if cfg.get("head_dim") is not None else None
     kv_heads = _get(cfg, "num_key_value_heads", arch, heads)       # default: multi-head attention
     kw: dict[str, Any] = {}
     if fam in ("mixtral", "gpt_oss"):
@@ -233,9 +256,11 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         kw = dict(sliding_window=_get(cfg, "sliding_window", arch), sliding_layers=layers)
     elif fam == "deepseek":
         kw = _deepseek_moe(cfg, arch)
+        q_lora = cfg.get("q_lora_rank")
         kv_heads, head_dim = mla_equivalent_shape(
-            hidden, heads, cfg.get("q_lora_rank"), _get(cfg, "kv_lora_rank", arch),
-            _get(cfg, "qk_nope_head_dim", arch), _get(cfg, "qk_rope_head_dim", arch), _get(cfg, "v_head_dim", arch))
+            hidden, heads, _whole(cfg, "q_lora_rank", arch) if q_lora else None, _whole(cfg, "kv_lora_rank", arch),
+            _whole(cfg, "qk_nope_head_dim", arch), _whole(cfg, "qk_rope_head_dim", arch),
+            _whole(cfg, "v_head_dim", arch))
     if head_dim is not None and head_dim * heads == hidden:
         head_dim = None
     attention_bias = bool(cfg.get("attention_bias", False))
@@ -309,7 +334,7 @@ def _gemma_sliding(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
             raise ModelcutError(f"config.json ({arch}): sliding_window_pattern must be a positive whole number, "
                                 f"got {pattern!r}")
-        sliding = sum(1 for i in range(layers) if (i + 1) % pattern)
+        sliding = layers - layers // pattern     # all but each pattern-th layer (i + 1) % pattern == 0
     return dict(sliding_window=window, sliding_layers=sliding) if sliding else {}
 
 
@@ -318,7 +343,10 @@ def _dense_prefix(cfg: dict, arch: str, layers: int) -> tuple[int, int]:
     iff i ∉ mlp_only_layers and (i + 1) % decoder_sparse_step == 0): ``mlp_only_layers`` must be
     0 … d − 1, and with a ``decoder_sparse_step`` above 1 none may be listed."""
     step = _get(cfg, "decoder_sparse_step", arch, 1)
-    only = sorted(_get(cfg, "mlp_only_layers", arch, []))
+    only = _get(cfg, "mlp_only_layers", arch, [])
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise ModelcutError(f"config.json ({arch}): mlp_only_layers must be a list of layer numbers, got {only!r}")
+    only = sorted(only)
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ModelcutError(f"config.json ({arch}): decoder_sparse_step must be a positive whole number, got {step!r}")
     if only != list(range(len(only))) or len(only) > layers:
@@ -336,6 +364,8 @@ def _qwen_moe(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
     kw: dict[str, Any] = dict(experts=_get(cfg, "num_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
                               expert_ffn_hidden=width, dense_layers=dense, moe_every=every)
     shared = _get(cfg, "shared_expert_intermediate_size", arch, 0) if fam == "qwen2_moe" else 0
+    if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+        raise ModelcutError(f"config.json ({arch}): shared_expert_intermediate_size must be a whole number, got {shared!r}")
     if shared:
         if shared % width:
             raise ModelcutError(f"config.json ({arch}): shared_expert_intermediate_size {shared} is not a "
@@ -351,10 +381,12 @@ def _deepseek_moe(cfg: dict, arch: str) -> dict[str, Any]:
     if freq != 1:
         raise ModelcutError(f"config.json ({arch}): moe_layer_freq {freq}: modelcut models experts in every "
                             "layer after the leading dense ones (moe_layer_freq 1)")
+    dense = _get(cfg, "first_k_dense_replace", arch, 0)
+    if isinstance(dense, bool) or not isinstance(dense, int) or dense < 0:
+        raise ModelcutError(f"config.json ({arch}): first_k_dense_replace must be a whole number, got {dense!r}")
     return dict(experts=_get(cfg, "n_routed_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
                 expert_ffn_hidden=_get(cfg, "moe_intermediate_size", arch),
-                shared_experts=_get(cfg, "n_shared_experts", arch, 0),
-                dense_layers=_get(cfg, "first_k_dense_replace", arch, 0))
+                shared_experts=_get(cfg, "n_shared_experts", arch, 0), dense_layers=dense)
 
 
 def _llama4(cfg: dict, arch: str, name: str) -> ModelSpec:
@@ -373,20 +405,34 @@ def _llama4(cfg: dict, arch: str, name: str) -> ModelSpec:
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ModelcutError(f"config.json ({arch}): interleave_moe_layer_step must be a positive whole number, "
                             f"got {step!r}")
+    def whole_list(key: str, value: Any) -> list:
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ModelcutError(f"config.json ({arch}): {key} must be a list of whole numbers, got {value!r}")
+        return value
+
     moe = text.get("moe_layers")
-    if moe is not None and sorted(moe) != list(range(step - 1, layers, step)):
+    every = range(step - 1, layers, step)       # a range: its length and items without a list of layers
+    if moe is not None and (len(whole_list("moe_layers", moe)) != len(every) or sorted(moe) != list(every)):
         raise ModelcutError(f"config.json ({arch}): moe_layers {moe} are not every {step}-th layer; modelcut "
                             "models experts in every k-th layer")
     types = text.get("layer_types")
+    chunk = text.get("attention_chunk_size", 8192)
     if types is None:
         interval = _get(text, "no_rope_layer_interval", arch, 4)
-        rope = text.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
-        types = ["chunked_attention" if r else "full_attention" for r in rope]
-    if not isinstance(types, list):
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ModelcutError(f"config.json ({arch}): no_rope_layer_interval must be a positive whole number, "
+                                f"got {interval!r}")
+        rope = text.get("no_rope_layers")
+        # every layer but each interval-th uses RoPE and attends in chunks (Llama4TextConfig's default)
+        roped = sum(1 for r in whole_list("no_rope_layers", rope) if r) if rope else layers - layers // interval
+    elif isinstance(types, list):
+        roped = sum(1 for t in types if t == "chunked_attention")
+    else:
         raise ModelcutError(f"config.json ({arch}): layer_types must be a list")
-    chunk = text.get("attention_chunk_size", 8192)
-    chunked = sum(1 for t in types if t == "chunked_attention") if chunk else 0
+    chunked = roped if chunk else 0
     head_dim = _get(text, "head_dim", arch, 128)
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise ModelcutError(f"config.json ({arch}): head_dim must be a positive whole number, got {head_dim!r}")
     return ModelSpec(
         name=name, layers=layers, hidden=hidden, ffn_hidden=_get(text, "intermediate_size_mlp", arch, 16384),
         heads=heads, kv_heads=_get(text, "num_key_value_heads", arch, heads), vocab=_get(text, "vocab_size", arch),
