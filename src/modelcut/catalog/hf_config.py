@@ -155,12 +155,22 @@ def _arch(cfg: dict) -> tuple[str, str]:
     return arch, fam
 
 
-def _whole(cfg: dict, key: str, arch: str) -> int:
-    """A required positive whole number of the config (one line naming it otherwise), read before any
-    arithmetic is done with it."""
-    v = _get(cfg, key, arch)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ModelcutError(f"config.json ({arch}): {key} must be a positive whole number, got {v!r}")
+def _whole(cfg: dict, key: str, arch: str, default: Any = ..., minimum: int = 1) -> int:
+    """A whole number of the config of at least ``minimum`` (``default`` where the field is absent;
+    required without one), read before any arithmetic is done with it: one line naming the field
+    otherwise."""
+    v = _get(cfg, key, arch, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        what = "a positive whole number" if minimum == 1 else "a whole number"
+        raise ModelcutError(f"config.json ({arch}): {key} must be {what}, got {v!r}")
+    return v
+
+
+def _whole_list(cfg: dict, key: str, arch: str, default: Any = ..., what: str = "whole numbers") -> list[int]:
+    """A list of whole numbers of the config (layer indices, flags): one line naming the field otherwise."""
+    v = _get(cfg, key, arch, default)
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+        raise ModelcutError(f"config.json ({arch}): {key} must be a list of {what}, got {v!r}")
     return v
 
 
@@ -281,9 +291,7 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
 
 def _mpt(cfg: dict, arch: str, name: str) -> ModelSpec:
     """An MPT config (module doc): MPTConfig's field names and defaults."""
-    hidden = _get(cfg, "d_model", arch)
-    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-        raise ModelcutError(f"config.json ({arch}): d_model must be a positive whole number, got {hidden!r}")
+    hidden = _whole(cfg, "d_model", arch)
     heads = _get(cfg, "n_heads", arch)
     attn = cfg.get("attn_config") or {}
     ffn = cfg.get("ffn_config") or {}
@@ -330,10 +338,7 @@ def _gemma_sliding(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any
     elif fam == "gemma2":
         sliding = (layers + 1) // 2
     else:
-        pattern = _get(cfg, "sliding_window_pattern", arch, 6)
-        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
-            raise ModelcutError(f"config.json ({arch}): sliding_window_pattern must be a positive whole number, "
-                                f"got {pattern!r}")
+        pattern = _whole(cfg, "sliding_window_pattern", arch, 6)
         sliding = layers - layers // pattern     # all but each pattern-th layer (i + 1) % pattern == 0
     return dict(sliding_window=window, sliding_layers=sliding) if sliding else {}
 
@@ -342,13 +347,8 @@ def _dense_prefix(cfg: dict, arch: str, layers: int) -> tuple[int, int]:
     """(leading dense layers, moe_every) of a Qwen MoE config (Qwen2MoeConfig: layer i has experts
     iff i ∉ mlp_only_layers and (i + 1) % decoder_sparse_step == 0): ``mlp_only_layers`` must be
     0 … d − 1, and with a ``decoder_sparse_step`` above 1 none may be listed."""
-    step = _get(cfg, "decoder_sparse_step", arch, 1)
-    only = _get(cfg, "mlp_only_layers", arch, [])
-    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
-        raise ModelcutError(f"config.json ({arch}): mlp_only_layers must be a list of layer numbers, got {only!r}")
-    only = sorted(only)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise ModelcutError(f"config.json ({arch}): decoder_sparse_step must be a positive whole number, got {step!r}")
+    only = sorted(_whole_list(cfg, "mlp_only_layers", arch, [], what="layer numbers"))
+    step = _whole(cfg, "decoder_sparse_step", arch, 1)
     if only != list(range(len(only))) or len(only) > layers:
         raise ModelcutError(f"config.json ({arch}): mlp_only_layers {only} are not the leading layers; "
                             "modelcut models dense-first layers only")
@@ -363,9 +363,7 @@ def _qwen_moe(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
     dense, every = _dense_prefix(cfg, arch, layers)
     kw: dict[str, Any] = dict(experts=_get(cfg, "num_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
                               expert_ffn_hidden=width, dense_layers=dense, moe_every=every)
-    shared = _get(cfg, "shared_expert_intermediate_size", arch, 0) if fam == "qwen2_moe" else 0
-    if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
-        raise ModelcutError(f"config.json ({arch}): shared_expert_intermediate_size must be a whole number, got {shared!r}")
+    shared = _whole(cfg, "shared_expert_intermediate_size", arch, 0, minimum=0) if fam == "qwen2_moe" else 0
     if shared:
         if shared % width:
             raise ModelcutError(f"config.json ({arch}): shared_expert_intermediate_size {shared} is not a "
@@ -381,9 +379,7 @@ def _deepseek_moe(cfg: dict, arch: str) -> dict[str, Any]:
     if freq != 1:
         raise ModelcutError(f"config.json ({arch}): moe_layer_freq {freq}: modelcut models experts in every "
                             "layer after the leading dense ones (moe_layer_freq 1)")
-    dense = _get(cfg, "first_k_dense_replace", arch, 0)
-    if isinstance(dense, bool) or not isinstance(dense, int) or dense < 0:
-        raise ModelcutError(f"config.json ({arch}): first_k_dense_replace must be a whole number, got {dense!r}")
+    dense = _whole(cfg, "first_k_dense_replace", arch, 0, minimum=0)
     return dict(experts=_get(cfg, "n_routed_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
                 expert_ffn_hidden=_get(cfg, "moe_intermediate_size", arch),
                 shared_experts=_get(cfg, "n_shared_experts", arch, 0), dense_layers=dense)
@@ -395,44 +391,28 @@ def _llama4(cfg: dict, arch: str, name: str) -> ModelSpec:
     text = cfg.get("text_config", cfg) if arch in ("Llama4ForConditionalGeneration", "llama4") else cfg
     if not isinstance(text, dict):
         raise ModelcutError(f"config.json ({arch}): text_config must be an object")
-    layers = _get(text, "num_hidden_layers", arch)
-    heads = _get(text, "num_attention_heads", arch)
-    hidden = _get(text, "hidden_size", arch)
-    for key, v in (("num_hidden_layers", layers), ("num_attention_heads", heads), ("hidden_size", hidden)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ModelcutError(f"config.json ({arch}): {key} must be a positive whole number, got {v!r}")
-    step = _get(text, "interleave_moe_layer_step", arch, 1)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise ModelcutError(f"config.json ({arch}): interleave_moe_layer_step must be a positive whole number, "
-                            f"got {step!r}")
-    def whole_list(key: str, value: Any) -> list:
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ModelcutError(f"config.json ({arch}): {key} must be a list of whole numbers, got {value!r}")
-        return value
-
+    layers = _whole(text, "num_hidden_layers", arch)
+    heads = _whole(text, "num_attention_heads", arch)
+    hidden = _whole(text, "hidden_size", arch)
+    step = _whole(text, "interleave_moe_layer_step", arch, 1)
     moe = text.get("moe_layers")
     every = range(step - 1, layers, step)       # a range: its length and items without a list of layers
-    if moe is not None and (len(whole_list("moe_layers", moe)) != len(every) or sorted(moe) != list(every)):
+    if moe is not None and (len(_whole_list(text, "moe_layers", arch)) != len(every) or sorted(moe) != list(every)):
         raise ModelcutError(f"config.json ({arch}): moe_layers {moe} are not every {step}-th layer; modelcut "
                             "models experts in every k-th layer")
     types = text.get("layer_types")
     chunk = text.get("attention_chunk_size", 8192)
     if types is None:
-        interval = _get(text, "no_rope_layer_interval", arch, 4)
-        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
-            raise ModelcutError(f"config.json ({arch}): no_rope_layer_interval must be a positive whole number, "
-                                f"got {interval!r}")
-        rope = text.get("no_rope_layers")
+        interval = _whole(text, "no_rope_layer_interval", arch, 4)
         # every layer but each interval-th uses RoPE and attends in chunks (Llama4TextConfig's default)
-        roped = sum(1 for r in whole_list("no_rope_layers", rope) if r) if rope else layers - layers // interval
+        roped = (sum(1 for r in _whole_list(text, "no_rope_layers", arch) if r) if text.get("no_rope_layers")
+                 else layers - layers // interval)
     elif isinstance(types, list):
         roped = sum(1 for t in types if t == "chunked_attention")
     else:
         raise ModelcutError(f"config.json ({arch}): layer_types must be a list")
     chunked = roped if chunk else 0
-    head_dim = _get(text, "head_dim", arch, 128)
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-        raise ModelcutError(f"config.json ({arch}): head_dim must be a positive whole number, got {head_dim!r}")
+    head_dim = _whole(text, "head_dim", arch, 128)
     return ModelSpec(
         name=name, layers=layers, hidden=hidden, ffn_hidden=_get(text, "intermediate_size_mlp", arch, 16384),
         heads=heads, kv_heads=_get(text, "num_key_value_heads", arch, heads), vocab=_get(text, "vocab_size", arch),
