@@ -258,14 +258,28 @@ def expert_mesh(layout: Layout) -> Mesh:
     expert_data_parallel_size = world/(etp·ep·pp), asserting a pp-last order where pp > 1):
     under :func:`expert_grid_applies`, the mesh of etp, ep, tp·cp·dp/etp and pp (its tp the expert
     tensor-parallel group). Otherwise the layout's own mesh, ep carved from dp."""
+    check_expert_groups(layout)
     if not expert_grid_applies(layout):
         return Mesh.of(layout)
     etp = layout.etp or layout.tp
+    return Mesh.build(tp=etp, cp=1, pp=layout.pp, dp=layout.tp * layout.cp * layout.dp // etp, ep=layout.ep)
+
+
+def check_expert_groups(layout: Layout) -> None:
+    """Refuse in one line expert groups the layout's ranks cannot hold: under the expert grid
+    (:func:`expert_grid_applies`) ep·etp must divide each stage's tp·cp·dp (with a hint where etp 1
+    would do); under another order ep, carved from dp, must divide it. The one rule
+    :func:`expert_mesh` and :func:`..costs.moe.check_moe_layout` both apply."""
+    ep, etp = layout.ep, layout.etp or layout.tp
     stage = layout.tp * layout.cp * layout.dp
-    if stage % (layout.ep * etp):
-        raise ModelcutError(f"ep × etp ({layout.ep} × {etp}) must divide tp × cp × dp ({stage}): the expert "
-                            "grid lays etp, ep and the expert data-parallel ranks over them")
-    return Mesh.build(tp=etp, cp=1, pp=layout.pp, dp=stage // etp, ep=layout.ep)
+    if expert_grid_applies(layout):
+        if stage % (ep * etp):
+            raise ModelcutError(f"ep × etp ({ep} × {etp}) must divide tp × cp × dp ({stage}): the expert grid lays "
+                                "etp, ep and the expert data-parallel ranks over them"
+                                + ("; with etp 1 the experts may span the tensor-parallel ranks"
+                                   if etp > 1 and stage % ep == 0 else ""))
+    elif ep > 1 and layout.dp % ep:
+        raise ModelcutError(f"ep ({ep}) must divide dp ({layout.dp}) under the rank order {'-'.join(layout.order)}")
 
 
 def dense_mesh(layout: Layout) -> Mesh:

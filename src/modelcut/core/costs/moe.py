@@ -97,15 +97,7 @@ def check_moe_layout(model: ModelSpec, layout: Layout) -> None:
     if model.is_moe:
         if model.experts % ep:
             raise ModelcutError(f"ep ({ep}) must divide the experts ({model.experts})")
-        stage = layout.tp * layout.cp * layout.dp
-        if mesh.expert_grid_applies(layout):
-            if stage % (ep * etp):
-                raise ModelcutError(f"ep × etp ({ep} × {etp}) must divide tp × cp × dp ({stage})"
-                                    + (f"; with etp 1 the experts may span the tensor-parallel ranks"
-                                       if etp > 1 and stage % ep == 0 else ""))
-        elif layout.dp % ep:
-            raise ModelcutError(f"ep ({ep}) must divide dp ({layout.dp}) under the rank order "
-                                f"{'-'.join(layout.order)}")
+        mesh.check_expert_groups(layout)
         if flops.expert_width(model) % etp:
             raise ModelcutError(f"etp ({etp}) must divide expert_ffn_hidden ({flops.expert_width(model)})")
         if model.shared_experts and flops.expert_width(model) % layout.tp:
