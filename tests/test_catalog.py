@@ -415,6 +415,8 @@ def test_mtnlg_micro_batch_from_its_scaling():
     ("qwen2.5-7b", 7.61e9, None, 2e-3), ("qwen2.5-72b", 72.7e9, None, 2e-3),  # Qwen2.5 model cards
     ("qwen3-8b", 8.2e9, None, 5e-3), ("qwen3-32b", 32.8e9, None, 5e-3),      # Qwen3 model cards
     ("deepseek-v2", 236e9, 21e9, 1e-2), ("deepseek-v2-lite", 15.7e9, 2.4e9, 1e-2),  # DeepSeek-V2 report
+    # Llama 4 model card: 400B (Maverick); Scout's 109B holds its vision encoder, the text model 107.8B
+    ("llama4-maverick", 400e9, None, 2e-3), ("llama4-scout", 109e9, None, 1.5e-2),
 ])
 def test_further_families_count_their_stated_sizes(name, total, active, rel):
     """Active parameters less the input embedding (a lookup, which DeepSeek's activated counts leave
@@ -508,3 +510,13 @@ def test_malformed_config_fields_are_one_line_errors(arch, change, word, tmp_pat
     path.write_text(json.dumps(cfg))
     with pytest.raises(ModelcutError, match="config.json"):
         catalog.load_hf_config(path)
+
+
+def test_llama4_counts_as_docs_long_context_and_moe_gives_them():
+    """The figures docs/long-context-and-moe.md prints for Llama 4: total and active (with the input
+    embedding) parameters, 107.8 B / 17.2 B (Scout) and 400.7 B / 17.2 B (Maverick)."""
+    from modelcut.core.costs import flops
+    for name, total, active in (("llama4-scout", 107.8e9, 17.2e9), ("llama4-maverick", 400.7e9, 17.2e9)):
+        m = catalog.model(name)
+        assert round(flops.param_count(m) / 1e8) == round(total / 1e8)
+        assert round(flops.param_count(m, active=True) / 1e8) == round(active / 1e8)
