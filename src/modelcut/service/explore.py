@@ -431,7 +431,8 @@ def gpu_pareto(results: list[ExploreResult]) -> list[ExploreResult]:
 
 
 #: Layouts a published run's search may hold: the catalog's own problems are searched whole (the
-#: largest, Megatron-Bridge's Qwen3 235B on 256 GPUs with its expert grid, holds about 270,000).
+#: largest, Megatron-Bridge's Qwen3 235B on 256 GPUs with its expert grid, holds 216,768: `modelcut explore
+#: --run mbridge2511-qwen3-235b-a22b-256` prints 46,068 layouts the stack runs and 170,700 it cannot).
 CATALOG_MAX_LAYOUTS = 1_000_000
 
 

@@ -90,8 +90,8 @@ def ep_choices(model: ModelSpec, d: int, space: "Space", t: int = 1) -> list[tup
     divides t·d but not d with the experts whole (etp 1): an ep group larger than the
     data-parallel ranks hold, which Megatron-core's expert grid lays over the tensor-parallel
     ranks first (:func:`..costs.mesh.expert_mesh`; Megatron-Bridge's Qwen3 235B recipe: tp 2,
-    ep 32 over dp 16). etp 1 beside an ep that d holds is not searched (it would nearly double
-    an MoE space); a layout names it. ``space.eps`` narrows e."""
+    ep 32 over dp 16). etp 1 beside an ep that d holds is not searched (it would add a variant to
+    every MoE layout with tp > 1); a layout names it. ``space.eps`` narrows e."""
     if not model.is_moe:
         return [(1, None)]
     pick = [e for e in divisors(model.experts) if space.eps is None or e in space.eps]
