@@ -386,8 +386,10 @@ def _deepseek_moe(cfg: dict, arch: str) -> dict[str, Any]:
 
 
 def _llama4(cfg: dict, arch: str, name: str) -> ModelSpec:
-    """A Llama 4 config (module doc): Llama4TextConfig's field names and defaults (transformers
-    src/transformers/models/llama4/configuration_llama4.py)."""
+    """A Llama 4 config (module doc): Llama4TextConfig's field names and defaults (huggingface/transformers
+    @ 008e574391 src/transformers/models/llama4/configuration_llama4.py: interleave_moe_layer_step 1,
+    no_rope_layer_interval 4, attention_chunk_size 8192, head_dim 128, intermediate_size_mlp 16384,
+    num_experts_per_tok 1, tie_word_embeddings false)."""
     text = cfg.get("text_config", cfg) if arch in ("Llama4ForConditionalGeneration", "llama4") else cfg
     if not isinstance(text, dict):
         raise ModelcutError(f"config.json ({arch}): text_config must be an object")
