@@ -117,7 +117,8 @@ def test_catalog_run_predicts_as_validate_does(capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["predict"], "one of the two"),
     (["predict", LONG, "--run", "llama3-405b-128k-16384"], "one of the two"),
-    (["predict", "--run", "no-such-run"], "no published run"),
+    (["predict", "--run", "no-such-run"], "unknown published run"),
+    (["predict", "--run", "automodel-qwen3-30b-a3b"], "closest: automodel-qwen3-30b-a3b-8"),
 ])
 def test_predict_input_errors(capsys, argv, needle):
     assert main(argv) == 2

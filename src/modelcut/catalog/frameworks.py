@@ -68,6 +68,11 @@ def framework_names() -> tuple[str, ...]:
     return tuple(_presets()[0])
 
 
+def framework_aliases(name: str) -> tuple[str, ...]:
+    """The other names of the preset ``name`` (lower case)."""
+    return _index().aliases(name)
+
+
 def default_framework() -> str:
     """The preset a run gets when it names none: a current Megatron-core-style stack."""
     return _presets()[1]
@@ -75,7 +80,7 @@ def default_framework() -> str:
 
 @lru_cache(maxsize=None)
 def _index() -> NameIndex[Framework]:
-    index: NameIndex[Framework] = NameIndex("framework", "framework")
+    index: NameIndex[Framework] = NameIndex("framework", "framework", listed="modelcut list frameworks")
     presets, _, aliases = _presets()
     for name, fw in presets.items():
         index.add(fw, name, aliases[name])

@@ -15,7 +15,7 @@ from .names import NameIndex
 
 @lru_cache(maxsize=None)
 def _hardware_index() -> NameIndex[Hardware]:
-    index: NameIndex[Hardware] = NameIndex("hardware", "GPU")
+    index: NameIndex[Hardware] = NameIndex("hardware", "GPU", listed="modelcut list hardware")
     rows = tomllib.loads(resources.files("modelcut.catalog").joinpath("hardware.toml").read_text(encoding="utf-8"))["hardware"]
     by_name = {r["name"]: r for r in rows}
     built: dict[str, Hardware] = {}

@@ -19,7 +19,7 @@ from .tables import model_from_table
 def _model_index() -> NameIndex[ModelSpec]:
     data = tomllib.loads(resources.files("modelcut.catalog").joinpath("models.toml").read_text(encoding="utf-8"))
     defaults = data.get("defaults", {})
-    index: NameIndex[ModelSpec] = NameIndex("model", "model")
+    index: NameIndex[ModelSpec] = NameIndex("model", "model", listed="modelcut list models")
     for row in data["model"]:
         row = dict(row)
         aliases = row.pop("aliases", [])
@@ -36,6 +36,11 @@ def model(name: str) -> ModelSpec:
 
 def all_models() -> list[ModelSpec]:
     return list(_model_index().items)
+
+
+def model_aliases(name: str) -> tuple[str, ...]:
+    """The other names of the catalog model ``name`` (lower case)."""
+    return _model_index().aliases(name)
 
 
 def model_keys() -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Generic, Iterable, TypeVar
@@ -9,6 +10,9 @@ from typing import Generic, Iterable, TypeVar
 from ..core.errors import ModelcutError
 
 T = TypeVar("T")
+
+#: The most entries an unknown-name error lists in full.
+SHOWN = 20
 
 
 def loose_key(key: str) -> str:
@@ -41,10 +45,13 @@ class NameIndex(Generic[T]):
     written with other separators (:func:`loose_key`), where that spelling names one entry only.
 
     ``catalog`` names the file's catalog in the duplicate error ("hardware catalog: ..."),
-    ``noun`` the thing a user asked for in the unknown-name error ("unknown GPU ...")."""
+    ``noun`` the thing a user asked for in the unknown-name error ("unknown GPU ..."), ``listed``
+    where the whole list is, for an unknown-name error in a catalog too long to print in one line
+    (more than :data:`SHOWN` entries): that error names the closest names instead."""
 
     catalog: str
     noun: str
+    listed: str = ""
     index: dict[str, T] = field(default_factory=dict)
     items: list[T] = field(default_factory=list)
     loose: dict[str, list[T]] = field(default_factory=dict)
@@ -70,10 +77,30 @@ class NameIndex(Generic[T]):
                 break
         if len(hits) == 1:
             return hits[0]
-        names = ", ".join(getattr(i, "name") for i in (hits or self.items))
         if hits:
+            names = ", ".join(getattr(i, "name") for i in hits)
             raise ModelcutError(f"{self.noun} {key!r} could be any of {names}; write one of them")
-        raise ModelcutError(f"unknown {self.noun} {key!r}; choose one of {names}")
+        if len(self.items) <= SHOWN or not self.listed:
+            names = ", ".join(getattr(i, "name") for i in self.items)
+            raise ModelcutError(f"unknown {self.noun} {key!r}; choose one of {names}")
+        close = self.closest(str(key))
+        hint = f"closest: {', '.join(close)}; " if close else ""
+        raise ModelcutError(f"unknown {self.noun} {key!r}; {hint}all {len(self.items)}: {self.listed}")
+
+    def closest(self, key: str, n: int = 4) -> list[str]:
+        """The entries' names nearest ``key`` written loosely (difflib's ratio over
+        :func:`loose_key` of every name and alias, 0.6 or more), nearest first, each once."""
+        by_loose = {lk: getattr(items[0], "name") for lk, items in self.loose.items()}
+        out: list[str] = []
+        for lk in difflib.get_close_matches(loose_key(key), list(by_loose), n=3 * n, cutoff=0.6):
+            if by_loose[lk] not in out:
+                out.append(by_loose[lk])
+        return out[:n]
+
+    def aliases(self, name: str) -> tuple[str, ...]:
+        """The other names the entry called ``name`` is found by (lower case, catalog order)."""
+        item = self.index[name.lower()]
+        return tuple(k for k, v in self.index.items() if v is item and k != name.lower())
 
     def keys(self) -> tuple[str, ...]:
         """Every name and alias :meth:`get` takes (lower case), catalog order."""

@@ -3,6 +3,8 @@ framework, micro-batch, interleaving, recomputation, cross-validation group)."""
 
 from __future__ import annotations
 
+import difflib
+
 import tomllib
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -146,7 +148,10 @@ def published_run(run_id: str) -> PublishedRun:
     for r in _runs():
         if r.id == run_id:
             return r
-    raise ModelcutError(f"unknown published run {run_id!r}; choose one of {', '.join(r.id for r in _runs())}")
+    ids = [r.id for r in _runs()]
+    close = difflib.get_close_matches(str(run_id), ids, n=4, cutoff=0.6)
+    hint = f"closest: {', '.join(close)}; " if close else ""
+    raise ModelcutError(f"unknown published run {run_id!r}; {hint}all {len(ids)}: modelcut list runs")
 
 
 

@@ -15,7 +15,7 @@ from ..core.errors import ModelcutError
 from .app import app
 
 # Each module registers its commands on ``app`` when imported.
-from . import calibrate, crosscheck, explore, mesh, serve, simulate, systems  # noqa: E402,F401
+from . import calibrate, crosscheck, explore, listing, mesh, serve, simulate, systems  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:

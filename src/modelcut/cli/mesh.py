@@ -53,7 +53,6 @@ def mesh(
         print(json.dumps(out))
         return
     coords, node, groups, inside = out["coords"], out["node"], out["groups"], out["dims"]
-    dims = [g["dim"] for g in groups]
     con = Console()
     grid = out.get("experts")
     if grid is not None and grid["grid"] == "dp":

@@ -442,9 +442,6 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
     (tp, cp, pp, dp, and ep for an MoE model); the run's micro-batch among those tried, every layout
     in the run's rank order and at the run's precision (an FP8 run's layouts all in FP8, with its
     recipe)."""
-    ids = [r.id for r in catalog.published_runs()]
-    if run_id not in ids:
-        raise ModelcutError(f"no published run {run_id!r}; choose one of {', '.join(ids)}")
     pr = catalog.published_run(run_id)
     st = catalog.run_settings().get(run_id)
     run = catalog.apply_settings(pr.run, st)

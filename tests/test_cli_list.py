@@ -1,0 +1,71 @@
+"""``modelcut list``: each kind lists every catalog entry; an unknown name's error points there."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from modelcut import catalog
+from modelcut.cli import main
+from modelcut.core.errors import ModelcutError
+from modelcut.core.sim import registry
+from modelcut.service.catalog_info import KINDS, rows
+
+
+def _json(capsys, *argv):
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("kind, names, key", [
+    ("models", lambda: [m.name for m in catalog.all_models()], "name"),
+    ("hardware", lambda: [h.name for h in catalog.all_hardware()], "name"),
+    ("frameworks", lambda: list(catalog.framework_names()), "name"),
+    ("schedules", lambda: list(registry.SCHEDULES), "name"),
+    ("runs", lambda: [r.id for r in catalog.published_runs()], "id"),
+])
+def test_list_json_names_every_entry_with_a_source(capsys, kind, names, key):
+    rows = _json(capsys, "list", kind, "--json")
+    assert [r[key] for r in rows] == names()
+    if kind != "schedules":
+        assert all(r["source"] for r in rows)
+
+
+def test_list_table_shows_each_kind(capsys):
+    for kind in KINDS:
+        assert main(["list", kind]) == 0
+        out = capsys.readouterr().out
+        assert f"{len(rows(kind))} {kind}:" in out
+
+
+def test_models_list_counts_parameters_as_the_catalog_does(capsys):
+    rows = {r["name"]: r for r in _json(capsys, "list", "models", "--json")}
+    assert rows["llama3-405b"]["params_b"] == pytest.approx(405.9, abs=0.1)
+    assert "llama3.1-405b" in rows["llama3-405b"]["aliases"]
+    moe = rows["deepseek-v3"]
+    assert moe["params_b"] == pytest.approx(671, rel=0.01) and moe["active_params_b"] < moe["params_b"]
+
+
+def test_unknown_kind_is_one_line(capsys):
+    assert main(["list", "gpus"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown list 'gpus'" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("look, written, close, listed", [
+    (catalog.model, "qwen2-72b", "qwen2.5-72b", "modelcut list models"),
+    (catalog.model, "lama3-70b", "llama3-70b", "modelcut list models"),
+    (catalog.published_run, "automodel-qwen3-30b", "automodel-qwen3-30b-a3b-8", "modelcut list runs"),
+])
+def test_unknown_name_names_the_closest_and_where_the_list_is(look, written, close, listed):
+    with pytest.raises(ModelcutError) as err:
+        look(written)
+    msg = str(err.value)
+    assert "closest: " in msg and close in msg.split("closest: ")[1] and listed in msg
+    assert "\n" not in msg
+
+
+def test_short_catalog_still_lists_every_name():
+    with pytest.raises(ModelcutError, match="choose one of a100-sxm4-40gb"):
+        catalog.hardware("h1000")
