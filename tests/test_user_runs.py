@@ -119,3 +119,20 @@ def test_list_and_bool_cells_read_as_the_run_file_types_them(tmp_path):
                         "recompute_modules": ["layernorm", "moe_act"]}}
     want = run_from_dict(doc, "x")
     assert (got.layout, got.training) == (want.layout, want.training)
+
+
+def test_tokens_per_second_per_gpu_is_a_measured_figure(tmp_path):
+    """tokens_per_s_per_gpu gives the step time global_batch·seq_len / (gpus·tokens/s/GPU): the
+    same run measured as a step time, as tokens/s per GPU and both (step time first) is one Measured."""
+    p = tmp_path / "tps.csv"
+    p.write_text("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,step_time_s,tokens_per_s_per_gpu\n"
+                 "s,llama3-8b,h100,1,1,8,8192,64,1,10.0,\n"
+                 "t,llama3-8b,h100,1,1,8,8192,64,1,,6553.6\n"
+                 "both,llama3-8b,h100,1,1,8,8192,64,1,10.0,1\n")
+    got = {m.id: m for m in read_runs_csv(p)}
+    assert got["t"].step_time_s == pytest.approx(10.0, rel=1e-12)
+    assert got["both"].step_time_s == 10.0 and got["s"].step_time_s == 10.0
+    p.write_text("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,tokens_per_s_per_gpu\n"
+                 "t,llama3-8b,h100,1,1,8,8192,64,1,-3\n")
+    with pytest.raises(ModelcutError, match="tokens_per_s_per_gpu must be a positive number"):
+        read_runs_csv(p)

@@ -22,7 +22,7 @@ from .runfile import run_from_dict
 
 #: Columns of ``modelcut calibrate --runs FILE.csv``: name -> meaning. Required: id, model, gpu,
 #: gpus_per_node may be empty (the hardware's), tp, pp, dp, seq_len, global_batch, micro_batch
-#: and one of tflops_per_gpu / step_time_s.
+#: and one of tflops_per_gpu / tokens_per_s_per_gpu / step_time_s.
 CSV_COLUMNS: dict[str, str] = {
     "id": "a name for the run",
     "group": "cross-validation group (default: the framework)",
@@ -47,6 +47,8 @@ CSV_COLUMNS: dict[str, str] = {
     "framework": "a preset or another name for one, e.g. torchtitan (modelcut list frameworks; default megatron-core)",
     "overlap": "overrides, e.g. grad_reduce=off;tp_comm=on",
     "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them",
+    "tokens_per_s_per_gpu": "measured tokens per second per GPU, as torchtitan, llm-foundry and NeMo print "
+                            "them (the step time is global_batch·seq_len over gpus·this)",
     "step_time_s": "measured seconds per step (used when given)",
 }
 
@@ -152,13 +154,15 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
             except ModelcutError as exc:
                 raise ModelcutError(f"{where}: {exc}") from None
         ov = parse_overlap(row.get("overlap", "").replace(";", ","))
-        tflops, step = _float(row, "tflops_per_gpu", where), _float(row, "step_time_s", where)
-        if tflops is None and step is None:
-            raise ModelcutError(f"{where}: give tflops_per_gpu or step_time_s")
-        if tflops is not None and not (math.isfinite(tflops) and tflops > 0):
-            raise ModelcutError(f"{where}: tflops_per_gpu must be a positive number, got {tflops!r}")
-        if step is not None and not (math.isfinite(step) and step > 0):
-            raise ModelcutError(f"{where}: step_time_s must be a positive number, got {step!r}")
+        figures = {k: _float(row, k, where) for k in ("tflops_per_gpu", "tokens_per_s_per_gpu", "step_time_s")}
+        if all(v is None for v in figures.values()):
+            raise ModelcutError(f"{where}: give tflops_per_gpu, tokens_per_s_per_gpu or step_time_s")
+        for k, v in figures.items():
+            if v is not None and not (math.isfinite(v) and v > 0):
+                raise ModelcutError(f"{where}: {k} must be a positive number, got {v!r}")
+        tflops, tps, step = figures.values()
+        if step is None and tps is not None:
+            step = run.training.global_batch * run.training.seq_len / (run.layout.gpus * tps)
         group = row.get("group", "").strip() or (fw or catalog.default_framework())
         out.append(Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, str(p)))
     if not out:
