@@ -125,6 +125,38 @@ def test_fp8_on_an_a100_from_the_command_line(capsys):
     assert "seed model" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("written, precision, recipe", [
+    (["--precision", "amp_bf16"], "bf16", None), (["--precision", "BF16-mixed"], "bf16", None),
+    (["--precision", "amp_fp8"], "fp8", None), (["--precision", "FP8", "--fp8-recipe", "tensorwise"], "fp8", "current"),
+    (["--precision", "fp8", "--fp8-recipe", "Delayed"], "fp8", "delayed")])
+def test_the_stacks_spellings_of_a_precision_are_modelcuts(capsys, written, precision, recipe):
+    """llm-foundry's amp_bf16, Lightning's bf16-mixed, Megatron-core's tensorwise: the same run as
+    modelcut's names give."""
+    f = str(DATA / "llama3-70b-64-h100.toml")
+    canon = ["--precision", precision] + (["--fp8-recipe", recipe] if recipe else [])
+    assert main(["predict", f, "--json", *written]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert main(["predict", f, "--json", *canon]) == 0
+    assert got["step_time_s"] == json.loads(capsys.readouterr().out)["step_time_s"]
+
+
+def test_a_recipe_modelcut_does_not_time_is_one_line_with_the_reason(tmp_path, capsys):
+    f = str(DATA / "llama3-70b-64-h100.toml")
+    assert main(["predict", f, "--precision", "fp8", "--fp8-recipe", "rowwise"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rowwise" in err[0] and "does not time" in err[0]
+    run = tmp_path / "run.toml"
+    run.write_text(open(f).read().replace("[training]", '[training]\nprecision = "fp8"\nfp8_recipe = "rowwise"'))
+    assert main(["predict", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not time" in err[0]
+    run.write_text(open(f).read().replace("[training]", '[training]\nprecision = "amp_fp8"\nfp8_recipe = "tensorwise"'))
+    assert main(["predict", str(run), "--json"]) == 0
+    spelled = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(["predict", f, "--json", "--precision", "fp8", "--fp8-recipe", "current"]) == 0
+    assert spelled == json.loads(capsys.readouterr().out)["step_time_s"]
+
+
 def test_fp8_speeds_a_70b_step_on_h100_and_names_the_dtypes(capsys):
     f = str(DATA / "llama3-70b-64-h100.toml")
     assert main(["predict", f, "--json"]) == 0

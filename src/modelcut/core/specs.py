@@ -250,6 +250,39 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 #: blocks with power-of-two scales (``mxfp8``, Blackwell).
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 
+#: Other names the stacks give the precisions: Composer's (llm-foundry's YAMLs write ``precision:
+#: amp_bf16``; Composer's Precision enum, composer/core/precision.py, also has amp_fp16 and amp_fp8),
+#: PyTorch Lightning's as NeMo's ``trainer.precision`` takes them ("bf16-mixed", "16-mixed"), torch's
+#: dtype names.
+PRECISION_NAMES = {"bfloat16": "bf16", "amp_bf16": "bf16", "bf16-mixed": "bf16", "bf16_mixed": "bf16",
+                   "float16": "fp16", "half": "fp16", "amp_fp16": "fp16", "16-mixed": "fp16", "fp16-mixed": "fp16",
+                   "float8": "fp8", "amp_fp8": "fp8"}
+#: Other names of the FP8 recipes: Megatron-core's ``--fp8-recipe tensorwise`` (Transformer Engine's
+#: Float8CurrentScaling) and torchao's TENSORWISE float8 recipe (dynamic per-tensor scales) are
+#: current scaling.
+FP8_RECIPE_NAMES = {"tensorwise": "current", "per-tensor": "current"}
+#: Recipes stacks name that modelcut does not time, with the reason their error gives.
+UNTIMED_FP8_RECIPES = dict.fromkeys(
+    ("rowwise", "rowwise_with_gw_hp"),
+    "names torchao's rowwise float8 scaling, which modelcut does not time (no measured rowwise-scaled "
+    "GEMM table; torchao's tensorwise is current scaling)")
+
+
+def precision_name(name: str) -> str:
+    """A precision as the stacks spell it (any case: "amp_bf16", "bf16-mixed", "BF16") as modelcut's;
+    a name it does not know comes back lower-cased, for the caller's check."""
+    key = str(name).strip().lower()
+    return PRECISION_NAMES.get(key, key)
+
+
+def fp8_recipe_name(name: str) -> str:
+    """An FP8 recipe as the stacks spell it ("tensorwise", "Delayed") as modelcut's; a recipe modelcut
+    does not time (:data:`UNTIMED_FP8_RECIPES`) is a one-line error with the reason."""
+    key = str(name).strip().lower()
+    if key in UNTIMED_FP8_RECIPES:
+        raise ModelcutError(f"fp8_recipe {name!r} {UNTIMED_FP8_RECIPES[key]}")
+    return FP8_RECIPE_NAMES.get(key, key)
+
 
 @dataclass(frozen=True)
 class Training:

@@ -24,7 +24,7 @@ from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.explore.rules import violations
 from ..core.memory import memory_report
-from ..core.specs import Hardware, Run
+from ..core.specs import Hardware, Run, fp8_recipe_name, precision_name
 from ..core.step import MODES, predict as step_predict
 from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
@@ -77,8 +77,9 @@ def with_precision(run: Run, precision: str | None, fp8_recipe: str | None) -> R
     if precision is None and fp8_recipe is None:
         return run
     tr = run.training
-    prec = precision or tr.precision
-    recipe = fp8_recipe if fp8_recipe is not None else (tr.fp8_recipe if prec == "fp8" else None)
+    prec = precision_name(precision) if precision is not None else tr.precision
+    recipe = (fp8_recipe_name(fp8_recipe) if fp8_recipe is not None
+              else (tr.fp8_recipe if prec == "fp8" else None))
     return replace(run, training=replace(tr, precision=prec, fp8_recipe=recipe))
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import CROSS_ENTROPY_KINDS, ExploreRecompute, Recompute, RecomputeModule
+from ..core.specs import CROSS_ENTROPY_KINDS, ExploreRecompute, Recompute, RecomputeModule, fp8_recipe_name, precision_name
 from ..core.sim import registry
 from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS, option_name
@@ -143,8 +143,21 @@ def _token_text(text: str) -> str:
 TokenText = Annotated[str, Field(json_schema_extra={"pattern": TOKEN_PATTERN}), AfterValidator(_token_text)]
 
 
-Precision = Literal["bf16", "fp16", "fp8"]
-Fp8Recipe = Literal["delayed", "current", "blockwise", "mxfp8"]
+def _spelled(read):
+    """A name as the stacks spell it read as modelcut's (:func:`..core.specs.precision_name`); what it
+    does not know passes on to the Literal check."""
+    def before(value):
+        if not isinstance(value, str):
+            return value
+        try:
+            return read(value)
+        except ModelcutError as exc:
+            raise ValueError(str(exc).split(" ", 2)[-1]) from None   # the field and the value are named apart
+    return BeforeValidator(before)
+
+
+Precision = Annotated[Literal["bf16", "fp16", "fp8"], _spelled(precision_name)]
+Fp8Recipe = Annotated[Literal["delayed", "current", "blockwise", "mxfp8"], _spelled(fp8_recipe_name)]
 CrossEntropy = Literal["fp32-passes", "fused", "mcore-fused", "torch", "torch-fp32"]
 
 
@@ -313,8 +326,9 @@ class TrainingIn(Strict):
     global_batch: Tokens = Field(description="sequences per step")
     micro_batch: Tokens = 1
     recompute: Recompute = "none"
-    precision: Precision = Field("bf16", description="the matrix products' precision")
-    fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe (default: the stack's, "
+    precision: Precision = Field("bf16", description="the matrix products' precision (also as the stacks write it: "
+                                                     "amp_bf16, bf16-mixed, bfloat16, amp_fp8, …; any case)")
+    fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe, tensorwise being current (default: the stack's, "
                                                               "else Transformer Engine's)")
     local_batch: Optional[Tokens] = Field(None, description="with a pipeline: sequences per data-parallel rank "
                                                             "per pipeline schedule run (torch.distributed."

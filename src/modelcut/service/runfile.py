@@ -115,15 +115,23 @@ def load_run(path: str | Path, limits: Limits | None = None) -> Run:
     return run_from_dict(doc, p.name, p.parent, limits)
 
 
+#: Fields whose request type reads other spellings as modelcut's names (requests.Precision, Fp8Recipe).
+_SPELLED = ("precision", "fp8_recipe")
+
+
 def _fields(model, table: dict, where: str, lim: Limits, allowed=None) -> dict:
     """A section read through its request model: unknown keys named with the allowed ones, then
-    each field's own rule; the fields the file gave, as it gave them."""
+    each field's own rule; the fields the file gave, as it gave them (:data:`_SPELLED` as read)."""
     allowed = tuple(model.model_fields) if allowed is None else allowed
     for k in table:
         if k not in allowed:
             raise ModelcutError(f"{where}: unknown key {k!r} (allowed: {', '.join(allowed)})")
-    parse(model, table, lim, where=where)
-    return dict(table)
+    parsed = parse(model, table, lim, where=where)
+    out = dict(table)
+    for k in _SPELLED:      # a precision or recipe as a stack spells it ("amp_bf16"), as modelcut's
+        if k in out:
+            out[k] = getattr(parsed, k)
+    return out
 
 
 def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None, limits: Limits | None = None) -> Run:
