@@ -196,6 +196,39 @@ def test_the_explorer_searches_in_fp8(capsys):
     assert len(err) == 1 and "FP8" in err[0]
 
 
+def test_the_explorer_searches_several_precisions_each_as_alone(capsys):
+    """--precision bf16,fp8: one search per precision, each the search that precision alone gives
+    (its best layout and step time), the fastest named; --fp8-recipe goes with the FP8 search."""
+    args = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "4096",
+            "--global-batch-tokens", "512K", "--top", "2", "--json"]
+    alone = {}
+    for prec in (["--precision", "bf16"], ["--precision", "fp8", "--fp8-recipe", "current"]):
+        assert main(args + prec) == 0
+        alone[prec[1]] = json.loads(capsys.readouterr().out)
+    assert main(args + ["--precision", "bf16,fp8", "--fp8-recipe", "tensorwise"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert both["precisions"] == ["bf16", "fp8"]
+    for got, prec in zip(both["searches"], ("bf16", "fp8")):
+        assert got["layouts"] == alone[prec]["layouts"] and got["precision"] == prec
+    assert both["searches"][1]["fp8_recipe"] == "current"
+    times = {p: s["layouts"][0]["step_time_s"] for p, s in zip(both["precisions"], both["searches"])}
+    assert both["fastest"] == min(times, key=times.get)
+    assert main(args[:-1] + ["--precision", "bf16,fp8"]) == 0
+    out = capsys.readouterr().out
+    assert "fastest layout per precision" in out and "speed-up" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--gpu", "a100", "--gpus", "8", "--precision", "bf16,fp8"], "FP8"),
+    (["--gpu", "h100", "--gpus", "8-16", "--precision", "bf16,fp8"], "one GPU count"),
+    (["--gpu", "h100", "--gpus", "8", "--precision", "bf16,fp4"], "precision"),
+])
+def test_a_precision_search_it_cannot_do_is_one_line(capsys, argv, words):
+    assert main(["explore", "--model", "llama3-8b", "--seq", "4096", "--global-batch-tokens", "512K", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
 @pytest.mark.parametrize("recipe, transposes, fused", [
     ("delayed", True, 2.0),      # the norm writes FP8; a separate transpose reads 1 and writes 1 (Hopper)
     ("delayed", False, 0.0),     # Blackwell takes the row-wise copy: nothing more

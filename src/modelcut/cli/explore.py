@@ -16,6 +16,7 @@ from rich.table import Table
 from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.errors import ModelcutError
+from ..core.specs import precision_name
 from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
 from ..export import emit as emitter
@@ -23,8 +24,8 @@ from ..service import inputs
 from ..service import requests
 from ..service.requests import CheckIn, ExploreInput
 from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, explore_request, ExploreResult, catalog_request,
-                               catalog_summary, check_row, gpu_counts, gpu_pareto, run_explore, run_explore_range,
-                               why_text)
+                               catalog_summary, check_row, fastest, gpu_counts, gpu_pareto, run_explore,
+                               run_explore_precisions, run_explore_range, why_text)
 from .app import app
 from .common import limit_option, limits, parse
 
@@ -141,7 +142,8 @@ def explore(
                                         help="time every layout within this fraction of the best (the Pareto set)"),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="time every layout that fits (no lower bound)"),
     precision: str = typer.Option("bf16", "--precision", help="the products' precision of every layout: bf16, fp16 "
-                                                               "or fp8 (docs/fp8.md)"),
+                                                               "or fp8 (docs/fp8.md); several, e.g. bf16,fp8: one "
+                                                               "search each, their best layouts side by side"),
     fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise or "
                                                                          "mxfp8 (default: the stack's choice)"),
     max_layouts: Optional[int] = limit_option("max_layouts"),
@@ -192,7 +194,14 @@ def explore(
               "eps": list(inputs.int_list(eps, "--eps")) if eps is not None else None,
               "cp_kinds": list(inputs.names(cp_kinds)), "pareto_within": pareto_within, "exhaustive": exhaustive,
               "precision": precision, "fp8_recipe": fp8_recipe}
-    req = explore_request(parse(ExploreInput, fields, lim, FLAGS), lim)
+    wanted = list(inputs.names(precision)) or [precision]
+    if len(wanted) > 1 and hi is not None:
+        raise ModelcutError("--precision with several precisions searches one GPU count; give --gpus N")
+    # each precision validated as a one-precision search is; --fp8-recipe goes with the FP8 ones
+    reqs = [explore_request(parse(ExploreInput, {**fields, "precision": p, "fp8_recipe": fp8_recipe if (
+        len(wanted) == 1 or precision_name(p) == "fp8") else None}, lim, FLAGS), lim) for p in wanted]
+    pairs = list(dict.fromkeys((r.space.precision, r.space.fp8_recipe) for r in reqs))
+    req = reqs[0]
     hw = req.hw
     err = Console(stderr=True)
     show_bar = sys.stderr.isatty() and not as_json
@@ -202,13 +211,24 @@ def explore(
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
-        if hi is None:
+        if len(pairs) > 1:
+            results = run_explore_precisions(req, pairs, progress)
+        elif hi is None:
             results = [run_explore(req, progress)]
         else:
             results = run_explore_range(req, gpu_counts(lo, hi, gpus_per_node or hw.per_node), progress)
     if emit is not None:
-        res = min((r for r in results if r.layouts), key=lambda r: r.layouts[0].step_time_s, default=None)
+        res = fastest(results)
         _emit(res.layouts if res is not None else [], emit, pick)
+        return
+    if len(pairs) > 1:
+        if as_json:
+            best = fastest(results)
+            print(json.dumps({"precisions": [r.request.space.precision for r in results],
+                              "searches": [r.as_dict() for r in results],
+                              "fastest": best.request.space.precision if best is not None else None}))
+            return
+        show_precisions(results)
         return
     if hi is not None:
         if as_json:
@@ -309,6 +329,43 @@ def show_range(results: list[ExploreResult]) -> None:
                   f"{e.peak_bytes / GB:.1f}", "yes" if id(r) in on else "")
     con.print(t)
     con.print("Pareto: each count on it steps faster than every smaller count; the others buy no time.")
+
+
+def show_precisions(results: list[ExploreResult]) -> None:
+    """One search per precision: the best layout of each, its time and memory beside the first's,
+    then the fastest precision's search in full."""
+    con = _console()
+    req, first = results[0].request, results[0]
+    con.print(f"[bold]{req.model.name}[/bold] on {req.gpus:,} × {req.hw.name}, sequence {req.seq:,}, "
+              f"{req.global_batch_tokens:,} tokens a step, framework "
+              f"{first.framework.name if first.framework else 'none'}: one search per precision")
+    t = _table("precision", f"layout ({_shape_head(req.model.is_moe)}, cp form, schedule v, micro-batch, "
+               "recomputation, ZeRO)", "step s", "MFU", "peak GB", "speed-up",
+               title=f"fastest layout per precision (MFU over each one's peak; speed-up over "
+                     f"{first.request.space.precision})")
+    base = first.layouts[0].step_time_s if first.layouts else None
+    recipes = []
+    for r in results:
+        name = r.request.space.precision
+        if r.options.fp8 is not None:
+            recipes.append(f"{name}: {r.options.fp8.recipe} scaling")
+        if not r.layouts:
+            t.add_row(name, "no layout fits", *[""] * 4)
+            continue
+        e = r.layouts[0]
+        k = _knobs(e)
+        t.add_row(name, f"{k[0]}{' ' + k[1] if k[1] != '—' else ''}, {k[4]} v{k[2]}, b {k[3]}, {k[5]}, ZeRO-{k[6]}",
+                  f"{e.step_time_s:.3f}", f"{e.prediction.mfu:.1%}", f"{e.peak_bytes / GB:.1f}",
+                  f"{base / e.step_time_s:.2f}×" if base else "—")
+    con.print(t)
+    if recipes:
+        con.print("; ".join(recipes))
+    best = fastest(results)
+    if best is None:
+        con.print("[red]no layout fits in memory at any precision[/red]")
+        raise typer.Exit(1)
+    con.print(f"the fastest, {best.request.space.precision}, in full:")
+    show(best)
 
 
 def show(res: ExploreResult) -> None:

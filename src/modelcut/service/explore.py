@@ -419,6 +419,34 @@ def run_explore_range(req: ExploreRequest, counts: list[int],
     return results
 
 
+def run_explore_precisions(req: ExploreRequest, precisions: list[tuple[str, str | None]],
+                           progress: Callable[[int, int], None] | None = None) -> list[ExploreResult]:
+    """One search per (precision, FP8 recipe), the same problem on the same stack: what FP8 buys
+    where the layouts may change with it (FP8's weight copies and smaller saved inputs move what
+    fits). Every pair is checked before any search, so an accelerator that cannot run one is
+    refused at once; ``progress`` sees the searches' candidates as one count."""
+    reqs = [replace(req, space=replace(req.space, precision=p, fp8_recipe=r)) for p, r in precisions]
+    for sub in reqs:
+        run_explore(sub, search=False)
+        memory_options(sub, stack(sub))      # FP8 the accelerator or the stack cannot run: one line now
+    results: list[ExploreResult] = []
+    done_before = [0]
+    for i, sub in enumerate(reqs):
+        def prog(done: int, total: int, i=i) -> None:
+            if progress is not None:
+                progress(done_before[0] + done, done_before[0] + total + (len(reqs) - 1 - i))
+        results.append(run_explore(sub, prog))
+        done_before[0] += results[-1].exploration.bounded or len(results[-1].layouts)
+    if progress is not None:
+        progress(done_before[0], done_before[0])
+    return results
+
+
+def fastest(results: list[ExploreResult]) -> ExploreResult | None:
+    """The search whose best layout steps fastest (None if no layout fits in any)."""
+    return min((r for r in results if r.layouts), key=lambda r: r.layouts[0].step_time_s, default=None)
+
+
 def gpu_pareto(results: list[ExploreResult]) -> list[ExploreResult]:
     """The GPU counts where more GPUs buy a faster step: each one's best step time is below every
     smaller count's."""
