@@ -44,6 +44,8 @@ def test_predict_json_matches_validation(capsys):
     assert d["vpp"] == 12 and d["schedule"] == "interleaved" and d["microbatches"] == 64
     assert sum(d["breakdown"].values()) == pytest.approx(d["step_time_s"])
     assert d["mfu"] == pytest.approx(d["tflops_per_gpu"] * 1e12 / 312e12)
+    # tokens/s per GPU: the run file's 64 sequences of 2048 tokens over step time and 64 GPUs
+    assert d["tokens_per_s_per_gpu"] == pytest.approx(64 * 2048 / (d["step_time_s"] * 64))
 
     _, out, _ = run_cli(capsys, "predict", "tests/data/llama3-405b-named.toml", "--json", "--mode", "seed")
     named = json.loads(out)

@@ -57,6 +57,7 @@ def show_prediction(result: PredictResult) -> None:
     counts_tflops, counts_mfu = result.counting
     con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}  ({counts_tflops})")
     con.print(f"MFU              {pred.mfu * 100:.1f} %  ({counts_mfu})")
+    con.print(f"tokens/s per GPU {result.tokens_per_s_per_gpu:,.0f}  (global batch · sequence over step time · GPUs)")
     table = Table("Term", "Seconds", "Share")
     for k, x in pred.breakdown.as_dict().items():
         table.add_row(k.removesuffix("_s"), f"{x:.4f}", f"{x / pred.step_time_s * 100:.1f} %")

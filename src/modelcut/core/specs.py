@@ -345,6 +345,12 @@ class Training:
                 raise ModelcutError(f"fp8_recipe {self.fp8_recipe!r} needs precision = \"fp8\"")
 
     @property
+    def tokens_per_step(self) -> int:
+        """Tokens a step trains on: global_batch · seq_len (throughput in tokens/s per GPU is this
+        over step time · GPUs)."""
+        return self.global_batch * self.seq_len
+
+    @property
     def selective_modules(self) -> tuple[str, ...]:
         """The modules selective recomputation redoes: the run's, else :data:`DEFAULT_RECOMPUTE_MODULES`."""
         return self.recompute_modules or DEFAULT_RECOMPUTE_MODULES

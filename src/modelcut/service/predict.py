@@ -108,8 +108,15 @@ class PredictResult:
             f"the same count over the {peak} peak"
         return tflops, mfu
 
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        """Predicted throughput as torchtitan, NeMo and llm-foundry print it: tokens a step over
+        step time · GPUs."""
+        return self.run.training.tokens_per_step / (self.prediction.step_time_s * self.run.layout.gpus)
+
     def as_dict(self) -> dict[str, Any]:
         d = self.prediction.as_dict()
+        d["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
         d["memory"] = self.memory
         if self.published is not None:
             d["published"] = self.published

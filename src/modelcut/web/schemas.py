@@ -116,6 +116,7 @@ class PredictResponse(BaseModel):
     step_time_s: float
     tflops_per_gpu: float
     mfu: float
+    tokens_per_s_per_gpu: float = Field(description="tokens a step over step time · GPUs")
     breakdown: dict[str, float]
     flops_per_step: float
     microbatches: int
