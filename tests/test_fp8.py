@@ -247,3 +247,10 @@ def test_a_norm_fused_input_costs_what_transformer_engine_runs(recipe, transpose
     assert fwd <= apart
     unfused = fp8_mod.Fp8(recipe, transposes=transposes, norm_fused=False, param_gather=False)
     assert fp8_mod.cast_bytes(unfused, inputs=0, fused_inputs=1000, grads=0, weights=0)[0] == pytest.approx(apart)
+
+
+def test_a_published_runs_search_keeps_its_own_precision(capsys):
+    """explore --run searches at the run's precision: --precision beside it is refused, not ignored."""
+    assert main(["explore", "--run", "automodel-gpt-oss-20b-8", "--precision", "bf16,fp8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "drop --precision" in err[0]

@@ -141,9 +141,9 @@ def explore(
     pareto_within: float = typer.Option(PARETO_WITHIN, "--pareto-within",
                                         help="time every layout within this fraction of the best (the Pareto set)"),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="time every layout that fits (no lower bound)"),
-    precision: str = typer.Option("bf16", "--precision", help="the products' precision of every layout: bf16, fp16 "
-                                                               "or fp8 (docs/fp8.md); several, e.g. bf16,fp8: one "
-                                                               "search each, their best layouts side by side"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="the products' precision of every layout: bf16 "
+                                            "(the default), fp16 or fp8 (docs/fp8.md); several, e.g. bf16,fp8: one "
+                                            "search each, their best layouts side by side"),
     fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise or "
                                                                          "mxfp8 (default: the stack's choice)"),
     max_layouts: Optional[int] = limit_option("max_layouts"),
@@ -166,7 +166,8 @@ def explore(
     if run is not None:
         given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
                                 ("--global-batch-tokens", global_batch_tokens),
-                                ("--framework", framework), ("--overlap", overlap)) if v is not None]
+                                ("--framework", framework), ("--overlap", overlap), ("--precision", precision),
+                                ("--fp8-recipe", fp8_recipe)) if v is not None]
         if given:
             raise ModelcutError(f"--run takes its problem and stack from the catalog; drop {given[0]}")
         if check is not None and run == "all":
@@ -194,6 +195,7 @@ def explore(
               "eps": list(inputs.int_list(eps, "--eps")) if eps is not None else None,
               "cp_kinds": list(inputs.names(cp_kinds)), "pareto_within": pareto_within, "exhaustive": exhaustive,
               "precision": precision, "fp8_recipe": fp8_recipe}
+    precision = precision if precision is not None else "bf16"
     wanted = list(inputs.names(precision)) or [precision]
     if len(wanted) > 1 and hi is not None:
         raise ModelcutError("--precision with several precisions searches one GPU count; give --gpus N")
