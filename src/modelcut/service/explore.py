@@ -431,12 +431,14 @@ def run_explore_precisions(req: ExploreRequest, precisions: list[tuple[str, str 
         memory_options(sub, stack(sub))      # FP8 the accelerator or the stack cannot run: one line now
     results: list[ExploreResult] = []
     done_before = [0]
+    totals: dict[int, int] = {}
     for i, sub in enumerate(reqs):
         def prog(done: int, total: int, i=i) -> None:
+            totals[i] = total
             if progress is not None:
                 progress(done_before[0] + done, done_before[0] + total + (len(reqs) - 1 - i))
         results.append(run_explore(sub, prog))
-        done_before[0] += results[-1].exploration.bounded or len(results[-1].layouts)
+        done_before[0] += totals.get(i, 0)
     if progress is not None:
         progress(done_before[0], done_before[0])
     return results
