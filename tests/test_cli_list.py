@@ -69,3 +69,9 @@ def test_unknown_name_names_the_closest_and_where_the_list_is(look, written, clo
 def test_short_catalog_still_lists_every_name():
     with pytest.raises(ModelcutError, match="choose one of a100-sxm4-40gb"):
         catalog.hardware("h1000")
+
+
+def test_list_alone_says_what_each_kind_lists(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[2] for line in out] == list(KINDS)

@@ -61,9 +61,14 @@ _COLUMNS: dict[str, list[tuple[str, Callable[[dict], Any]]]] = {
 @app.command("list", help="List what the catalog and the schedule registry hold: "
                           + "; ".join(f"{k}: {v}" for k, v in KINDS.items()) + ".")
 def list_cmd(
-    kind: str = typer.Argument(..., metavar="KIND", help="one of " + ", ".join(KINDS)),
+    kind: str = typer.Argument(None, metavar="KIND", help="one of " + ", ".join(KINDS) + " (none: what each lists)",
+                               show_default=False),
     as_json: bool = typer.Option(False, "--json", help="print JSON (every field, sources whole)"),
 ) -> None:
+    if kind is None:
+        for k, what in KINDS.items():
+            typer.echo(f"modelcut list {k:<11} {what}")
+        return
     entries = rows(kind)
     if as_json:
         typer.echo(json.dumps(entries, indent=1))
