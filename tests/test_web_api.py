@@ -394,6 +394,26 @@ def test_explore_bad_requests(client, change, status, words):
     assert r.status_code == status and words in r.json()["detail"], r.text
 
 
+def test_explore_at_several_precisions_answers_as_the_cli_does(client, capsys):
+    """precisions: one search per precision, the answer the CLI's --precision bf16,fp8 --json gives;
+    FP8 on an A100 among them is refused before any search, in one line."""
+    body = {**EXPLORE, "gpu": "h100", "top": 2, "precisions": ["bf16", "fp8"], "fp8_recipe": "tensorwise"}
+    r = client.post("/api/explore", json=body)
+    assert r.status_code == 200, r.text
+    web = r.json()
+    assert main(["explore", "--model", "gpt-1.7b", "--gpu", "h100", "--gpus", "8", "--seq", "2048",
+                 "--global-batch-tokens", "128k", "--top", "2", "--precision", "bf16,fp8", "--fp8-recipe", "current",
+                 "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert web["precisions"] == cli["precisions"] == ["bf16", "fp8"] and web["fastest"] == cli["fastest"]
+    assert [s["layouts"] for s in web["searches"]] == [s["layouts"] for s in cli["searches"]]
+    assert web["searches"][1]["fp8_recipe"] == "current"
+    for change, words in (({"gpu": "a100"}, "FP8"), ({"precisions": ["bf16"]}, "at least 2"),
+                          ({"precisions": ["bf16", "fp16"], "fp8_recipe": "delayed"}, "needs fp8")):
+        r = client.post("/api/explore", json={**body, **change})
+        assert r.status_code == 422 and words in r.json()["detail"], r.text
+
+
 def test_mesh_answers_as_the_cli_does(client, capsys):
     assert main(["mesh", "--tp", "8", "--pp", "16", "--dp", "64", "--gpus-per-node", "8", "--rank", "9",
                  "--json"]) == 0

@@ -16,16 +16,15 @@ from rich.table import Table
 from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.errors import ModelcutError
-from ..core.specs import precision_name
 from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
 from ..export import emit as emitter
 from ..service import inputs
 from ..service import requests
 from ..service.requests import CheckIn, ExploreInput
-from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, explore_request, ExploreResult, catalog_request,
-                               catalog_summary, check_row, fastest, gpu_counts, gpu_pareto, run_explore,
-                               run_explore_precisions, run_explore_range, why_text)
+from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, ExploreResult, PrecisionSearches, catalog_request,
+                               catalog_summary, check_row, fastest, gpu_counts, gpu_pareto, precision_requests,
+                               run_explore, run_explore_each, run_explore_range, why_text)
 from .app import app
 from .common import limit_option, limits, parse
 
@@ -195,14 +194,14 @@ def explore(
               "eps": list(inputs.int_list(eps, "--eps")) if eps is not None else None,
               "cp_kinds": list(inputs.names(cp_kinds)), "pareto_within": pareto_within, "exhaustive": exhaustive,
               "precision": precision, "fp8_recipe": fp8_recipe}
-    precision = precision if precision is not None else "bf16"
-    wanted = list(inputs.names(precision)) or [precision]
-    if len(wanted) > 1 and hi is not None:
-        raise ModelcutError("--precision with several precisions searches one GPU count; give --gpus N")
-    # each precision validated as a one-precision search is; --fp8-recipe goes with the FP8 ones
-    reqs = [explore_request(parse(ExploreInput, {**fields, "precision": p, "fp8_recipe": fp8_recipe if (
-        len(wanted) == 1 or precision_name(p) == "fp8") else None}, lim, FLAGS), lim) for p in wanted]
-    pairs = list(dict.fromkeys((r.space.precision, r.space.fp8_recipe) for r in reqs))
+    wanted = list(inputs.names(precision)) if precision is not None else []
+    if len(wanted) > 1:
+        if hi is not None:
+            raise ModelcutError("--precision with several precisions searches one GPU count; give --gpus N")
+        fields["precisions"], fields["precision"] = wanted, None
+    else:
+        fields["precision"] = wanted[0] if wanted else (precision or None)
+    reqs = precision_requests(parse(ExploreInput, fields, lim, {**FLAGS, "precisions": "--precision"}), lim)
     req = reqs[0]
     hw = req.hw
     err = Console(stderr=True)
@@ -213,8 +212,8 @@ def explore(
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
-        if len(pairs) > 1:
-            results = run_explore_precisions(req, pairs, progress)
+        if len(reqs) > 1:
+            results = run_explore_each(reqs, progress)
         elif hi is None:
             results = [run_explore(req, progress)]
         else:
@@ -223,12 +222,9 @@ def explore(
         res = fastest(results)
         _emit(res.layouts if res is not None else [], emit, pick)
         return
-    if len(pairs) > 1:
+    if len(reqs) > 1:
         if as_json:
-            best = fastest(results)
-            print(json.dumps({"precisions": [r.request.space.precision for r in results],
-                              "searches": [r.as_dict() for r in results],
-                              "fastest": best.request.space.precision if best is not None else None}))
+            print(json.dumps(PrecisionSearches(results).as_dict()))
             return
         show_precisions(results)
         return

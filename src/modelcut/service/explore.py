@@ -419,16 +419,20 @@ def run_explore_range(req: ExploreRequest, counts: list[int],
     return results
 
 
-def run_explore_precisions(req: ExploreRequest, precisions: list[tuple[str, str | None]],
-                           progress: Callable[[int, int], None] | None = None) -> list[ExploreResult]:
-    """One search per (precision, FP8 recipe), the same problem on the same stack: what FP8 buys
-    where the layouts may change with it (FP8's weight copies and smaller saved inputs move what
-    fits). Every pair is checked before any search, so an accelerator that cannot run one is
-    refused at once; ``progress`` sees the searches' candidates as one count."""
-    reqs = [replace(req, space=replace(req.space, precision=p, fp8_recipe=r)) for p, r in precisions]
+def check_each(reqs: list[ExploreRequest]) -> None:
+    """Refuse in one line, before any search, a request of the list that :func:`run_explore` or its
+    memory assumptions would refuse (FP8 the accelerator or the stack cannot run)."""
     for sub in reqs:
         run_explore(sub, search=False)
-        memory_options(sub, stack(sub))      # FP8 the accelerator or the stack cannot run: one line now
+        memory_options(sub, stack(sub))
+
+
+def run_explore_each(reqs: list[ExploreRequest],
+                     progress: Callable[[int, int], None] | None = None) -> list[ExploreResult]:
+    """One search per request (:func:`precision_requests`: the same problem at each precision).
+    Every request is checked before any search, so an accelerator that cannot run one precision
+    is refused at once; ``progress`` sees the searches' candidates as one count."""
+    check_each(reqs)
     results: list[ExploreResult] = []
     done_before = [0]
     totals: dict[int, int] = {}
@@ -447,6 +451,36 @@ def run_explore_precisions(req: ExploreRequest, precisions: list[tuple[str, str 
 def fastest(results: list[ExploreResult]) -> ExploreResult | None:
     """The search whose best layout steps fastest (None if no layout fits in any)."""
     return min((r for r in results if r.layouts), key=lambda r: r.layouts[0].step_time_s, default=None)
+
+
+@dataclass
+class PrecisionSearches:
+    """The same problem searched at each precision (``precisions``): what FP8 buys where the
+    layouts may change with it (FP8's weight copies and smaller saved inputs move what fits)."""
+
+    results: list[ExploreResult]
+
+    @property
+    def fastest(self) -> ExploreResult | None:
+        return fastest(self.results)
+
+    def as_dict(self) -> dict[str, Any]:
+        best = self.fastest
+        return {"precisions": [r.request.space.precision for r in self.results],
+                "searches": [r.as_dict() for r in self.results],
+                "fastest": best.request.space.precision if best is not None else None}
+
+
+def precision_requests(inp: ExploreInput, limits: Limits | None = None) -> list[ExploreRequest]:
+    """The searches a request asks for: one, or one per ``precisions`` entry (``fp8_recipe`` with
+    the FP8 one), each built as a one-precision request is."""
+    if not inp.precisions:
+        return [explore_request(inp, limits)]
+    if inp.fp8_recipe is not None and "fp8" not in inp.precisions:
+        raise ModelcutError(f"fp8_recipe {inp.fp8_recipe!r} needs fp8 among the precisions")
+    return [explore_request(inp.model_copy(update={"precision": p, "precisions": None,
+                                                   "fp8_recipe": inp.fp8_recipe if p == "fp8" else None}), limits)
+            for p in inp.precisions]
 
 
 def gpu_pareto(results: list[ExploreResult]) -> list[ExploreResult]:
@@ -542,7 +576,14 @@ def explore_request(inp: ExploreInput, limits: Limits | None = None) -> ExploreR
 
 
 def explore_input(inp: ExploreInput, limits: Limits | None = None,
-                  progress: Callable[[int, int], None] | None = None, search: bool = True) -> ExploreResult | None:
-    """The use case from a validated request: :func:`explore_request`, then :func:`run_explore`
-    (``search=False``: its checks only)."""
-    return run_explore(explore_request(inp, limits), progress, search)
+                  progress: Callable[[int, int], None] | None = None,
+                  search: bool = True) -> ExploreResult | PrecisionSearches | None:
+    """The use case from a validated request: :func:`precision_requests`, then :func:`run_explore`,
+    or one search per precision (:class:`PrecisionSearches`); ``search=False``: the checks only."""
+    reqs = precision_requests(inp, limits)
+    if len(reqs) == 1:
+        return run_explore(reqs[0], progress, search)
+    if not search:
+        check_each(reqs)
+        return None
+    return PrecisionSearches(run_explore_each(reqs, progress))

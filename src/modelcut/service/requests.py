@@ -461,6 +461,10 @@ class ExploreInput(ModelChoice):
     exhaustive: bool = Field(False, description="time every layout that fits (no lower bound)")
     precision: Precision = Field("bf16", description="the products' precision of every layout searched")
     fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe")
+    precisions: Optional[Annotated[list[Precision], Field(min_length=2, max_length=3,
+                                                          json_schema_extra={"uniqueItems": True}), Unique]] = Field(
+        None, description="search each of these precisions in place of precision, one search each: the answer "
+                          "is {precisions, searches, fastest}; fp8_recipe goes with fp8")
 
 
 class MeshInput(Strict):

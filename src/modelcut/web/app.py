@@ -238,7 +238,7 @@ def create_app(*, max_ops: int = MAX_OPS, max_layouts: int = MAX_LAYOUTS, max_bo
         return _json(requests.predict(req, limits))
 
     @app.post("/api/explore", response_model=None,
-              responses={200: {"model": schemas.ExploreResponse}, **ERRORS, **BUSY},
+              responses={200: {"model": schemas.ExploreAnswer}, **ERRORS, **BUSY},
               summary="Rank the layouts that fit (`modelcut explore --json`)")
     async def api_explore(req: schemas.ExploreRequest) -> Response:
         with searches.admit() as place:   # a place first: refusing a flood costs nothing

@@ -9,9 +9,9 @@ against the schema.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, RootModel
 
 from ..service.limits import DEFAULT
 from ..service.requests import (CheckIn, ExploreInput, LayoutIn, MeshInput, ModelChoice, ModelSpecIn,  # noqa: F401
@@ -102,7 +102,8 @@ class ExploreProgress(BaseModel):
 
     progress: dict[str, Any] | None = Field(None, description="{done, total, running}: structures searched of the "
                                                               "total; running false while queued")
-    result: dict[str, Any] | None = Field(None, description="the answer of POST /api/explore")
+    result: dict[str, Any] | None = Field(None, description="the answer of POST /api/explore (one search, or one per "
+                                                           "precision when the request names precisions)")
     error: dict[str, Any] | None = Field(None, description="{status, detail}: the refusal POST /api/explore "
                                                            "would give")
 
@@ -147,6 +148,20 @@ class ExploreResponse(BaseModel):
     fp8_recipe: str | None = Field(description="with fp8: the scaling recipe asked for (None: the stack's)")
     memory_assumptions: dict[str, Any]
     check: dict[str, Any] | None = None
+
+
+class PrecisionSearchesResponse(BaseModel):
+    """``modelcut explore --precision bf16,fp8 --json`` (a request naming ``precisions``): one search
+    per precision, the same problem on the same stack."""
+
+    precisions: list[str] = Field(description="the precisions searched, in the request's order")
+    searches: list[ExploreResponse] = Field(description="each precision's search, as one-precision requests answer")
+    fastest: str | None = Field(description="the precision whose best layout steps fastest (None: none fits)")
+
+
+class ExploreAnswer(RootModel[Union[ExploreResponse, PrecisionSearchesResponse]]):
+    """``POST /api/explore``: one search's answer, or one per precision when the request names
+    ``precisions``."""
 
 
 class MeshResponse(BaseModel):
