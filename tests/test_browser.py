@@ -316,7 +316,9 @@ def test_explorer_takes_the_stack_and_the_precision_and_refuses_fp8_on_an_a100(s
     assert page.is_disabled("#recipe")
     # the form offers what the API takes, from GET /api/catalog: no second list in the page
     cat = httpx.get(server + "/api/catalog").json()
-    assert page.eval_on_selector_all("#precision option", "os => os.map(o => o.value)") == cat["precisions"]
+    # each precision the API takes, and both 16-bit and FP8 side by side (the request's precisions)
+    assert page.eval_on_selector_all("#precision option", "os => os.map(o => o.value)") == [*cat["precisions"],
+                                                                                             "bf16,fp8"]
     assert page.eval_on_selector_all("#recipe option", "os => os.map(o => o.value)") == ["", *cat["fp8_recipes"]]
     boxes = page.eval_on_selector_all("input[name=schedule]", "bs => bs.map(b => [b.value, b.checked])")
     assert boxes == [[sc["name"], sc["explored_by_default"]] for sc in cat["schedules"]]
@@ -342,6 +344,35 @@ def test_explorer_takes_the_stack_and_the_precision_and_refuses_fp8_on_an_a100(s
     page.wait_for_selector("[data-testid=error]:not(:empty)")
     err = page.inner_text("[data-testid=error]")
     assert "fp8 needs FP8 tensor cores" in err and "\n" not in err.strip()
+    assert not page.errors
+
+
+def test_explorer_compares_precisions_side_by_side(server, page):
+    """bf16 and fp8 side by side: the page sends precisions (FP8's recipe with it), shows each one's
+    best layout as the API ranks it, and the fastest precision's ranking below; the URL keeps it."""
+    page.goto(server + "/explorer?model=gpt-1.7b&gpu=h100-sxm5-80gb&gpus=8&seq=2048&tokens=131072&top=5")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    page.select_option("#precision", "bf16,fp8")
+    assert not page.is_disabled("#recipe")
+    page.select_option("#recipe", "delayed")
+    with page.expect_request("**/api/explore/stream") as req:
+        page.click("#go")
+    sent = req.value.post_data_json
+    assert sent["precisions"] == ["bf16", "fp8"] and sent["fp8_recipe"] == "delayed" and "precision" not in sent
+    page.wait_for_selector("[data-testid=precisions] tbody tr")
+    ans = api(server, "/api/explore", {"model": "gpt-1.7b", "gpu": "h100-sxm5-80gb", "gpus": 8, "seq": 2048,
+                                       "global_batch_tokens": 131072, "top": 5, "precisions": ["bf16", "fp8"],
+                                       "fp8_recipe": "delayed"})
+    rows = page.eval_on_selector_all("[data-testid=precisions] tbody tr", "rs => rs.map(r => r.dataset.precision)")
+    assert rows == ans["precisions"] == ["bf16", "fp8"]
+    for i, search in enumerate(ans["searches"]):
+        step = page.inner_text(f"[data-testid=precisions] tbody tr:nth-child({i + 1}) td:nth-child(3)")
+        assert step == f"{search['layouts'][0]['step_time_s']:.3f} s"
+    fastest = ans["searches"][ans["precisions"].index(ans["fastest"])]
+    page.wait_for_function("() => document.querySelector('[data-testid=stack]').textContent.includes"
+                           f"('{ans['fastest']}')")
+    assert page.locator("[data-testid=layouts] tbody tr").count() == len(fastest["layouts"])
+    assert "precision=bf16%2Cfp8" in page.url or "precision=bf16,fp8" in page.url
     assert not page.errors
 
 

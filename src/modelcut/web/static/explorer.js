@@ -47,8 +47,10 @@
     body.schedules = scheds;
     body.allow_tp_across_nodes = $('across').checked;
     body.framework = $('framework').value;
-    body.precision = $('precision').value;
-    if (body.precision === 'fp8' && $('recipe').value) body.fp8_recipe = $('recipe').value;
+    const prec = $('precision').value;
+    if (prec.includes(',')) body.precisions = prec.split(',');   // one search per precision, side by side
+    else body.precision = prec;
+    if (prec.split(',').includes('fp8') && $('recipe').value) body.fp8_recipe = $('recipe').value;
     return body;
   }
 
@@ -63,7 +65,8 @@
     q.set('schedules', body.schedules.join(','));
     if (body.allow_tp_across_nodes) q.set('across', '1');
     if (body.framework && body.framework !== DEFAULTS.framework) q.set('framework', body.framework);
-    if (body.precision !== DEFAULTS.precision) q.set('precision', body.precision);
+    const prec = body.precisions ? body.precisions.join(',') : body.precision;
+    if (prec !== DEFAULTS.precision) q.set('precision', prec);
     if (body.fp8_recipe) q.set('recipe', body.fp8_recipe);
     history.replaceState(null, '', location.pathname + '?' + q.toString());
   }
@@ -144,8 +147,11 @@
     const t0 = performance.now();
     try {
       const ans = await streamSearch(body, showProgress);
-      last = ans;
-      render(ans, (performance.now() - t0) / 1000);
+      const secs = (performance.now() - t0) / 1000;
+      renderPrecisions(ans);
+      const shown = ans.searches ? ans.searches[Math.max(0, ans.precisions.indexOf(ans.fastest))] : ans;
+      last = shown;
+      render(shown, secs);
     } catch (e) {
       showError(e.message);
     } finally {
@@ -154,6 +160,30 @@
       $('table-wrap').classList.remove('busy');
       showProgress(null);
     }
+  }
+
+  /** A search per precision (the request named precisions): each one's best layout side by side;
+   * the fastest precision's search is the one rendered below. Empty for a one-precision answer. */
+  function renderPrecisions(ans) {
+    const box = $('precisions');
+    box.textContent = '';
+    if (!ans.searches) return;
+    const first = ans.searches[0].layouts[0];
+    const rows = ans.searches.map((a, i) => {
+      const x = a.layouts[0];
+      const name = ans.precisions[i] + (a.fp8_recipe ? ` (${a.fp8_recipe})` : '');
+      if (!x) return h('tr', {}, [h('td', {text: name}), h('td', {colspan: 4, text: 'no layout fits'})]);
+      return h('tr', {'data-precision': ans.precisions[i]}, [
+        h('td', {text: name}), h('td', {text: `${layoutName(x)}, ${scheduleName(x)}`}),
+        h('td', {class: 'num', text: `${fixed(x.step_time_s, 3)} s`}), h('td', {class: 'num', text: gb(x.memory.peak_bytes)}),
+        h('td', {class: 'num', text: first ? `${fixed(first.step_time_s / x.step_time_s, 2)}×` : '—'})]);
+    });
+    box.append(
+      h('p', {text: `One search per precision, each one's best layout; the fastest precision's ranking, ${ans.fastest || 'none'}, follows.`}),
+      h('table', {class: 'data', 'data-testid': 'precisions'}, [
+        h('thead', {}, [h('tr', {}, ['precision', 'best layout', 'step', 'peak memory', `speed-up over ${ans.precisions[0]}`]
+          .map((t) => h('th', {text: t})))]),
+        h('tbody', {}, rows)]));
   }
 
   function render(ans, secs) {
@@ -398,6 +428,9 @@
       // precisions, recipes and schedules as the API takes them (GET /api/catalog): the registry's
       // schedules, the ones the explorer searches by default checked
       for (const p of cat.precisions) $('precision').append(h('option', {value: p, text: p}));
+      if (cat.precisions.includes('fp8')) {
+        $('precision').append(h('option', {value: 'bf16,fp8', text: 'bf16 + fp8, side by side'}));
+      }
       for (const r of cat.fp8_recipes) $('recipe').append(h('option', {value: r, text: r}));
       for (const sc of cat.schedules) {
         const box = h('input', {type: 'checkbox', name: 'schedule', value: sc.name});
@@ -411,7 +444,7 @@
     if ([...$('framework').options].some((o) => o.value === st.framework)) $('framework').value = st.framework;
     if ([...$('precision').options].some((o) => o.value === st.precision)) $('precision').value = st.precision;
     if ([...$('recipe').options].some((o) => o.value === st.recipe)) $('recipe').value = st.recipe;
-    const syncRecipe = () => { $('recipe').disabled = $('precision').value !== 'fp8'; };
+    const syncRecipe = () => { $('recipe').disabled = !$('precision').value.split(',').includes('fp8'); };
     syncRecipe();
     $('precision').addEventListener('change', syncRecipe);
     if (st.schedules) {
