@@ -103,6 +103,10 @@ def test_run_file_cli_and_api_take_the_same_spellings(tmp_path, capsys):
     ("async_tp=on", {"tp_comm": True}),                               # torchtitan
     ("Overlap-Grad-Reduce=off,overlap_param_gather=false", {"grad_reduce": False, "param_gather": False}),
     ("overlap_p2p_comm=yes", {"p2p_async": True}),
+    ("--no-overlap-p2p-communication", {"p2p_async": False}),        # Megatron-LM's "no-" flag: off
+    ("--no-tp-comm-overlap=on", {"tp_comm": False}),
+    ("--tp-comm-overlap --overlap-grad-reduce", {"tp_comm": True, "grad_reduce": True}),   # a launch line pasted
+    ("tp_comm = on, grad_reduce = off", {"tp_comm": True, "grad_reduce": False}),
 ])
 def test_overlap_options_as_the_stacks_write_them(written, want):
     from modelcut.service.inputs import parse_overlap
@@ -110,7 +114,9 @@ def test_overlap_options_as_the_stacks_write_them(written, want):
 
 
 @pytest.mark.parametrize("written, word", [("colour=on", "unknown key 'colour'"), ("tp_comm=maybe", "not on or off"),
-                                           ("tp_comm=on,tp_comm_overlap=off", "both on and off")])
+                                           ("tp_comm=on,tp_comm_overlap=off", "both on and off"),
+                                           ("--overlap-grad-reduce --no-overlap-grad-reduce", "both on and off"),
+                                           ("--no-colour", "unknown key '--no-colour'")])
 def test_bad_overlap_options_are_one_line_errors(written, word):
     from modelcut.service.inputs import parse_overlap
     with pytest.raises(ModelcutError, match=word):

@@ -7,13 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
-from ..core.step.frameworks import OPTION_ALIASES, OPTIONS, option_name
+from ..core.step.frameworks import OPTION_ALIASES, OPTIONS, negated_option, option_name
 from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
@@ -164,19 +165,23 @@ def parse_overlap(text: str) -> dict[str, bool]:
     ``--tp-comm-overlap=on``, ``async_tp=on``), and a key alone means on (``tp_comm``, as the
     stacks' flags are given)."""
     out: dict[str, bool] = {}
-    for part in (p.strip() for p in text.split(",")):
+    text = re.sub(r"\s*=\s*", "=", text)            # "tp_comm = on" as "tp_comm=on"
+    for part in re.split(r"[,\s]+", text):          # commas, or a launch line's flags pasted as they are
         if not part:
             continue
         k, val = (x.strip() for x in part.split("=", 1)) if "=" in part else (part, "on")
-        name = option_name(k)
+        name, flip = option_name(k), False
+        if name is None and negated_option(k) is not None:   # --no-overlap-p2p-communication: off
+            name, flip = negated_option(k), True
         if name is None:
             raise ModelcutError(f"overlap option: unknown key {k!r}; choose one of {', '.join(OPTIONS)} "
-                                f"(or the stacks' names: {', '.join(OPTION_ALIASES)})")
+                                f"(or the stacks' names: {', '.join(OPTION_ALIASES)}, a \"no-\" flag for off)")
         if val.lower() not in ("on", "off", "true", "false", "1", "0", "yes", "no"):
             raise ModelcutError(f"overlap option {k}: {val!r} is not on or off")
-        if name in out and out[name] != (val.lower() in ("on", "true", "1", "yes")):
+        on = (val.lower() in ("on", "true", "1", "yes")) != flip
+        if name in out and out[name] != on:
             raise ModelcutError(f"overlap option {name} is given both on and off")
-        out[name] = val.lower() in ("on", "true", "1", "yes")
+        out[name] = on
     return out
 
 

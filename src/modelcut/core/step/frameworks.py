@@ -46,14 +46,15 @@ OPTIONS: dict[str, str] = {
 }
 
 #: The stacks' own names for these options, as their users write them (any case, "-" or "_"):
-#: Megatron-LM's flags --overlap-grad-reduce, --overlap-param-gather, --overlap-p2p-comm and
-#: --tp-comm-overlap (megatron/training/arguments.py), NeMo's tp_comm_overlap and its 1.x
+#: Megatron-LM's flags --overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap and
+#: --no-overlap-p2p-communication (dest overlap_p2p_comm; megatron/training/arguments.py @d98e8a64dd;
+#: a "no-" flag is its option off, :func:`negated_option`), NeMo's tp_comm_overlap and its 1.x
 #: ub_tp_comm_overlap, NeMo 1.x distributed_fused_adam's overlap_grad_sync and overlap_param_sync,
 #: torchtitan's enable_async_tensor_parallel (torchtitan/config/job_config.py Parallelism).
 OPTION_ALIASES: dict[str, str] = {
     "overlap_grad_reduce": "grad_reduce", "overlap_grad_sync": "grad_reduce",
     "overlap_param_gather": "param_gather", "overlap_param_sync": "param_gather",
-    "overlap_p2p_comm": "p2p_async",
+    "overlap_p2p_comm": "p2p_async", "overlap_p2p_communication": "p2p_async",
     "tp_comm_overlap": "tp_comm", "ub_tp_comm_overlap": "tp_comm",
     "enable_async_tensor_parallel": "tp_comm", "async_tp": "tp_comm",
 }
@@ -64,6 +65,13 @@ def option_name(key: str) -> str | None:
     name in :data:`OPTIONS`, or None where it is none of them."""
     k = key.strip().lstrip("-").lower().replace("-", "_")
     return k if k in OPTIONS else OPTION_ALIASES.get(k)
+
+
+def negated_option(key: str) -> str | None:
+    """The option a "no-" flag turns off (``--no-overlap-p2p-communication``: p2p_async), None
+    where ``key`` is no such flag."""
+    k = key.strip().lstrip("-").lower().replace("-", "_")
+    return option_name(k[3:]) if k.startswith("no_") else None
 
 
 @dataclass(frozen=True)
