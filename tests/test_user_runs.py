@@ -54,6 +54,9 @@ def test_validate_runs_predicts_each_row_as_predict_does(tmp_path, capsys):
         r = rows[m.id]
         assert r["step_time_s"] == pytest.approx(pred.step_time_s, rel=1e-12)
         assert r["error_pct"] == pytest.approx((m.step_time_s / pred.step_time_s - 1) * 100)
+        tokens = m.run.training.global_batch * m.run.training.seq_len / m.run.layout.gpus
+        assert r["measured_tokens_per_s_per_gpu"] == pytest.approx(tokens / m.step_time_s)
+        assert r["tokens_per_s_per_gpu"] == pytest.approx(tokens / pred.step_time_s)
     # FP8 in the precision column is honoured: the same layout is faster than in bf16
     assert rows["dense-fp8"]["step_time_s"] < rows["dense-bf16"]["step_time_s"]
     # per group and overall: the rows' own errors summarised

@@ -98,13 +98,16 @@ def show_user_table(out: dict) -> None:
         st_t.add_row(g, str(st["runs"]), fmt(st["mean_abs_pct"]), fmt(st["mean_signed_pct"], True),
                      fmt(st["max_abs_pct"]))
     con.print(st_t)
-    table = Table("Run", "Group", "Framework", "GPU", "Measured", "Predicted", "Error", "Step (s)", "Dominant",
-                  title="Every run (TFLOP/s per GPU, or seconds a step where the CSV gives step_time_s)")
+    table = Table("Run", "Group", "Framework", "GPU", "Measured", "Predicted", "Error", "Step (s)",
+                  "Tokens/s/GPU", "Dominant",
+                  title="Every run (TFLOP/s per GPU, or seconds a step where the CSV gives a step time or "
+                        "tokens/s; step and tokens/s/GPU: measured → predicted)")
     for r in out["runs"]:
         u = " s" if r["unit"] == "s" else ""
-        table.add_row(r["id"], r["group"], r["framework"], r["gpu"], f"{r['measured']:g}{u}",
-                      f"{r['predicted']:.2f}{u}" if u else f"{r['predicted']:.1f}", fmt(r["error_pct"], True),
-                      f"{r['step_time_s']:.3f}", r["dominant"])
+        table.add_row(r["id"], r["group"], r["framework"], r["gpu"], f"{r['measured']:.4g}{u}",
+                      f"{r['predicted']:.4g}{u}", fmt(r["error_pct"], True),
+                      f"{r['measured_step_time_s']:.3f} → {r['step_time_s']:.3f}",
+                      f"{r['measured_tokens_per_s_per_gpu']:,.0f} → {r['tokens_per_s_per_gpu']:,.0f}", r["dominant"])
     con.print(table)
     for h, p in out["profiles"].items():
         con.print(f"{h}: gemm {p['gemm']:.4f}, mem {p['mem']:.4f}, net {p['net']:.4f} ({p['source']})")
