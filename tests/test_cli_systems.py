@@ -135,3 +135,22 @@ def test_a_nemo_run_file_with_tensor_parallelism_cuts_the_norms_unless_it_says_n
     off = json.loads(out)
     assert off["step_time_s"] > left_open["step_time_s"]
     assert off["memory"]["peak_bytes"] > left_open["memory"]["peak_bytes"]
+
+
+def test_an_internal_error_is_one_line_and_its_own_exit_status(capsys, monkeypatch):
+    """A bug (not the input) exits 70 with one line naming the exception; MODELCUT_TRACEBACK=1
+    lets it propagate with its traceback."""
+    from modelcut.cli import INTERNAL_ERROR
+    from modelcut.service import catalog_info
+
+    def broken(kind):
+        raise KeyError("a missing entry\nover two lines")
+    monkeypatch.setattr("modelcut.cli.listing.rows", broken)
+    monkeypatch.delenv("MODELCUT_TRACEBACK", raising=False)
+    assert main(["list", "models"]) == INTERNAL_ERROR == 70
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("modelcut: internal error") and "KeyError" in err[0]
+    monkeypatch.setenv("MODELCUT_TRACEBACK", "1")
+    with pytest.raises(KeyError):
+        main(["list", "models"])
+    assert catalog_info.rows("models")      # the real one untouched

@@ -6,6 +6,7 @@ Errors in the user's input print one line, ``modelcut: error: ...``, and exit 2.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -16,6 +17,10 @@ from .app import app
 
 # Each module registers its commands on ``app`` when imported.
 from . import calibrate, crosscheck, explore, listing, mesh, serve, simulate, systems  # noqa: E402,F401
+
+
+#: The exit status of an internal error (sysexits.h EX_SOFTWARE); bad input exits 2.
+INTERNAL_ERROR = 70
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"modelcut: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:     # a bug, not the input: one line and EX_SOFTWARE, the traceback on request
+        if os.environ.get("MODELCUT_TRACEBACK"):
+            raise
+        text = " ".join(str(exc).split())[:300]
+        print(f"modelcut: internal error (a bug in modelcut; MODELCUT_TRACEBACK=1 shows where): "
+              f"{type(exc).__name__}: {text}", file=sys.stderr)
+        return INTERNAL_ERROR
     return 0
 
 
