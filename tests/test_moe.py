@@ -407,3 +407,47 @@ def test_runfile_moe_errors(model, msg):
         doc["layout"]["etp"] = 2
     with pytest.raises(ModelcutError, match=msg):
         run_from_dict(doc)
+
+
+# ---------------------------------------------------------------- the stacks' default expert tensor parallelism
+
+def _moe_run(etp=None, tp=2, ep=8):
+    from modelcut.core.specs import Layout, Run, Training
+    return Run(catalog.model("mixtral-8x7b"), "h100-sxm5-80gb", Layout(tp=tp, dp=8, ep=ep, etp=etp),
+               Training(seq_len=4096, global_batch=64, micro_batch=1, recompute="full"))
+
+
+@pytest.mark.parametrize("fw, etp, tp, ep, want", [
+    ("fsdp", None, 2, 8, 1),               # torchtitan v0.2.2: expert_tensor_parallel_degree = 1
+    ("nemo-automodel", None, 2, 8, 1),     # AutoModel's (ep_shard, ep) mesh over dp·cp·tp
+    ("fsdp-compile", None, 2, 8, 1),
+    ("fsdp", 2, 2, 8, 2),                  # a layout's own etp stays
+    ("fsdp", None, 1, 8, None),            # nothing to cut without tp
+    ("fsdp", None, 2, 1, None),            # no expert parallelism: the experts as the MLP, over tp
+    ("megatron-core", None, 2, 8, None),   # Megatron-core: etp = tp unless set
+])
+def test_the_stack_fills_the_experts_tensor_parallelism(fw, etp, tp, ep, want):
+    assert catalog.framework(fw).resolve(_moe_run(etp, tp, ep)).layout.etp == want
+
+
+def test_an_fsdp_moe_step_without_etp_is_its_step_with_etp_1():
+    from helpers import predict_default
+    hw = catalog.hardware("h100")
+    t = {etp: predict_default(_moe_run(etp), hw, framework="fsdp").step_time_s for etp in (None, 1, 2)}
+    assert t[None] == t[1] != t[2]
+
+
+def test_the_explorer_keeps_the_experts_whole_on_a_stack_that_does(capsys):
+    from modelcut.cli import main
+    """On torchtitan every MoE layout with tp > 1 and ep > 1 is searched with etp 1, as the stack runs
+    it (its --emit writes expert_tensor_parallel_degree = 1); Megatron-core still cuts them over tp."""
+    args = ["explore", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--seq", "4096",
+            "--global-batch-tokens", "256K", "--top", "500", "--json", "--micro-batches", "1",
+            "--schedules", "1f1b"]
+    for fw, whole in (("torchtitan", True), ("megatron-core", False)):
+        assert main(args + ["--framework", fw]) == 0
+        rows = [x for x in json.loads(capsys.readouterr().out)["layouts"] if x["tp"] > 1 and x["ep"] > 1]
+        assert rows, fw
+        assert all(x["etp"] == 1 for x in rows) == whole
+    with pytest.raises(ModelcutError, match="default_etp must be 1"):
+        replace(catalog.framework("fsdp"), default_etp=2)

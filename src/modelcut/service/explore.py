@@ -360,6 +360,8 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
     fw = stack(req)
     caps: Capabilities | None = catalog.capabilities(fw.name) if fw is not None else None
     space = req.space
+    if fw is not None and fw.default_etp is not None:
+        space = replace(space, default_etp=fw.default_etp)     # the experts as the stack cuts them by default
     if caps is not None and space.schedules == DEFAULT_SCHEDULES:
         # by default: the registry's explored schedules and every other one the stack runs
         space = replace(space, schedules=tuple(dict.fromkeys(DEFAULT_SCHEDULES + caps.schedules)))

@@ -31,6 +31,7 @@ class Space:
     balanced_vpp_only: bool = True
     eps: tuple[int, ...] | None = None       # None: every divisor of the experts dividing d
     expert_tp_one: bool = True                # with t > 1 on an MoE model, ep groups over tp ranks (etp 1)
+    default_etp: int | None = None            # the stack's experts' tensor parallelism (Framework.default_etp)
     cp_kinds: tuple[str, ...] = CP_KINDS      # tried when c > 1
     precision: str = "bf16"                   # the products' precision of every layout searched
     fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
@@ -91,10 +92,14 @@ def ep_choices(model: ModelSpec, d: int, space: "Space", t: int = 1) -> list[tup
     data-parallel ranks hold, which Megatron-core's expert grid lays over the tensor-parallel
     ranks first (:func:`..costs.mesh.expert_mesh`; Megatron-Bridge's Qwen3 235B recipe: tp 2,
     ep 32 over dp 16). etp 1 beside an ep that d holds is not searched (it would add a variant to
-    every MoE layout with tp > 1); a layout names it. ``space.eps`` narrows e."""
+    every MoE layout with tp > 1); a layout names it. On a stack whose experts are whole by
+    default (``space.default_etp`` 1: torchtitan, NeMo AutoModel) every divisor e of the experts
+    that divides t·d comes with etp 1, as the stack runs it. ``space.eps`` narrows e."""
     if not model.is_moe:
         return [(1, None)]
     pick = [e for e in divisors(model.experts) if space.eps is None or e in space.eps]
+    if t > 1 and space.default_etp == 1:
+        return [(e, None if e == 1 else 1) for e in pick if (t * d) % e == 0]
     out: list[tuple[int, int | None]] = [(e, None) for e in pick if d % e == 0]
     if t > 1 and space.expert_tp_one:
         out += [(e, 1) for e in pick if d % e and (t * d) % e == 0]

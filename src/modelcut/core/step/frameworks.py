@@ -185,7 +185,10 @@ class Framework:
     ``sequence_parallel``: whether it cuts norms and dropouts over tp when the layout does not say
     (and tp > 1; :meth:`resolve`); ``fsdp2_copies``: under ZeRO-3 the stack is PyTorch's FSDP2,
     whose all-gather copy-out and reduce-scatter copy-in run on the compute stream
-    (:mod:`..costs.residency`, "FSDP2's copies")."""
+    (:mod:`..costs.residency`, "FSDP2's copies"); ``default_etp``: the routed experts' tensor
+    parallelism when an MoE layout with tp > 1 names none (None: tp, Megatron-core's default;
+    1: the experts whole on each rank, their ep groups laid over the tensor-parallel ranks first,
+    :func:`..costs.mesh.expert_mesh`; :meth:`resolve`)."""
 
     name: str
     overlap: Overlap
@@ -223,6 +226,7 @@ class Framework:
     pipeline_grad_sync: str = "microbatch"
     flat_grad_sync: str = "microbatch"
     fsdp2_copies: bool = False
+    default_etp: int | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -240,6 +244,8 @@ class Framework:
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of "
                                     f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
+        if self.default_etp not in (None, 1):
+            raise ModelcutError(f"framework {self.name}: default_etp must be 1 or left out (tp), got {self.default_etp!r}")
         if self.shared_expert_overlap and self.moe_dispatch not in DISPATCH_SMS:
             raise ModelcutError(f"framework {self.name}: shared_expert_overlap needs a dispatcher whose SM use is "
                                 f"known ({', '.join(DISPATCH_SMS)}), got moe_dispatch {self.moe_dispatch!r}")
@@ -272,18 +278,28 @@ class Framework:
     def resolve(self, run: Run) -> Run:
         """``run`` with what it leaves open as this stack runs it: the ZeRO stage
         (:meth:`zero_stage`), sequence parallelism (the stack's ``sequence_parallel`` with tp > 1),
-        context parallelism's form (``cp_kind``) and the loss's kernel (``cross_entropy``). The one
+        context parallelism's form (``cp_kind``), the experts' tensor parallelism
+        (:meth:`expert_tp`) and the loss's kernel (``cross_entropy``). The one
         place a run's open choices are filled: the step model, its lower bound, memory and the
         stack's rules read the resolved run."""
         L = run.layout
         zero = self.zero_stage(L)
         sp = (self.sequence_parallel and L.tp > 1) if L.sequence_parallel is None else L.sequence_parallel
         cp_kind = L.cp_kind or (self.cp_kind if L.cp > 1 else None)   # a form only where there is context parallelism
-        if zero != L.zero or sp is not L.sequence_parallel or cp_kind != L.cp_kind:
-            run = replace(run, layout=replace(L, zero=zero, sequence_parallel=sp, cp_kind=cp_kind))
+        etp = self.expert_tp(run)
+        if zero != L.zero or sp is not L.sequence_parallel or cp_kind != L.cp_kind or etp != L.etp:
+            run = replace(run, layout=replace(L, zero=zero, sequence_parallel=sp, cp_kind=cp_kind, etp=etp))
         if run.training.cross_entropy is None:
             run = replace(run, training=replace(run.training, cross_entropy=self.cross_entropy))
         return run
+
+    def expert_tp(self, run: Run) -> int | None:
+        """The routed experts' tensor parallelism the run gets: its layout's, else the stack's
+        ``default_etp`` on an MoE model with tp > 1 and ep > 1 (None: tp)."""
+        L = run.layout
+        if L.etp is not None or self.default_etp is None or not run.model.is_moe or L.tp == 1 or L.ep == 1:
+            return L.etp
+        return self.default_etp
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""
