@@ -308,6 +308,16 @@ def test_explorer_reads_an_uploaded_config_and_refuses_a_bad_one(server, page, t
     assert page.locator("#model option:checked").inner_text() == "uploaded: tiny-llama (8 layers)"
 
 
+def _search_at(page, precision: str, recipe: str) -> dict:
+    """Pick a precision (the recipe select opens for FP8) and a recipe, search: the body the page sent."""
+    page.select_option("#precision", precision)
+    assert not page.is_disabled("#recipe")
+    page.select_option("#recipe", recipe)
+    with page.expect_request("**/api/explore/stream") as req:
+        page.click("#go")
+    return req.value.post_data_json
+
+
 def test_explorer_takes_the_stack_and_the_precision_and_refuses_fp8_on_an_a100(server, page):
     """The form's stack and precision go to the API as the JSON fields of the same names (FP8's
     recipe only with fp8), the answer names them, the URL keeps them; FP8 on an A100 is one line."""
@@ -323,12 +333,7 @@ def test_explorer_takes_the_stack_and_the_precision_and_refuses_fp8_on_an_a100(s
     boxes = page.eval_on_selector_all("input[name=schedule]", "bs => bs.map(b => [b.value, b.checked])")
     assert boxes == [[sc["name"], sc["explored_by_default"]] for sc in cat["schedules"]]
     page.select_option("#framework", "nemo")
-    page.select_option("#precision", "fp8")
-    assert not page.is_disabled("#recipe")
-    page.select_option("#recipe", "current")
-    with page.expect_request("**/api/explore/stream") as req:
-        page.click("#go")
-    sent = req.value.post_data_json
+    sent = _search_at(page, "fp8", "current")
     assert (sent["framework"], sent["precision"], sent["fp8_recipe"]) == ("nemo", "fp8", "current")
     page.wait_for_function("() => document.querySelector('[data-testid=stack]')"
                            " && document.querySelector('[data-testid=stack]').textContent.includes('fp8')")
@@ -352,12 +357,7 @@ def test_explorer_compares_precisions_side_by_side(server, page):
     best layout as the API ranks it, and the fastest precision's ranking below; the URL keeps it."""
     page.goto(server + "/explorer?model=gpt-1.7b&gpu=h100-sxm5-80gb&gpus=8&seq=2048&tokens=131072&top=5")
     page.wait_for_selector("[data-testid=layouts] tbody tr")
-    page.select_option("#precision", "bf16,fp8")
-    assert not page.is_disabled("#recipe")
-    page.select_option("#recipe", "delayed")
-    with page.expect_request("**/api/explore/stream") as req:
-        page.click("#go")
-    sent = req.value.post_data_json
+    sent = _search_at(page, "bf16,fp8", "delayed")
     assert sent["precisions"] == ["bf16", "fp8"] and sent["fp8_recipe"] == "delayed" and "precision" not in sent
     page.wait_for_selector("[data-testid=precisions] tbody tr")
     ans = api(server, "/api/explore", {"model": "gpt-1.7b", "gpu": "h100-sxm5-80gb", "gpus": 8, "seq": 2048,
