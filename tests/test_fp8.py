@@ -254,3 +254,31 @@ def test_a_published_runs_search_keeps_its_own_precision(capsys):
     assert main(["explore", "--run", "automodel-gpt-oss-20b-8", "--precision", "bf16,fp8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "drop --precision" in err[0]
+
+
+def test_predict_at_several_precisions_is_each_prediction(capsys):
+    """predict --precision bf16,fp8: each precision's prediction as predict alone gives it, side by side."""
+    f = str(DATA / "llama3-70b-64-h100.toml")
+    assert main(["predict", f, "--precision", "bf16,amp_fp8", "--fp8-recipe", "tensorwise", "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert both["precisions"] == ["bf16", "fp8"]
+    for got, argv in zip(both["predictions"], (["--precision", "bf16"], ["--precision", "fp8", "--fp8-recipe", "current"])):
+        assert main(["predict", f, "--json", *argv]) == 0
+        alone = json.loads(capsys.readouterr().out)
+        assert (got["step_time_s"], got["memory"]["peak_bytes"]) == (alone["step_time_s"], alone["memory"]["peak_bytes"])
+    assert main(["predict", f, "--precision", "bf16,fp8"]) == 0
+    out = capsys.readouterr().out
+    assert "the run at each precision" in out and "fp8 (delayed) / bf16" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["tests/data/llama3-70b-64-h100.toml", "--precision", "bf16,bf16"], "twice"),
+    (["tests/data/llama3-70b-64-h100.toml", "--precision", "bf16,fp4"], "--precision must be"),
+    (["tests/data/llama3-70b-64-h100.toml", "--precision", "bf16,fp8", "--budget"], "--budget takes one"),
+    (["tests/data/llama3-70b-64-h100.toml", "--precision", "bf16,fp16", "--fp8-recipe", "delayed"], "needs fp8"),
+    (["tests/data/gpt3-175b.toml", "--precision", "bf16,fp8"], "FP8 tensor cores"),
+])
+def test_a_precision_list_predict_cannot_do_is_one_line(capsys, argv, words):
+    assert main(["predict", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]

@@ -21,7 +21,7 @@ from ..service.requests import PredictOptions
 from .app import app, fail
 from .calibrate import NO_FLAGS, show_default_table, show_user_table, write_text
 from .common import check_writable, limit_option, limits, parse, progress
-from .views import console, show_prediction
+from .views import console, show_prediction, show_precisions
 
 _MODE_HELP = f"model mode: {', '.join(MODES)}"
 
@@ -158,7 +158,8 @@ def predict(
     profile: Path = typer.Option(None, "--profile", dir_okay=False, help="default mode: a fitted profile file"),
     budget: bool = typer.Option(False, "--budget", help="default mode: print the error budget"),
     precision: str = typer.Option(None, "--precision", help="the products' precision: bf16, fp16 or fp8 "
-                                                            "(default: the run's [training] precision, bf16)"),
+                                                            "(default: the run's [training] precision, bf16); "
+                                                            "several, e.g. bf16,fp8: the run at each, side by side"),
     fp8_recipe: str = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise or mxfp8 "
                                                               "(default: the stack's, else Transformer Engine's)"),
     max_ops: Optional[int] = limit_option("max_ops"),
@@ -185,6 +186,20 @@ def predict(
     opts = parse(PredictOptions, {"mode": mode, "eta": eta, "framework": framework.lower() if framework else None,
                                   "overlap": inputs.parse_overlap(overlap) if overlap else None}, lim,
                  {"mode": "--mode", "eta": "--eta", "framework": "--framework", "overlap": "--overlap"})
+    if precision is not None and "," in precision:      # the run at each precision, side by side
+        if budget:
+            fail("--budget takes one precision; give --precision bf16 or fp8 alone")
+        results = service.predict_each_precision(service.PredictRequest(
+            run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
+            overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
+            profile=service.load_profile(profile), published=pr, fp8_recipe=fp8_recipe),
+            service.precision_list(precision), lim)
+        if as_json:
+            print(json.dumps({"precisions": [r.run.training.precision for r in results],
+                              "predictions": [r.as_dict() for r in results]}))
+            return
+        show_precisions(results)
+        return
     with progress("predicting" + (" and its error budget" if budget else ""), enabled=budget and not as_json) as upd:
         upd(0)
         result = service.predict(service.PredictRequest(

@@ -82,3 +82,42 @@ def show_prediction(result: PredictResult) -> None:
         con.print(f"dominant term: {b.dominant.removesuffix('_s')} ({b.dominant_share * 100:.0f} % of the step)")
         for ln in b.lines:
             con.print(f"  {ln.input} {ln.alternative}: {ln.change_pct:+.1f} %")
+
+
+def show_precisions(results: list[PredictResult]) -> None:
+    """One run at each precision (``predict --precision bf16,fp8``): time, throughput and the
+    fullest device's memory side by side, each against the first."""
+    first = results[0]
+    run, L = first.run, first.run.layout
+    con = console()
+    con.print(f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}; "
+              f"{first.prediction.schedule}, v = {first.prediction.vpp}, m = {first.prediction.microbatches}; "
+              f"mode {first.prediction.mode}): the run at each precision")
+    names = []
+    for r in results:
+        recipe = r.memory.get("assumptions", {}).get("fp8_recipe") if "error" not in r.memory else None
+        names.append(r.run.training.precision + (f" ({recipe})" if recipe else ""))
+    table = Table("", *names, *(f"{n} / {names[0]}" for n in names[1:]))
+
+    def row(label: str, vals: list[float | None], fmt: str, ratio: bool = True) -> None:
+        cells = ["-" if v is None else format(v, fmt) for v in vals]
+        ratios = ["-" if not ratio or v is None or not vals[0] else f"{v / vals[0]:.3f}" for v in vals[1:]]
+        table.add_row(label, *cells, *ratios)
+
+    row("step time (s)", [r.prediction.step_time_s for r in results], ".4f")
+    row("TFLOP/s per GPU", [r.prediction.tflops_per_gpu for r in results], ".1f")
+    row("MFU % (over each one's peak)", [r.prediction.mfu * 100 for r in results], ".1f", ratio=False)
+    row("tokens/s per GPU", [r.tokens_per_s_per_gpu for r in results], ",.0f")
+
+    def worst(r: PredictResult) -> dict | None:
+        return None if "error" in r.memory else max(r.memory["stages"], key=lambda x: x["total_bytes"])
+    stages = [worst(r) for r in results]
+    for key in ("total_bytes", "weights_bytes", "fp8_weights_bytes", "gradients_bytes", "optimizer_bytes",
+                "activations_bytes", "buffers_bytes"):
+        vals = [None if st is None else st.get(key, 0.0) / 1e9 for st in stages]
+        if key == "fp8_weights_bytes" and not any(vals):
+            continue
+        label = "peak memory (GB)" if key == "total_bytes" else f"  {key.removesuffix('_bytes').replace('_', ' ')} (GB)"
+        row(label, vals, ".2f")
+    con.print(table)
+    con.print("each precision in full: modelcut predict with one --precision")

@@ -24,7 +24,7 @@ from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.explore.rules import violations
 from ..core.memory import memory_report
-from ..core.specs import Hardware, Run, fp8_recipe_name, precision_name
+from ..core.specs import PRECISIONS, Hardware, Run, fp8_recipe_name, precision_name
 from ..core.step import MODES, predict as step_predict
 from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
@@ -241,6 +241,29 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
         overlap = parse_overlap(req.overlap) if isinstance(req.overlap, str) else req.overlap
         result.budget = error_budget(run, hw, eff, fw.name, overlap)
     return result
+
+
+def precision_list(text: str) -> list[str]:
+    """``--precision bf16,fp8`` as modelcut's names (:func:`..core.specs.precision_name`), each once,
+    two or three of them; one name alone is a list of one."""
+    names = [precision_name(x) for x in text.split(",") if x.strip()]
+    bad = [x for x in names if x not in PRECISIONS]
+    if bad or not names:
+        raise ModelcutError(f"--precision must be bf16, fp16 or fp8, or a list of them, got {text!r}")
+    if len(set(names)) != len(names):
+        raise ModelcutError(f"--precision names {names[0] if names.count(names[0]) > 1 else 'a precision'} twice: "
+                            f"{text!r}")
+    return names
+
+
+def predict_each_precision(req: PredictRequest, precisions: list[str],
+                           limits: Limits | None = None) -> list[PredictResult]:
+    """The same run at each precision (:func:`predict` with ``precision`` replaced; the request's
+    FP8 recipe with the FP8 one): what FP8 buys in time and costs or saves in memory, side by side."""
+    if req.fp8_recipe is not None and "fp8" not in precisions:
+        raise ModelcutError(f"fp8_recipe {req.fp8_recipe!r} needs fp8 among the precisions")
+    return [predict(replace(req, precision=p, fp8_recipe=req.fp8_recipe if p == "fp8" else None), limits)
+            for p in precisions]
 
 
 def predict_input(inp: PredictInput, limits: Limits | None = None) -> PredictResult:
