@@ -23,7 +23,8 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import CROSS_ENTROPY_KINDS, ExploreRecompute, Recompute, RecomputeModule, fp8_recipe_name, precision_name
+from ..core.specs import (CROSS_ENTROPY_KINDS, UNTIMED_FP8_RECIPES, ExploreRecompute, Recompute, RecomputeModule,
+                          fp8_recipe_name, precision_name)
 from ..core.sim import registry
 from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS, option_name
@@ -143,21 +144,21 @@ def _token_text(text: str) -> str:
 TokenText = Annotated[str, Field(json_schema_extra={"pattern": TOKEN_PATTERN}), AfterValidator(_token_text)]
 
 
-def _spelled(read):
-    """A name as the stacks spell it read as modelcut's (:func:`..core.specs.precision_name`); what it
-    does not know passes on to the Literal check."""
+def _spelled(read, refused: dict[str, str] | None = None):
+    """A name as the stacks spell it read as modelcut's (:func:`..core.specs.precision_name`); one of
+    ``refused`` is its reason as the error; what it does not know passes on to the Literal check."""
     def before(value):
         if not isinstance(value, str):
             return value
-        try:
-            return read(value)
-        except ModelcutError as exc:
-            raise ValueError(str(exc).split(" ", 2)[-1]) from None   # the field and the value are named apart
+        if refused and value.strip().lower() in refused:
+            raise ValueError(refused[value.strip().lower()])      # the field and the value are named apart
+        return read(value)
     return BeforeValidator(before)
 
 
 Precision = Annotated[Literal["bf16", "fp16", "fp8"], _spelled(precision_name)]
-Fp8Recipe = Annotated[Literal["delayed", "current", "blockwise", "mxfp8"], _spelled(fp8_recipe_name)]
+Fp8Recipe = Annotated[Literal["delayed", "current", "blockwise", "mxfp8"],
+                      _spelled(fp8_recipe_name, UNTIMED_FP8_RECIPES)]
 CrossEntropy = Literal["fp32-passes", "fused", "mcore-fused", "torch", "torch-fp32"]
 
 
