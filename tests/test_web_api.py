@@ -342,6 +342,26 @@ def test_predict_refuses_bad_runs_in_one_line(client):
     assert r.status_code == 422 and "1,000,000 ops" in r.json()["detail"]
 
 
+def test_predict_at_several_precisions_answers_as_the_cli_does(client, capsys):
+    """precisions: the run at each precision, {precisions, predictions}, as predict --precision bf16,fp8
+    --json gives it; training.fp8_recipe goes with fp8; FP8 on an A100 among them is one line."""
+    import tomllib
+    toml_file = DATA / "llama3-70b-64-h100.toml"
+    body = {**_predict_body(toml_file), "precisions": ["bf16", "fp8"],
+            **tomllib.loads(toml_file.read_text()).get("settings", {})}
+    body["training"] = {**body["training"], "fp8_recipe": "current"}
+    r = client.post("/api/predict", json=body)
+    assert r.status_code == 200, r.text
+    web = r.json()
+    assert main(["predict", str(toml_file), "--precision", "bf16,fp8", "--fp8-recipe", "current", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert web["precisions"] == cli["precisions"] == ["bf16", "fp8"]
+    assert [p["step_time_s"] for p in web["predictions"]] == [p["step_time_s"] for p in cli["predictions"]]
+    assert web["predictions"][1]["memory"]["assumptions"]["fp8_recipe"] == "current"
+    r = client.post("/api/predict", json={**body, "gpu": "a100"})
+    assert r.status_code == 422 and "FP8" in r.json()["detail"] and "\n" not in r.json()["detail"]
+
+
 EXPLORE = {"model": "gpt-1.7b", "gpu": "a100", "gpus": 8, "seq": 2048, "global_batch_tokens": "128k", "top": 10}
 
 

@@ -195,10 +195,9 @@ def predict(
             profile=service.load_profile(profile), published=pr, fp8_recipe=fp8_recipe),
             service.precision_list(precision), lim)
         if as_json:
-            print(json.dumps({"precisions": [r.run.training.precision for r in results],
-                              "predictions": [r.as_dict() for r in results]}))
+            print(json.dumps(results.as_dict()))
             return
-        show_precisions(results)
+        show_precisions(results.results)
         return
     with progress("predicting" + (" and its error budget" if budget else ""), enabled=budget and not as_json) as upd:
         upd(0)

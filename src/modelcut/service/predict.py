@@ -256,26 +256,45 @@ def precision_list(text: str) -> list[str]:
     return names
 
 
+@dataclass
+class PrecisionPredictions:
+    """The same run at each precision: what FP8 buys in time and costs or saves in memory."""
+
+    results: list[PredictResult]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"precisions": [r.run.training.precision for r in self.results],
+                "predictions": [r.as_dict() for r in self.results]}
+
+
 def predict_each_precision(req: PredictRequest, precisions: list[str],
-                           limits: Limits | None = None) -> list[PredictResult]:
+                           limits: Limits | None = None) -> PrecisionPredictions:
     """The same run at each precision (:func:`predict` with ``precision`` replaced; the request's
-    FP8 recipe with the FP8 one): what FP8 buys in time and costs or saves in memory, side by side."""
+    FP8 recipe with the FP8 one), side by side."""
     if req.fp8_recipe is not None and "fp8" not in precisions:
         raise ModelcutError(f"fp8_recipe {req.fp8_recipe!r} needs fp8 among the precisions")
-    return [predict(replace(req, precision=p, fp8_recipe=req.fp8_recipe if p == "fp8" else None), limits)
-            for p in precisions]
+    return PrecisionPredictions([predict(replace(req, precision=p, fp8_recipe=req.fp8_recipe if p == "fp8" else None),
+                                         limits) for p in precisions])
 
 
-def predict_input(inp: PredictInput, limits: Limits | None = None) -> PredictResult:
+def predict_input(inp: PredictInput, limits: Limits | None = None) -> PredictResult | PrecisionPredictions:
     """The use case from a validated request (``POST /api/predict``): the run built from its
-    model, layout and batch, then :func:`predict`."""
+    model, layout and batch, then :func:`predict`, or the run at each of ``precisions``
+    (:func:`predict_each_precision`)."""
     lim = limits or DEFAULT
     spec = model_choice(inp.model, inp.hf_config, inp.model_spec, lim)
     hw = catalog.hardware(inp.gpu)
     layout = catalog.layout_from_table(inp.layout.model_dump(exclude_none=True), "layout")
-    training = catalog.training_from_table(inp.training.model_dump(), "training")
+    tt = inp.training.model_dump()
+    recipe = tt.get("fp8_recipe")
+    if inp.precisions:          # each precision's own: the table's precision and recipe replaced below
+        tt = {**tt, "precision": "bf16", "fp8_recipe": None}
+    training = catalog.training_from_table(tt, "training")
     run = Run(model=spec, gpu=hw.name, layout=layout, training=training, gpus_per_node=inp.gpus_per_node, name="web")
     check_sizes(run, lim)
     check_run(run)
     overlap = inp.overlap.model_dump(exclude_none=True) if inp.overlap is not None else None
-    return predict(PredictRequest(run, mode=inp.mode, eta=inp.eta, framework=inp.framework, overlap=overlap), lim)
+    req = PredictRequest(run, mode=inp.mode, eta=inp.eta, framework=inp.framework, overlap=overlap)
+    if inp.precisions:
+        return predict_each_precision(replace(req, fp8_recipe=recipe), list(inp.precisions), lim)
+    return predict(req, lim)

@@ -400,6 +400,10 @@ class PredictInput(PredictOptions, ModelChoice):
     gpus_per_node: Optional[GpuCount] = None
     layout: LayoutIn
     training: TrainingIn
+    precisions: Optional[Annotated[list[Precision], Field(min_length=2, max_length=3,
+                                                          json_schema_extra={"uniqueItems": True}), Unique]] = Field(
+        None, description="the run at each of these precisions in place of training.precision: the answer is "
+                          "{precisions, predictions}; training.fp8_recipe goes with fp8")
 
 
 class CheckIn(Strict):

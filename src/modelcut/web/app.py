@@ -232,7 +232,7 @@ def create_app(*, max_ops: int = MAX_OPS, max_layouts: int = MAX_LAYOUTS, max_bo
                     "max_gpus": limits.max_gpus, "max_seq": limits.max_seq, "search_workers": searches.workers,
                     "search_queue": searches.queue})
 
-    @app.post("/api/predict", response_model=None, responses={200: {"model": schemas.PredictResponse}, **ERRORS},
+    @app.post("/api/predict", response_model=None, responses={200: {"model": schemas.PredictAnswer}, **ERRORS},
               summary="Predict one run's step time, throughput, breakdown and memory (`modelcut predict --json`)")
     def api_predict(req: schemas.PredictRequest) -> Response:
         return _json(requests.predict(req, limits))

@@ -131,6 +131,19 @@ class PredictResponse(BaseModel):
     memory: dict[str, Any] | None = Field(description="memory per pipeline stage: stages, peak_bytes, ...")
 
 
+class PrecisionPredictionsResponse(BaseModel):
+    """``modelcut predict --precision bf16,fp8 --json`` (a request naming ``precisions``): the run at
+    each precision."""
+
+    precisions: list[str] = Field(description="the precisions, in the request's order")
+    predictions: list[PredictResponse] = Field(description="the run at each, as a one-precision request answers")
+
+
+class PredictAnswer(RootModel[Union[PredictResponse, PrecisionPredictionsResponse]]):
+    """``POST /api/predict``: the run's prediction, or one per precision when the request names
+    ``precisions``."""
+
+
 class ExploreResponse(BaseModel):
     """``modelcut explore --json``: see ``modelcut.service.explore``."""
 
