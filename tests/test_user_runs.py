@@ -140,3 +140,18 @@ def test_tokens_per_second_per_gpu_is_a_measured_figure(tmp_path):
                  "t,llama3-8b,h100,1,1,8,8192,64,1,-3\n")
     with pytest.raises(ModelcutError, match="tokens_per_s_per_gpu must be a positive number"):
         read_runs_csv(p)
+
+
+def test_recomputation_as_llm_foundry_writes_it(tmp_path):
+    """activation_checkpointing true/false (llm-foundry) and any case read as full/none, in a CSV
+    row and in a RUN.toml alike."""
+    p = tmp_path / "ac.csv"
+    p.write_text("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,recompute,framework,step_time_s\n"
+                 "a,mpt-7b,a100,1,1,8,2048,64,1,TRUE,composer,10\n"
+                 "b,mpt-7b,a100,1,1,8,2048,64,1,false,composer,10\n"
+                 "c,mpt-7b,a100,1,1,8,2048,64,1,Full,composer,10\n")
+    got = {m.id: m.run.training.recompute for m in read_runs_csv(p)}
+    assert got == {"a": "full", "b": "none", "c": "full"}
+    doc = {"model": {"name": "mpt-7b"}, "hardware": {"gpu": "a100"}, "layout": {"tp": 1, "pp": 1, "dp": 8},
+           "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 1, "recompute": True}}
+    assert run_from_dict(doc, "x").training.recompute == "full"

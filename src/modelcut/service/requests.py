@@ -162,6 +162,20 @@ Fp8Recipe = Annotated[Literal["delayed", "current", "blockwise", "mxfp8"],
 CrossEntropy = Literal["fp32-passes", "fused", "mcore-fused", "torch", "torch-fp32"]
 
 
+def _recompute_spelled(value):
+    """Recomputation as the stacks write it: llm-foundry's ``activation_checkpointing: true`` (every
+    block checkpointed, full recomputation; false: none), and any case ("Full")."""
+    if isinstance(value, bool):
+        return "full" if value else "none"
+    if isinstance(value, str):
+        key = value.strip().lower()
+        return {"true": "full", "false": "none"}.get(key, key)
+    return value
+
+
+RecomputeIn = Annotated[Recompute, BeforeValidator(_recompute_spelled)]
+
+
 class Strict(BaseModel):
     """Strict types, no unknown fields; a whole-number float (4.0) stands for its integer, as in
     JSON Schema, wherever an integer is asked for."""
@@ -326,7 +340,8 @@ class TrainingIn(Strict):
     seq_len: SeqLen
     global_batch: Tokens = Field(description="sequences per step")
     micro_batch: Tokens = 1
-    recompute: Recompute = "none"
+    recompute: RecomputeIn = Field("none", description="none, selective or full (true/false as llm-foundry's "
+                                                        "activation_checkpointing writes it)")
     precision: Precision = Field("bf16", description="the matrix products' precision (also as the stacks write it: "
                                                      "amp_bf16, bf16-mixed, bfloat16, amp_fp8, …; any case)")
     fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe, tensorwise being current (default: the stack's, "

@@ -34,11 +34,12 @@ dp = 1
 seq_len = 2048
 global_batch = 64        # sequences per step
 micro_batch = 1
-recompute = "full"       # none | selective | full
+recompute = "full"       # none | selective | full (true / false: llm-foundry's activation_checkpointing)
 # recompute_modules = ["layernorm", "moe_act"]   # with selective: Megatron-core's --recompute-modules
 #                        # (core_attn, layernorm, moe_act; default: the stack's selective policy)
-# precision = "fp8"      # bf16 (default) | fp16 | fp8: the matrix products' precision
-# fp8_recipe = "delayed" # with fp8: delayed | current | blockwise | mxfp8 (default: the stack's choice)
+# precision = "fp8"      # bf16 (default) | fp16 | fp8: the matrix products' precision (or as the
+#                        # stacks write it: amp_bf16, bf16-mixed, bfloat16, amp_fp8)
+# fp8_recipe = "delayed" # with fp8: delayed | current (tensorwise) | blockwise | mxfp8 (default: the stack's)
 # local_batch = 8        # with a pipeline on torch.distributed.pipelining (nemo-automodel, torchtitan):
 #                        # sequences per data-parallel rank per schedule run; the step runs
 #                        # global_batch / (dp · local_batch) of them (default: one)
@@ -115,8 +116,9 @@ def load_run(path: str | Path, limits: Limits | None = None) -> Run:
     return run_from_dict(doc, p.name, p.parent, limits)
 
 
-#: Fields whose request type reads other spellings as modelcut's names (requests.Precision, Fp8Recipe).
-_SPELLED = ("precision", "fp8_recipe")
+#: Fields whose request type reads other spellings as modelcut's names (requests.Precision, Fp8Recipe,
+#: RecomputeIn).
+_SPELLED = ("precision", "fp8_recipe", "recompute")
 
 
 def _fields(model, table: dict, where: str, lim: Limits, allowed=None) -> dict:

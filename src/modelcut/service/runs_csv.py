@@ -37,7 +37,8 @@ CSV_COLUMNS: dict[str, str] = {
     "order": "rank order, innermost first, e.g. tp;cp;pp;dp (default: Megatron-core's, tp;cp;ep;dp;pp)",
     "sequence_parallel": "true/false (default: the stack's, on with tp > 1 under Megatron-core and torchtitan)", "zero": "ZeRO stage 0-3 (default: the stack's, 3 under FSDP)",
     "seq_len": "tokens per sequence", "global_batch": "sequences per step",
-    "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none)",
+    "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none; true/false as "
+                                                              "llm-foundry's activation_checkpointing)",
     "recompute_modules": "with selective: the modules recomputed, e.g. layernorm;moe_act (core_attn, layernorm, "
                          "moe_act; default: the stack's selective policy)",
     "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
