@@ -173,7 +173,8 @@ def _recompute_spelled(value):
     return value
 
 
-RecomputeIn = Annotated[Recompute, BeforeValidator(_recompute_spelled)]
+#: true/false in the schema too (the JSON a request may send), read as full/none before the check.
+RecomputeIn = Annotated[Union[Recompute, bool], BeforeValidator(_recompute_spelled)]
 
 
 class Strict(BaseModel):
