@@ -40,19 +40,24 @@ def extra_lines(result: PredictResult) -> list[str]:
     return out
 
 
+def run_line(run, pred) -> str:
+    """A prediction's first line: the model, the GPUs and how the run is laid out."""
+    L = run.layout
+    return (f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}; "
+            f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}"
+            + (f" × {pred.flushes} runs" if pred.flushes > 1 else ""))
+
+
 def show_prediction(result: PredictResult) -> None:
     """A prediction as text: header, step time, TFLOP/s, MFU, the breakdown table, notes, memory,
     the published figure, the error budget."""
     run, pred = result.run, result.prediction
     con = console()
-    L = run.layout
     label = f"mode {pred.mode}" + (f", η = {pred.eta:.4f}" if pred.mode == "seed" else "")
     tr = run.training
     recipe = result.memory.get("assumptions", {}).get("fp8_recipe") if "error" not in result.memory else None
     label += f"; {tr.precision}" + (f", {recipe} scaling" if recipe else "")
-    con.print(f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}; "
-              f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}"
-              + (f" × {pred.flushes} runs" if pred.flushes > 1 else "") + f"; {label})")
+    con.print(run_line(run, pred) + f"; {label})")
     con.print(f"step time        {pred.step_time_s:.4f} s")
     counts_tflops, counts_mfu = result.counting
     con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}  ({counts_tflops})")
@@ -88,11 +93,9 @@ def show_precisions(results: list[PredictResult]) -> None:
     """One run at each precision (``predict --precision bf16,fp8``): time, throughput and the
     fullest device's memory side by side, each against the first."""
     first = results[0]
-    run, L = first.run, first.run.layout
+    run = first.run
     con = console()
-    con.print(f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}; "
-              f"{first.prediction.schedule}, v = {first.prediction.vpp}, m = {first.prediction.microbatches}; "
-              f"mode {first.prediction.mode}): the run at each precision")
+    con.print(run_line(run, first.prediction) + f"; mode {first.prediction.mode}): the run at each precision")
     names = []
     for r in results:
         recipe = r.memory.get("assumptions", {}).get("fp8_recipe") if "error" not in r.memory else None

@@ -268,6 +268,12 @@ UNTIMED_FP8_RECIPES = dict.fromkeys(
     "GEMM table; torchao's tensorwise is current scaling)")
 
 
+def recipe_among(precisions, fp8_recipe: str | None) -> None:
+    """Refuse an FP8 recipe given beside several precisions none of which is FP8 (one line)."""
+    if fp8_recipe is not None and "fp8" not in precisions:
+        raise ModelcutError(f"fp8_recipe {fp8_recipe!r} needs fp8 among the precisions")
+
+
 def precision_name(name: str) -> str:
     """A precision as the stacks spell it (any case: "amp_bf16", "bf16-mixed", "BF16") as modelcut's;
     a name it does not know comes back lower-cased, for the caller's check."""
@@ -369,6 +375,15 @@ class Run:
 
     def with_layout(self, **kw) -> "Run":
         return replace(self, layout=replace(self.layout, **kw))
+
+    def tokens_per_s_per_gpu(self, step_s: float) -> float:
+        """Throughput as torchtitan, NeMo and llm-foundry print it: tokens a step
+        (:attr:`Training.tokens_per_step`) over ``step_s`` · GPUs."""
+        return self.training.tokens_per_step / (step_s * self.layout.gpus)
+
+    def step_time_s(self, tokens_per_s_per_gpu: float) -> float:
+        """The step time a throughput in tokens/s per GPU means (:meth:`tokens_per_s_per_gpu` inverted)."""
+        return self.training.tokens_per_step / (tokens_per_s_per_gpu * self.layout.gpus)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from ..core.explore.space import ZERO_ORDER, recompute_choices, tp_ok
 from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions, stack_options
 from ..core.costs import fp8 as fp8_mod
-from ..core.specs import Hardware, ModelSpec, Run, Training
+from ..core.specs import Hardware, ModelSpec, Run, Training, recipe_among
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.frameworks import Framework
@@ -478,8 +478,7 @@ def precision_requests(inp: ExploreInput, limits: Limits | None = None) -> list[
     the FP8 one), each built as a one-precision request is."""
     if not inp.precisions:
         return [explore_request(inp, limits)]
-    if inp.fp8_recipe is not None and "fp8" not in inp.precisions:
-        raise ModelcutError(f"fp8_recipe {inp.fp8_recipe!r} needs fp8 among the precisions")
+    recipe_among(inp.precisions, inp.fp8_recipe)
     return [explore_request(inp.model_copy(update={"precision": p, "precisions": None,
                                                    "fp8_recipe": inp.fp8_recipe if p == "fp8" else None}), limits)
             for p in inp.precisions]

@@ -24,7 +24,7 @@ from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.explore.rules import violations
 from ..core.memory import memory_report
-from ..core.specs import PRECISIONS, Hardware, Run, fp8_recipe_name, precision_name
+from ..core.specs import PRECISIONS, Hardware, Run, fp8_recipe_name, precision_name, recipe_among
 from ..core.step import MODES, predict as step_predict
 from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
@@ -112,7 +112,7 @@ class PredictResult:
     def tokens_per_s_per_gpu(self) -> float:
         """Predicted throughput as torchtitan, NeMo and llm-foundry print it: tokens a step over
         step time · GPUs."""
-        return self.run.training.tokens_per_step / (self.prediction.step_time_s * self.run.layout.gpus)
+        return self.run.tokens_per_s_per_gpu(self.prediction.step_time_s)
 
     def as_dict(self) -> dict[str, Any]:
         d = self.prediction.as_dict()
@@ -271,8 +271,7 @@ def predict_each_precision(req: PredictRequest, precisions: list[str],
                            limits: Limits | None = None) -> PrecisionPredictions:
     """The same run at each precision (:func:`predict` with ``precision`` replaced; the request's
     FP8 recipe with the FP8 one), side by side."""
-    if req.fp8_recipe is not None and "fp8" not in precisions:
-        raise ModelcutError(f"fp8_recipe {req.fp8_recipe!r} needs fp8 among the precisions")
+    recipe_among(precisions, req.fp8_recipe)
     return PrecisionPredictions([predict(replace(req, precision=p, fp8_recipe=req.fp8_recipe if p == "fp8" else None),
                                          limits) for p in precisions])
 

@@ -173,6 +173,11 @@ def _recompute_spelled(value):
     return value
 
 
+#: Two or three precisions, each once: one search or prediction each (``--precision bf16,fp8``).
+Precisions = Annotated[list[Precision], Field(min_length=2, max_length=3, json_schema_extra={"uniqueItems": True}),
+                       Unique]
+
+
 #: true/false in the schema too (the JSON a request may send), read as full/none before the check.
 RecomputeIn = Annotated[Union[Recompute, bool], BeforeValidator(_recompute_spelled)]
 
@@ -416,8 +421,7 @@ class PredictInput(PredictOptions, ModelChoice):
     gpus_per_node: Optional[GpuCount] = None
     layout: LayoutIn
     training: TrainingIn
-    precisions: Optional[Annotated[list[Precision], Field(min_length=2, max_length=3,
-                                                          json_schema_extra={"uniqueItems": True}), Unique]] = Field(
+    precisions: Optional[Precisions] = Field(
         None, description="the run at each of these precisions in place of training.precision: the answer is "
                           "{precisions, predictions}; training.fp8_recipe goes with fp8")
 
@@ -482,8 +486,7 @@ class ExploreInput(ModelChoice):
     exhaustive: bool = Field(False, description="time every layout that fits (no lower bound)")
     precision: Precision = Field("bf16", description="the products' precision of every layout searched")
     fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe")
-    precisions: Optional[Annotated[list[Precision], Field(min_length=2, max_length=3,
-                                                          json_schema_extra={"uniqueItems": True}), Unique]] = Field(
+    precisions: Optional[Precisions] = Field(
         None, description="search each of these precisions in place of precision, one search each: the answer "
                           "is {precisions, searches, fastest}; fp8_recipe goes with fp8")
 

@@ -163,7 +163,7 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
                 raise ModelcutError(f"{where}: {k} must be a positive number, got {v!r}")
         tflops, tps, step = figures.values()
         if step is None and tps is not None:
-            step = run.training.tokens_per_step / (run.layout.gpus * tps)
+            step = run.step_time_s(tps)
         group = row.get("group", "").strip() or (fw or catalog.default_framework())
         out.append(Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, str(p)))
     if not out:

@@ -121,11 +121,6 @@ def default_table(profile: Profile | None = None, budget: bool = False) -> Defau
     return DefaultTable(rows, av.summarize(rows), used, budgets)
 
 
-def _tokens_per_gpu_s(run, step_s: float) -> float:
-    """Tokens a step over step time · GPUs (:attr:`..core.specs.Training.tokens_per_step`)."""
-    return run.training.tokens_per_step / (step_s * run.layout.gpus)
-
-
 def user_table(path, profile: Profile | None = None, limits: Limits | None = None) -> dict[str, Any]:
     """A user's measured runs (a CSV file, :func:`.runs_csv.read_runs_csv`) predicted by the default
     model with the shipped constants (or ``profile``'s), none of them fitted to these runs: each
@@ -149,8 +144,8 @@ def user_table(path, profile: Profile | None = None, limits: Limits | None = Non
                   "gpu": r.measured.hw.name, "measured": r.published, "unit": r.unit, "predicted": r.value(r.default),
                   "step_time_s": r.default.step_time_s, "error_pct": r.default_error_pct, "dominant": r.dominant,
                   "measured_step_time_s": measured_step_time(r.measured),
-                  "measured_tokens_per_s_per_gpu": _tokens_per_gpu_s(r.measured.run, measured_step_time(r.measured)),
-                  "tokens_per_s_per_gpu": _tokens_per_gpu_s(r.measured.run, r.default.step_time_s),
+                  "measured_tokens_per_s_per_gpu": r.measured.run.tokens_per_s_per_gpu(measured_step_time(r.measured)),
+                  "tokens_per_s_per_gpu": r.measured.run.tokens_per_s_per_gpu(r.default.step_time_s),
                   "breakdown": {k: getattr(r.default.breakdown, k) for k in BREAKDOWN_KEYS}} for r in rows],
         "groups": {g: st["default"] for g, st in summary["groups"].items()},
         "overall": summary["overall"]["default"],
