@@ -142,11 +142,15 @@ def test_the_stacks_spellings_of_a_precision_are_modelcuts(capsys, written, prec
 
 def test_a_recipe_modelcut_does_not_time_is_one_line_with_the_reason(tmp_path, capsys):
     f = str(DATA / "llama3-70b-64-h100.toml")
+    assert main(["predict", f, "--precision", "fp8", "--fp8-recipe", "rowwise_with_gw_hp"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rowwise_with_gw_hp" in err[0] and "does not time" in err[0]
+    # torchao's rowwise is timed, on the stacks that run torchao: this run's NeMo runs Transformer Engine
     assert main(["predict", f, "--precision", "fp8", "--fp8-recipe", "rowwise"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "rowwise" in err[0] and "does not time" in err[0]
+    assert len(err) == 1 and "rowwise" in err[0] and "transformer-engine" in err[0] and "nemo" in err[0]
     run = tmp_path / "run.toml"
-    run.write_text(open(f).read().replace("[training]", '[training]\nprecision = "fp8"\nfp8_recipe = "rowwise"'))
+    run.write_text(open(f).read().replace("[training]", '[training]\nprecision = "fp8"\nfp8_recipe = "rowwise_with_gw_hp"'))
     assert main(["predict", str(run)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not time" in err[0]
@@ -282,3 +286,124 @@ def test_a_precision_list_predict_cannot_do_is_one_line(capsys, argv, words):
     assert main(["predict", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+# ---------------------------------------------------------------- torchao's float8 (torchtitan, NeMo AutoModel)
+
+def _torchao(recipe, compiled, gather=False, hw=H100):
+    return fp8_mod.resolve(Training(4096, 8, precision="fp8", fp8_recipe=recipe), hw, norm_fused=False,
+                           param_gather=gather, library="torchao", compiled=compiled)
+
+
+def _casts(f, inputs=0.0, grads=0.0, weights=0.0, fused_inputs=0.0):
+    return fp8_mod.cast_bytes(f, inputs=inputs, fused_inputs=fused_inputs, grads=grads, weights=weights)
+
+
+def test_torchaos_eager_casts_move_what_its_kernels_do():
+    """Counted here from torchao's code, kernel by kernel: tensor_to_amax is abs (read 2, write 2)
+    then max (read 2); the cast is to(float32) (2 → 4), the scale's multiply (4 → 4), clamp (4 → 4)
+    and to(float8) (4 → 1); preprocess_addmm copies an operand into the other layout (1 → 1)."""
+    cast = (2 + 2) + 2 + (2 + 4) + (4 + 4) + (4 + 4) + (4 + 1)
+    copy = 1 + 1
+    f = _torchao("current", compiled=False)
+    # an input: cast in the forward, cast again from its saved bf16 copy and copied in the backward
+    assert _casts(f, inputs=1) == (cast, cast + copy)
+    # an output gradient: cast row-wise and column-wise, one of them copied
+    assert _casts(f, grads=1) == (0, 2 * cast + copy)
+    # a weight: cast in the forward and again in the backward, copied for the data gradient
+    assert _casts(f, weights=1) == (cast, cast + copy)
+    # norm-fed inputs are cast like any other: torchao has no norm-fused cast
+    assert _casts(f, fused_inputs=1) == _casts(f, inputs=1)
+    # FSDP's float8 all-gather brings the weight in FP8: only its layout copy remains
+    assert _casts(_torchao("current", compiled=False, gather=True), weights=1) == (0, copy)
+
+
+def test_torchaos_compiled_casts_are_its_roofline_counts():
+    """torchao's roofline (testing/training/roofline_utils.py), the amax not fused into the producer:
+    tensorwise, read for the amax (2), read once more and written in both layouts (2 + 1 + 1); a
+    weight twice cast (2 + 3 + 3); rowwise, a row-wise cast beside a bf16 transpose (2 + 1 + 2) and
+    that transpose cast (2 + 1), a weight 3 + 4 + 3, and the two backward products' outputs
+    rescaled in bf16 (2 + 2)."""
+    tw, rw = _torchao("current", compiled=True), _torchao("rowwise", compiled=True)
+    assert _casts(tw, inputs=1) == (2 + 2 + 1 + 1, 0) and _casts(tw, grads=1) == (0, 2 + 2 + 1 + 1)
+    assert _casts(tw, weights=1) == (2 + 3 + 3, 0)
+    assert _casts(rw, grads=1) == (0, (2 + 1 + 2) + (2 + 1))
+    assert _casts(rw, inputs=1) == ((2 + 1 + 2) + (2 + 1), 2 + 2)        # its data gradient rescaled
+    assert _casts(rw, weights=1) == (3 + 4 + 3, 2 + 2)                   # its weight gradient rescaled
+    assert _casts(_torchao("current", compiled=True, gather=True), weights=1) == (1 + 1, 0)
+    assert not rw.param_gather and not _torchao("rowwise", True, gather=True).param_gather   # bf16 all-gather
+
+
+@settings(max_examples=40, deadline=None)
+@given(inputs=st.floats(0, 1e9), grads=st.floats(0, 1e9), weights=st.floats(0, 1e9),
+       recipe=st.sampled_from(["current", "rowwise"]), gather=st.booleans())
+def test_eager_casts_never_move_less_than_compiled_ones_nor_tensorwise_more_than_rowwise(
+        inputs, grads, weights, recipe, gather):
+    eager = sum(_casts(_torchao(recipe, False, gather), inputs, grads, weights))
+    compiled = sum(_casts(_torchao(recipe, True, gather), inputs, grads, weights))
+    assert eager >= compiled
+    tw = sum(_casts(_torchao("current", True, gather), inputs, grads, weights))
+    rw = sum(_casts(_torchao("rowwise", True, gather), inputs, grads, weights))
+    assert tw <= rw
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.sampled_from(["llama3-8b", "llama3-70b"]), tp=st.sampled_from([1, 2, 8]),
+       seq=st.sampled_from([2048, 8192]), recipe=st.sampled_from(["current", "rowwise"]),
+       compiled=st.booleans())
+def test_torchaos_products_speed_up_within_the_measured_ratio_and_its_casts_cost(name, tp, seq, recipe, compiled):
+    """torchao times its products from the same FP8 table as Transformer Engine (one rate for both
+    recipes, as torchao's roofline has it); what differs is the casts, memory-bound work."""
+    model = catalog.model(name)
+    base = dict(micro_batch=1, seq_len=seq, tp=tp, sequence_parallel=tp > 1, tp_bw=H100.link_bw,
+                fused_elementwise=compiled)
+    lt16 = layer_time(model, LayerSetup(**base), H100, EFF)
+    lt8 = layer_time(model, LayerSetup(**base, fp8=_torchao(recipe, compiled)), H100, EFF)
+    te = layer_time(model, LayerSetup(**base, fp8=fp8_mod.resolve(Training(seq, 1, precision="fp8",
+                                                                             fp8_recipe="current"), H100)), H100, EFF)
+    g16, g8 = lt16.fwd.gemm + lt16.bwd.gemm, lt8.fwd.gemm + lt8.bwd.gemm
+    assert g8 < g16 and g16 / g8 <= H100.peak_flops_8 / H100.peak_flops_16 * (1 + 1e-9)
+    assert g8 == pytest.approx(te.fwd.gemm + te.bwd.gemm, rel=1e-12)
+    assert lt8.bwd.memory > lt16.bwd.memory
+
+
+def test_rowwise_runs_on_torchaos_stacks_and_nowhere_else():
+    lay = dict(tp=8, pp=1, dp=8, zero=1)          # compute-bound: weights gathered once a step
+    run = _run("fp8", recipe="rowwise", **lay)
+    fast = predict_default(_run("fp8", recipe="current", **lay), H100, framework="fsdp-compile")
+    row = predict_default(run, H100, framework="fsdp-compile")
+    bf16 = predict_default(_run("bf16", **lay), H100, framework="fsdp-compile")
+    assert fast.step_time_s < row.step_time_s          # more cast bytes, the same products
+    assert row.step_time_s < bf16.step_time_s
+    with pytest.raises(ModelcutError, match="transformer-engine"):
+        predict_default(run, H100, framework="megatron-core")
+    with pytest.raises(ModelcutError, match="FP8 tensor cores"):
+        predict_default(_run("fp8", "a100-sxm4-80gb", recipe="rowwise", tp=8, pp=1, dp=8, zero=3), A100,
+                        framework="fsdp-compile")
+    with pytest.raises(ModelcutError, match="torchao"):          # torchao has no delayed scaling
+        predict_default(_run("fp8", recipe="delayed", tp=8, pp=1, dp=8, zero=3), H100, framework="fsdp-compile")
+
+
+def test_torchao_keeps_its_linear_inputs_in_16_bits(capsys):
+    """torchao saves a linear's bf16 input for its backward (float8_linear.py save_for_backward(input_hp,
+    ...)): FP8 leaves the activations as they are; Transformer Engine keeps the FP8 copy."""
+    lay = dict(tp=8, pp=1, dp=8, zero=3)
+    for fw, smaller in (("fsdp-compile", False), ("megatron-core", True)):
+        framework = catalog.framework(fw)
+        m16 = memory_report(_run("bf16", **lay), H100, framework=framework)["stages"][0]
+        m8 = memory_report(_run("fp8", recipe="current", **lay), H100, framework=framework)
+        assert (m8["stages"][0]["activations_bytes"] < m16["activations_bytes"]) is smaller
+        if not smaller:
+            assert m8["stages"][0]["activations_bytes"] == m16["activations_bytes"]
+            assert "torchao" in m8["dtypes"]["activations_bytes"]
+
+
+def test_the_torchtitan_emitter_names_rowwise(capsys):
+    args = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "8192",
+            "--global-batch-tokens", "65536", "--framework", "torchtitan", "--precision", "fp8",
+            "--fp8-recipe", "rowwise", "--emit", "torchtitan"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert 'recipe_name = "rowwise"' in out and "quantize.linear.float8" in out
+    assert main(args[:-1] + ["megatron"]) == 0
+    assert "no flag" in capsys.readouterr().out

@@ -247,8 +247,10 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 #: them, TransformerEngine v2.8 transformer_engine/common/recipe/__init__.py): per-tensor scales
 #: from an amax history (``delayed``) or from the tensor itself (``current``, torchao's
 #: tensorwise float8 too); 1×128 / 128×128 blocks (``blockwise``, DeepSeek-V3's); 32-element
-#: blocks with power-of-two scales (``mxfp8``, Blackwell).
-FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+#: blocks with power-of-two scales (``mxfp8``, Blackwell); and torchao's ``rowwise`` (one scale a
+#: row of each product's operands, torchao/float8/config.py ``Float8LinearRecipeName.ROWWISE``,
+#: torchtitan's default float8 recipe), which only torchao runs (:mod:`.costs.fp8`).
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "rowwise")
 
 #: Other names the stacks give the precisions: Composer's (llm-foundry's YAMLs write ``precision:
 #: amp_bf16``; Composer's Precision enum, composer/core/precision.py, also has amp_fp16 and amp_fp8),
@@ -262,10 +264,9 @@ PRECISION_NAMES = {"bfloat16": "bf16", "amp_bf16": "bf16", "bf16-mixed": "bf16",
 #: current scaling.
 FP8_RECIPE_NAMES = {"tensorwise": "current", "per-tensor": "current"}
 #: Recipes stacks name that modelcut does not time, with the reason their error gives.
-UNTIMED_FP8_RECIPES = dict.fromkeys(
-    ("rowwise", "rowwise_with_gw_hp"),
-    "names torchao's rowwise float8 scaling, which modelcut does not time (no measured rowwise-scaled "
-    "GEMM table; torchao's tensorwise is current scaling)")
+UNTIMED_FP8_RECIPES = {
+    "rowwise_with_gw_hp": "names torchao's rowwise scaling with a 16-bit weight-gradient product, which "
+                          "modelcut does not time (its rowwise recipe and tensorwise, i.e. current, it does)"}
 
 
 def recipe_among(precisions, fp8_recipe: str | None) -> None:

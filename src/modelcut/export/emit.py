@@ -35,14 +35,15 @@ megatron_strategy.py, scripts/performance/helpers.py), ``optim.config.use_distri
 (ZeRO-1), ``model.config.recompute_granularity``/``recompute_method``/``recompute_num_layers``/``recompute_modules``,
 ``model.config.cp_comm_type``, and ``data.micro_batch_size``/``global_batch_size``/``seq_length``.
 
-Precision, each stack's own names for modelcut's recipes (delayed, current, blockwise, mxfp8):
+Precision, each stack's own names for modelcut's recipes (delayed, current, blockwise, mxfp8, and
+torchao's rowwise, which only the torchtitan arguments can name):
 Megatron-LM ``--bf16``/``--fp16``, and for FP8 ``--fp8-format hybrid --fp8-recipe
 delayed|tensorwise|blockwise|mxfp8`` with ``--fp8-param-gather`` where the weights are gathered in
 FP8 (core_v0.15.0 megatron/training/arguments.py); torchtitan (v0.2.2 docs/float8.md and
 torchtitan/config/job_config.py ``Float8Linear``/``MXLinear``) ``[model] converters =
 ["quantize.linear.float8"]`` with ``[quantize.linear.float8]`` tensorwise scaling (current scaling;
 ``enable_fsdp_float8_all_gather``, ``precompute_float8_dynamic_scale_for_fsdp``, the output layer
-left in bf16 by ``filter_fqns``), or ``["quantize.linear.mx"]`` with ``recipe_name =
+left in bf16 by ``filter_fqns``) or ``recipe_name = "rowwise"`` (job_config.py ``Float8Linear.recipe_name``), or ``["quantize.linear.mx"]`` with ``recipe_name =
 "mxfp8_cublas"``, and no delayed or blockwise recipe; NeMo 2.0 (v2.5.0rc0
 nemo/lightning/pytorch/plugins/mixed_precision.py ``MegatronMixedPrecision``, as the recipes'
 ``bf16_with_fp8_mixed`` sets it) ``trainer.plugins.fp8=hybrid``,
@@ -131,7 +132,9 @@ def megatron_args(e: Evaluated) -> str:
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     precision, f8 = _precision(e)
     lines.append("--fp16" if precision == "fp16" else "--bf16")
-    if f8 is not None:
+    if f8 is not None and f8.recipe not in _MCORE_RECIPE:
+        lines.append(f"# fp8 with {f8.recipe} scaling: torchao's recipe, which Megatron-LM has no flag for")
+    elif f8 is not None:
         lines += ["--fp8-format hybrid", f"--fp8-recipe {_MCORE_RECIPE[f8.recipe]}"]
         if f8.param_gather and e.zero >= 1:
             lines.append("--fp8-param-gather")
@@ -203,6 +206,9 @@ def torchtitan_toml(e: Evaluated) -> str:
             out += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
                     "[quantize.linear.float8]", f"enable_fsdp_float8_all_gather = {gather}",
                     f"precompute_float8_dynamic_scale_for_fsdp = {gather}", 'filter_fqns = ["output"]']
+        elif f8.recipe == "rowwise":
+            out += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
+                    "[quantize.linear.float8]", 'recipe_name = "rowwise"', 'filter_fqns = ["output"]']
         elif f8.recipe == "mxfp8":
             out += ["", "[model]", 'converters = ["quantize.linear.mx"]', "",
                     "[quantize.linear.mx]", 'recipe_name = "mxfp8_cublas"']
@@ -249,7 +255,9 @@ def nemo_overrides(e: Evaluated) -> str:
     lines += [f"data.micro_batch_size={tr.micro_batch}", f"data.global_batch_size={tr.global_batch}",
               f"data.seq_length={tr.seq_len}"]
     precision, f8 = _precision(e)
-    if f8 is not None:
+    if f8 is not None and f8.recipe not in _MCORE_RECIPE:
+        lines.append(f"# fp8 with {f8.recipe} scaling: torchao's recipe, which NeMo 2.0's plugins have no name for")
+    elif f8 is not None:
         lines += ["trainer.plugins.fp8=hybrid", f"trainer.plugins.fp8_recipe={_MCORE_RECIPE[f8.recipe]}",
                   f"trainer.plugins.fp8_param_gather={'true' if f8.param_gather else 'false'}"]
     notes = [f"# nemo llm pretrain --factory RECIPE (the model's pretraining recipe) with these overrides; "

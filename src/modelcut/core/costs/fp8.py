@@ -46,6 +46,44 @@ with ``dtype="fp8"``: operands 1 byte, output 2).
 ``enable_fsdp_float8_all_gather`` with tensorwise scaling), the layers' weights cross the
 data-parallel group at 1 byte instead of 2 (:func:`param_gather_bytes`).
 
+**torchao's float8** (the FSDP stacks: torchtitan, NeMo AutoModel; ``Framework.fp8_library``)
+casts differently from Transformer Engine, each ``Float8Linear`` by itself
+(torchao/float8/float8_linear.py ``matmul_with_hp_or_float8_args`` @36027d8): the forward casts
+the input and the weight; the backward casts the output gradient twice (row-wise for the data
+gradient, column-wise for the weight gradient), the input again from its saved 16-bit copy and
+the weight again; ``torch._scaled_mm`` takes its first operand row-major and its second
+column-major, so three operands are copied into the other layout (float8_ops.py
+``preprocess_addmm``). Nothing is cached across micro-batches. Bytes an element (:func:`_torchao`):
+
+* in eager PyTorch (``compiled`` off) each cast is six kernels: ``abs`` and ``max`` for the amax
+  (read 2, write 2; read 2: float8_utils.py ``tensor_to_amax``), then ``to(float32)`` (2 → 4),
+  the scale's multiply (4 → 4), the saturating ``clamp`` (4 → 4) and ``to(float8)`` (4 → 1)
+  (float8_training_tensor.py ``_ToFloat8ConstrFunc``, float8_utils.py ``to_fp8_saturated``):
+  33 bytes; an input, an output gradient or a weight is cast twice and copied once (1 → 1):
+  68 bytes;
+* under ``torch.compile`` (TorchInductor fuses each cast: torchtitan docs "torch.compile fuses the
+  float8 scaling/casting kernels") as torchao's own roofline counts them without fusing the amax
+  into the producer (torchao/testing/training/roofline_utils.py
+  ``get_tensor_memory_traffic_ovhd_s``): tensorwise, an input or output gradient read for its
+  amax (2), then read and written in both layouts (2 + 1 + 1): 6; a weight 2 + 3 + 3 = 8; rowwise,
+  an input or output gradient cast row-wise while a 16-bit transposed copy is written
+  (2 + 1 + 2), then that copy cast (2 + 1): 8; a weight 3 + 4 (the 16-bit transpose) + 3 = 10;
+* rowwise scaling runs the forward product with fast accumulation on PyTorch's row-wise kernel,
+  and the two backward products (slow accumulation) on cuBLAS's per-tensor kernel with unit scales,
+  their 16-bit outputs then multiplied by the row and column scales, read 2 and write 2 an output
+  element (float8_ops.py ``addmm_float8_unwrapped``: "The rowwise CUTLASS-based kernel is so slow
+  without fast-accum that we'd rather use the tensorwise cuBLAS-based kernel and do the scaling
+  manually afterwards"): all three products timed from the FP8 table, as torchao's roofline times
+  them (one FP8 rate for both recipes; PyTorch's row-wise kernel with fast accumulation is within
+  90-100 % of the per-tensor one on most shapes, pytorch/pytorch issue 147971);
+* with FSDP's float8 all-gather (tensorwise) the gathered weight is already FP8: only its
+  column-major copy for the data gradient remains, 2 bytes a weight.
+
+torchao saves the linear's 16-bit input for the backward (``ctx.save_for_backward(input_hp,
+weight_hp_t)``) and keeps no FP8 weight between micro-batches: no activation saving and no
+weight copy beyond the gathered FP8 weight replacing the 16-bit one (:func:`weight_copy_bytes`,
+:meth:`Fp8.saves_fp8_inputs`).
+
 **Memory** (:func:`weight_copy_bytes`, :func:`saved_input_bytes`). TE keeps the bf16 weight
 and a cached FP8 copy, plus its transpose on Hopper (linear.py; base.py
 ``get_weight_workspace``): +2 bytes per linear parameter on Hopper, +1 on Blackwell, +2 with
@@ -74,6 +112,26 @@ MX_SCALE = 1.0 / 32
 TN_ONLY = ("hopper", "ada")
 
 
+#: The libraries that run a stack's FP8 linears (``Framework.fp8_library``), and the recipes each
+#: has: Transformer Engine's (TransformerEngine v2.8 transformer_engine/common/recipe/__init__.py)
+#: and torchao's (torchao/float8/config.py ``Float8LinearRecipeName``: tensorwise, i.e. current
+#: scaling, and rowwise; MXFP8 through torchao.prototype.mx_formats, as torchtitan's
+#: ``MXFP8LinearConverter`` runs it).
+LIBRARY_RECIPES = {"transformer-engine": ("delayed", "current", "blockwise", "mxfp8"),
+                   "torchao": ("current", "rowwise", "mxfp8")}
+
+#: torchao in eager PyTorch: one cast of a 16-bit tensor, bytes an element (module doc): abs
+#: (2 + 2), max (2), to(float32) (2 + 4), the scale's multiply (4 + 4), clamp (4 + 4), to(float8) (4 + 1).
+TORCHAO_EAGER_CAST = 4.0 + 2.0 + 6.0 + 8.0 + 8.0 + 5.0
+#: A copy of an FP8 operand into the layout ``torch._scaled_mm`` takes (read 1, write 1).
+LAYOUT_COPY_8 = 2.0
+#: torchao under torch.compile, bytes an element per step of a micro-batch (torchao's roofline,
+#: module doc): (input or output gradient, weight) for each recipe.
+TORCHAO_COMPILED = {"current": (2.0 + 2.0 + 2.0, 2.0 + 3.0 + 3.0), "rowwise": (5.0 + 3.0, 3.0 + 4.0 + 3.0)}
+#: Rowwise scaling's backward products: their 16-bit outputs scaled in place (read 2, write 2).
+ROWWISE_RESCALE = 4.0
+
+
 @dataclass(frozen=True)
 class Fp8:
     """A run's FP8: the recipe and what the stack and the accelerator make of it (module doc)."""
@@ -82,6 +140,8 @@ class Fp8:
     transposes: bool         # the accelerator needs FP8 transposes (Hopper)
     norm_fused: bool         # QKV and MLP-up inputs quantized inside the norm (TE LayerNormLinear)
     param_gather: bool       # weights gathered and kept in FP8 (FP8 parameters)
+    library: str = "transformer-engine"   # or "torchao" (:data:`LIBRARY_RECIPES`)
+    compiled: bool = True    # torchao's casts fused by torch.compile (off: eager kernels)
 
     @property
     def amax_pass(self) -> bool:
@@ -90,6 +150,22 @@ class Fp8:
     @property
     def two_directions(self) -> bool:
         return self.recipe == "mxfp8"
+
+    @property
+    def torchao(self) -> bool:
+        return self.library == "torchao"
+
+    @property
+    def caches_weights(self) -> bool:
+        """Whether the weights are cast once a step and kept for its micro-batches (Transformer
+        Engine's weight workspace); torchao casts them in every forward and backward."""
+        return not self.torchao
+
+    @property
+    def saves_fp8_inputs(self) -> bool:
+        """Whether a linear's input is saved for the backward as its FP8 copy (Transformer Engine)
+        rather than in 16 bits (torchao)."""
+        return not self.torchao
 
 
 def default_recipe(hw: Hardware, stack_default: str | None = None) -> str:
@@ -103,33 +179,47 @@ def default_recipe(hw: Hardware, stack_default: str | None = None) -> str:
 
 
 def resolve(training: Training, hw: Hardware, *, norm_fused: bool = True, param_gather: bool = False,
-            stack_default: str | None = None) -> Fp8 | None:
-    """The run's FP8, or None for a 16-bit run; a recipe the accelerator cannot run is a
+            stack_default: str | None = None, library: str = "transformer-engine",
+            compiled: bool = True, stack: str | None = None) -> Fp8 | None:
+    """The run's FP8, or None for a 16-bit run; a recipe the accelerator or the stack's FP8
+    library (:data:`LIBRARY_RECIPES`; ``stack`` names the stack in the error) cannot run is a
     one-line error."""
     if training.precision != "fp8":
         return None
     if not hw.fp8_recipes:
         raise ModelcutError(f"precision fp8 needs FP8 tensor cores; {hw.name} has none "
                             "(Transformer Engine and torchao need compute capability 8.9 or higher)")
+    if library not in LIBRARY_RECIPES:
+        raise ModelcutError(f"FP8 library must be one of {', '.join(LIBRARY_RECIPES)}, got {library!r}")
     recipe = training.fp8_recipe or default_recipe(hw, stack_default)
     if recipe not in FP8_RECIPES:
         raise ModelcutError(f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {recipe!r}")
-    if recipe not in hw.fp8_recipes:
+    if recipe not in LIBRARY_RECIPES[library]:
+        who = f"{stack} runs" if stack else "the stack runs"
+        raise ModelcutError(f"fp8_recipe {recipe} is not {library}'s: {who} FP8 through {library}, whose "
+                            f"recipes are {', '.join(LIBRARY_RECIPES[library])}")
+    # torchao's rowwise runs wherever torch._scaled_mm has FP8 (torchtitan's float8 converter
+    # checks compute capability 8.9: torchtitan/components/quantization/float8.py); the others as
+    # Transformer Engine lists them for the accelerator
+    if recipe != "rowwise" and recipe not in hw.fp8_recipes:
         raise ModelcutError(f"fp8_recipe {recipe} does not run on {hw.name} (it runs "
                             f"{', '.join(hw.fp8_recipes)}); MXFP8 needs a Blackwell GPU")
     # block-scaled weights are not gathered in FP8 (Megatron-Bridge's blockwise preset sets
     # fp8_param_gather = False; torchao's float8 all-gather is tensorwise only)
-    gather = param_gather and recipe in ("delayed", "current", "mxfp8")
-    return Fp8(recipe, transposes=hw.arch in TN_ONLY, norm_fused=norm_fused, param_gather=gather)
+    gather = param_gather and (recipe == "current" if library == "torchao" else recipe in ("delayed", "current", "mxfp8"))
+    return Fp8(recipe, transposes=hw.arch in TN_ONLY, norm_fused=norm_fused, param_gather=gather,
+               library=library, compiled=compiled)
 
 
 def for_stack(training: Training, hw: Hardware, stack) -> Fp8 | None:
     """:func:`resolve` with a training stack's FP8 settings (a ``Framework``'s
-    ``fp8_norm_fused``, ``fp8_param_gather``, ``fp8_default_recipe``): the one place the step
-    model and the memory model get a run's FP8 from."""
+    ``fp8_norm_fused``, ``fp8_param_gather``, ``fp8_default_recipe``, ``fp8_library``, and
+    ``torch_compile`` for whether torchao's casts are compiled): the one place the step model and
+    the memory model get a run's FP8 from."""
     default = stack.fp8_default_recipe
     return resolve(training, hw, norm_fused=stack.fp8_norm_fused, param_gather=stack.fp8_param_gather,
-                   stack_default=None if default == "auto" else default)
+                   stack_default=None if default == "auto" else default, library=stack.fp8_library,
+                   compiled=stack.torch_compile, stack=stack.name)
 
 
 def _quantize(f: Fp8) -> float:
@@ -146,12 +236,40 @@ def _norm_fused(f: Fp8, q: float) -> float:
     return q                                                  # the norm's amax is the cast's
 
 
+def _torchao(f: Fp8, inputs: float, grads: float, weights: float) -> tuple[float, float]:
+    """(forward, backward) bytes of torchao's casts for one micro-batch (module doc): ``inputs``
+    linear-input elements, ``grads`` output-gradient elements, ``weights`` parameters."""
+    if f.recipe == "mxfp8":
+        # torchao's MXFP8 linear quantizes each operand both ways as Transformer Engine's does
+        q = _quantize(f)
+        return (inputs + weights) * q, (grads + weights) * q
+    gathered = f.param_gather          # the weight arrives in FP8: only its layout copy remains
+    if f.compiled:
+        per, per_w = TORCHAO_COMPILED[f.recipe]
+        w = LAYOUT_COPY_8 if gathered else per_w
+        # the forward casts the input and writes both its layouts; the output gradient's in the backward
+        fwd, bwd = inputs * per + weights * w, grads * per
+    else:
+        twice = 2 * TORCHAO_EAGER_CAST + LAYOUT_COPY_8
+        w_f = 0.0 if gathered else TORCHAO_EAGER_CAST
+        w_b = LAYOUT_COPY_8 if gathered else TORCHAO_EAGER_CAST + LAYOUT_COPY_8
+        fwd = inputs * TORCHAO_EAGER_CAST + weights * w_f
+        bwd = inputs * (TORCHAO_EAGER_CAST + LAYOUT_COPY_8) + grads * twice + weights * w_b
+    if f.recipe == "rowwise":
+        # the data gradient (an input's shape) and the weight gradient, rescaled in 16 bits
+        bwd += (inputs + weights) * ROWWISE_RESCALE
+    return fwd, bwd
+
+
 def cast_bytes(f: Fp8, *, inputs: float, fused_inputs: float, grads: float, weights: float) -> tuple[float, float]:
     """(forward, backward) bytes the casts of one pass move (module doc): ``inputs`` elements of
     linear inputs quantized apart, ``fused_inputs`` quantized where the norm that makes them
     allows (:func:`_norm_fused`; as inputs apart where the stack does not fuse), ``grads`` output-
     gradient elements, ``weights`` parameters quantized (the caller passes this micro-batch's
-    share of the per-step cast)."""
+    share of the per-step cast where the library caches the cast weights, :attr:`Fp8.caches_weights`;
+    all of them with torchao, :func:`_torchao`)."""
+    if f.torchao:
+        return _torchao(f, inputs + fused_inputs, grads, weights)
     q = _quantize(f)
     amax = AMAX_PASS if f.amax_pass else 0.0
     fused = _norm_fused(f, q) if f.norm_fused else q + amax
@@ -161,7 +279,11 @@ def cast_bytes(f: Fp8, *, inputs: float, fused_inputs: float, grads: float, weig
 
 
 def weight_copy_bytes(f: Fp8) -> float:
-    """Extra bytes per linear parameter FP8 keeps beside (or instead of) the bf16 weight."""
+    """Extra bytes per linear parameter FP8 keeps beside (or instead of) the bf16 weight: with
+    torchao none, its casts living only while a product runs (the gathered FP8 weight replaces
+    the 16-bit one: −1)."""
+    if f.torchao:
+        return -1.0 if f.param_gather else 0.0
     copies = 2.0 if (f.transposes or f.two_directions) else 1.0
     return copies - (2.0 if f.param_gather else 0.0)
 

@@ -173,7 +173,7 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     recompute, named = recompute_variant(recompute)
     modules = named or (tr.selective_modules if recompute == tr.recompute else DEFAULT_RECOMPUTE_MODULES)
     akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
-               fp8=options.fp8 is not None, recompute_modules=modules)
+               fp8=options.fp8 is not None and options.fp8.saves_fp8_inputs, recompute_modules=modules)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw), loss_activation_bytes(model, **kw)])
@@ -351,7 +351,8 @@ def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False
     names the run's 16-bit type ("fp16" for an fp16 run, else "bf16"); ``whole_grads``: ZeRO-2/3
     holds the gradients whole between reductions (in ``whole_grad_bytes`` where the stack sets it)."""
     f8 = options.fp8
-    layers = "fp8 weight and its fp8 transpose" if f8 is not None and f8.transposes else "fp8 weight"
+    layers = ("fp8 weight and its fp8 transpose" if f8 is not None and f8.transposes and not f8.torchao
+              else "fp8 weight")
     plain = {4: f"fp32 (the optimizer's master copy); {half} while gathered"}.get(int(options.param_bytes), half)
     optim = {12: "fp32 master weights + fp32 Adam m and v", 8: "fp32 Adam m and v (the fp32 weights are the master copy)",
              4: f"{half} Adam m and v ({half} weights, no master copy)"}[int(options.optimizer_bytes)]
@@ -366,10 +367,13 @@ def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False
                  else f"{half} (the gradient buffer in the parameters' dtype)"),
            "optimizer_bytes": optim,
            "fp8_weights_bytes": "none" if f8 is None else
-           ("fp8 weight and its transpose (Hopper)" if f8.transposes else "fp8 weight")
-           + (" replacing the bf16 copy" if f8.param_gather else " beside the bf16 copy"),
+           (("gathered fp8 weight replacing the bf16 one" if f8.param_gather
+             else "none kept (torchao casts the weights in each pass)") if f8.torchao else
+            ("fp8 weight and its transpose (Hopper)" if f8.transposes else "fp8 weight")
+            + (" replacing the bf16 copy" if f8.param_gather else " beside the bf16 copy")),
            "activations_bytes": f"{half} (fp32 log-sum-exp and logits softmax)"
-           + ("; linear inputs in fp8" if f8 is not None else "")}
+           + ("" if f8 is None else "; linear inputs in fp8" if f8.saves_fp8_inputs
+              else f"; linear inputs in {half} (torchao saves them unquantized)")}
     return out
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..costs.moe import DISPATCH_SMS
+from ..costs.fp8 import LIBRARY_RECIPES
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency_under
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES, Layout, Run
@@ -162,6 +163,10 @@ class Framework:
     the norm (Transformer Engine's LayerNormLinear, as Megatron-core builds its layers);
     ``fp8_param_gather``, weights kept and gathered in FP8; ``fp8_default_recipe``, the recipe
     when the run names none ("auto": Transformer Engine's choice for the accelerator);
+    ``fp8_library``, what runs the FP8 linears and so which recipes exist and what their casts
+    cost: "transformer-engine" (Megatron-core, NeMo, llm-foundry's ``amp_fp8``) or "torchao"
+    (torchtitan, NeMo AutoModel: :data:`..costs.fp8.LIBRARY_RECIPES`), whose casts TorchInductor
+    fuses where the stack runs under ``torch_compile`` and run as eager kernels otherwise;
     ``fp8_rs_overlap``: how the ``tp_comm`` overlap hides a row-parallel forward's reduce-scatter
     when the product runs in FP8 (:func:`.layers._overlapped`): "pipeline", the product in
     chunks one after another beside the collective, as with 16-bit operands (NeMo's H100 FP8
@@ -219,6 +224,8 @@ class Framework:
     fp8_norm_fused: bool = True
     fp8_param_gather: bool = False
     fp8_default_recipe: str = "auto"
+    fp8_library: str = "transformer-engine"
+    torch_compile: bool = False
     fp8_rs_overlap: str = "ring"
     reshard_with_pipeline: bool | None = None
     mcore_layers: bool = False
@@ -233,6 +240,7 @@ class Framework:
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
                    "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3"),
                    "fp8_default_recipe": ("auto", *FP8_RECIPES), "fp8_rs_overlap": ("ring", "pipeline"),
+                   "fp8_library": tuple(LIBRARY_RECIPES),
                    "pipeline_grad_sync": PIPELINE_GRAD_SYNC, "flat_grad_sync": PIPELINE_GRAD_SYNC, "cross_entropy": tuple(CE_BYTES)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -419,7 +419,8 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
             grads += c_ * m_ * n_
             weights += c_ * n_ * k_
     casts = (0.0, 0.0) if f8 is None else fp8_mod.cast_bytes(
-        f8, inputs=inputs, fused_inputs=fused_inputs, grads=grads, weights=weights * setup.weight_cast_share)
+        f8, inputs=inputs, fused_inputs=fused_inputs, grads=grads,
+        weights=weights * (setup.weight_cast_share if f8.caches_weights else 1.0))
     # Column-parallel products (QKV, and a dense layer's MLP up) are linears 0 and 2. An MoE
     # block's collectives are its dispatcher's (module doc): attention's only.
     col = [per_linear[0]] + ([per_linear[2]] if not moe else [])
