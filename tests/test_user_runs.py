@@ -33,7 +33,7 @@ def test_a_row_is_the_run_its_run_file_would_be(tmp_path):
     """Each row's run equals what run_from_dict builds from the same fields; aliases resolve."""
     got = {m.id: m for m in read_runs_csv(_csv(tmp_path))}
     assert [got[k].framework for k in ("dense-fp8", "dense-bf16", "moe", "long")] == [
-        "megatron-core", "megatron-core", "nemo", "fsdp"]
+        "megatron-core", "megatron-core", "nemo", "fsdp-compile"]
     doc = {"model": {"name": "llama3-8b"}, "hardware": {"gpu": "h100"},
            "layout": {"tp": 1, "cp": 4, "pp": 1, "dp": 2, "cp_kind": "ring"},
            "training": {"seq_len": 32768, "global_batch": 8, "micro_batch": 1, "recompute": "full"}}
@@ -93,7 +93,8 @@ def test_validate_runs_refuses_what_it_does_not_do(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("written, name", [
-    ("torchtitan", "fsdp"), ("TorchTitan-Compile", "fsdp-compile"), ("fsdp2", "fsdp"), ("Megatron-LM", "megatron-core"),
+    ("torchtitan", "fsdp-compile"), ("TorchTitan-Compile", "fsdp-compile"), ("torchtitan-eager", "fsdp"),
+    ("fsdp2", "fsdp"), ("Megatron-LM", "megatron-core"),
     ("mcore", "megatron-core"), ("megatron", "megatron-core"), ("NeMo2", "nemo"), ("DeepSpeed", "deepspeed-zero3"),
     ("automodel", "nemo-automodel"), ("mbridge", "megatron-bridge"), ("Composer", "llm-foundry"), ("mosaicml", "llm-foundry"),
     ("NeMo 2.0", "nemo"), ("NeMo-Megatron", "nemo"), ("torch-fsdp", "fsdp"), ("foundry", "llm-foundry")])
@@ -102,8 +103,10 @@ def test_framework_aliases(written, name):
 
 
 def test_a_preset_built_on_another_does_not_take_its_aliases():
-    """fsdp-compile is built on fsdp (base) but "torchtitan" still names fsdp alone, not both."""
-    assert catalog.framework("torchtitan") is catalog.framework("fsdp")
+    """fsdp-compile is built on fsdp (base) but "torchtitan-eager" still names fsdp alone, not both,
+    and "torchtitan" fsdp-compile alone."""
+    assert catalog.framework("torchtitan-eager") is catalog.framework("fsdp")
+    assert catalog.framework("torchtitan") is catalog.framework("fsdp-compile")
     with pytest.raises(ModelcutError, match="unknown framework"):
         catalog.framework("automodel-flex")
 
