@@ -125,9 +125,14 @@ LIBRARY_RECIPES = {"transformer-engine": ("delayed", "current", "blockwise", "mx
 TORCHAO_EAGER_CAST = 4.0 + 2.0 + 6.0 + 8.0 + 8.0 + 5.0
 #: A copy of an FP8 operand into the layout ``torch._scaled_mm`` takes (read 1, write 1).
 LAYOUT_COPY_8 = 2.0
-#: torchao under torch.compile, bytes an element per step of a micro-batch (torchao's roofline,
-#: module doc): (input or output gradient, weight) for each recipe.
-TORCHAO_COMPILED = {"current": (2.0 + 2.0 + 2.0, 2.0 + 3.0 + 3.0), "rowwise": (5.0 + 3.0, 3.0 + 4.0 + 3.0)}
+#: torchao under torch.compile, bytes an element of a micro-batch (torchao's roofline, module doc),
+#: (forward, backward) for an input, an output gradient and a weight: tensorwise, the input's amax
+#: pass and its cast to both layouts in the forward (2 + 2 + 1 + 1), the output gradient's in the
+#: backward, the weight's amax pass and forward cast (2 + 3) and its backward cast (3); rowwise, the
+#: row-wise cast beside the 16-bit transpose in the forward (2 + 1 + 2) and that transpose's cast in
+#: the backward (2 + 1), the weight's forward cast (3), its 16-bit transpose and that cast (4 + 3).
+TORCHAO_COMPILED = {"current": {"input": (6.0, 0.0), "grad": (0.0, 6.0), "weight": (5.0, 3.0)},
+                    "rowwise": {"input": (5.0, 3.0), "grad": (0.0, 8.0), "weight": (3.0, 7.0)}}
 #: Rowwise scaling's backward products: their 16-bit outputs scaled in place (read 2, write 2).
 ROWWISE_RESCALE = 4.0
 
@@ -245,10 +250,10 @@ def _torchao(f: Fp8, inputs: float, grads: float, weights: float) -> tuple[float
         return (inputs + weights) * q, (grads + weights) * q
     gathered = f.param_gather          # the weight arrives in FP8: only its layout copy remains
     if f.compiled:
-        per, per_w = TORCHAO_COMPILED[f.recipe]
-        w = LAYOUT_COPY_8 if gathered else per_w
-        # the forward casts the input and writes both its layouts; the output gradient's in the backward
-        fwd, bwd = inputs * per + weights * w, grads * per
+        per = TORCHAO_COMPILED[f.recipe]
+        w_f, w_b = (0.0, LAYOUT_COPY_8) if gathered else per["weight"]
+        fwd = inputs * per["input"][0] + grads * per["grad"][0] + weights * w_f
+        bwd = inputs * per["input"][1] + grads * per["grad"][1] + weights * w_b
     else:
         twice = 2 * TORCHAO_EAGER_CAST + LAYOUT_COPY_8
         w_f = 0.0 if gathered else TORCHAO_EAGER_CAST
