@@ -8,6 +8,7 @@ from typing import Any
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.costs.flops import param_count
+from ..core.costs.fp8 import LIBRARY_RECIPES
 from ..core.sim import registry
 from ..core.specs import FP8_RECIPES, PRECISIONS
 from ..core.step import MODES
@@ -68,7 +69,8 @@ def _frameworks() -> list[dict[str, Any]]:
                     "default": name == catalog.default_framework(), "attention": fw.attention,
                     "default_zero": fw.default_zero,
                     "overlaps": [k for k, on in dataclasses.asdict(fw.overlap).items() if on],
-                    "selective": fw.selective, "source": fw.source})
+                    "selective": fw.selective, "compiled": fw.torch_compile, "fp8_library": fw.fp8_library,
+                    "fp8_recipes": list(LIBRARY_RECIPES[fw.fp8_library]), "source": fw.source})
     return out
 
 
