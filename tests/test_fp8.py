@@ -407,3 +407,16 @@ def test_the_torchtitan_emitter_names_rowwise(capsys):
     assert 'recipe_name = "rowwise"' in out and "quantize.linear.float8" in out
     assert main(args[:-1] + ["megatron"]) == 0
     assert "no flag" in capsys.readouterr().out
+
+
+def test_rowwise_gathers_activations_in_16_bits_and_tensorwise_in_fp8():
+    """Sequence parallelism's all-gathers: FP8 under Transformer Engine and torchao's tensorwise, 16-bit
+    under torchao's rowwise (torchtitan v0.2.2 parallelize.py enable_float8_tensorwise_tp)."""
+    model = catalog.model("llama3-70b")
+    base = dict(micro_batch=1, seq_len=8192, tp=8, sequence_parallel=True, tp_bw=H100.link_bw)
+    tp = {}
+    for key, f8 in (("bf16", None), ("te", fp8_mod.resolve(Training(8192, 1, precision="fp8", fp8_recipe="current"), H100)),
+                    ("tensorwise", _torchao("current", True)), ("rowwise", _torchao("rowwise", True))):
+        lt = layer_time(model, LayerSetup(**base, fp8=f8), H100, EFF)
+        tp[key] = lt.fwd.tp
+    assert tp["te"] == tp["tensorwise"] < tp["bf16"] == tp["rowwise"]

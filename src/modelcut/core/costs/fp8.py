@@ -167,6 +167,15 @@ class Fp8:
         return not self.torchao
 
     @property
+    def gathers_fp8_activations(self) -> bool:
+        """Whether sequence parallelism's all-gathers of a linear's input move FP8 (Transformer
+        Engine; torchao's tensorwise, torchtitan's ``Float8ColwiseParallel``) or 16 bits (torchao's
+        other recipes: "for float8 with rowwise scaling, all distributed communication is done in
+        high precision", torchtitan v0.2.2 docs/float8.md and models/llama3/infra/parallelize.py
+        ``enable_float8_tensorwise_tp``)."""
+        return not self.torchao or self.recipe == "current"
+
+    @property
     def saves_fp8_inputs(self) -> bool:
         """Whether a linear's input is saved for the backward as its FP8 copy (Transformer Engine)
         rather than in 16 bits (torchao)."""

@@ -494,7 +494,8 @@ def _tp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
         return comm.collective(kind, t, nbytes, setup.tp_bw, hw, inside=setup.tp_inside, net=eff.net)
     blocks = len(col)
     if setup.sequence_parallel:
-        ag = coll("all-gather", msg * FP8_BYTES / BYTES if setup.fp8 is not None else msg)   # FP8 gathers
+        fp8_ag = setup.fp8 is not None and setup.fp8.gathers_fp8_activations
+        ag = coll("all-gather", msg * FP8_BYTES / BYTES if fp8_ag else msg)   # FP8 gathers
         rs = coll("reduce-scatter")
         # Only the sharded input of QKV and MLP-up is kept; the backward gathers it again for
         # their weight gradients (Korthikanti et al. 2022 §4.2.2). Backward: the gradient
