@@ -142,15 +142,15 @@ def test_the_stacks_spellings_of_a_precision_are_modelcuts(capsys, written, prec
 
 def test_a_recipe_modelcut_does_not_time_is_one_line_with_the_reason(tmp_path, capsys):
     f = str(DATA / "llama3-70b-64-h100.toml")
-    assert main(["predict", f, "--precision", "fp8", "--fp8-recipe", "rowwise_with_gw_hp"]) == 2
+    assert main(["predict", f, "--precision", "fp8", "--fp8-recipe", "NVFP4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "rowwise_with_gw_hp" in err[0] and "does not time" in err[0]
+    assert len(err) == 1 and "NVFP4" in err[0] and "does not time" in err[0]
     # torchao's rowwise is timed, on the stacks that run torchao: this run's NeMo runs Transformer Engine
     assert main(["predict", f, "--precision", "fp8", "--fp8-recipe", "rowwise"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "rowwise" in err[0] and "transformer-engine" in err[0] and "nemo" in err[0]
     run = tmp_path / "run.toml"
-    run.write_text(open(f).read().replace("[training]", '[training]\nprecision = "fp8"\nfp8_recipe = "rowwise_with_gw_hp"'))
+    run.write_text(open(f).read().replace("[training]", '[training]\nprecision = "fp8"\nfp8_recipe = "nvfp4"'))
     assert main(["predict", str(run)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not time" in err[0]
@@ -420,3 +420,23 @@ def test_rowwise_gathers_activations_in_16_bits_and_tensorwise_in_fp8():
         lt = layer_time(model, LayerSetup(**base, fp8=f8), H100, EFF)
         tp[key] = lt.fwd.tp
     assert tp["te"] == tp["tensorwise"] < tp["bf16"] == tp["rowwise"]
+
+
+def test_rowwise_with_a_16_bit_weight_gradient():
+    """torchao's rowwise_with_gw_hp: one row-wise cast of the input and of the output gradient, the
+    weight cast row-wise and per-tensor, and the weight gradient's product on the bf16 operands."""
+    gw = _torchao("rowwise_with_gw_hp", compiled=True)
+    assert _casts(gw, inputs=1) == (2 + 1, 0) and _casts(gw, grads=1) == (0, 2 + 1)
+    assert _casts(gw, weights=1) == (2 + 1, 2 + 1)
+    cast = (2 + 2) + 2 + (2 + 4) + (4 + 4) + (4 + 4) + (4 + 1)
+    eager = _torchao("rowwise_with_gw_hp", compiled=False)
+    assert _casts(eager, inputs=1) == (cast, 0) and _casts(eager, grads=1) == (0, cast)
+    assert _casts(eager, weights=1) == (cast, cast + 2)
+    assert not gw.gathers_fp8_activations and not _torchao("rowwise_with_gw_hp", True, gather=True).param_gather
+    model = catalog.model("llama3-70b")
+    base = dict(micro_batch=1, seq_len=8192, tp=8, sequence_parallel=True, tp_bw=H100.link_bw, fused_elementwise=True)
+    times = {key: layer_time(model, LayerSetup(**base, fp8=f8), H100, EFF)
+             for key, f8 in (("bf16", None), ("rowwise", _torchao("rowwise", True)), ("gw_hp", gw))}
+    assert times["gw_hp"].fwd.gemm == times["rowwise"].fwd.gemm                # the forward is rowwise's
+    assert times["rowwise"].bwd.gemm < times["gw_hp"].bwd.gemm < times["bf16"].bwd.gemm
+    assert times["gw_hp"].wgrad == pytest.approx(times["bf16"].wgrad, rel=1e-12)   # the weight gradient in bf16

@@ -144,7 +144,7 @@ def explore(
                                             "(the default), fp16 or fp8 (docs/fp8.md); several, e.g. bf16,fp8: one "
                                             "search each, their best layouts side by side"),
     fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise, "
-                                                                         "mxfp8 or (torchao) rowwise (default: the stack's choice)"),
+                                                                         "mxfp8, (torchao) rowwise or rowwise_with_gw_hp (default: the stack's choice)"),
     max_layouts: Optional[int] = limit_option("max_layouts"),
     max_gpus: Optional[int] = limit_option("max_gpus"),
     max_seq: Optional[int] = limit_option("max_seq"),

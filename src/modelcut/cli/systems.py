@@ -160,7 +160,7 @@ def predict(
     precision: str = typer.Option(None, "--precision", help="the products' precision: bf16, fp16 or fp8 "
                                                             "(default: the run's [training] precision, bf16); "
                                                             "several, e.g. bf16,fp8: the run at each, side by side"),
-    fp8_recipe: str = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise, mxfp8 or (torchao) rowwise "
+    fp8_recipe: str = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise, mxfp8, (torchao) rowwise or rowwise_with_gw_hp "
                                                               "(default: the stack's, else Transformer Engine's)"),
     max_ops: Optional[int] = limit_option("max_ops"),
     max_gpus: Optional[int] = limit_option("max_gpus"),

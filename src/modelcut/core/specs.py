@@ -249,8 +249,9 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 #: tensorwise float8 too); 1×128 / 128×128 blocks (``blockwise``, DeepSeek-V3's); 32-element
 #: blocks with power-of-two scales (``mxfp8``, Blackwell); and torchao's ``rowwise`` (one scale a
 #: row of each product's operands, torchao/float8/config.py ``Float8LinearRecipeName.ROWWISE``,
-#: torchtitan's default float8 recipe), which only torchao runs (:mod:`.costs.fp8`).
-FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "rowwise")
+#: torchtitan's default float8 recipe) and ``rowwise_with_gw_hp`` (rowwise, the weight gradient's
+#: product in 16 bits), which only torchao runs (:mod:`.costs.fp8`).
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp")
 
 #: Other names the stacks give the precisions: Composer's (llm-foundry's YAMLs write ``precision:
 #: amp_bf16``; Composer's Precision enum, composer/core/precision.py, also has amp_fp16 and amp_fp8),
@@ -262,11 +263,11 @@ PRECISION_NAMES = {"bfloat16": "bf16", "amp_bf16": "bf16", "bf16-mixed": "bf16",
 #: Other names of the FP8 recipes: Megatron-core's ``--fp8-recipe tensorwise`` (Transformer Engine's
 #: Float8CurrentScaling) and torchao's TENSORWISE float8 recipe (dynamic per-tensor scales) are
 #: current scaling.
-FP8_RECIPE_NAMES = {"tensorwise": "current", "per-tensor": "current"}
+FP8_RECIPE_NAMES = {"tensorwise": "current", "per-tensor": "current", "rowwise-with-gw-hp": "rowwise_with_gw_hp"}
 #: Recipes stacks name that modelcut does not time, with the reason their error gives.
 UNTIMED_FP8_RECIPES = {
-    "rowwise_with_gw_hp": "names torchao's rowwise scaling with a 16-bit weight-gradient product, which "
-                          "modelcut does not time (its rowwise recipe and tensorwise, i.e. current, it does)"}
+    "nvfp4": "names NVFP4, 4-bit training (Transformer Engine's NVFP4BlockScaling), which modelcut does not "
+             "time: it has no FP4 product table"}
 
 
 def recipe_among(precisions, fp8_recipe: str | None) -> None:

@@ -206,9 +206,9 @@ def torchtitan_toml(e: Evaluated) -> str:
             out += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
                     "[quantize.linear.float8]", f"enable_fsdp_float8_all_gather = {gather}",
                     f"precompute_float8_dynamic_scale_for_fsdp = {gather}", 'filter_fqns = ["output"]']
-        elif f8.recipe == "rowwise":
+        elif f8.recipe in ("rowwise", "rowwise_with_gw_hp"):
             out += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
-                    "[quantize.linear.float8]", 'recipe_name = "rowwise"', 'filter_fqns = ["output"]']
+                    "[quantize.linear.float8]", f'recipe_name = "{f8.recipe}"', 'filter_fqns = ["output"]']
         elif f8.recipe == "mxfp8":
             out += ["", "[model]", 'converters = ["quantize.linear.mx"]', "",
                     "[quantize.linear.mx]", 'recipe_name = "mxfp8_cublas"']

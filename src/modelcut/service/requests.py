@@ -157,7 +157,7 @@ def _spelled(read, refused: dict[str, str] | None = None):
 
 
 Precision = Annotated[Literal["bf16", "fp16", "fp8"], _spelled(precision_name)]
-Fp8Recipe = Annotated[Literal["delayed", "current", "blockwise", "mxfp8", "rowwise"],
+Fp8Recipe = Annotated[Literal["delayed", "current", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp"],
                       _spelled(fp8_recipe_name, UNTIMED_FP8_RECIPES)]
 CrossEntropy = Literal["fp32-passes", "fused", "mcore-fused", "torch", "torch-fp32"]
 

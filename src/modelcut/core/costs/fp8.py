@@ -76,6 +76,10 @@ column-major, so three operands are copied into the other layout (float8_ops.py
   manually afterwards"): all three products timed from the FP8 table, as torchao's roofline times
   them (one FP8 rate for both recipes; PyTorch's row-wise kernel with fast accumulation is within
   90-100 % of the per-tensor one on most shapes, pytorch/pytorch issue 147971);
+* ``rowwise_with_gw_hp`` casts the input and the output gradient once, row-wise (2 + 1 compiled,
+  33 eager), the weight row-wise for the forward and per-tensor for the data gradient (3 + 3
+  compiled; 33 + 33 + 2 eager), and runs the weight gradient's product on the 16-bit operands
+  (config.py ``ROWWISE_WITH_GW_HP``; roofline_utils.py): timed from the bf16 table;
 * with FSDP's float8 all-gather (tensorwise) the gathered weight is already FP8: only its
   column-major copy for the data gradient remains, 2 bytes a weight.
 
@@ -118,7 +122,10 @@ TN_ONLY = ("hopper", "ada")
 #: scaling, and rowwise; MXFP8 through torchao.prototype.mx_formats, as torchtitan's
 #: ``MXFP8LinearConverter`` runs it).
 LIBRARY_RECIPES = {"transformer-engine": ("delayed", "current", "blockwise", "mxfp8"),
-                   "torchao": ("current", "rowwise", "mxfp8")}
+                   "torchao": ("current", "rowwise", "rowwise_with_gw_hp", "mxfp8")}
+
+#: torchao's row-wise recipes (torchao/float8/config.py ``Float8LinearRecipeName``).
+ROWWISE = ("rowwise", "rowwise_with_gw_hp")
 
 #: torchao in eager PyTorch: one cast of a 16-bit tensor, bytes an element (module doc): abs
 #: (2 + 2), max (2), to(float32) (2 + 4), the scale's multiply (4 + 4), clamp (4 + 4), to(float8) (4 + 1).
@@ -132,7 +139,10 @@ LAYOUT_COPY_8 = 2.0
 #: row-wise cast beside the 16-bit transpose in the forward (2 + 1 + 2) and that transpose's cast in
 #: the backward (2 + 1), the weight's forward cast (3), its 16-bit transpose and that cast (4 + 3).
 TORCHAO_COMPILED = {"current": {"input": (6.0, 0.0), "grad": (0.0, 6.0), "weight": (5.0, 3.0)},
-                    "rowwise": {"input": (5.0, 3.0), "grad": (0.0, 8.0), "weight": (3.0, 7.0)}}
+                    "rowwise": {"input": (5.0, 3.0), "grad": (0.0, 8.0), "weight": (3.0, 7.0)},
+                    # one row-wise cast each (2 + 1); the weight's, and its per-tensor cast for the
+                    # data gradient (2 + 1); the weight gradient's product takes the 16-bit operands
+                    "rowwise_with_gw_hp": {"input": (3.0, 0.0), "grad": (0.0, 3.0), "weight": (3.0, 3.0)}}
 #: Rowwise scaling's backward products: their 16-bit outputs scaled in place (read 2, write 2).
 ROWWISE_RESCALE = 4.0
 
@@ -159,6 +169,13 @@ class Fp8:
     @property
     def torchao(self) -> bool:
         return self.library == "torchao"
+
+    @property
+    def weight_grad_16bit(self) -> bool:
+        """Whether the weight gradient's product runs on the 16-bit operands (torchao's
+        ``rowwise_with_gw_hp``: ``cast_config_input_for_grad_weight`` and
+        ``cast_config_grad_output_for_grad_weight`` disabled, torchao/float8/config.py)."""
+        return self.recipe == "rowwise_with_gw_hp"
 
     @property
     def caches_weights(self) -> bool:
@@ -212,10 +229,10 @@ def resolve(training: Training, hw: Hardware, *, norm_fused: bool = True, param_
         who = f"{stack} runs" if stack else "the stack runs"
         raise ModelcutError(f"fp8_recipe {recipe} is not {library}'s: {who} FP8 through {library}, whose "
                             f"recipes are {', '.join(LIBRARY_RECIPES[library])}")
-    # torchao's rowwise runs wherever torch._scaled_mm has FP8 (torchtitan's float8 converter
+    # torchao's rowwise recipes run wherever torch._scaled_mm has FP8 (torchtitan's float8 converter
     # checks compute capability 8.9: torchtitan/components/quantization/float8.py); the others as
     # Transformer Engine lists them for the accelerator
-    if recipe != "rowwise" and recipe not in hw.fp8_recipes:
+    if recipe not in ROWWISE and recipe not in hw.fp8_recipes:
         raise ModelcutError(f"fp8_recipe {recipe} does not run on {hw.name} (it runs "
                             f"{', '.join(hw.fp8_recipes)}); MXFP8 needs a Blackwell GPU")
     # block-scaled weights are not gathered in FP8 (Megatron-Bridge's blockwise preset sets
@@ -263,13 +280,18 @@ def _torchao(f: Fp8, inputs: float, grads: float, weights: float) -> tuple[float
         w_f, w_b = (0.0, LAYOUT_COPY_8) if gathered else per["weight"]
         fwd = inputs * per["input"][0] + grads * per["grad"][0] + weights * w_f
         bwd = inputs * per["input"][1] + grads * per["grad"][1] + weights * w_b
+    elif f.weight_grad_16bit:
+        # the input and the output gradient cast once (row-wise, already in the layout their
+        # product takes); the weight row-wise for the forward, per-tensor and copied for the data gradient
+        fwd = inputs * TORCHAO_EAGER_CAST + weights * TORCHAO_EAGER_CAST
+        bwd = grads * TORCHAO_EAGER_CAST + weights * (TORCHAO_EAGER_CAST + LAYOUT_COPY_8)
     else:
         twice = 2 * TORCHAO_EAGER_CAST + LAYOUT_COPY_8
         w_f = 0.0 if gathered else TORCHAO_EAGER_CAST
         w_b = LAYOUT_COPY_8 if gathered else TORCHAO_EAGER_CAST + LAYOUT_COPY_8
         fwd = inputs * TORCHAO_EAGER_CAST + weights * w_f
         bwd = inputs * (TORCHAO_EAGER_CAST + LAYOUT_COPY_8) + grads * twice + weights * w_b
-    if f.recipe == "rowwise":
+    if f.recipe == "rowwise":       # (rowwise_with_gw_hp's data gradient takes a per-tensor weight: no rescale)
         # the data gradient (an input's shape) and the weight gradient, rescaled in 16 bits
         bwd += (inputs + weights) * ROWWISE_RESCALE
     return fwd, bwd

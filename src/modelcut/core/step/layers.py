@@ -402,6 +402,8 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
         in_fp8 = f8 is not None and name != "router"
         dt = "fp8" if in_fp8 else "bf16"
         f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff, dt)
+        if in_fp8 and f8.weight_grad_16bit:      # the weight gradient's product on the 16-bit operands
+            wg = gemm_fwd_bwd(m_, n_, k_, hw, eff)[2]
         if setup.tp_overlap_split and t > 1 and name in _OVERLAPPED:
             f_, dg = _overlapped(name, m_, n_, k_, t, hw, eff, dt, dg, setup.tp_overlap_fp8_ring)
         per_linear.append((c_ * dg, c_ * wg))
