@@ -329,10 +329,17 @@ def test_explorer_takes_the_stack_and_the_precision_and_refuses_fp8_on_an_a100(s
     # each precision the API takes, and both 16-bit and FP8 side by side (the request's precisions)
     assert page.eval_on_selector_all("#precision option", "os => os.map(o => o.value)") == [*cat["precisions"],
                                                                                              "bf16,fp8"]
-    assert page.eval_on_selector_all("#recipe option", "os => os.map(o => o.value)") == ["", *cat["fp8_recipes"]]
+    # the recipes are the chosen stack's FP8 library's: Transformer Engine's for the default, torchao's for
+    # torchtitan's fsdp-compile (rowwise among them), Transformer Engine's again for nemo
+    recipes = lambda: page.eval_on_selector_all("#recipe option", "os => os.map(o => o.value)")
+    assert recipes() == ["", *cat["framework_fp8_recipes"][cat["default_framework"]]]
+    page.select_option("#framework", "fsdp-compile")
+    assert recipes() == ["", *cat["framework_fp8_recipes"]["fsdp-compile"]] and "rowwise" in recipes()
+    assert set(recipes()[1:]) <= set(cat["fp8_recipes"])
     boxes = page.eval_on_selector_all("input[name=schedule]", "bs => bs.map(b => [b.value, b.checked])")
     assert boxes == [[sc["name"], sc["explored_by_default"]] for sc in cat["schedules"]]
     page.select_option("#framework", "nemo")
+    assert "rowwise" not in recipes()
     sent = _search_at(page, "fp8", "current")
     assert (sent["framework"], sent["precision"], sent["fp8_recipe"]) == ("nemo", "fp8", "current")
     page.wait_for_function("() => document.querySelector('[data-testid=stack]')"
@@ -349,6 +356,20 @@ def test_explorer_takes_the_stack_and_the_precision_and_refuses_fp8_on_an_a100(s
     page.wait_for_selector("[data-testid=error]:not(:empty)")
     err = page.inner_text("[data-testid=error]")
     assert "fp8 needs FP8 tensor cores" in err and "\n" not in err.strip()
+    assert not page.errors
+
+
+def test_a_link_may_name_the_stack_as_its_users_do(server, page):
+    """framework=torchtitan in a link selects the preset it names (fsdp-compile), whose FP8 library's
+    recipes (torchao's) the recipe select then offers; the search runs on that preset."""
+    with page.expect_request("**/api/explore/stream") as req:
+        page.goto(server + "/explorer?model=gpt-1.7b&gpu=h100-sxm5-80gb&gpus=8&seq=2048&tokens=131072&top=5"
+                  "&framework=torchtitan&precision=fp8&recipe=rowwise")
+    assert req.value.post_data_json["framework"] == "fsdp-compile"
+    assert req.value.post_data_json["fp8_recipe"] == "rowwise"
+    assert page.input_value("#framework") == "fsdp-compile" and page.input_value("#recipe") == "rowwise"
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    assert "rowwise" in page.inner_text("[data-testid=stack]")
     assert not page.errors
 
 

@@ -32,7 +32,11 @@ def listing() -> dict[str, Any]:
             "models": [dataclasses.asdict(m) for m in catalog.all_models()], "modes": list(MODES),
             "frameworks": list(catalog.framework_names()),
             "default_framework": catalog.default_framework(),
-            "precisions": list(PRECISIONS), "fp8_recipes": list(FP8_RECIPES)}
+            "precisions": list(PRECISIONS), "fp8_recipes": list(FP8_RECIPES),
+            "framework_fp8_recipes": {name: list(LIBRARY_RECIPES[catalog.framework(name).fp8_library])
+                                      for name in catalog.framework_names()},
+            "framework_aliases": {alias: name for name in catalog.framework_names()
+                                  for alias in catalog.frameworks.framework_aliases(name)}}
 
 
 # ---------------------------------------------------------------- what ``modelcut list`` shows

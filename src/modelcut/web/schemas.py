@@ -89,6 +89,9 @@ class CatalogResponse(BaseModel):
     default_framework: str = Field(description="the preset a request that names none gets")
     precisions: list[str] = Field(description="the matrix products' precisions a request may name (precision)")
     fp8_recipes: list[str] = Field(description="FP8 scaling recipes a request may name (fp8_recipe)")
+    framework_fp8_recipes: dict[str, list[str]] = Field(
+        description="the FP8 recipes each preset's FP8 library runs (Transformer Engine's or torchao's)")
+    framework_aliases: dict[str, str] = Field(description="other names of the presets (torchtitan, megatron-lm, …)")
     limits: dict[str, int] = Field(description="the API's limits: ops per simulation, body bytes, layouts")
 
 

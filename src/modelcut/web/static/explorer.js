@@ -12,6 +12,7 @@
   let hfConfig = null;
   let last = null;
   let hardware = {};
+  let stackRecipes = {};
 
   function showError(msg) { $('error').textContent = msg || ''; }
 
@@ -296,7 +297,7 @@
       kv.append(h('span', {}, [sw, ' ', label]), h('span', {class: 'num', text: seconds(v)}),
         h('span', {class: 'muted', text: `${fixed(v / x.step_time_s * 100, 1)} %`}));
     }
-    tcol.append(kv, h('p', {class: 'small muted', text: `${x.microbatches} micro-batches of ${x.micro_batch} sequence(s) `
+    tcol.append(kv, h('p', {class: 'small muted', text: `${x.microbatches} micro-batch${x.microbatches === 1 ? '' : 'es'} of ${x.micro_batch} sequence${x.micro_batch === 1 ? '' : 's'} `
       + `per pipeline; ${fmt(x.tflops_per_gpu, 0)} TFLOP/s per GPU, MFU ${fixed(x.mfu * 100, 1)} %.`}));
     // Memory.
     const mcol = h('div', {}, [h('h3', {text: `Memory: ${gb(x.memory.peak_bytes)} on the fullest device (stage ${x.memory.peak_stage})`})]);
@@ -431,7 +432,10 @@
       if (cat.precisions.includes('fp8')) {
         $('precision').append(h('option', {value: 'bf16,fp8', text: 'bf16 + fp8, side by side'}));
       }
-      for (const r of cat.fp8_recipes) $('recipe').append(h('option', {value: r, text: r}));
+      stackRecipes = cat.framework_fp8_recipes || {};
+      // a link may name a stack as its users do (framework=torchtitan): the preset it names
+      const alias = (cat.framework_aliases || {})[String(st.framework || '').toLowerCase()];
+      if (alias) st.framework = alias;
       for (const sc of cat.schedules) {
         const box = h('input', {type: 'checkbox', name: 'schedule', value: sc.name});
         box.checked = sc.explored_by_default;
@@ -442,6 +446,15 @@
     if ([...$('gpu').options].some((o) => o.value === st.gpu)) $('gpu').value = st.gpu;
     $('gpus').value = st.gpus; $('seq').value = st.seq; $('tokens').value = st.tokens; $('top').value = st.top;
     if ([...$('framework').options].some((o) => o.value === st.framework)) $('framework').value = st.framework;
+    // the recipes the chosen stack's FP8 library runs (Transformer Engine's or torchao's), "the stack's" first
+    const fillRecipes = () => {
+      const keep = $('recipe').value;
+      for (const o of [...$('recipe').options].slice(1)) o.remove();
+      for (const r of stackRecipes[$('framework').value] || []) $('recipe').append(h('option', {value: r, text: r}));
+      $('recipe').value = [...$('recipe').options].some((o) => o.value === keep) ? keep : '';
+    };
+    fillRecipes();
+    $('framework').addEventListener('change', fillRecipes);
     if ([...$('precision').options].some((o) => o.value === st.precision)) $('precision').value = st.precision;
     if ([...$('recipe').options].some((o) => o.value === st.recipe)) $('recipe').value = st.recipe;
     const syncRecipe = () => { $('recipe').disabled = !$('precision').value.split(',').includes('fp8'); };
