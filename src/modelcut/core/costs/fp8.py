@@ -119,8 +119,8 @@ TN_ONLY = ("hopper", "ada")
 #: The libraries that run a stack's FP8 linears (``Framework.fp8_library``), and the recipes each
 #: has: Transformer Engine's (TransformerEngine v2.8 transformer_engine/common/recipe/__init__.py)
 #: and torchao's (torchao/float8/config.py ``Float8LinearRecipeName``: tensorwise, i.e. current
-#: scaling, and rowwise; MXFP8 through torchao.prototype.mx_formats, as torchtitan's
-#: ``MXFP8LinearConverter`` runs it).
+#: scaling, rowwise and rowwise_with_gw_hp; MXFP8 through torchao.prototype.mx_formats, as
+#: torchtitan's ``MXFP8LinearConverter`` runs it).
 LIBRARY_RECIPES = {"transformer-engine": ("delayed", "current", "blockwise", "mxfp8"),
                    "torchao": ("current", "rowwise", "rowwise_with_gw_hp", "mxfp8")}
 
