@@ -440,3 +440,15 @@ def test_rowwise_with_a_16_bit_weight_gradient():
     assert times["gw_hp"].fwd.gemm == times["rowwise"].fwd.gemm                # the forward is rowwise's
     assert times["rowwise"].bwd.gemm < times["gw_hp"].bwd.gemm < times["bf16"].bwd.gemm
     assert times["gw_hp"].wgrad == pytest.approx(times["bf16"].wgrad, rel=1e-12)   # the weight gradient in bf16
+
+
+def test_torchao_leaves_the_routed_experts_in_16_bits():
+    """torchao's float8 converts nn.Linear: torchtitan's routed experts (a grouped product on bf16
+    parameters) stay 16-bit, its shared experts run in FP8; Transformer Engine's grouped GEMMs run in FP8."""
+    model = catalog.model("deepseek-v3")
+    base = dict(micro_batch=1, seq_len=4096, tp=1, tp_bw=H100.link_bw, fused_elementwise=True)
+    te = fp8_mod.resolve(Training(4096, 1, precision="fp8", fp8_recipe="current"), H100)
+    times = {key: layer_time(model, LayerSetup(**base, fp8=f8), H100, EFF, moe=True, ep=8)
+             for key, f8 in (("bf16", None), ("te", te), ("torchao", _torchao("current", True)))}
+    assert times["te"].fwd.gemm < times["torchao"].fwd.gemm < times["bf16"].fwd.gemm
+    assert not _torchao("rowwise", True).routed_experts_fp8 and te.routed_experts_fp8

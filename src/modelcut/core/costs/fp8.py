@@ -83,6 +83,10 @@ column-major, so three operands are copied into the other layout (float8_ops.py
 * with FSDP's float8 all-gather (tensorwise) the gathered weight is already FP8: only its
   column-major copy for the data gradient remains, 2 bytes a weight.
 
+torchao's float8 converts ``nn.Linear`` modules: an MoE layer's routed experts, one grouped product on
+bf16 parameters in torchtitan (models/moe/moe.py ``GroupedExperts``), stay 16-bit
+(:attr:`Fp8.routed_experts_fp8`).
+
 torchao saves the linear's 16-bit input for the backward (``ctx.save_for_backward(input_hp,
 weight_hp_t)``) and keeps no FP8 weight between micro-batches: no activation saving and no
 weight copy beyond the gathered FP8 weight replacing the 16-bit one (:func:`weight_copy_bytes`,
@@ -176,6 +180,15 @@ class Fp8:
         ``rowwise_with_gw_hp``: ``cast_config_input_for_grad_weight`` and
         ``cast_config_grad_output_for_grad_weight`` disabled, torchao/float8/config.py)."""
         return self.recipe == "rowwise_with_gw_hp"
+
+    @property
+    def routed_experts_fp8(self) -> bool:
+        """Whether an MoE layer's routed experts run in FP8: Transformer Engine's grouped GEMMs do;
+        torchao's float8 converts ``nn.Linear`` modules only, and the routed experts of torchtitan's
+        MoE are one grouped product on bf16 parameters (torchtitan v0.2.2 models/moe/moe.py
+        ``GroupedExperts``: ``nn.Parameter`` weights, ``torch._grouped_mm(x.bfloat16(), ...)``), so
+        they stay 16-bit; the shared experts, ``nn.Linear`` modules, run in FP8."""
+        return not self.torchao
 
     @property
     def caches_weights(self) -> bool:
