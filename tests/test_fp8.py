@@ -452,3 +452,12 @@ def test_torchao_leaves_the_routed_experts_in_16_bits():
              for key, f8 in (("bf16", None), ("te", te), ("torchao", _torchao("current", True)))}
     assert times["te"].fwd.gemm < times["torchao"].fwd.gemm < times["bf16"].fwd.gemm
     assert not _torchao("rowwise", True).routed_experts_fp8 and te.routed_experts_fp8
+
+
+def test_eager_torchao_fp8_says_what_it_costs(capsys):
+    f = str(DATA / "llama3-70b-64-h100.toml")
+    assert main(["predict", f, "--framework", "torchtitan-eager", "--precision", "fp8", "--json"]) == 0
+    eager = json.loads(capsys.readouterr().out)
+    assert any("torchao in eager PyTorch" in n and "torch.compile" in n for n in eager["notes"])
+    assert main(["predict", f, "--framework", "torchtitan", "--precision", "fp8", "--json"]) == 0
+    assert not any("eager" in n for n in json.loads(capsys.readouterr().out)["notes"])
