@@ -36,14 +36,14 @@ megatron_strategy.py, scripts/performance/helpers.py), ``optim.config.use_distri
 ``model.config.cp_comm_type``, and ``data.micro_batch_size``/``global_batch_size``/``seq_length``.
 
 Precision, each stack's own names for modelcut's recipes (delayed, current, blockwise, mxfp8, and
-torchao's rowwise, which only the torchtitan arguments can name):
+torchao's rowwise and rowwise_with_gw_hp, which only the torchtitan arguments can name):
 Megatron-LM ``--bf16``/``--fp16``, and for FP8 ``--fp8-format hybrid --fp8-recipe
 delayed|tensorwise|blockwise|mxfp8`` with ``--fp8-param-gather`` where the weights are gathered in
 FP8 (core_v0.15.0 megatron/training/arguments.py); torchtitan (v0.2.2 docs/float8.md and
 torchtitan/config/job_config.py ``Float8Linear``/``MXLinear``) ``[model] converters =
 ["quantize.linear.float8"]`` with ``[quantize.linear.float8]`` tensorwise scaling (current scaling;
 ``enable_fsdp_float8_all_gather``, ``precompute_float8_dynamic_scale_for_fsdp``, the output layer
-left in bf16 by ``filter_fqns``) or ``recipe_name = "rowwise"`` (job_config.py ``Float8Linear.recipe_name``), or ``["quantize.linear.mx"]`` with ``recipe_name =
+left in bf16 by ``filter_fqns``) or ``recipe_name = "rowwise"`` / ``"rowwise_with_gw_hp"`` (job_config.py ``Float8Linear.recipe_name``), or ``["quantize.linear.mx"]`` with ``recipe_name =
 "mxfp8_cublas"``, and no delayed or blockwise recipe; NeMo 2.0 (v2.5.0rc0
 nemo/lightning/pytorch/plugins/mixed_precision.py ``MegatronMixedPrecision``, as the recipes'
 ``bf16_with_fp8_mixed`` sets it) ``trainer.plugins.fp8=hybrid``,
@@ -53,6 +53,7 @@ nemo/lightning/pytorch/plugins/mixed_precision.py ``MegatronMixedPrecision``, as
 
 from __future__ import annotations
 
+from ..core.costs.fp8 import ROWWISE
 from ..core.explore import Evaluated
 from ..core.sim import registry
 
@@ -206,7 +207,7 @@ def torchtitan_toml(e: Evaluated) -> str:
             out += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
                     "[quantize.linear.float8]", f"enable_fsdp_float8_all_gather = {gather}",
                     f"precompute_float8_dynamic_scale_for_fsdp = {gather}", 'filter_fqns = ["output"]']
-        elif f8.recipe in ("rowwise", "rowwise_with_gw_hp"):
+        elif f8.recipe in ROWWISE:
             out += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
                     "[quantize.linear.float8]", f'recipe_name = "{f8.recipe}"', 'filter_fqns = ["output"]']
         elif f8.recipe == "mxfp8":

@@ -8,7 +8,6 @@ from typing import Any
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.costs.flops import param_count
-from ..core.costs.fp8 import LIBRARY_RECIPES
 from ..core.sim import registry
 from ..core.specs import FP8_RECIPES, PRECISIONS
 from ..core.step import MODES
@@ -33,7 +32,7 @@ def listing() -> dict[str, Any]:
             "frameworks": list(catalog.framework_names()),
             "default_framework": catalog.default_framework(),
             "precisions": list(PRECISIONS), "fp8_recipes": list(FP8_RECIPES),
-            "framework_fp8_recipes": {name: list(LIBRARY_RECIPES[catalog.framework(name).fp8_library])
+            "framework_fp8_recipes": {name: list(catalog.framework(name).fp8_recipes)
                                       for name in catalog.framework_names()},
             "framework_aliases": {alias: name for name in catalog.framework_names()
                                   for alias in catalog.frameworks.framework_aliases(name)}}
@@ -74,7 +73,7 @@ def _frameworks() -> list[dict[str, Any]]:
                     "default_zero": fw.default_zero,
                     "overlaps": [k for k, on in dataclasses.asdict(fw.overlap).items() if on],
                     "selective": fw.selective, "compiled": fw.torch_compile, "fp8_library": fw.fp8_library,
-                    "fp8_recipes": list(LIBRARY_RECIPES[fw.fp8_library]), "source": fw.source})
+                    "fp8_recipes": list(fw.fp8_recipes), "source": fw.source})
     return out
 
 

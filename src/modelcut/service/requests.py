@@ -23,7 +23,7 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import (CROSS_ENTROPY_KINDS, UNTIMED_FP8_RECIPES, ExploreRecompute, Recompute, RecomputeModule,
+from ..core.specs import (CROSS_ENTROPY_KINDS, FP8_RECIPES, UNTIMED_FP8_RECIPES, ExploreRecompute, Recompute, RecomputeModule,
                           fp8_recipe_name, precision_name)
 from ..core.sim import registry
 from ..core.step import MODES
@@ -157,7 +157,7 @@ def _spelled(read, refused: dict[str, str] | None = None):
 
 
 Precision = Annotated[Literal["bf16", "fp16", "fp8"], _spelled(precision_name)]
-Fp8Recipe = Annotated[Literal["delayed", "current", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp"],
+Fp8Recipe = Annotated[Literal[FP8_RECIPES],  # type: ignore[valid-type]
                       _spelled(fp8_recipe_name, UNTIMED_FP8_RECIPES)]
 CrossEntropy = Literal["fp32-passes", "fused", "mcore-fused", "torch", "torch-fp32"]
 

@@ -136,6 +136,8 @@ ROWWISE = ("rowwise", "rowwise_with_gw_hp")
 TORCHAO_EAGER_CAST = 4.0 + 2.0 + 6.0 + 8.0 + 8.0 + 5.0
 #: A copy of an FP8 operand into the layout ``torch._scaled_mm`` takes (read 1, write 1).
 LAYOUT_COPY_8 = 2.0
+#: An input, output gradient or weight in eager torchao: cast twice and copied once (module doc).
+EAGER_OPERAND_BYTES = 2 * TORCHAO_EAGER_CAST + LAYOUT_COPY_8
 #: torchao under torch.compile, bytes an element of a micro-batch (torchao's roofline, module doc),
 #: (forward, backward) for an input, an output gradient and a weight: tensorwise, the input's amax
 #: pass and its cast to both layouts in the forward (2 + 2 + 1 + 1), the output gradient's in the
@@ -299,7 +301,7 @@ def _torchao(f: Fp8, inputs: float, grads: float, weights: float) -> tuple[float
         fwd = inputs * TORCHAO_EAGER_CAST + weights * TORCHAO_EAGER_CAST
         bwd = grads * TORCHAO_EAGER_CAST + weights * (TORCHAO_EAGER_CAST + LAYOUT_COPY_8)
     else:
-        twice = 2 * TORCHAO_EAGER_CAST + LAYOUT_COPY_8
+        twice = EAGER_OPERAND_BYTES
         w_f = 0.0 if gathered else TORCHAO_EAGER_CAST
         w_b = LAYOUT_COPY_8 if gathered else TORCHAO_EAGER_CAST + LAYOUT_COPY_8
         fwd = inputs * TORCHAO_EAGER_CAST + weights * w_f

@@ -37,6 +37,7 @@ from dataclasses import replace
 
 from .. import plan as plans
 from ..costs import comm, flops
+from ..costs import fp8 as fp8_mod
 from ..costs.kernels import Efficiency, mfu_peak
 from ..plan import PipelinePlan
 from ..sim import registry
@@ -158,10 +159,11 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
         notes.append("selective recomputation of " + ", ".join(mods)
                      + (f" ({', '.join(idle)}: nothing to recompute in a dense layer, whose input norm is fused "
                         "into its QKV product)" if idle else ""))
-    if run.training.precision == "fp8" and framework.fp8_library == "torchao" and not framework.torch_compile:
-        notes.append("FP8 through torchao in eager PyTorch: every cast runs as six kernels (68 bytes an input, "
-                     "output-gradient or weight element a micro-batch); torchao's float8 needs torch.compile "
-                     "to pay off (--framework fsdp-compile, torchtitan's)")
+    f8 = fp8_mod.for_stack(run.training, hw, framework)
+    if f8 is not None and f8.torchao and not f8.compiled:
+        notes.append(f"FP8 through torchao in eager PyTorch: every cast runs as six kernels "
+                     f"({fp8_mod.EAGER_OPERAND_BYTES:g} bytes an input, output-gradient or weight element a "
+                     f"micro-batch); torchao's float8 needs torch.compile to pay off (--framework fsdp-compile, torchtitan's)")
     if plan.p > 1 and framework.overlap.p2p_async and not framework.p2p_overlapped(plan.v):
         notes.append("pipeline sends hold both devices: Megatron-core overlaps them only in its interleaved schedule")
     bw = comm.group_bandwidths(L, hw, run.gpus_per_node or hw.per_node, framework.multi_nic_rings)

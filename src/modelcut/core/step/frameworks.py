@@ -259,6 +259,11 @@ class Framework:
                                 f"known ({', '.join(DISPATCH_SMS)}), got moe_dispatch {self.moe_dispatch!r}")
 
     @property
+    def fp8_recipes(self) -> tuple[str, ...]:
+        """The FP8 recipes this stack's FP8 library runs (:data:`..costs.fp8.LIBRARY_RECIPES`)."""
+        return LIBRARY_RECIPES[self.fp8_library]
+
+    @property
     def expert_grad_b(self) -> int:
         """Bytes per routed-expert gradient element on the expert-data-parallel wire."""
         return self.grad_bytes if self.expert_grad_bytes is None else self.expert_grad_bytes
