@@ -461,3 +461,24 @@ def test_eager_torchao_fp8_says_what_it_costs(capsys):
     assert any("torchao in eager PyTorch" in n and "torch.compile" in n for n in eager["notes"])
     assert main(["predict", f, "--framework", "torchtitan", "--precision", "fp8", "--json"]) == 0
     assert not any("eager" in n for n in json.loads(capsys.readouterr().out)["notes"])
+
+
+@pytest.mark.parametrize("name", catalog.framework_names())
+@pytest.mark.parametrize("gpu", ["h100", "b200"])
+def test_every_stack_runs_fp8_when_a_run_names_no_recipe(name, gpu):
+    """A run that says precision fp8 and no recipe gets its stack's default, one its FP8 library runs
+    (NeMo AutoModel's torchao defaulted to Transformer Engine's delayed scaling and refused itself)."""
+    fw, hw = catalog.framework(name), catalog.hardware(gpu)
+    f = fp8_mod.for_stack(Training(seq_len=4096, global_batch=8, precision="fp8"), hw, fw)
+    assert f.recipe in fw.fp8_recipes and f.library == fw.fp8_library
+
+
+def test_a_stack_whose_default_recipe_its_library_lacks_is_refused_when_it_is_built():
+    from dataclasses import replace
+    fw = catalog.framework("fsdp")
+    with pytest.raises(ModelcutError, match="Transformer Engine's choice"):
+        replace(fw, fp8_default_recipe="auto")
+    with pytest.raises(ModelcutError, match="not torchao's"):
+        replace(fw, fp8_default_recipe="delayed")
+    with pytest.raises(ModelcutError, match="not transformer-engine's"):
+        replace(catalog.framework("nemo"), fp8_default_recipe="rowwise")

@@ -252,6 +252,14 @@ class Framework:
             if getattr(self, name) not in allowed:
                 raise ModelcutError(f"framework {self.name}: {name} must be one of "
                                     f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
+        # "auto" is Transformer Engine's own choice (costs.fp8.default_recipe); any other default
+        # must be a recipe the stack's library runs, or an FP8 run naming no recipe could not run
+        if self.fp8_default_recipe == "auto" and self.fp8_library != "transformer-engine":
+            raise ModelcutError(f"framework {self.name}: fp8_default_recipe auto is Transformer Engine's choice; "
+                                f"a {self.fp8_library} stack names its default ({', '.join(self.fp8_recipes)})")
+        if self.fp8_default_recipe != "auto" and self.fp8_default_recipe not in self.fp8_recipes:
+            raise ModelcutError(f"framework {self.name}: fp8_default_recipe {self.fp8_default_recipe} is not "
+                                f"{self.fp8_library}'s ({', '.join(self.fp8_recipes)})")
         if self.default_etp not in (None, 1):
             raise ModelcutError(f"framework {self.name}: default_etp must be 1 or left out (tp), got {self.default_etp!r}")
         if self.shared_expert_overlap and self.moe_dispatch not in DISPATCH_SMS:
