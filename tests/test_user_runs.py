@@ -70,6 +70,24 @@ def test_validate_runs_predicts_each_row_as_predict_does(tmp_path, capsys):
     assert "Your runs" in text and "dense-fp8" in text and "overall" in text
 
 
+def test_validate_runs_shows_each_rows_memory_as_predict_counts_it(tmp_path, capsys):
+    """Each row carries its peak memory per device as ``predict`` reports it, and the text names a
+    row that ran but that the memory model says cannot fit (its count is over for those settings)."""
+    body = ROWS + "tight,g2,mixtral-8x7b,h100,1,1,4,16,,,4096,256,1,selective,,nemo,6.5\n"
+    path = _csv(tmp_path, body)
+    assert main(["validate", "--runs", str(path), "--json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    for m in read_runs_csv(path):
+        mem = service.predict(service.PredictRequest(m.run, framework=m.framework)).memory
+        assert rows[m.id]["memory"] == {"peak_bytes": mem["peak_bytes"], "capacity_bytes": mem["capacity_bytes"],
+                                        "fits": mem["fits"]}
+    assert not rows["tight"]["memory"]["fits"] and rows["moe"]["memory"]["fits"]
+    assert main(["validate", "--runs", str(path)]) == 0
+    text = capsys.readouterr().out
+    over = " ".join(text.split()).split("ran but the memory model counts more than the device holds (")[1].split(")")[0]
+    assert "tight" in over.split(", ") and "moe" not in over.split(", ")
+
+
 @pytest.mark.parametrize("row, word", [
     ("a,g,llama3-70b,a100,4,1,4,4,,,8192,128,1,none,fp8,megatron-core,10\n", "run 'a': precision fp8"),
     ("a,g,llama3-70b,h100,4,1,4,4,,,8192,128,1,none,fp9,,10\n", "precision must be one of"),

@@ -99,16 +99,29 @@ def show_user_table(out: dict) -> None:
                      fmt(st["max_abs_pct"]))
     con.print(st_t)
     table = Table("Run", "Group", "Framework", "GPU", "Measured", "Predicted", "Error", "Step (s)",
-                  "Tokens/s/GPU", "Dominant",
+                  "Tokens/s/GPU", "Dominant", "Peak GB",
                   title="Every run (TFLOP/s per GPU, or seconds a step where the CSV gives a step time or "
-                        "tokens/s; step and tokens/s/GPU: measured → predicted)")
+                        "tokens/s; step and tokens/s/GPU: measured → predicted; peak memory per device)")
+    over = []
     for r in out["runs"]:
         u = " s" if r["unit"] == "s" else ""
+        mem = r["memory"]
+        if "error" in mem:
+            peak = "-"
+        else:
+            peak = f"{mem['peak_bytes'] / 1e9:.1f}"
+            if not mem["fits"]:
+                peak += f" > {mem['capacity_bytes'] / 1e9:.1f}"
+                over.append(r["id"])
         table.add_row(r["id"], r["group"], r["framework"], r["gpu"], f"{r['measured']:.4g}{u}",
                       f"{r['predicted']:.4g}{u}", fmt(r["error_pct"], True),
                       f"{r['measured_step_time_s']:.3f} → {r['step_time_s']:.3f}",
-                      f"{r['measured_tokens_per_s_per_gpu']:,.0f} → {r['tokens_per_s_per_gpu']:,.0f}", r["dominant"])
+                      f"{r['measured_tokens_per_s_per_gpu']:,.0f} → {r['tokens_per_s_per_gpu']:,.0f}", r["dominant"],
+                      peak)
     con.print(table)
+    if over:
+        con.print(f"{len(over)} run(s) ran but the memory model counts more than the device holds "
+                  f"({', '.join(over)}): the memory model over-counts these settings")
     for h, p in out["profiles"].items():
         con.print(f"{h}: gemm {p['gemm']:.4f}, mem {p['mem']:.4f}, net {p['net']:.4f} ({p['source']})")
 

@@ -178,7 +178,7 @@ def published_figure(pr: PublishedRun, pred: Prediction, run: Run) -> dict[str, 
     return out
 
 
-def _memory(run: Run, hw: Hardware, pred: Prediction, framework: Framework | None) -> dict[str, Any]:
+def prediction_memory(run: Run, hw: Hardware, pred: Prediction, framework: Framework | None) -> dict[str, Any]:
     """Memory of the pipeline the prediction timed, under the stack it assumed; a layout memory
     cannot describe gives its one-line reason instead."""
     try:
@@ -219,7 +219,7 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
         pred = step_predict(run, hw, "default", eta=req.eta, efficiency=eff, framework=fw.with_overlap(overlap))
     if fw is not None:
         pred.notes += [f"stack rule: {v.line()}" for v in stack_violations(run, fw, pred)]
-    result = PredictResult(run, hw, pred, fw, _memory(run, hw, pred, fw))
+    result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw))
     if req.published is not None:
         result.published = published_figure(req.published, pred, run)
         if not req.published.in_validation:

@@ -28,7 +28,7 @@ from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.step import seed
 from .limits import Limits
-from .predict import efficiency_for, profile_on
+from .predict import efficiency_for, prediction_memory, profile_on
 from .runs_csv import read_runs_csv
 
 BREAKDOWN_KEYS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "optimizer_s")
@@ -138,6 +138,15 @@ def user_table(path, profile: Profile | None = None, limits: Limits | None = Non
     for m in measured:
         p = profile_on(m.hw, profile)
         used.setdefault(p.hardware, p)
+
+    def memory(r) -> dict[str, Any]:
+        """The run's peak memory per device as predict counts it: a run that ran but that the memory
+        model says cannot fit shows where the memory model over-counts."""
+        m = r.measured
+        rep = prediction_memory(m.run, m.hw, r.default, catalog.framework(m.framework).with_overlap(m.overlap))
+        if "error" in rep:
+            return {"error": rep["error"]}
+        return {"peak_bytes": rep["peak_bytes"], "capacity_bytes": rep["capacity_bytes"], "fits": rep["fits"]}
     return {
         "mode": "default",
         "runs": [{"id": r.id, "group": r.group, "framework": r.framework or catalog.default_framework(),
@@ -146,7 +155,8 @@ def user_table(path, profile: Profile | None = None, limits: Limits | None = Non
                   "measured_step_time_s": measured_step_time(r.measured),
                   "measured_tokens_per_s_per_gpu": r.measured.run.tokens_per_s_per_gpu(measured_step_time(r.measured)),
                   "tokens_per_s_per_gpu": r.measured.run.tokens_per_s_per_gpu(r.default.step_time_s),
-                  "breakdown": {k: getattr(r.default.breakdown, k) for k in BREAKDOWN_KEYS}} for r in rows],
+                  "breakdown": {k: getattr(r.default.breakdown, k) for k in BREAKDOWN_KEYS},
+                  "memory": memory(r)} for r in rows],
         "groups": {g: st["default"] for g, st in summary["groups"].items()},
         "overall": summary["overall"]["default"],
         "profiles": {h: {"gemm": p.efficiency.gemm, "mem": p.efficiency.mem, "net": p.efficiency.net,
