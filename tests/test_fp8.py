@@ -469,8 +469,31 @@ def test_every_stack_runs_fp8_when_a_run_names_no_recipe(name, gpu):
     """A run that says precision fp8 and no recipe gets its stack's default, one its FP8 library runs
     (NeMo AutoModel's torchao defaulted to Transformer Engine's delayed scaling and refused itself)."""
     fw, hw = catalog.framework(name), catalog.hardware(gpu)
-    f = fp8_mod.for_stack(Training(seq_len=4096, global_batch=8, precision="fp8"), hw, fw)
+    tr = Training(seq_len=4096, global_batch=8, precision="fp8")
+    if fw.fp8_library == "none":      # the 2021-2022 stacks: one line saying they have no FP8
+        with pytest.raises(ModelcutError, match=f"{name} has no FP8 training"):
+            fp8_mod.for_stack(tr, hw, fw)
+        assert fw.fp8_recipes == ()
+        return
+    f = fp8_mod.for_stack(tr, hw, fw)
     assert f.recipe in fw.fp8_recipes and f.library == fw.fp8_library
+
+
+@pytest.mark.parametrize("stack", ["megatron-2021", "megatron-2022", "deepspeed-zero3", "megatron-deepspeed",
+                                   "megatron-deepspeed-2022"])
+def test_stacks_older_than_fp8_refuse_it_in_one_line(stack, capsys):
+    """Megatron-LM of 2021-2022, DeepSpeed's ZeRO-3 of 2021 and Megatron-DeepSpeed predate FP8
+    training (Transformer Engine's first code is of 2022-09-27): an FP8 prediction on them is one
+    line, exit 2, and their 16-bit prediction is unchanged."""
+    run = str(DATA / "gpt3-175b-nemo-h100.toml")
+    assert main(["predict", run, "--framework", stack, "--precision", "fp8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{stack} has no FP8 training" in err[0]
+    assert main(["predict", run, "--framework", stack, "--json"]) == 0
+    capsys.readouterr()
+    assert main(["list", "frameworks", "--json"]) == 0
+    listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed[catalog.framework(stack).name]["fp8_recipes"] == []
 
 
 def test_a_stack_whose_default_recipe_its_library_lacks_is_refused_when_it_is_built():

@@ -125,8 +125,12 @@ TN_ONLY = ("hopper", "ada")
 #: and torchao's (torchao/float8/config.py ``Float8LinearRecipeName``: tensorwise, i.e. current
 #: scaling, rowwise and rowwise_with_gw_hp; MXFP8 through torchao.prototype.mx_formats, as
 #: torchtitan's ``MXFP8LinearConverter`` runs it).
+#: ``"none"``: a stack whose software predates FP8 training (the 2021-2022 Megatron-LM, DeepSpeed
+#: and Megatron-DeepSpeed presets; Transformer Engine's first code is of 2022-09-27,
+#: NVIDIA/TransformerEngine commit 996ea169c), which runs no FP8 recipe.
 LIBRARY_RECIPES = {"transformer-engine": ("delayed", "current", "blockwise", "mxfp8"),
-                   "torchao": ("current", "rowwise", "rowwise_with_gw_hp", "mxfp8")}
+                   "torchao": ("current", "rowwise", "rowwise_with_gw_hp", "mxfp8"),
+                   "none": ()}
 
 #: torchao's row-wise recipes (torchao/float8/config.py ``Float8LinearRecipeName``).
 ROWWISE = ("rowwise", "rowwise_with_gw_hp")
@@ -237,6 +241,10 @@ def resolve(training: Training, hw: Hardware, *, norm_fused: bool = True, param_
                             "(Transformer Engine and torchao need compute capability 8.9 or higher)")
     if library not in LIBRARY_RECIPES:
         raise ModelcutError(f"FP8 library must be one of {', '.join(LIBRARY_RECIPES)}, got {library!r}")
+    if not LIBRARY_RECIPES[library]:
+        who = stack or "this stack"
+        raise ModelcutError(f"{who} has no FP8 training (its software predates FP8 recipes); run it in bf16 "
+                            "or fp16, or name a stack that trains in FP8 (megatron-core, nemo, torchtitan, ...)")
     recipe = training.fp8_recipe or default_recipe(hw, stack_default)
     if recipe not in FP8_RECIPES:
         raise ModelcutError(f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {recipe!r}")

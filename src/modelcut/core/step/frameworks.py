@@ -254,7 +254,9 @@ class Framework:
                                     f"{', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
         # "auto" is Transformer Engine's own choice (costs.fp8.default_recipe); any other default
         # must be a recipe the stack's library runs, or an FP8 run naming no recipe could not run
-        if self.fp8_default_recipe == "auto" and self.fp8_library != "transformer-engine":
+        if self.fp8_library == "none" and self.fp8_default_recipe != "auto":
+            raise ModelcutError(f"framework {self.name}: a stack with no FP8 library has no default FP8 recipe")
+        if self.fp8_default_recipe == "auto" and self.fp8_library not in ("transformer-engine", "none"):
             raise ModelcutError(f"framework {self.name}: fp8_default_recipe auto is Transformer Engine's choice; "
                                 f"a {self.fp8_library} stack names its default ({', '.join(self.fp8_recipes)})")
         if self.fp8_default_recipe != "auto" and self.fp8_default_recipe not in self.fp8_recipes:
