@@ -546,3 +546,15 @@ def test_the_explanation_names_no_null_knob(server, page):
     for k, (a, b) in knobs.items():     # the runner-up's knob named with both values
         assert f"{b} instead of {a}" in text, (k, text)
     assert "null" not in text and "None" not in text and "undefined" not in text
+
+
+def test_a_search_with_no_layout_says_why_on_the_page(server, page):
+    """A stack that runs none of the layouts (Megatron-LM of 2022 has no experts) is named with its
+    rule under the table; memory is not blamed."""
+    page.goto(server + "/explorer?model=mixtral-8x7b&gpu=a100-sxm4-80gb&gpus=8&seq=4096&tokens=524288&top=5"
+              "&framework=megatron-2022")
+    page.wait_for_selector("#why:has-text('runs none of the')")
+    text = page.inner_text("#why")
+    assert "megatron-2022 runs none of the" in text and "mixture-of-experts" in text
+    assert "fits in memory" not in text
+    assert not page.errors

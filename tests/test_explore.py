@@ -527,3 +527,23 @@ def test_emitted_settings_name_the_experts_tensor_parallelism():
     same = find(ex, tp=2, ep=8, etp=2)[0]        # the experts cut as the attention: Megatron's default
     assert "--expert-tensor-parallel-size" not in megatron_args(same)
     assert tomllib.loads(torchtitan_toml(same))["parallelism"]["expert_tensor_parallel_degree"] == 2
+
+
+def test_a_search_whose_stack_runs_no_layout_says_why_and_exits_1(capsys):
+    """Megatron-LM of 2022 has no experts: searching an MoE model on it names the rule, where it
+    used to say that no layout fits in memory; a search that only memory empties says so. Both
+    exit 1 from the command line (the exit code of typer.Exit reaches the shell)."""
+    argv = ["explore", "--model", "mixtral-8x7b", "--gpu", "a100-40gb", "--gpus", "8", "--seq", "8192",
+            "--global-batch-tokens", "512K", "--top", "2"]
+    assert main(argv + ["--framework", "megatron-2022"]) == 1
+    text = " ".join(capsys.readouterr().out.split())
+    assert "megatron-2022 runs none of the" in text and "cannot run a mixture-of-experts model" in text
+    assert main(argv + ["--framework", "megatron-2022", "--json"]) == 0
+    ans = json.loads(capsys.readouterr().out)
+    assert ans["layouts"] == [] and "rule mixture_of_experts" in ans["none_reason"]
+    big = ["explore", "--model", "llama3-70b", "--gpu", "a100-40gb", "--gpus", "8", "--seq", "8192",
+           "--global-batch-tokens", "512K", "--framework", "nemo"]
+    assert main(big) == 1
+    assert "no layout fits in memory" in capsys.readouterr().out
+    assert main(big + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["none_reason"].startswith("no layout fits in memory")

@@ -26,7 +26,8 @@ INTERNAL_ERROR = 70
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit status instead of raising."""
     try:
-        app(args=argv, standalone_mode=False)
+        # outside standalone mode click hands a command's typer.Exit back as its exit code
+        rc = app(args=argv, standalone_mode=False)
     except ModelcutError as exc:
         print(f"modelcut: error: {exc}", file=sys.stderr)
         return 2
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"modelcut: internal error (a bug in modelcut; MODELCUT_TRACEBACK=1 shows where): "
               f"{type(exc).__name__}: {text}", file=sys.stderr)
         return INTERNAL_ERROR
-    return 0
+    return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
 
 
 def run() -> None:

@@ -385,7 +385,7 @@ def show(res: ExploreResult) -> None:
               f"memory checks, {s['predictions']:,} timed, {s['pruned_by_bound']:,} pruned by a lower bound on "
               f"step time; memory limit {s['limit_bytes'] / GB:.1f} GB = {hw.mem_bytes / GB:.1f} GB less {margin:.0%}")
     if not ranked:
-        con.print("[red]no layout fits in memory[/red]")
+        con.print(res.none_reason(), style="red", markup=False, highlight=False, soft_wrap=True)
         if req.check is not None:
             con.print(f"--check {res.check_answer()['text']}", soft_wrap=True, markup=False, highlight=False)
         raise typer.Exit(1)

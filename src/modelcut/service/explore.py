@@ -224,6 +224,20 @@ class ExploreResult:
                            "micro-batch sizes, chunks, tensor parallelism within a node: see the options)")
         return out
 
+    def none_reason(self) -> str | None:
+        """Why the search ranked no layout (None when it ranked some): the stack runs none of the
+        layouts of these GPUs (the rule that left out the most, in words), or none of those it
+        runs fits in memory."""
+        ex = self.exploration
+        if ex.layouts:
+            return None
+        if ex.space == 0 and ex.rule_rejections:
+            rule = max(ex.rule_rejections, key=ex.rule_rejections.get)
+            v = ex.rule_examples[rule]
+            return (f"{v.framework} runs none of the {ex.enumerated:,} layouts of {self.request.gpus:,} GPUs: "
+                    f"it cannot run {v.message} (rule {rule}: {v.source})")
+        return "no layout fits in memory: try more GPUs, a shorter sequence or a smaller batch"
+
     def as_dict(self) -> dict[str, Any]:
         req, ex = self.request, self.exploration
         top = ex.layouts[:req.top]
@@ -244,6 +258,7 @@ class ExploreResult:
             "summary": summary, "notes": list(ex.notes),
             "layouts": [layout_json(e, i) for i, e in enumerate(top, 1)],
             "why": why_json(why(top[0], top[1])) if len(top) >= 2 else None,
+            "none_reason": self.none_reason(),
         }
         if req.check is not None:
             out["check"] = self.check_answer()

@@ -153,6 +153,8 @@ class ExploreResponse(BaseModel):
     layouts: list[dict[str, Any]] = Field(description="ranked feasible layouts, fastest first (top K)")
     summary: dict[str, Any]
     why: dict[str, Any] | None = Field(description="why the best beats the runner-up")
+    none_reason: str | None = Field(None, description="why no layout is ranked (the stack runs none of them, "
+                                                      "or none fits in memory); None when some are")
     notes: list[str]
     model: dict[str, Any]
     hardware: dict[str, Any]

@@ -106,6 +106,7 @@ class Exploration:
     pruned_by_bound: int = 0          # candidates never timed: their lower bound could not win
     enumerated: int = 0               # structures of the whole space, before the stack's rules
     rule_rejections: dict[str, int] = field(default_factory=dict)
+    rule_examples: dict[str, Violation] = field(default_factory=dict)   # one broken rule's words per rule
     framework: str | None = None
     notes: list[str] = field(default_factory=list)
     check_violations: list[Violation] = field(default_factory=list)
@@ -206,6 +207,7 @@ class _Search:
     def _rejected(self, bad, count: int, matched: bool) -> bool:
         for v in bad:
             self.ex.rule_rejections[v.rule] = self.ex.rule_rejections.get(v.rule, 0) + count
+            self.ex.rule_examples.setdefault(v.rule, v)
         if bad and matched:
             self.ex.check_violations += bad
         return bool(bad)

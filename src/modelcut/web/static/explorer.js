@@ -216,7 +216,8 @@
     const el = $('why');
     el.textContent = '';
     if (!ans.layouts.length) {
-      el.textContent = 'No layout fits: try more GPUs, a shorter sequence or a smaller batch.';
+      const why = ans.none_reason || 'no layout fits in memory: try more GPUs, a shorter sequence or a smaller batch';
+      el.textContent = `${why}.`;
       return;
     }
     const best = ans.layouts[0];
