@@ -250,6 +250,7 @@ def test_cli_text_and_emit(capsys):
     (["--gpu", "nosuchgpu"], "nosuchgpu"),
     (["--pick", "100000", "--emit", "megatron"], "--pick"),
     (["--check", "tp"], "--check"),
+    (["--check", "ep=4"], "ep 4 needs a mixture-of-experts model; llama3-8b is dense"),
 ])
 def test_cli_errors(capsys, extra, needle):
     assert main(ARGS + extra) == 2

@@ -301,7 +301,9 @@ def check_problems(check: dict[str, Any], model: ModelSpec, gpus: int, seq: int)
         out.append(f"recompute {rc} names modules of a mixture-of-experts layer; on a dense model it "
                    "recomputes nothing (use none, selective or full)")
     ep = check.get("ep")
-    if ep is not None and ep > 1 and (not model.is_moe or model.experts % ep):
+    if ep is not None and ep > 1 and not model.is_moe:
+        out.append(f"ep {ep:,} needs a mixture-of-experts model; {model.name} is dense")
+    elif ep is not None and ep > 1 and model.experts % ep:
         out.append(f"ep {ep:,} does not divide the model's {model.experts} experts")
     return list(dict.fromkeys(out))
 
