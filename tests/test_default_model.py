@@ -110,6 +110,10 @@ def test_serving_and_prefetch_timelines():
 def test_overlap_options_parse_and_refuse():
     assert parse_overlap("grad_reduce=off, tp_comm=on") == {"grad_reduce": False, "tp_comm": True}
     assert parse_overlap("tp_comm") == {"tp_comm": True}        # a key alone: on, as the stacks' flags
+    assert parse_overlap("tp_comm_overlap: true, overlap_grad_reduce: false") == {"tp_comm": True,
+                                                                                 "grad_reduce": False}   # YAML lines
+    assert parse_overlap("none") == dict.fromkeys(("grad_reduce", "param_gather", "p2p_async", "tp_comm"), False)
+    assert parse_overlap(" All ") == dict.fromkeys(("grad_reduce", "param_gather", "p2p_async", "tp_comm"), True)
     for bad in ("grad=on", "tp_comm=maybe", "=on"):
         with pytest.raises(ModelcutError):
             parse_overlap(bad)

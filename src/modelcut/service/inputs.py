@@ -162,10 +162,13 @@ def pairs(text: str, what: str, example: str, keys) -> list[tuple[str, str]]:
 def parse_overlap(text: str) -> dict[str, bool]:
     """``"grad_reduce=off,tp_comm=on"`` -> {"grad_reduce": False, "tp_comm": True} (:data:`OPTIONS`).
     A key may be written as the stacks name it (:func:`..core.step.frameworks.option_name`:
-    ``--tp-comm-overlap=on``, ``async_tp=on``), and a key alone means on (``tp_comm``, as the
-    stacks' flags are given)."""
+    ``--tp-comm-overlap=on``, ``async_tp=on``), a key alone means on (``tp_comm``, as the
+    stacks' flags are given), a YAML line's colon means "=" (``tp_comm_overlap: true``), and
+    ``none`` / ``all`` switch every option off / on."""
     out: dict[str, bool] = {}
-    text = re.sub(r"\s*=\s*", "=", text)            # "tp_comm = on" as "tp_comm=on"
+    if text.strip().lower() in ("none", "all"):
+        return dict.fromkeys(OPTIONS, text.strip().lower() == "all")
+    text = re.sub(r"\s*[=:]\s*", "=", text)         # "tp_comm = on", "tp_comm_overlap: true" as "key=value"
     for part in re.split(r"[,\s]+", text):          # commas, or a launch line's flags pasted as they are
         if not part:
             continue
