@@ -23,6 +23,9 @@ from modelcut.core.errors import ModelcutError
     ("h100-sxm5", "h100-sxm5-80gb"),
     ("a100_80gb", "a100-sxm4-80gb"),
     ("NVIDIA H200", "h200-sxm-141gb"),
+    ("DGX-H100", "h100-sxm5-80gb"),                  # the system the NeMo and Megatron-Bridge tables name
+    ("H200 141GB", "h200-sxm-141gb"),
+    ("DGX B200", "b200"),
 ])
 def test_gpu_spellings(written, name):
     assert catalog.hardware(written).name == name
