@@ -32,7 +32,11 @@ def test_gpu_spellings(written, name):
 
 
 @pytest.mark.parametrize("written,name", [("Llama-3.1-8B", "llama3-8b"), ("LLAMA3_70B", "llama3-70b"),
-                                          ("Mixtral 8x22B", "mixtral-8x22b"), ("gpt oss 120b", "gpt-oss-120b")])
+                                          ("Mixtral 8x22B", "mixtral-8x22b"), ("gpt oss 120b", "gpt-oss-120b"),
+                                          # a tuned checkpoint of the same shape
+                                          ("meta-llama/Llama-3.1-70B-Instruct", "llama3-70b"),
+                                          ("llama-2-7b-chat-hf", "llama2-7b"),
+                                          ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b")])
 def test_model_spellings(written, name):
     assert catalog.model(written).name == name
 

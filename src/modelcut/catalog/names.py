@@ -26,12 +26,14 @@ def loose_key(key: str) -> str:
 def hub_spellings(key: str) -> list[str]:
     """The spellings of ``key`` tried in turn against the loose names: itself, then as a Hugging Face
     repository names a model: without its owner ("meta-llama/Llama-3.1-8B" is "Llama-3.1-8B"), without
-    the "-hf" of a converted checkpoint ("Llama-2-7b-hf") and without the "Meta-" of Meta's own names
+    the "-hf" of a converted checkpoint ("Llama-2-7b-hf"), without the suffix of a tuned checkpoint of
+    the same shape ("-Instruct", "-Chat", "-Base", "-it") and without the "Meta-" of Meta's own names
     ("Meta-Llama-3-70B")."""
     out = [key]
     name = key.rsplit("/", 1)[-1]
     if re.search(r"[-_]hf$", name, flags=re.I):
         name = name[:-3]
+    name = re.sub(r"[-_](instruct|chat|base|it)(?=$|[-_]v[\d.]+$)", "", name, flags=re.I)
     if re.match(r"meta[-_]llama", name, flags=re.I):
         name = name[5:]
     if name != key:
