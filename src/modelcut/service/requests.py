@@ -23,8 +23,8 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import (CROSS_ENTROPY_KINDS, FP8_RECIPES, UNTIMED_FP8_RECIPES, ExploreRecompute, Recompute, RecomputeModule,
-                          fp8_recipe_name, precision_name)
+from ..core.specs import (CROSS_ENTROPY_KINDS, FP8_RECIPES, PRECISIONS, UNTIMED_FP8_RECIPES, ExploreRecompute, Recompute,
+                          RecomputeModule, fp8_recipe_name, precision_name)
 from ..core.sim import registry
 from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS, option_name
@@ -156,10 +156,10 @@ def _spelled(read, refused: dict[str, str] | None = None):
     return BeforeValidator(before)
 
 
-Precision = Annotated[Literal["bf16", "fp16", "fp8"], _spelled(precision_name)]
+Precision = Annotated[Literal[PRECISIONS], _spelled(precision_name)]  # type: ignore[valid-type]
 Fp8Recipe = Annotated[Literal[FP8_RECIPES],  # type: ignore[valid-type]
                       _spelled(fp8_recipe_name, UNTIMED_FP8_RECIPES)]
-CrossEntropy = Literal["fp32-passes", "fused", "mcore-fused", "torch", "torch-fp32"]
+CrossEntropy = Literal[CROSS_ENTROPY_KINDS]  # type: ignore[valid-type]
 
 
 def _recompute_spelled(value):
@@ -397,7 +397,6 @@ class OverlapIn(Strict):
 
 
 assert set(OverlapIn.model_fields) == set(OPTIONS), "OverlapIn must hold every overlap option"
-assert get_args(CrossEntropy) == CROSS_ENTROPY_KINDS, "CrossEntropy must name every cross-entropy kind"
 
 
 class PredictOptions(Strict):
