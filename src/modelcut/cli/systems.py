@@ -20,7 +20,7 @@ from ..service import inputs
 from ..service.requests import PredictOptions
 from .app import app, fail
 from .calibrate import NO_FLAGS, show_default_table, show_user_table, write_text
-from .common import check_writable, limit_option, limits, parse, progress
+from .common import check_writable, limit_option, limits, parse, progress, write_file
 from .views import console, show_prediction, show_precisions
 
 _MODE_HELP = f"model mode: {', '.join(MODES)}"
@@ -162,6 +162,10 @@ def predict(
                                                             "several, e.g. bf16,fp8: the run at each, side by side"),
     fp8_recipe: str = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise, mxfp8, (torchao) rowwise or rowwise_with_gw_hp "
                                                               "(default: the stack's, else Transformer Engine's)"),
+    trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
+                                         help="default mode: write the predicted step as a Chrome trace-event "
+                                              "JSON (Perfetto): each device's ops, exposed communication, "
+                                              "optimizer"),
     max_ops: Optional[int] = limit_option("max_ops"),
     max_gpus: Optional[int] = limit_option("max_gpus"),
     max_seq: Optional[int] = limit_option("max_seq"),
@@ -171,6 +175,8 @@ def predict(
 ) -> None:
     """Predict one run's step time, TFLOP/s per GPU, MFU, breakdown and memory per device from a RUN.toml
     (whose optional [settings] table may name the framework and overlap overrides), or a published run."""
+    if trace is not None:
+        check_writable(trace)
     lim = limits(max_ops=max_ops, max_gpus=max_gpus, max_seq=max_seq, max_tokens=max_tokens, max_layers=max_layers,
                  max_width=max_width)
     if (runfile is None) == (run_id is None):
@@ -187,8 +193,8 @@ def predict(
                                   "overlap": inputs.parse_overlap(overlap) if overlap else None}, lim,
                  {"mode": "--mode", "eta": "--eta", "framework": "--framework", "overlap": "--overlap"})
     if precision is not None and "," in precision:      # the run at each precision, side by side
-        if budget:
-            fail("--budget takes one precision; give --precision bf16 or fp8 alone")
+        if budget or trace is not None:
+            fail(f"{'--budget' if budget else '--trace'} takes one precision; give --precision bf16 or fp8 alone")
         results = service.predict_each_precision(service.PredictRequest(
             run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
             overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
@@ -205,7 +211,11 @@ def predict(
             run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
             overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
             profile=service.load_profile(profile), budget=budget, published=pr, precision=precision,
-            fp8_recipe=fp8_recipe), lim)
+            fp8_recipe=fp8_recipe, timeline=trace is not None), lim)
+    if trace is not None:
+        from ..export import chrome_trace
+        write_file(trace, json.dumps(chrome_trace.step_trace(result.prediction.timeline, result.trace_label(),
+                                                             result.trace_metadata())))
     if as_json:
         print(json.dumps(result.as_dict()))
         return

@@ -132,3 +132,45 @@ def to_trace(result: PipelineResult, unit_seconds: float = 1.0, label: str | Non
             "bubble": float(m.bubble),
             "closed_form_bubble": None if result.closed_form_bubble is None else float(result.closed_form_bubble)}
     return to_trace_multi([(label, rows(result, unit_seconds))], counters, meta)
+
+
+#: Where each track of a predicted step sits, and what each segment kind is coloured as in the legacy
+#: viewer (Perfetto colours by name).
+_STEP_CNAMES = {"forward": "thread_state_running", "backward": "thread_state_iowait",
+                "weight gradient": "rail_response", "data parallel": "terrible", "optimizer": "yellow",
+                "all-gather": "rail_load", "reduce-scatter": "cq_build_failed"}
+
+
+def _track_order(track: str) -> tuple[int, int, str]:
+    """Pipeline ranks in rank order, then the compute stream, then the communication stream."""
+    if track.startswith("pipeline rank "):
+        return 0, int(track.rsplit(" ", 1)[1]), track
+    return (1, 0, track) if track == "compute" else (2, 0, track)
+
+
+def step_trace(segments: Iterable, label: str, metadata: dict | None = None) -> dict:
+    """A predicted step (:mod:`modelcut.core.step.timeline` segments, seconds) as a trace: one
+    process, a track (thread) per pipeline device or stream, a complete event per segment named
+    as the timeline names it, its kind the category."""
+    segs = list(segments)
+    if not segs:
+        raise ModelcutError("the prediction has no timeline to write")
+    tracks = sorted({s.track for s in segs}, key=_track_order)
+    tid = {t: i + 1 for i, t in enumerate(tracks)}
+    events: list[dict] = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": label}}]
+    for t, i in tid.items():
+        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": {"name": t}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": i, "args": {"sort_index": i}})
+    for s in segs:
+        if not s.end_s >= s.start_s:
+            raise ModelcutError(f"timeline: {s.name} on {s.track} ends ({s.end_s}) before it starts ({s.start_s})")
+        args: dict[str, Any] = {"seconds": s.end_s - s.start_s}
+        if s.microbatch >= 0:
+            args.update(microbatch=s.microbatch, stage=s.stage)
+        events.append({"name": s.name, "cat": s.kind, "ph": "X", "ts": _us(s.start_s),
+                       "dur": _us(s.end_s) - _us(s.start_s), "pid": 1, "tid": tid[s.track],
+                       "cname": _STEP_CNAMES.get(s.kind, "generic_work"), "args": args})
+    out: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ms"}
+    if metadata:
+        out["otherData"] = metadata
+    return out

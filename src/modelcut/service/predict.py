@@ -69,6 +69,7 @@ class PredictRequest:
     published: PublishedRun | None = None
     precision: str | None = None       # overrides the run's [training] precision
     fp8_recipe: str | None = None      # and its FP8 recipe
+    timeline: bool = False             # keep the default model's step as a timeline (core.step.timeline)
 
 
 def with_precision(run: Run, precision: str | None, fp8_recipe: str | None) -> Run:
@@ -107,6 +108,21 @@ class PredictResult:
         mfu = f"causal work, no recomputation, over the {peak} peak" if self.prediction.mode == "default" else \
             f"the same count over the {peak} peak"
         return tflops, mfu
+
+    def trace_label(self) -> str:
+        """The name a step's trace gives its process: the run, its layout and stack."""
+        r, L, p = self.run, self.run.layout, self.prediction
+        return (f"{r.model.name} on {L.gpus:,} × {self.hw.name} (tp {L.tp}, cp {L.cp}, pp {L.pp}, dp {L.dp}; "
+                f"{p.schedule}, v = {p.vpp}, m = {p.microbatches}; {self.framework.name if self.framework else 'seed'}; "
+                f"{r.training.precision}), predicted step {p.step_time_s:.4f} s")
+
+    def trace_metadata(self) -> dict[str, Any]:
+        """What a step's trace says beside its events: the prediction's figures and notes."""
+        p = self.prediction
+        return {"step_time_s": p.step_time_s, "tflops_per_gpu": p.tflops_per_gpu, "mfu": p.mfu,
+                "breakdown": p.breakdown.as_dict(), "flushes": p.flushes, "microbatches": p.microbatches,
+                "schedule": p.schedule, "vpp": p.vpp, "notes": list(p.notes),
+                "generator": "modelcut predict --trace (the default model's timeline: core/step/timeline.py)"}
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -210,13 +226,19 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     if req.mode == "seed":
         if req.framework is not None or req.overlap is not None or req.profile is not None or req.budget:
             raise ModelcutError("--framework, --overlap, --profile and --budget apply to --mode default")
+        if req.timeline:
+            raise ModelcutError("a step's timeline (--trace) is the default model's; the seed mode sums terms")
         pred = step_predict(run, hw, "seed", eta=seed_eta() if req.eta is None else req.eta)
         fw = None
     else:
         overlap = parse_overlap(req.overlap) if isinstance(req.overlap, str) else req.overlap
         fw = catalog.framework(req.framework)
         eff = efficiency_for(hw, req.profile)
-        pred = step_predict(run, hw, "default", eta=req.eta, efficiency=eff, framework=fw.with_overlap(overlap))
+        pred = step_predict(run, hw, "default", eta=req.eta, efficiency=eff, framework=fw.with_overlap(overlap),
+                            timeline=req.timeline)
+        if req.timeline and not pred.timeline:
+            raise ModelcutError(f"{fw.name} is timed by replaying DeepSpeed v0.3's hooks, which keeps no timeline "
+                                "(--trace); --framework fsdp times ZeRO-3 with one")
     if fw is not None:
         pred.notes += [f"stack rule: {v.line()}" for v in stack_violations(run, fw, pred)]
     result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw))

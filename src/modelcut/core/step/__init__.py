@@ -26,9 +26,10 @@ MODES: dict[str, str] = {
 
 def predict(run: Run, hw: Hardware, mode: str = "default", *, eta: float | None = None,
             efficiency: Efficiency | None = None, framework: Framework | None = None,
-            force_simulation: bool = False) -> Prediction:
+            force_simulation: bool = False, timeline: bool = False) -> Prediction:
     """One run's step under ``mode``. The seed needs ``eta``; the default model ``efficiency``
-    and ``framework`` (``eta``, when given, replaces its matrix-product fraction)."""
+    and ``framework`` (``eta``, when given, replaces its matrix-product fraction); ``timeline``
+    keeps the default model's step as a timeline (:mod:`.timeline`)."""
     if mode not in MODES:
         raise ModelcutError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     if eta is not None and (isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 < eta <= 1):
@@ -41,4 +42,4 @@ def predict(run: Run, hw: Hardware, mode: str = "default", *, eta: float | None 
         raise ModelcutError("the default model needs its fitted constants and a training stack")
     if eta is not None:
         efficiency = replace(efficiency, gemm=float(eta))
-    return default.predict(run, hw, efficiency, framework)
+    return default.predict(run, hw, efficiency, framework, timeline)

@@ -48,6 +48,7 @@ from .data_parallel import device_ends
 from .frameworks import Framework
 from .layers import MCORE_EAGER_PATHS, mcore_eager_paths
 from .pipeline_time import simulated_trace
+from .timeline import device_track, optimizer_segment, pipeline_segments, repeated
 from .result import DefaultBreakdown, Prediction
 from .stage_costs import StageCosts, kernels, stage_costs
 from .zero3 import zero3_step
@@ -117,11 +118,14 @@ def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: 
 
 
 def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: DefaultBreakdown, plan: PipelinePlan,
-            notes: list[str], stage_layers: tuple[int, ...]) -> Prediction:
+            notes: list[str], stage_layers: tuple[int, ...],
+            segments: tuple[list, list] | None = None) -> Prediction:
     """The step of ``flushes`` schedule runs (:func:`..plan.flushes`), each timed as ``T`` with its
-    breakdown ``bd``: every term repeats with each run, the optimizer steps once."""
+    breakdown ``bd``: every term repeats with each run, the optimizer steps once. ``segments``:
+    one run's timeline and its optimizer steps (:mod:`.timeline`), repeated as the step is."""
     tr = run.training
     f = plans.flushes(run.layout, tr)
+    line = repeated(segments[0], f, T - bd.optimizer_s, segments[1]) if segments is not None else ()
     if f > 1:
         opt = bd.optimizer_s
         T = f * (T - opt) + opt
@@ -134,14 +138,15 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: DefaultBreakd
     return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * mfu_peak(hw, tr)),
                       breakdown=bd, flops_per_step=F, microbatches=plan.m, vpp=plan.v, schedule=plan.name,
                       notes=notes, mode="default", eta=eff.gemm, stage_layers=stage_layers,
-                      pipeline_method="simulation", plan=plan, flushes=f)
+                      pipeline_method="simulation", plan=plan, flushes=f, timeline=line)
 
 
-def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Prediction:
+def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timeline: bool = False) -> Prediction:
     """One run's step time under the default model (module doc), on the stack ``framework``
     (a :class:`.frameworks.Framework`, its overlap overrides applied). With several pipeline
     schedule runs a step (:func:`..plan.flushes`) one run is timed, its batch
-    :func:`..plan.flush_training`'s, and the step repeats it (:func:`_finish`)."""
+    :func:`..plan.flush_training`'s, and the step repeats it (:func:`_finish`). ``timeline``: keep
+    the step's :mod:`.timeline` in the prediction (not for DeepSpeed v0.3's ZeRO-3 replay)."""
     check_run(run)
     run = framework.resolve(run)      # what the run leaves open (ZeRO, sequence parallelism, the loss) as the stack runs it
     full = run
@@ -169,8 +174,12 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     bw = comm.group_bandwidths(L, hw, run.gpus_per_node or hw.per_node, framework.multi_nic_rings)
     k = kernels(run, hw, eff, framework, bw)
     if L.zero == 3 and L.pp == 1:
-        T, bd = zero3_step(run, hw, eff, framework, k, plan.m, bw, notes)
-        return _finish(full, hw, eff, T, bd, plan, notes, (run.model.layers,))
+        streams: list | None = [] if timeline else None
+        T, bd = zero3_step(run, hw, eff, framework, k, plan.m, bw, notes, streams)
+        segs = None
+        if streams is not None and framework.zero3_runtime != "deepspeed-0.3":
+            segs = (streams, [optimizer_segment("compute", T - bd.optimizer_s, bd.optimizer_s)])
+        return _finish(full, hw, eff, T, bd, plan, notes, (run.model.layers,), segs)
     costs = stage_costs(run, hw, eff, framework, plan, k, bw)
     sched = plan.schedule
     unit = (_overlapped_unit(costs.durations, costs.a2a_fb) if sched.units and any(a or b for a, b in costs.a2a_fb)
@@ -184,4 +193,10 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) -> Pr
     bd = _breakdown(plan, trace, costs, unit, ends, notes)
     if len(set(plan.layers)) > 1:
         notes.append(f"uneven stages: {min(plan.layers)} to {max(plan.layers)} layers per chunk")
-    return _finish(full, hw, eff, max(e.end for e in ends), bd, plan, notes, plan.layers)
+    segs = None
+    if timeline:
+        lasts = [e.end - e.exposed - e.optimizer for e in ends]
+        segs = (pipeline_segments(sched.orders, trace.starts, trace.ends,
+                                  [(last, e.exposed) for last, e in zip(lasts, ends)]),
+                [optimizer_segment(device_track(d), e.end - e.optimizer, e.optimizer) for d, e in enumerate(ends)])
+    return _finish(full, hw, eff, max(e.end for e in ends), bd, plan, notes, plan.layers, segs)

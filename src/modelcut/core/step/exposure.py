@@ -40,7 +40,8 @@ def exposed_tp(tp: float, gemm: float, overlapped: bool) -> float:
 
 
 def prefetch_timeline(tasks: Sequence[tuple[float, float, bool]],
-                      after: Sequence[tuple[int, float]] = ()) -> tuple[float, float]:
+                      after: Sequence[tuple[int, float]] = (),
+                      record: list | None = None) -> tuple[float, float]:
     """A compute stream running ``tasks`` in order, each (gather, compute, prefetched): its
     weights must first be all-gathered (``gather`` seconds, 0 if none) on one communication
     stream.
@@ -49,7 +50,8 @@ def prefetch_timeline(tasks: Sequence[tuple[float, float, bool]],
     ZeRO-3 and FSDP prefetch); otherwise when the task is reached. ``after`` lists (task index,
     seconds) collectives issued on the same stream when that task ends (gradient
     reduce-scatters). Requests are served in the order issued. Returns (compute end,
-    communication end)."""
+    communication end). ``record``, when given, receives every span as (what, task index, start,
+    end), what being "gather", "compute" or "after" (a collective issued at the task's end)."""
     n = len(tasks)
     comm_free = 0.0
     t = 0.0
@@ -61,8 +63,11 @@ def prefetch_timeline(tasks: Sequence[tuple[float, float, bool]],
     def issue(i: int, when: float) -> None:
         nonlocal comm_free
         if i < n and gather_done[i] is None:
-            comm_free = max(comm_free, when) + tasks[i][0]
+            begin = max(comm_free, when)
+            comm_free = begin + tasks[i][0]
             gather_done[i] = comm_free
+            if record is not None and tasks[i][0] > 0:
+                record.append(("gather", i, begin, comm_free))
 
     for i in range(n):
         issue(i, t)
@@ -70,6 +75,11 @@ def prefetch_timeline(tasks: Sequence[tuple[float, float, bool]],
         if i + 1 < n and tasks[i + 1][2]:
             issue(i + 1, start)
         t = start + tasks[i][1]
+        if record is not None:
+            record.append(("compute", i, start, t))
         for dur in pending_after.get(i, ()):
-            comm_free = max(comm_free, t) + dur
+            begin = max(comm_free, t)
+            comm_free = begin + dur
+            if record is not None:
+                record.append(("after", i, begin, comm_free))
     return t, comm_free

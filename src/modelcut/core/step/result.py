@@ -67,6 +67,7 @@ class Prediction:
     pipeline_method: str = ""   # "simulation" or "closed form (equal to the simulation)"
     plan: PipelinePlan | None = field(default=None, repr=False, compare=False)
     flushes: int = 1            # pipeline schedule runs per step, each of ``microbatches``
+    timeline: tuple = field(default=(), repr=False, compare=False)   # :class:`.timeline.Segment` s, when asked
 
     def __post_init__(self) -> None:
         for name in ("step_time_s", "tflops_per_gpu", "mfu", "flops_per_step", "eta"):

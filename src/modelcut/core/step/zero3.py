@@ -16,6 +16,7 @@ from . import deepspeed_stage3 as ds
 from .exposure import exposed_tp, prefetch_timeline
 from .frameworks import Framework
 from .layers import LayerTime, PassTime, dense_linears
+from .timeline import stream_segments
 from .result import DefaultBreakdown
 from ..costs import fp8 as fp8_mod
 from .data_parallel import dp_collective, fsdp2_copies, run_residency
@@ -23,11 +24,13 @@ from .stage_costs import Kernels, a2a_time, moe_a2a
 
 
 def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernels, m: int,
-               bw: dict[str, float], notes: list[str]) -> tuple[float, DefaultBreakdown]:
+               bw: dict[str, float], notes: list[str],
+               timeline: list | None = None) -> tuple[float, DefaultBreakdown]:
     """ZeRO-3 / FSDP without a pipeline: a compute stream of modules, each waiting for its
     weights' all-gather on one communication stream that prefetches the next module's
     (``param_gather``) and reduce-scatters each module's gradients after its backward, every
-    micro-batch (DeepSpeed ZeRO-3 always; FSDP unless ``no_sync`` is used)."""
+    micro-batch (DeepSpeed ZeRO-3 always; FSDP unless ``no_sync`` is used). ``timeline``, when
+    given, receives the two streams' :class:`.timeline.Segment` s (not DeepSpeed v0.3's replay)."""
     model, L = run.model, run.layout
     t = L.tp
     ov = fw.overlap
@@ -84,7 +87,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
                                                        (p_dense, p_moe, p_emb, p_out),
                                                        moe_a2a(moe_lt, a2a_time(run, hw, eff, fw), run.training.recompute,
                                                                fw, hw) if moe_lt is not None else (0.0, 0.0),
-                                                       gather_layer, (copy_out, copy_in, layer_b), resid)
+                                                       gather_layer, (copy_out, copy_in, layer_b), resid, timeline)
         notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
         if copy_out(p_dense) > 0:
             notes.append("ZeRO-3: FSDP2's all-gather copy-out and reduce-scatter copy-in on the compute stream")
@@ -100,7 +103,8 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
                    emb: tuple[PassTime, PassTime], loss: tuple[PassTime, PassTime], m: int, gather, rs, exposed,
                    sizes: tuple[float, float, float, float],
                    a2a: tuple[float, float] = (0.0, 0.0), gather_layer=None,
-                   copies=None, resid: Residency | None = None) -> tuple[float, float, float]:
+                   copies=None, resid: Residency | None = None,
+                   timeline: list | None = None) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
     reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`),
@@ -114,7 +118,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     a layer's gathered bytes per weight), the seconds FSDP2's copies add to the compute stream after
     each gather and before each reduce-scatter (:mod:`..costs.residency`; None: none), counted in
     the step but not in the compute seconds. ``resid``: the run's residency (:func:`.data_parallel.run_residency`;
-    None: found here).
+    None: found here). ``timeline``: where to put the two streams' segments (:func:`.timeline.stream_segments`).
     Returns (seconds to the end of the last collective, compute seconds, all-to-all seconds)."""
     p_dense, p_moe, p_emb, p_out = sizes
     gather_layer = gather_layer or gather          # a layer's weights (FP8 where gathered so)
@@ -129,9 +133,10 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     copy_out, copy_in, layer_b = copies or (lambda params, per=0.0: 0.0, lambda params: 0.0, BF16_BYTES)
     tasks: list[tuple[float, float, bool]] = []
     after: list[tuple[int, float]] = []
+    labels: list[tuple[str, str]] = []     # (name, kind) of each task, for a timeline
     a2a_total = copies_total = 0.0
 
-    def task(gathered: bool, params, compute: float, prefetch: bool, reduced: bool = False,
+    def task(label: str, gathered: bool, params, compute: float, prefetch: bool, reduced: bool = False,
              layer: bool = False) -> None:
         """A unit on the compute stream (a transformer ``layer`` or not): its gather (if any), its
         compute, FSDP2's copy-out after the gather and copy-in before its reduce-scatter
@@ -142,6 +147,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
         copies_total += extra
         g = ((gather_layer if layer else gather)(params)) if gathered else 0.0
         tasks.append((g, compute + extra, prefetch))
+        labels.append((label, "backward" if label.endswith(" backward") else "forward"))
         if reduced:
             after.append((len(tasks) - 1, rs(params)))
 
@@ -149,14 +155,15 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
         gather_fwd = mb == 0 or reshard
         reduce = not once or mb == m - 1
         # Forward: embedding, layers, loss (the loss uses the (tied) output weights).
-        task(gather_fwd, p_emb, exposed(emb[0]), pf_f)
+        task(f"embedding, micro-batch {mb} forward", gather_fwd, p_emb, exposed(emb[0]), pf_f)
         for i in range(model.layers):
             is_moe = flops.is_moe_layer(model, i)
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
             x = a2a[0] if is_moe else 0.0
             a2a_total += x
-            task(gather_fwd, pp_, exposed(lt.fwd) + x, pf_f, layer=True)
-        task(gather_fwd, p_out, exposed(loss[0]) + exposed(loss[1]), pf_f, reduce)
+            task(f"layer {i}, micro-batch {mb} forward", gather_fwd, pp_, exposed(lt.fwd) + x, pf_f, layer=True)
+        task(f"output layer and loss, micro-batch {mb}", gather_fwd, p_out,
+             exposed(loss[0]) + exposed(loss[1]), pf_f, reduce)
         for i in reversed(range(model.layers)):
             is_moe = flops.is_moe_layer(model, i)
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
@@ -165,15 +172,19 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
             # One gather serves the recomputed forward and the backward that follows it
             # (DeepSpeed keeps weights reused within stage3_max_reuse_distance; FSDP recomputes
             # inside the unit's backward, its weights gathered).
-            task(reshard, pp_, exposed(lt.recompute) + exposed(lt.bwd) + x, pf_b, reduce, layer=True)
-        task(reshard, p_emb, exposed(emb[1]), pf_b, reduce)
+            task(f"layer {i}, micro-batch {mb} backward", reshard, pp_, exposed(lt.recompute) + exposed(lt.bwd) + x,
+                 pf_b, reduce, layer=True)
+        task(f"embedding, micro-batch {mb} backward", reshard, p_emb, exposed(emb[1]), pf_b, reduce)
     compute_total = sum(c for _, c, _ in tasks) - a2a_total - copies_total
     if not ov.grad_reduce:
         rs_total = sum(d for _, d in after)
         after = []
     else:
         rs_total = 0.0
-    end_c, end_comm = prefetch_timeline(tasks, after)
+    events: list | None = [] if timeline is not None else None
+    end_c, end_comm = prefetch_timeline(tasks, after, events)
+    if timeline is not None:
+        timeline += stream_segments(labels, events, rs_total)
     return max(end_c, end_comm) + rs_total, compute_total, a2a_total
 
 
