@@ -130,3 +130,22 @@ def test_deepspeeds_replay_has_no_timeline_and_says_so(tmp_path, capsys):
     assert main(["predict", "--run", "zero3-174.6b-384", "--trace", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "keeps no timeline" in err[0] and not out.exists()
+
+
+def test_explore_writes_the_picked_layouts_step(tmp_path, capsys):
+    """explore --trace writes the --pick-th ranked layout's step, predicted again with its
+    timeline on the stack the search ranked it with: its last span ends at the ranked step time."""
+    out = tmp_path / "best.json"
+    argv = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "8192",
+            "--global-batch-tokens", "1M", "--framework", "torchtitan", "--top", "3", "--json"]
+    assert main(argv + ["--pick", "2", "--trace", str(out)]) == 0
+    ranked = json.loads(capsys.readouterr().out)["layouts"]
+    trace = json.loads(out.read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(ranked[1]["step_time_s"] * 1e6, rel=1e-9)
+    assert trace["otherData"]["rank"] == 2 and trace["otherData"]["layout"]["step_time_s"] == ranked[1]["step_time_s"]
+    for extra, words in ((["--mode", "seed"], "the default model's"), (["--pick", "99"], "--pick must be in")):
+        assert main(argv + extra + ["--trace", str(tmp_path / "x.json")]) == 2
+        assert words in capsys.readouterr().err
+    assert main(["explore", "--run", "megatron-1t", "--trace", str(tmp_path / "x.json")]) == 2
+    assert "predict --run ID --trace" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -18,6 +19,7 @@ from ..core.costs.context import CP_KINDS
 from ..core.errors import ModelcutError
 from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
+from ..export import chrome_trace
 from ..export import emit as emitter
 from ..service import inputs
 from ..service import requests
@@ -26,7 +28,7 @@ from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, ExploreResult, Prec
                                catalog_summary, check_row, fastest, gpu_counts, gpu_pareto, precision_requests,
                                run_explore, run_explore_each, run_explore_range, why_text)
 from .app import app
-from .common import limit_option, limits, parse
+from .common import check_writable, limit_option, limits, parse, write_file
 
 GB = 1e9
 
@@ -38,6 +40,19 @@ def _emit(ranked: list, emit: str, pick: int) -> None:
     if not 1 <= pick <= len(ranked):
         raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
     print(emitter.EMITTERS[emit](ranked[pick - 1]))
+
+
+def _write_trace(res: ExploreResult | None, pick: int, path: Path) -> None:
+    """Write the ``pick``-th ranked layout's predicted step as a Chrome trace (``--trace``)."""
+    if res is None:
+        raise ModelcutError("no layout fits; nothing to trace")
+    e, pred = res.timeline(pick)
+    req = res.request
+    label = (f"{req.model.name} on {req.gpus:,} × {req.hw.name}, layout #{pick}: {_describe(e)} "
+             f"({res.framework.name}, {req.space.precision}), predicted step {pred.step_time_s:.4f} s")
+    meta = {"step_time_s": pred.step_time_s, "rank": pick, "layout": e.as_dict(), "notes": list(pred.notes),
+            "generator": "modelcut explore --trace (the default model's timeline: core/step/timeline.py)"}
+    write_file(path, json.dumps(chrome_trace.step_trace(pred.timeline, label, meta)))
 
 
 #: Terminal width the tables are laid out for.
@@ -111,7 +126,10 @@ def explore(
     as_json: bool = typer.Option(False, "--json", help="print JSON: {layouts: [...]} sorted by step time"),
     emit: Optional[str] = typer.Option(None, "--emit", help="print the chosen layout's launch settings: megatron, "
                                                             "torchtitan or nemo"),
-    pick: int = typer.Option(1, "--pick", help="which ranked layout --emit prints (1 = the best)"),
+    pick: int = typer.Option(1, "--pick", help="which ranked layout --emit prints and --trace writes (1 = the best)"),
+    trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
+                                         help="write the picked layout's predicted step as a Chrome trace-event "
+                                              "JSON (Perfetto), as predict --trace does"),
     mode: str = typer.Option("default", "--mode", help="step-time model: default (the physics model) or seed "
                              "(the deck's model, faster)"),
     framework: Optional[str] = typer.Option(None, "--framework", help="the training stack (a preset or another name "
@@ -162,6 +180,12 @@ def explore(
         raise ModelcutError(f"--emit must be one of {', '.join(emitter.EMITTERS)}, got {emit!r}")
     if not 0 <= pareto_within <= 1:
         raise ModelcutError(f"--pareto-within must be a fraction in [0, 1], got {pareto_within}")
+    if trace is not None:
+        if run is not None:
+            raise ModelcutError("--trace with --run: predict --run ID --trace FILE writes the published layout's step")
+        if mode == "seed":
+            raise ModelcutError("a step's timeline (--trace) is the default model's; the seed mode sums terms")
+        check_writable(trace)
     if run is not None:
         given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
                                 ("--global-batch-tokens", global_batch_tokens),
@@ -218,6 +242,8 @@ def explore(
             results = [run_explore(req, progress)]
         else:
             results = run_explore_range(req, gpu_counts(lo, hi, gpus_per_node or hw.per_node), progress)
+    if trace is not None:
+        _write_trace(fastest(results), pick, trace)
     if emit is not None:
         res = fastest(results)
         _emit(res.layouts if res is not None else [], emit, pick)

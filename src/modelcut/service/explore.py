@@ -40,6 +40,7 @@ from ..core.specs import Hardware, ModelSpec, Run, Training, recipe_among
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.frameworks import Framework
+from ..core.step.result import Prediction
 from . import inputs
 from .limits import DEFAULT, Limits
 from .predict import efficiency_for
@@ -223,6 +224,29 @@ class ExploreResult:
             out["text"] = (f"{q}: no layout of the searched space is like it ({ex.gpus:,} GPUs; schedules, "
                            "micro-batch sizes, chunks, tensor parallelism within a node: see the options)")
         return out
+
+    def picked(self, pick: int) -> Evaluated:
+        """The ``pick``-th ranked layout (1 = the best), or a one-line error."""
+        ranked = self.exploration.layouts
+        if not ranked:
+            raise ModelcutError("no layout fits; nothing to pick")
+        if isinstance(pick, bool) or not isinstance(pick, int) or not 1 <= pick <= len(ranked):
+            raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
+        return ranked[pick - 1]
+
+    def timeline(self, pick: int = 1) -> tuple[Evaluated, Prediction]:
+        """The ``pick``-th ranked layout and its step predicted again with its timeline
+        (:mod:`..core.step.timeline`), on the stack and constants the search ranked it with: the
+        same step time."""
+        e = self.picked(pick)
+        if self.request.mode != "default" or self.framework is None:
+            raise ModelcutError("a step's timeline (--trace) is the default model's; the seed mode sums terms")
+        pred = step_predict(e.run, self.request.hw, "default", efficiency=efficiency_for(self.request.hw),
+                            framework=self.framework, timeline=True)
+        if not pred.timeline:
+            raise ModelcutError(f"{self.framework.name} is timed by replaying DeepSpeed v0.3's hooks, which keeps "
+                                "no timeline (--trace)")
+        return e, pred
 
     def none_reason(self) -> str | None:
         """Why the search ranked no layout (None when it ranked some): the stack runs none of the
