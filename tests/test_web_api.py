@@ -559,3 +559,25 @@ def test_refusals_say_what_they_refused(client):
     assert r.status_code == 422 and r.headers["modelcut-refusal"] == "limit"
     r = client.post("/api/upload-config", files={"file": ("config.json", b"{not json")})
     assert r.status_code == 400 and r.headers["modelcut-refusal"] == "content"
+
+
+def test_the_api_writes_the_predicted_step_as_a_trace(client, monkeypatch):
+    """POST /api/predict/trace answers predict --trace's Chrome trace for the same body POST
+    /api/predict takes: its last span ends at that prediction's step time; the seed mode, several
+    precisions and a trace over the server's span cap are 422 with one line."""
+    from modelcut.web import requests as web_requests
+    body = {"model": "llama3-70b", "gpu": "h100", "layout": {"tp": 4, "pp": 4, "dp": 4, "vpp": 5},
+            "training": {"seq_len": 8192, "global_batch": 64}, "framework": "nemo"}
+    step = client.post("/api/predict", json=body).json()["step_time_s"]
+    r = client.post("/api/predict/trace", json=body)
+    assert r.status_code == 200, r.text
+    spans = [e for e in r.json()["traceEvents"] if e["ph"] == "X"]
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(step * 1e6, rel=1e-9)
+    assert r.json()["otherData"]["step_time_s"] == step
+    for change, words in (({"mode": "seed", "framework": None}, "the default model's"),
+                          ({"precisions": ["bf16", "fp8"]}, "one precision")):
+        r = client.post("/api/predict/trace", json={**body, **change})
+        assert r.status_code == 422 and words in r.json()["detail"] and "\n" not in r.json()["detail"]
+    monkeypatch.setattr(web_requests, "MAX_TRACE_SPANS", 10)
+    r = client.post("/api/predict/trace", json=body)
+    assert r.status_code == 422 and "spans, over the server's 10" in r.json()["detail"]

@@ -184,7 +184,7 @@ def explore(
         if run is not None:
             raise ModelcutError("--trace with --run: predict --run ID --trace FILE writes the published layout's step")
         if mode == "seed":
-            raise ModelcutError("a step's timeline (--trace) is the default model's; the seed mode sums terms")
+            raise ModelcutError("a step's timeline is the default model's; the seed mode sums terms")
         check_writable(trace)
     if run is not None:
         given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),

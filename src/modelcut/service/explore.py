@@ -240,7 +240,7 @@ class ExploreResult:
         same step time."""
         e = self.picked(pick)
         if self.request.mode != "default" or self.framework is None:
-            raise ModelcutError("a step's timeline (--trace) is the default model's; the seed mode sums terms")
+            raise ModelcutError("a step's timeline is the default model's; the seed mode sums terms")
         pred = step_predict(e.run, self.request.hw, "default", efficiency=efficiency_for(self.request.hw),
                             framework=self.framework, timeline=True)
         if not pred.timeline:

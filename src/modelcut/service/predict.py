@@ -227,7 +227,7 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
         if req.framework is not None or req.overlap is not None or req.profile is not None or req.budget:
             raise ModelcutError("--framework, --overlap, --profile and --budget apply to --mode default")
         if req.timeline:
-            raise ModelcutError("a step's timeline (--trace) is the default model's; the seed mode sums terms")
+            raise ModelcutError("a step's timeline is the default model's; the seed mode sums terms")
         pred = step_predict(run, hw, "seed", eta=seed_eta() if req.eta is None else req.eta)
         fw = None
     else:
@@ -298,10 +298,12 @@ def predict_each_precision(req: PredictRequest, precisions: list[str],
                                          limits) for p in precisions])
 
 
-def predict_input(inp: PredictInput, limits: Limits | None = None) -> PredictResult | PrecisionPredictions:
+def predict_input(inp: PredictInput, limits: Limits | None = None,
+                  timeline: bool = False) -> PredictResult | PrecisionPredictions:
     """The use case from a validated request (``POST /api/predict``): the run built from its
     model, layout and batch, then :func:`predict`, or the run at each of ``precisions``
-    (:func:`predict_each_precision`)."""
+    (:func:`predict_each_precision`); ``timeline`` keeps the step's timeline (one precision only:
+    ``POST /api/predict/trace``)."""
     lim = limits or DEFAULT
     spec = model_choice(inp.model, inp.hf_config, inp.model_spec, lim)
     hw = catalog.hardware(inp.gpu)
@@ -315,7 +317,10 @@ def predict_input(inp: PredictInput, limits: Limits | None = None) -> PredictRes
     check_sizes(run, lim)
     check_run(run)
     overlap = inp.overlap.model_dump(exclude_none=True) if inp.overlap is not None else None
-    req = PredictRequest(run, mode=inp.mode, eta=inp.eta, framework=inp.framework, overlap=overlap)
+    req = PredictRequest(run, mode=inp.mode, eta=inp.eta, framework=inp.framework, overlap=overlap,
+                         timeline=timeline)
     if inp.precisions:
+        if timeline:
+            raise ModelcutError("a step's trace takes one precision; give precision alone, not precisions")
         return predict_each_precision(replace(req, fp8_recipe=recipe), list(inp.precisions), lim)
     return predict(req, lim)

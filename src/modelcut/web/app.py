@@ -237,6 +237,11 @@ def create_app(*, max_ops: int = MAX_OPS, max_layouts: int = MAX_LAYOUTS, max_bo
     def api_predict(req: schemas.PredictRequest) -> Response:
         return _json(requests.predict(req, limits))
 
+    @app.post("/api/predict/trace", response_model=None, responses={200: {"model": schemas.TraceResponse}, **ERRORS},
+              summary="The predicted step as a Chrome trace-event JSON for Perfetto (`modelcut predict --trace`)")
+    def api_predict_trace(req: schemas.PredictRequest) -> Response:
+        return _json(requests.predict_trace(req, limits))
+
     @app.post("/api/explore", response_model=None,
               responses={200: {"model": schemas.ExploreAnswer}, **ERRORS, **BUSY},
               summary="Rank the layouts that fit (`modelcut explore --json`)")

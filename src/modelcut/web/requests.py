@@ -14,6 +14,7 @@ from fastapi import HTTPException
 
 from ..core.errors import ModelcutError
 from ..core.sim.run import PipelineResult
+from ..export import chrome_trace
 from ..service import catalog_info, inputs, predict as service_predict, simulate as simulation, validation
 from ..service.explore import explore_input
 from ..service.limits import Limits
@@ -48,6 +49,22 @@ def catalog_listing() -> dict[str, Any]:
 
 def predict(req: PredictInput, limits: Limits) -> dict:
     return service_predict.predict_input(req, limits).as_dict()
+
+
+#: The most spans a step's trace the server writes (``POST /api/predict/trace``); ``modelcut predict
+#: --trace`` writes any.
+MAX_TRACE_SPANS = 200_000
+
+
+def predict_trace(req: PredictInput, limits: Limits) -> dict:
+    """The predicted step as a Chrome trace (``modelcut predict --trace``), refused in one line
+    over :data:`MAX_TRACE_SPANS` spans."""
+    result = service_predict.predict_input(req, limits, timeline=True)
+    spans = len(result.prediction.timeline)
+    if spans > MAX_TRACE_SPANS:
+        raise ModelcutError(f"the step's trace holds {spans:,} spans, over the server's {MAX_TRACE_SPANS:,}: "
+                            "write it with modelcut predict --trace")
+    return chrome_trace.step_trace(result.prediction.timeline, result.trace_label(), result.trace_metadata())
 
 
 def explore_checks(req: ExploreInput, limits: Limits) -> None:

@@ -147,6 +147,16 @@ class PredictAnswer(RootModel[Union[PredictResponse, PrecisionPredictionsRespons
     ``precisions``."""
 
 
+class TraceResponse(BaseModel):
+    """``modelcut predict --trace``: Chrome's trace-event format (one process, a track per pipeline
+    rank or stream, a complete event per span; Perfetto opens it)."""
+
+    traceEvents: list[dict[str, Any]] = Field(description="metadata events naming the tracks, then one complete "
+                                                          "event (ph X, ts and dur in µs) per span")
+    displayTimeUnit: str
+    otherData: dict[str, Any] = Field(description="the prediction's figures and notes")
+
+
 class ExploreResponse(BaseModel):
     """``modelcut explore --json``: see ``modelcut.service.explore``."""
 
