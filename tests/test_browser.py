@@ -7,6 +7,7 @@ and checks what it shows against the JSON API; screenshots go to artifacts/scree
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import threading
@@ -557,4 +558,25 @@ def test_a_search_with_no_layout_says_why_on_the_page(server, page):
     text = page.inner_text("#why")
     assert "megatron-2022 runs none of the" in text and "mixture-of-experts" in text
     assert "fits in memory" not in text
+    assert not page.errors
+
+
+def test_the_picked_layouts_step_downloads_as_a_trace(server, page):
+    """The detail's trace button saves the picked layout's predicted step (POST /api/predict/trace
+    with the layout's knobs): a Chrome trace whose last span ends at the step time the table ranks
+    the layout by, its tracks the pipeline ranks."""
+    page.goto(server + "/explorer?model=gpt-1.7b&gpu=a100-sxm4-80gb&gpus=8&seq=2048&tokens=131072&top=20")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    ans = api(server, "/api/explore", EXPLORE)
+    k = next(i for i, x in enumerate(ans["layouts"]) if x["pp"] > 1)
+    page.locator("[data-testid=layouts] tbody tr").nth(k).click()
+    page.wait_for_selector("[data-testid=trace]")
+    with page.expect_download() as dl:
+        page.click("[data-testid=trace]")
+    trace = json.loads(Path(dl.value.path()).read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(ans["layouts"][k]["step_time_s"] * 1e6, rel=1e-9)
+    tracks = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"]
+    assert tracks == [f"pipeline rank {d}" for d in range(ans["layouts"][k]["pp"])]
+    assert dl.value.suggested_filename == f"modelcut-step-layout-{k + 1}.json"
     assert not page.errors

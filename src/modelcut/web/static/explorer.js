@@ -11,6 +11,7 @@
   const LIMIT = '#b3261e';   // the memory limit's mark: a solid red line, not a dashed one (no menu look-alike)
   let hfConfig = null;
   let last = null;
+  let lastBody = null;   // the form's body behind ``last``: its model (catalog name or config) for a trace
   let hardware = {};
   let stackRecipes = {};
 
@@ -152,6 +153,7 @@
       renderPrecisions(ans);
       const shown = ans.searches ? ans.searches[Math.max(0, ans.precisions.indexOf(ans.fastest))] : ans;
       last = shown;
+      lastBody = body;
       render(shown, secs);
     } catch (e) {
       showError(e.message);
@@ -324,6 +326,11 @@
     } else {
       actions.append(h('span', {class: 'muted', text: 'No pipeline in this layout (pp = 1).'}));
     }
+    const traceBtn = h('button', {type: 'button', class: 'button', 'data-testid': 'trace',
+      text: 'Download its step as a trace (Perfetto)',
+      title: 'the predicted step as a Chrome trace-event file: open it at ui.perfetto.dev'});
+    traceBtn.addEventListener('click', () => downloadTrace(ans, x, traceBtn));
+    actions.append(traceBtn);
     d.append(actions);
     // Mesh.
     const meshBox = h('section', {}, [h('h3', {text: 'Device mesh'}), h('p', {class: 'muted small', text: 'loading…'})]);
@@ -336,6 +343,39 @@
       renderMesh(meshBox, mesh);
     } catch (e) {
       meshBox.lastChild.textContent = e.message;
+    }
+  }
+
+  /** The POST /api/predict body of a ranked layout: the search's model and stack, the layout's knobs. */
+  function predictBody(body, ans, x) {
+    const out = {gpu: ans.hardware.name, framework: ans.framework, mode: ans.mode};
+    if (body.hf_config) out.hf_config = body.hf_config; else out.model = body.model;
+    const layout = {tp: x.tp, cp: x.cp, pp: x.pp, dp: x.dp, vpp: x.vpp, zero: x.zero, schedule: x.schedule,
+                    order: x.order, sequence_parallel: x.sequence_parallel};
+    if (x.ep > 1) Object.assign(layout, {ep: x.ep, etp: x.etp});
+    if (x.cp > 1) layout.cp_kind = x.cp_kind;
+    const training = {seq_len: ans.seq, global_batch: ans.global_batch, micro_batch: x.micro_batch,
+                      recompute: x.recompute_modules ? 'selective' : x.recompute, precision: ans.precision};
+    if (x.recompute_modules) training.recompute_modules = x.recompute_modules;
+    if (ans.fp8_recipe) training.fp8_recipe = ans.fp8_recipe;
+    return Object.assign(out, {layout, training});
+  }
+
+  /** Ask the server for the layout's predicted step as a Chrome trace and save it as a file. */
+  async function downloadTrace(ans, x, btn) {
+    btn.disabled = true;
+    try {
+      const trace = await api('POST', '/api/predict/trace', predictBody(lastBody, ans, x));
+      const url = URL.createObjectURL(new Blob([JSON.stringify(trace)], {type: 'application/json'}));
+      const a = h('a', {href: url, download: `modelcut-step-layout-${x.rank}.json`});
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 1000);
+    } catch (e) {
+      showError(e.message);
+    } finally {
+      btn.disabled = false;
     }
   }
 
