@@ -98,9 +98,11 @@ def test_the_streams_of_a_prefetch_timeline_are_its_times():
 def test_predict_writes_the_step_as_a_chrome_trace(tmp_path, capsys):
     out = tmp_path / "step.json"
     assert main(["predict", str(DATA / "llama3-70b-64-h100.toml"), "--trace", str(out), "--json"]) == 0
-    pred = json.loads(capsys.readouterr().out)          # stdout stays the prediction's JSON
+    cap = capsys.readouterr()
+    pred = json.loads(cap.out)                          # stdout stays the prediction's JSON
     trace = json.loads(out.read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert f"wrote {out}: {len(spans):,} spans on 4 tracks" in cap.err
     threads = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"]
     assert threads == [f"pipeline rank {d}" for d in range(4)]
     assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(pred["step_time_s"] * 1e6, rel=1e-9)

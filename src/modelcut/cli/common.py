@@ -4,6 +4,7 @@ and the progress bar of commands that run over a few seconds."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -46,6 +47,15 @@ def write_file(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ModelcutError(f"{path}: cannot write ({exc.strerror})") from None
+
+
+def write_trace(path: Path, trace: dict) -> None:
+    """Write a step's Chrome trace (``--trace``) and say on stderr what it holds, so that stdout
+    stays the command's own answer (``--json``)."""
+    write_file(path, json.dumps(trace))
+    spans = sum(e.get("ph") == "X" for e in trace["traceEvents"])
+    tracks = sum(e.get("name") == "thread_name" for e in trace["traceEvents"])
+    print(f"wrote {path}: {spans:,} spans on {tracks} tracks (open it at ui.perfetto.dev)", file=sys.stderr)
 
 
 def parse(model, data: dict, lim: Limits, names: dict[str, str] | None = None):

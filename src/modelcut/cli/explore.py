@@ -28,7 +28,7 @@ from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, ExploreResult, Prec
                                catalog_summary, check_row, fastest, gpu_counts, gpu_pareto, precision_requests,
                                run_explore, run_explore_each, run_explore_range, why_text)
 from .app import app
-from .common import check_writable, limit_option, limits, parse, write_file
+from .common import check_writable, limit_option, limits, parse, write_trace
 
 GB = 1e9
 
@@ -52,7 +52,7 @@ def _write_trace(res: ExploreResult | None, pick: int, path: Path) -> None:
              f"({res.framework.name}, {req.space.precision}), predicted step {pred.step_time_s:.4f} s")
     meta = {"step_time_s": pred.step_time_s, "rank": pick, "layout": e.as_dict(), "notes": list(pred.notes),
             "generator": "modelcut explore --trace (the default model's timeline: core/step/timeline.py)"}
-    write_file(path, json.dumps(chrome_trace.step_trace(pred.timeline, label, meta)))
+    write_trace(path, chrome_trace.step_trace(pred.timeline, label, meta))
 
 
 #: Terminal width the tables are laid out for.

@@ -20,7 +20,7 @@ from ..service import inputs
 from ..service.requests import PredictOptions
 from .app import app, fail
 from .calibrate import NO_FLAGS, show_default_table, show_user_table, write_text
-from .common import check_writable, limit_option, limits, parse, progress, write_file
+from .common import check_writable, limit_option, limits, parse, progress, write_trace
 from .views import console, show_prediction, show_precisions
 
 _MODE_HELP = f"model mode: {', '.join(MODES)}"
@@ -214,8 +214,8 @@ def predict(
             fp8_recipe=fp8_recipe, timeline=trace is not None), lim)
     if trace is not None:
         from ..export import chrome_trace
-        write_file(trace, json.dumps(chrome_trace.step_trace(result.prediction.timeline, result.trace_label(),
-                                                             result.trace_metadata())))
+        write_trace(trace, chrome_trace.step_trace(result.prediction.timeline, result.trace_label(),
+                                                   result.trace_metadata()))
     if as_json:
         print(json.dumps(result.as_dict()))
         return
