@@ -149,3 +149,29 @@ def test_bad_arguments(kw, msg):
     args = dict(micro_batch=1, seq=4096, cp=4, kind="ring", bw=1e9, attention_flops_per_s=1e12) | kw
     with pytest.raises(ModelcutError, match=msg):
         context.cp_attention(LLAMA, **args)
+
+
+@given(cp=st.sampled_from([2, 4, 8, 16]), t=st.sampled_from([1, 2, 4, 8]), b=st.integers(1, 4),
+       seq_k=st.integers(1, 16))
+def test_the_ring_merges_its_steps_results_and_the_gather_does_not(cp, t, b, seq_k):
+    """Ring attention merges each step's partial output (forward) and dQ, dK, dV (backward): 3 passes
+    of 16 bits (read the step's result and the sum, write the sum) over the busiest rank's b·s rows
+    of its query heads, and its K and V widths in the backward (Transformer Engine's
+    AttnFuncWithCPAndKVP2P). A layer with the ring form moves exactly these bytes more than with the
+    all-gather form, which runs one attention over the gathered keys and merges nothing."""
+    from modelcut.core.costs.kernels import Efficiency
+    from modelcut.core.step.layers import LayerSetup, layer_time
+    model = catalog.model("llama3-70b")
+    seq = 2 * cp * 64 * seq_k
+    f, bwd = context.ring_merge_bytes(model, b, seq, cp, t)
+    q = model.heads // t * model.d_head
+    assert f == b * seq * q * 3 * 2
+    assert bwd == b * seq * (q + 2 * context.kv_width_per_rank(model, t)) * 3 * 2
+    assert context.ring_merge_bytes(model, b, seq, 1, t) == (0.0, 0.0)
+    hw, eff = catalog.hardware("h100"), Efficiency(0.85, 0.85, 1.0)
+    base = dict(micro_batch=b, seq_len=seq, tp=t, cp=cp, attention="flash2", cp_bw=hw.link_bw)
+    ring = layer_time(model, LayerSetup(**base, cp_kind="ring"), hw, eff)
+    gather = layer_time(model, LayerSetup(**base, cp_kind="allgather"), hw, eff)
+    from modelcut.core.costs.kernels import mem_time
+    assert ring.fwd.memory - gather.fwd.memory == pytest.approx(mem_time(f, hw, eff), rel=1e-9)
+    assert ring.bwd.memory - gather.bwd.memory == pytest.approx(mem_time(bwd, hw, eff), rel=1e-9)

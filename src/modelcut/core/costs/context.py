@@ -225,6 +225,31 @@ def block_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int = 
     return micro_batch * (seq / cp) * 2 * kv_width_per_rank(model, t) * BYTES
 
 
+#: Bytes per element of one step's partial result that ring attention's merge moves: it reads the
+#: step's result and the running sum and writes the sum back, 16-bit each (Transformer Engine v2.8
+#: ``AttnFuncWithCPAndKVP2P``, transformer_engine/pytorch/attention/dot_product_attention/
+#: context_parallel.py: the forward's ``flash_attn_fwd_out_correction``, ``out.add_(out_per_step ·
+#: exp(lse_step − lse))``, jit-fused; the backward's ``dq.add_(dq_)`` and the travelling ``dkv``
+#: buffer's ``dk.add_(dk_)``, ``dv.add_(dv_)``, in the inputs' dtype outside FP8). The log-sum-exp
+#: merges, 4 bytes a head and token, are 1/d of it and left out.
+RING_MERGE_BYTES = 3 * BYTES
+
+
+def ring_merge_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int = 1) -> tuple[float, float]:
+    """(forward, backward) bytes ring attention's merges of its per-step results move on the
+    busiest rank for one layer and micro-batch (:data:`RING_MERGE_BYTES` an element): each of the
+    cp steps merges its queries' partial output (forward) and dQ (backward), and the backward adds
+    each step's dK, dV into the block that travels on. With the load-balanced split the busiest
+    rank (the last) runs every step on all of its b·s/cp queries: b·s rows in all, of the rank's
+    heads/t query heads (and its K, V widths for dK, dV). Zero without context parallelism."""
+    if cp <= 1:
+        return 0.0, 0.0
+    rows = micro_batch * seq
+    q = model.heads // t * model.d_head if model.heads >= t else model.d_head
+    kv = 2 * kv_width_per_rank(model, t)
+    return rows * q * RING_MERGE_BYTES, rows * (q + kv) * RING_MERGE_BYTES
+
+
 def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind: str, bw: float,
                  attention_flops_per_s: float, t: int = 1, alpha: float = 0.0, balanced: bool = True,
                  bwd_ratio: float = BWD_RATIO) -> CPAttention:

@@ -578,6 +578,9 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     att = layer_attention(model, setup, hw, eff)
     mem_f, mem_b, modules = _memory_bytes(model, setup, mlp, local_params)
     mem_f, mem_b = mem_f + casts[0], mem_b + casts[1]
+    if setup.cp_kind == "ring" and cp > 1:     # the ring's merges of its per-step results
+        merge_f, merge_b = context.ring_merge_bytes(model, setup.micro_batch, s, cp, setup.tp)
+        mem_f, mem_b = mem_f + merge_f, mem_b + merge_b
     if moe:
         perm_f, perm_b = moe_mod.permute_bytes(model, setup.micro_batch * s // cp, ep=ep, tp=setup.tp,
                                                etp=setup.etp, dispatch=setup.moe_dispatch)
