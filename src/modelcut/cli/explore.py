@@ -23,6 +23,7 @@ from ..export import chrome_trace
 from ..export import emit as emitter
 from ..service import inputs
 from ..service import requests
+from ..service.predict import SEED_HAS_NO_TIMELINE
 from ..service.requests import CheckIn, ExploreInput
 from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, ExploreResult, PrecisionSearches, catalog_request,
                                catalog_summary, check_row, fastest, gpu_counts, gpu_pareto, precision_requests,
@@ -33,13 +34,11 @@ from .common import check_writable, limit_option, limits, parse, write_trace
 GB = 1e9
 
 
-def _emit(ranked: list, emit: str, pick: int) -> None:
+def _emit(res: ExploreResult | None, emit: str, pick: int) -> None:
     """Print the launch settings of the ``pick``-th ranked layout (``--emit``)."""
-    if not ranked:
+    if res is None:
         raise ModelcutError("no layout fits; nothing to emit")
-    if not 1 <= pick <= len(ranked):
-        raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
-    print(emitter.EMITTERS[emit](ranked[pick - 1]))
+    print(emitter.EMITTERS[emit](res.picked(pick, "emit")))
 
 
 def _write_trace(res: ExploreResult | None, pick: int, path: Path) -> None:
@@ -184,7 +183,7 @@ def explore(
         if run is not None:
             raise ModelcutError("--trace with --run: predict --run ID --trace FILE writes the published layout's step")
         if mode == "seed":
-            raise ModelcutError("a step's timeline is the default model's; the seed mode sums terms")
+            raise ModelcutError(SEED_HAS_NO_TIMELINE)
         check_writable(trace)
     if run is not None:
         given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
@@ -246,7 +245,7 @@ def explore(
         _write_trace(fastest(results), pick, trace)
     if emit is not None:
         res = fastest(results)
-        _emit(res.layouts if res is not None else [], emit, pick)
+        _emit(res, emit, pick)
         return
     if len(reqs) > 1:
         if as_json:
@@ -286,7 +285,7 @@ def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None,
             results.append((rid, run_explore(req if check is None else replace(req, check=check))))
             bar.advance(task)
     if emit is not None:
-        _emit(results[0][1].layouts, emit, pick)
+        _emit(results[0][1], emit, pick)
         return
     if as_json:
         print(json.dumps(results[0][1].as_dict() if run_id != "all" else

@@ -43,7 +43,7 @@ from ..core.step.frameworks import Framework
 from ..core.step.result import Prediction
 from . import inputs
 from .limits import DEFAULT, Limits
-from .predict import efficiency_for
+from .predict import SEED_HAS_NO_TIMELINE, efficiency_for, no_timeline
 from .requests import ExploreInput
 
 GB = 1e9
@@ -225,11 +225,12 @@ class ExploreResult:
                            "micro-batch sizes, chunks, tensor parallelism within a node: see the options)")
         return out
 
-    def picked(self, pick: int) -> Evaluated:
-        """The ``pick``-th ranked layout (1 = the best), or a one-line error."""
+    def picked(self, pick: int, use: str = "pick") -> Evaluated:
+        """The ``pick``-th ranked layout (1 = the best), or a one-line error (``use``: what the
+        layout was wanted for, "emit" or "trace")."""
         ranked = self.exploration.layouts
         if not ranked:
-            raise ModelcutError("no layout fits; nothing to pick")
+            raise ModelcutError(f"no layout fits; nothing to {use}")
         if isinstance(pick, bool) or not isinstance(pick, int) or not 1 <= pick <= len(ranked):
             raise ModelcutError(f"--pick must be in 1..{len(ranked)}, got {pick}")
         return ranked[pick - 1]
@@ -238,14 +239,13 @@ class ExploreResult:
         """The ``pick``-th ranked layout and its step predicted again with its timeline
         (:mod:`..core.step.timeline`), on the stack and constants the search ranked it with: the
         same step time."""
-        e = self.picked(pick)
+        e = self.picked(pick, "trace")
         if self.request.mode != "default" or self.framework is None:
-            raise ModelcutError("a step's timeline is the default model's; the seed mode sums terms")
+            raise ModelcutError(SEED_HAS_NO_TIMELINE)
         pred = step_predict(e.run, self.request.hw, "default", efficiency=efficiency_for(self.request.hw),
                             framework=self.framework, timeline=True)
         if not pred.timeline:
-            raise ModelcutError(f"{self.framework.name} is timed by replaying DeepSpeed v0.3's hooks, which keeps "
-                                "no timeline (--trace)")
+            raise ModelcutError(no_timeline(self.framework.name))
         return e, pred
 
     def none_reason(self) -> str | None:

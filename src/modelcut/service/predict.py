@@ -35,6 +35,16 @@ from .requests import PredictInput
 from .runfile import check_sizes
 
 
+#: The one line refusing a timeline (``--trace``) in seed mode, which sums terms and simulates no step.
+SEED_HAS_NO_TIMELINE = "a step's timeline is the default model's; the seed mode sums terms"
+
+
+def no_timeline(framework: str) -> str:
+    """The one line refusing a timeline where the stack is timed by DeepSpeed v0.3's replay."""
+    return (f"{framework} is timed by replaying DeepSpeed v0.3's hooks, which keeps no timeline (--trace); "
+            "--framework fsdp times ZeRO-3 with one")
+
+
 def profile_on(hw: Hardware, profile: Profile | None = None) -> Profile:
     """The profile whose constants apply on ``hw``: the user's where it is for this accelerator
     (or for every one), the shipped one otherwise."""
@@ -227,7 +237,7 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
         if req.framework is not None or req.overlap is not None or req.profile is not None or req.budget:
             raise ModelcutError("--framework, --overlap, --profile and --budget apply to --mode default")
         if req.timeline:
-            raise ModelcutError("a step's timeline is the default model's; the seed mode sums terms")
+            raise ModelcutError(SEED_HAS_NO_TIMELINE)
         pred = step_predict(run, hw, "seed", eta=seed_eta() if req.eta is None else req.eta)
         fw = None
     else:
@@ -237,8 +247,7 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
         pred = step_predict(run, hw, "default", eta=req.eta, efficiency=eff, framework=fw.with_overlap(overlap),
                             timeline=req.timeline)
         if req.timeline and not pred.timeline:
-            raise ModelcutError(f"{fw.name} is timed by replaying DeepSpeed v0.3's hooks, which keeps no timeline "
-                                "(--trace); --framework fsdp times ZeRO-3 with one")
+            raise ModelcutError(no_timeline(fw.name))
     if fw is not None:
         pred.notes += [f"stack rule: {v.line()}" for v in stack_violations(run, fw, pred)]
     result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw))

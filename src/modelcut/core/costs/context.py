@@ -245,7 +245,7 @@ def ring_merge_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: i
     if cp <= 1:
         return 0.0, 0.0
     rows = micro_batch * seq
-    q = model.heads // t * model.d_head if model.heads >= t else model.d_head
+    q = model.heads // t * model.d_head       # t divides the heads (a run's check)
     kv = 2 * kv_width_per_rank(model, t)
     return rows * q * RING_MERGE_BYTES, rows * (q + kv) * RING_MERGE_BYTES
 

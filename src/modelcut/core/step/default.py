@@ -177,7 +177,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
         streams: list | None = [] if timeline else None
         T, bd = zero3_step(run, hw, eff, framework, k, plan.m, bw, notes, streams)
         segs = None
-        if streams is not None and framework.zero3_runtime != "deepspeed-0.3":
+        if streams:      # DeepSpeed v0.3's replay keeps none
             segs = (streams, [optimizer_segment("compute", T - bd.optimizer_s, bd.optimizer_s)])
         return _finish(full, hw, eff, T, bd, plan, notes, (run.model.layers,), segs)
     costs = stage_costs(run, hw, eff, framework, plan, k, bw)
