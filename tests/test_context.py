@@ -175,3 +175,57 @@ def test_the_ring_merges_its_steps_results_and_the_gather_does_not(cp, t, b, seq
     from modelcut.core.costs.kernels import mem_time
     assert ring.fwd.memory - gather.fwd.memory == pytest.approx(mem_time(f, hw, eff), rel=1e-9)
     assert ring.bwd.memory - gather.bwd.memory == pytest.approx(mem_time(bwd, hw, eff), rel=1e-9)
+
+
+@given(cp=st.sampled_from([2, 4, 8, 16]), t=st.sampled_from([1, 2, 4, 8]), b=st.integers(1, 4),
+       seq_k=st.integers(1, 16), kind=st.sampled_from(["ring", "allgather"]), compiled=st.booleans())
+def test_pytorch_context_parallelism_merges_in_fp32_with_either_rotation(cp, t, b, seq_k, kind, compiled):
+    """PyTorch's SDPA context parallelism (torch 2.13 _context_parallel/_attention.py) runs one
+    attention call a step and merges every step's output into an FP32 one, eagerly 38 bytes an
+    element (the cast, three elementwise ops), with either rotation: a layer under it moves exactly
+    :func:`context.torch_merge_bytes` more than a Transformer Engine all-gather layer, which merges
+    nothing, and more than Transformer Engine's ring, whose merges are 6 bytes an element. Compiled,
+    a merge is one pass of 10 bytes, less than eager and never free."""
+    from modelcut.core.costs.kernels import Efficiency, mem_time
+    from modelcut.core.step.layers import LayerSetup, layer_time
+    model = catalog.model("llama3-70b")
+    seq = 2 * cp * 64 * seq_k
+    f, bwd = context.torch_merge_bytes(model, b, seq, cp, t, compiled)
+    e_q = b * seq / cp * model.heads // t * model.d_head
+    e_kv = b * seq / cp * 2 * context.kv_width_per_rank(model, t)
+    per_step = 10 if compiled else 38
+    assert f == pytest.approx(e_q * (12 + per_step * (cp - 1)) + e_kv * 4 * (cp - 1), rel=1e-12)
+    eager_f, eager_b = context.torch_merge_bytes(model, b, seq, cp, t, False)
+    ring_f, ring_b = context.ring_merge_bytes(model, b, seq, cp, t)
+    assert f <= eager_f and bwd <= eager_b
+    assert eager_f > ring_f and eager_b > ring_b
+    assert context.torch_merge_bytes(model, b, seq, 1, t, compiled) == (0.0, 0.0)
+    hw, eff = catalog.hardware("h100"), Efficiency(0.85, 0.85, 1.0)
+    base = dict(micro_batch=b, seq_len=seq, tp=t, cp=cp, attention="flash2", cp_bw=hw.link_bw)
+    torch_layer = layer_time(model, LayerSetup(**base, cp_kind=kind, cp_impl="torch-sdpa", compiled=compiled),
+                             hw, eff)
+    te_gather = layer_time(model, LayerSetup(**base, cp_kind="allgather"), hw, eff)
+    assert torch_layer.fwd.memory - te_gather.fwd.memory == pytest.approx(mem_time(f, hw, eff), rel=1e-9)
+    assert torch_layer.bwd.memory - te_gather.bwd.memory == pytest.approx(mem_time(bwd, hw, eff), rel=1e-9)
+
+
+@given(steps=st.lists(st.floats(0, 1e-2), min_size=2, max_size=16), gather=st.floats(0, 1e-2),
+       hop=st.floats(0, 1e-2), kind=st.sampled_from(["ring", "allgather"]))
+def test_pytorch_context_parallelism_hides_its_rotation_behind_the_steps(steps, gather, hop, kind):
+    """PyTorch's rotation waits for K, V one step after it sends them, and for the dK, dV one step
+    after the previous rank sent them, so exposed time is what outlasts the step it runs beside:
+    never negative, never more than the transfers themselves, and the last dK, dV hop always in
+    full. The all-gather rotation exposes max(0, gather − step 0) in the forward."""
+    fwd = tuple(steps)
+    bwd = tuple(2 * c for c in steps)
+    grad_hop = 2 * hop
+    ef, eb = context.torch_exposed(kind, fwd, bwd, gather, hop, grad_hop)
+    cp = len(steps)
+    kv_total = gather if kind == "allgather" else (cp - 1) * hop
+    assert 0.0 <= ef <= kv_total + 1e-15
+    assert grad_hop - 1e-15 <= eb <= kv_total + cp * grad_hop + 1e-15
+    if kind == "allgather":
+        assert ef == pytest.approx(max(0.0, gather - fwd[0]))
+    assert context.torch_exposed(kind, (1.0,), (2.0,), gather, hop, grad_hop) == (0.0, 0.0)
+    with pytest.raises(ModelcutError):
+        context.torch_exposed("p2p", fwd, bwd, gather, hop, grad_hop)

@@ -250,6 +250,104 @@ def ring_merge_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: i
     return rows * q * RING_MERGE_BYTES, rows * (q + kv) * RING_MERGE_BYTES
 
 
+# ---------------------------------------------------------------- PyTorch's context parallelism
+
+#: Whose context-parallel attention a stack runs (``Framework.cp_impl``): Transformer Engine's
+#: (above: the ring merges in fused 16-bit kernels, the all-gather form runs one attention over
+#: the gathered keys) or PyTorch's for SDPA (torch 2.13
+#: ``torch/distributed/tensor/experimental/_context_parallel/_attention.py``,
+#: ``_templated_ring_attention`` and its backward), which :func:`torch_merge_bytes` and
+#: :func:`torch_exposed` describe.
+CP_IMPLS = ("transformer-engine", "torch-sdpa")
+
+#: Bytes per element of PyTorch's merges and copies (torch 2.13 ``_attention.py``, BF16 inputs,
+#: ``_cp_options.convert_to_f32`` true by default): a cast of a 16-bit tensor to FP32 or back,
+#: read 2 + write 4 (``out.to(torch.float32)`` in ``_SDPAMerger.step``, ``.to(self._out_dtype)``
+#: in ``results``, ``grad_query.to(query.dtype)``);
+TORCH_CAST_BYTES = 6
+#: one eager merge of a step's output into the FP32 running one, ``_SDPAMerger._merge_one``:
+#: the cast (6), ``out - block_out`` (read 4 + 4, write 4), ``sigmoid(·) * (·)`` (read 4, write
+#: 4; the log-sum-exp operand is 1/d of it) and ``out - (·)`` (read 4 + 4, write 4): 38;
+TORCH_EAGER_MERGE_BYTES = 6 + 12 + 8 + 12
+#: an FP32 accumulation of a 16-bit gradient, ``grad_query += grad_query_``: read 4 + 2, write 4;
+#: compiled (TorchInductor fuses a merge's chain into one kernel) a merge is the same pass;
+TORCH_ACCUM_BYTES = 10
+#: an FP32 copy, read 4 + write 4 (``torch.cat`` of ``_partial_update`` and of the dK, dV sent on);
+TORCH_COPY32_BYTES = 8
+#: a 16-bit copy, read 2 + write 2 (``torch.cat([key.flatten(), value.flatten()])`` before each
+#: rotation but the last); and a fresh FP32 buffer, write 4 (``torch.zeros_like(…, float32)``).
+TORCH_COPY16_BYTES = 4
+TORCH_ZEROS_BYTES = 4
+
+
+def torch_merge_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int = 1,
+                      compiled: bool = False) -> tuple[float, float]:
+    """(forward, backward) bytes PyTorch's SDPA context parallelism moves around its cp attention
+    calls on the busiest rank for one layer and micro-batch, the last rank of the load-balanced
+    split (every step after the first attends all its queries). With E_q = b·(s/cp)·(heads/t)·d
+    query elements and E_kv = b·(s/cp)·2·kv_t key and value ones (:func:`kv_width_per_rank`):
+
+    forward  = E_q·(2·6 + m·(cp − 1)) + E_kv·4·(cp − 1), m = 38 eager, 10 compiled;
+    backward = E_q·(4 + 10·cp + 6) + E_kv·(4 + 10 + 13·(cp − 1) + 8·cp + 6 + 4·(cp − 1)) eager,
+               E_q·(2·6 + 10·(cp − 1)) + E_kv·(2·6 + 14·(cp − 1)) compiled.
+
+    Forward: step 0's output cast to FP32, a merge per later step, the result cast back, and the
+    K, V concatenated before each rotation. Backward: dQ, dK, dV zeroed in FP32; dQ accumulated
+    every step; dK, dV added into the first halves of the received FP32 buffers
+    (``_partial_update``: half an accumulation, then a whole FP32 copy), concatenated to be sent on
+    every step, cast back at the end; the K, V concatenated as in the forward. Compiled
+    (``compiled``: the stack compiles its blocks, so TorchInductor fuses each merge and
+    accumulation into one pass, :data:`TORCH_ACCUM_BYTES`), the casts stay, zeroing and copies
+    fold into the passes, and the K, V copies before each rotation stay. Zero without context
+    parallelism."""
+    if cp <= 1:
+        return 0.0, 0.0
+    rows = micro_batch * seq / cp
+    e_q = rows * (model.heads // t) * model.d_head
+    e_kv = rows * 2 * kv_width_per_rank(model, t)
+    steps = cp - 1
+    if compiled:
+        fwd = e_q * (2 * TORCH_CAST_BYTES + TORCH_ACCUM_BYTES * steps)
+        bwd = (e_q * (2 * TORCH_CAST_BYTES + TORCH_ACCUM_BYTES * steps)
+               + e_kv * (2 * TORCH_CAST_BYTES + TORCH_ACCUM_BYTES * steps))
+    else:
+        fwd = e_q * (2 * TORCH_CAST_BYTES + TORCH_EAGER_MERGE_BYTES * steps)
+        bwd = (e_q * (TORCH_ZEROS_BYTES + TORCH_ACCUM_BYTES * cp + TORCH_CAST_BYTES)
+               + e_kv * (TORCH_ZEROS_BYTES + TORCH_ACCUM_BYTES + (TORCH_ACCUM_BYTES / 2 + TORCH_COPY32_BYTES) * steps
+                         + TORCH_COPY32_BYTES * cp + TORCH_CAST_BYTES))
+    return fwd + e_kv * TORCH_COPY16_BYTES * steps, bwd + e_kv * TORCH_COPY16_BYTES * steps
+
+
+def torch_exposed(kind: str, step_fwd_s: tuple[float, ...], step_bwd_s: tuple[float, ...], gather_s: float,
+                  hop_s: float, grad_hop_s: float) -> tuple[float, float]:
+    """(forward, backward) seconds PyTorch's SDPA context parallelism leaves exposed, from the
+    busiest rank's attention seconds per step (``step_fwd_s``, ``step_bwd_s``, cp of each) and
+    the times of its transfers: ``gather_s`` the all-gather of every rank's K, V; ``hop_s`` one
+    rank's K, V sent to the next; ``grad_hop_s`` one rank's dK, dV in FP32 (twice ``hop_s``'s
+    bytes) sent to the next.
+
+    Its rotation (``_cp_options.rotate_method``, ``kind``): "allgather" (the default,
+    ``_AllGatherRotater``) launches one all-gather before step 0 and waits for it before step 1,
+    so max(0, gather − step 0) is exposed; "ring" (``_AllToAllRotater``, ``set_rotate_method
+    ("alltoall")``) sends the K, V on before each step's attention and waits before the next:
+    Σ_{k<cp−1} max(0, hop − step k), as Transformer Engine's ring. The backward rotates K, V the
+    same way again, and passes the dK, dV accumulated so far to the next rank after every step
+    (always ``_AllToAllRotater``), waiting for the previous rank's after the next step's attention:
+    Σ_{k≥1} max(0, grad hop − step k), and the last one, sent after the last step, in full."""
+    if kind not in CP_KINDS:
+        raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {kind!r}")
+    cp = len(step_fwd_s)
+    if cp <= 1:
+        return 0.0, 0.0
+    if kind == "allgather":
+        kv_f, kv_b = max(0.0, gather_s - step_fwd_s[0]), max(0.0, gather_s - step_bwd_s[0])
+    else:
+        kv_f = sum(max(0.0, hop_s - c) for c in step_fwd_s[:-1])
+        kv_b = sum(max(0.0, hop_s - c) for c in step_bwd_s[:-1])
+    grads = sum(max(0.0, grad_hop_s - c) for c in step_bwd_s[1:]) + grad_hop_s
+    return kv_f, kv_b + grads
+
+
 def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind: str, bw: float,
                  attention_flops_per_s: float, t: int = 1, alpha: float = 0.0, balanced: bool = True,
                  bwd_ratio: float = BWD_RATIO) -> CPAttention:

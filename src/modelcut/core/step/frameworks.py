@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..costs.context import CP_IMPLS
 from ..costs.moe import DISPATCH_SMS
 from ..costs.fp8 import LIBRARY_RECIPES
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency_under
@@ -143,6 +144,12 @@ class Framework:
     attention with the K/V exchange overlapped with the attention blocks), "allgather" for
     Llama 3 (Grattafiori et al. 2024 §3.3.2) and PyTorch's context parallelism (its default
     rotation, ``set_rotate_method("allgather")``);
+    ``cp_impl``: whose context-parallel attention the stack runs (:data:`..costs.context.CP_IMPLS`):
+    "transformer-engine" (Megatron-core, NeMo, NeMo AutoModel's TE attention; also stands for
+    any form that gathers the keys once and runs one attention, as PyTorch's FlexAttention path
+    does with ``flex_cp_allgather``) or "torch-sdpa", PyTorch's for SDPA (torchtitan, the FSDP
+    presets): one attention call per step, merged in FP32 (:func:`..costs.context.torch_merge_bytes`),
+    its rotation overlapped with the steps (:func:`..costs.context.torch_exposed`);
     ``zero3_runtime``: how ZeRO-3 without a pipeline fetches weights: "unit", FSDP's wrapped
     units (one transformer layer each) prefetched one ahead on a communication stream;
     "deepspeed-0.3", DeepSpeed's 2021 hooks replayed weight by weight
@@ -216,6 +223,7 @@ class Framework:
     tp_async_backward: bool = True
     multi_nic_rings: bool = True
     cp_kind: str = "allgather"
+    cp_impl: str = "transformer-engine"
     zero3_runtime: str = "unit"
     fused_elementwise: bool = True
     selective: str = "attention"
@@ -238,7 +246,7 @@ class Framework:
 
     def __post_init__(self) -> None:
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
-                   "cp_kind": ("ring", "allgather"), "zero3_runtime": ("unit", "deepspeed-0.3"),
+                   "cp_kind": ("ring", "allgather"), "cp_impl": CP_IMPLS, "zero3_runtime": ("unit", "deepspeed-0.3"),
                    "fp8_default_recipe": ("auto", *FP8_RECIPES), "fp8_rs_overlap": ("ring", "pipeline"),
                    "fp8_library": tuple(LIBRARY_RECIPES),
                    "pipeline_grad_sync": PIPELINE_GRAD_SYNC, "flat_grad_sync": PIPELINE_GRAD_SYNC, "cross_entropy": tuple(CE_BYTES)}

@@ -58,7 +58,12 @@ reduce-scatter on fewer SMs), each timed at its own shape.
 gathered again and reduce-scattered in the backward, (cp − 1)/cp · s·2·(kv/t)·2 bytes each, per layer; ring form
 (Liu et al. 2023): what the ring leaves exposed, :func:`.context.cp_attention` with the
 attention kernel's own rate (its FLOPs over the time :func:`.kernels.attention_time` gives).
-Ring costs from :mod:`.comm` at η_net of the link each group uses.
+Ring costs from :mod:`.comm` at η_net of the link each group uses. The ring's merges of its
+steps' results are memory-bound bytes (:func:`.context.ring_merge_bytes`). A stack that runs
+PyTorch's SDPA context parallelism (``LayerSetup.cp_impl`` "torch-sdpa") instead attends step by
+step with either rotation and merges in FP32: its merges and copies are
+:func:`.context.torch_merge_bytes` (fused where the stack compiles, ``LayerSetup.compiled``), its
+exposed rotation :func:`.context.torch_exposed` (:func:`_torch_cp_comm`).
 
 **Mixture-of-experts layers**: the MLP's products are :func:`.moe.moe_gemms` on the busiest
 device (the router, the E/ep local experts as products of their received rows at width
@@ -241,6 +246,8 @@ class LayerSetup:
     tp_overlap_fp8_ring: bool = True  # FP8 row-parallel forwards by ring exchange (else pipelined)
     mcore_layers: bool = False        # Megatron-core's eager paths (:data:`MCORE_EAGER_ROPE_FWD` and the rest)
     moe_dispatch: str = "all-to-all"  # the token dispatcher: its permutations (:func:`..costs.moe.permute_bytes`)
+    cp_impl: str = "transformer-engine"  # whose context parallelism (:data:`..costs.context.CP_IMPLS`)
+    compiled: bool = False            # the stack compiles its blocks (TorchInductor fuses elementwise chains)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # selective's modules (module doc)
 
     def __post_init__(self) -> None:
@@ -517,18 +524,41 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
     if cp == 1:
         return 0.0, 0.0
     kv_bytes = b * s * 2 * max(model.kv_dim // t, model.d_head) * BYTES    # K and V of the whole sequence
+    if setup.cp_impl == "torch-sdpa":
+        return _torch_cp_comm(model, setup, hw, eff, att, kv_bytes)
     if setup.cp_kind == "ring":
-        bw = setup.cp_bw * eff.net
-        rate_of = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="allgather", bw=bw,
-                                       attention_flops_per_s=1.0, t=t)
-        rate = rate_of.flops_fwd / att.fwd_math if att.fwd_math > 0 else eff.gemm * hw.peak_flops_16
-        ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=bw,
-                                    attention_flops_per_s=rate, t=t)
+        ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=setup.cp_bw * eff.net,
+                                    attention_flops_per_s=_cp_step_rate(model, setup, eff, hw, att), t=t)
         return ring.exposed_fwd_s, ring.exposed_bwd_s
     ag = comm.collective("all-gather", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside, net=eff.net)
     # the backward gathers K and V again (only the local ones are kept: :mod:`..costs.context`)
     return ag, ag + comm.collective("reduce-scatter", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside,
                                     net=eff.net)
+
+
+def _cp_step_rate(model: ModelSpec, setup: LayerSetup, eff: Efficiency, hw: Hardware, att: AttentionTime) -> float:
+    """The attention FLOP rate of the layer's kernel on one rank, its forward work over its
+    forward seconds: what each step of a ring or of PyTorch's chunked attention runs at."""
+    whole = context.cp_attention(model, micro_batch=setup.micro_batch, seq=setup.seq_len, cp=setup.cp,
+                                 kind="allgather", bw=1.0, attention_flops_per_s=1.0, t=setup.tp)
+    return whole.flops_fwd / att.fwd_math if att.fwd_math > 0 else eff.gemm * hw.peak_flops_16
+
+
+def _torch_cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, att: AttentionTime,
+                   kv_bytes: float) -> tuple[float, float]:
+    """PyTorch's SDPA context parallelism (:func:`..costs.context.torch_exposed`): its all-gather
+    timed as the layer's other collectives, its K, V and FP32 dK, dV hops as point-to-point sends
+    over the cp group's links, against the busiest rank's attention seconds per step."""
+    b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
+    rate = _cp_step_rate(model, setup, eff, hw, att)
+    per_pair = b * context.attention_flops_per_pair(model, t)
+    fwd = tuple(p * per_pair / rate for p in context.ring_step_pairs(s, cp))
+    bwd = tuple(context.BWD_RATIO * f for f in fwd)
+    gather = comm.collective("all-gather", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside, net=eff.net)
+    blk = context.block_bytes(model, b, s, cp, t)
+    bw = setup.cp_bw * eff.net
+    return context.torch_exposed(setup.cp_kind, fwd, bwd, gather, comm.p2p(blk, bw),
+                                 comm.p2p(2 * blk, bw))    # dK, dV in FP32: twice the 16-bit K, V
 
 
 def _fields(a: AttentionTime) -> tuple[float, ...]:
@@ -578,7 +608,10 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     att = layer_attention(model, setup, hw, eff)
     mem_f, mem_b, modules = _memory_bytes(model, setup, mlp, local_params)
     mem_f, mem_b = mem_f + casts[0], mem_b + casts[1]
-    if setup.cp_kind == "ring" and cp > 1:     # the ring's merges of its per-step results
+    if setup.cp_impl == "torch-sdpa" and cp > 1:   # PyTorch's merges and copies around its steps
+        merge_f, merge_b = context.torch_merge_bytes(model, setup.micro_batch, s, cp, setup.tp, setup.compiled)
+        mem_f, mem_b = mem_f + merge_f, mem_b + merge_b
+    elif setup.cp_kind == "ring" and cp > 1:     # the ring's merges of its per-step results
         merge_f, merge_b = context.ring_merge_bytes(model, setup.micro_batch, s, cp, setup.tp)
         mem_f, mem_b = mem_f + merge_f, mem_b + merge_b
     if moe:
