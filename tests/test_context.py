@@ -229,3 +229,27 @@ def test_pytorch_context_parallelism_hides_its_rotation_behind_the_steps(steps, 
     assert context.torch_exposed(kind, (1.0,), (2.0,), gather, hop, grad_hop) == (0.0, 0.0)
     with pytest.raises(ModelcutError):
         context.torch_exposed("p2p", fwd, bwd, gather, hop, grad_hop)
+
+
+@given(cp=st.sampled_from([1, 2, 4, 8, 16]), t=st.sampled_from([1, 2, 4, 8]), b=st.integers(1, 4),
+       seq_k=st.integers(1, 16), kind=st.sampled_from(["ring", "allgather"]))
+def test_pytorch_context_parallelism_holds_fp32_accumulators(cp, t, b, seq_k, kind):
+    """PyTorch's SDPA context parallelism keeps the K, V it rotates (cp blocks gathered, or this
+    step's and the next) and FP32 accumulators: the output and a temporary forward, dQ and three
+    FP32 dK, dV buffers backward. Its buffers are never fewer than Transformer Engine's ring's,
+    and none without context parallelism."""
+    from modelcut.core.memory import cp_transient_bytes
+    model = catalog.model("llama3-70b")
+    seq = 2 * cp * 64 * seq_k
+    kw = dict(micro_batch=b, seq=seq, t=t, cp=cp, cp_kind=kind)
+    got = cp_transient_bytes(model, **kw, cp_impl="torch-sdpa")
+    if cp == 1:
+        assert got == 0.0
+        return
+    blk = context.block_bytes(model, b, seq, cp, t)
+    q32 = 4 * b * seq / cp * model.heads // t * model.d_head
+    rotated = cp * blk if kind == "allgather" else 2 * blk
+    assert got == pytest.approx(rotated + max(2 * q32, q32 + 6 * blk), rel=1e-12)
+    assert got >= cp_transient_bytes(model, **dict(kw, cp_kind="ring"))
+    with pytest.raises(ModelcutError):
+        cp_transient_bytes(model, **kw, cp_impl="megatron")

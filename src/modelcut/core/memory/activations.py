@@ -101,15 +101,29 @@ def cp_kept_extra_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int 
 
 
 def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
-                       cp_kind: str = "ring") -> float:
+                       cp_kind: str = "ring", cp_impl: str = "transformer-engine") -> float:
     """The context-parallel buffers alive while one layer's attention runs, beyond what it
-    keeps: max(forward, backward) of ``CPAttention.transient_*_bytes`` — ring: 4 blocks in the
-    backward (K, V, dK, dV of this step and the next); all-gather: the whole sequence's K, V
-    gathered again and its dK, dV until reduce-scattered, 2·cp blocks."""
+    keeps. Transformer Engine's (``cp_impl``): max(forward, backward) of
+    ``CPAttention.transient_*_bytes`` — ring: 4 blocks in the backward (K, V, dK, dV of this step
+    and the next); all-gather: the whole sequence's K, V gathered again and its dK, dV until
+    reduce-scattered, 2·cp blocks.
+
+    PyTorch's SDPA context parallelism ("torch-sdpa", torch 2.13 ``_context_parallel/
+    _attention.py``): the K, V it rotates (the all-gather rotation's whole-sequence buffer, cp
+    blocks; the ring's this step's and the next, 2) and FP32 accumulators of E_q query elements
+    (b·(s/cp)·(heads/t)·d): forward, the running output and one temporary of ``_SDPAMerger``'s,
+    2·4·E_q; backward, dQ (4·E_q) and dK, dV three times in FP32 (the sum, the buffer sent on and
+    the one received, 3·2 blocks): max(rotated + 8·E_q, rotated + 4·E_q + 6 blocks)."""
     _cp_check(cp, cp_kind)
+    if cp_impl not in context.CP_IMPLS:
+        raise ModelcutError(f"cp_impl must be one of {', '.join(context.CP_IMPLS)}, got {cp_impl!r}")
     if cp == 1:
         return 0.0
     blk = context.block_bytes(model, micro_batch, seq, cp, t)
+    if cp_impl == "torch-sdpa":
+        rotated = cp * blk if cp_kind == "allgather" else 2 * blk
+        fp32_q = FP32_BYTES * micro_batch * seq / cp * (model.heads // t) * model.d_head
+        return rotated + max(2 * fp32_q, fp32_q + 6 * blk)
     return 4 * blk if cp_kind == "ring" else 2 * cp * blk   # ring: 2 blocks forward, 4 backward
 
 

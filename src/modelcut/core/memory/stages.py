@@ -53,7 +53,8 @@ class MemoryOptions:
     layers. ``param_bytes``/``optimizer_bytes``: bytes per parameter of the
     stored weights and the optimizer states (2 + 12, 16-bit weights beside FP32 master weights and
     Adam moments; 4 + 8, FSDP's FP32 sharded parameters as the master copy; 2 + 4, bf16
-    throughout: the framework's fields of the same names).
+    throughout: the framework's fields of the same names). ``cp_impl``: whose context
+    parallelism, for its buffers (:func:`.activations.cp_transient_bytes`).
     """
 
     flash_attention: bool = True
@@ -73,6 +74,7 @@ class MemoryOptions:
     zero3_prefetch: bool = True
     param_bytes: float = WEIGHT_BYTES
     optimizer_bytes: float = OPTIMIZER_STATE_BYTES
+    cp_impl: str = "transformer-engine"
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident under these assumptions (:func:`..costs.residency.residency`)."""
@@ -182,7 +184,7 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     share = np.array([sum(st.dense_layers * unit[0] + st.moe_layers * unit[1] + (unit[2] if st.embedding else 0.0)
                           + (unit[3] if st.loss else 0.0) for st in plan.on_device(d)) for d in range(plan.p)])
     transient = cp_transient_bytes(model, micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp,
-                                   cp_kind=lay.cp_form)
+                                   cp_kind=lay.cp_form, cp_impl=options.cp_impl)
     work_d = work_m = 0.0
     if recompute == "full":
         work_d = layer_activation_bytes(model, **dict(akw, recomputing=True))
@@ -320,7 +322,7 @@ def stack_options(framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS
                    whole_grad_bytes=(None if framework.unsharded_grad_bytes is None
                                      else float(framework.unsharded_grad_bytes)),
                    zero3_prefetch=framework.overlap.param_gather, param_bytes=float(framework.param_bytes),
-                   optimizer_bytes=float(framework.optimizer_bytes))
+                   optimizer_bytes=float(framework.optimizer_bytes), cp_impl=framework.cp_impl)
 
 
 def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS,
