@@ -246,3 +246,35 @@ def test_the_size_ramp_is_one_time_whatever_the_bandwidth():
     assert comm.size_efficiency(1e8, h100, full) == pytest.approx(1e8 / (1e8 + h100.net_half_bytes))   # as measured there
     assert catalog.hardware("a100").net_half_bw == h100.net_half_bw        # the A100 rows cite the same H100 sweep
     assert catalog.hardware("b200").net_half_bw == pytest.approx(400e9)    # its own: min(900, 8 x 50) GB/s
+
+
+@given(n=st.integers(2, 4096), k=st.sampled_from([1, 2, 4, 8]))
+def test_each_nccl_release_charges_its_own_tuner_latencies(n, k):
+    """NCCL's tuner latencies by release (src/graph/tuning.cc at each tag): the network ring step
+    is 9.6 µs up to 2.17 and 14 µs from 2.18.1; the tree's hops 28 µs up to 2.22, then 4 µs inside
+    a node and 14 µs between, with an 8.4 µs base. A ring never gets cheaper from 2.9 to 2.18, and
+    the two agree inside one node."""
+    nodes = -(-n // k)
+    t9, t18, t23 = (comm.NCCL_TUNERS[v] for v in ("2.9", "2.18", "2.23"))
+    for tuner, net in ((t9, 9.6e-6), (t18, 14e-6), (t23, 14e-6)):
+        assert (n - 1) * comm.ring_alpha(n, k, tuner) == pytest.approx(8.4e-6 + (n - nodes) * 3.4e-6 + (nodes - 1) * net)
+    assert comm.ring_alpha(n, k, t18) >= comm.ring_alpha(n, k, t9)
+    if nodes == 1:
+        assert comm.ring_alpha(n, k, t18) == pytest.approx(comm.ring_alpha(n, k, t9))
+    hops = (min(k, n) - 1, nodes.bit_length() - 1)
+    assert comm.tree_allreduce(n, k, 0.0, 1e11, t23) == pytest.approx(8.4e-6 + 2 * (hops[0] * 4e-6 + hops[1] * 14e-6))
+    assert comm.tree_allreduce(n, k, 0.0, 1e11, t18) == pytest.approx(2 * (hops[0] + hops[1]) * 28e-6)
+
+
+def test_every_stack_names_an_nccl_release_of_its_era():
+    """The 2021-2022 stacks pay NCCL 2.9's latencies, the ones of 2023 to mid-2024 2.18's, and
+    those from late 2024 on 2.23's (catalog/frameworks.toml, each with its reason)."""
+    from modelcut.core.step.frameworks import Framework
+    assert {catalog.framework(n).nccl for n in ("megatron-2021", "megatron-2021-torch-ddp", "megatron-2022",
+                                                "deepspeed-zero3", "megatron-deepspeed")} == {"2.9"}
+    assert {catalog.framework(n).nccl for n in ("megatron-core", "nemo", "llama3")} == {"2.18"}
+    assert {catalog.framework(n).nccl for n in ("megatron-bridge", "fsdp", "torchtitan", "nemo-automodel")} == {"2.23"}
+    assert catalog.framework("nemo").nccl_tuner is comm.NCCL_TUNERS["2.18"]
+    with pytest.raises(ModelcutError, match="nccl must be one of"):
+        Framework(name="x", overlap=catalog.framework("nemo").overlap, attention="auto", grad_accum_fusion=True,
+                  cross_entropy="fused", grad_bytes=2, nccl="2.4")

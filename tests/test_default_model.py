@@ -288,9 +288,9 @@ def test_the_tree_moves_the_rows_it_wins_for_by_under_half_a_percent(rid, monkey
     eff = profile_for(base.hw).efficiency
     collective, wins = dm.collective, []
 
-    def spy(kind, n, nbytes, bw, hw, alpha=0.0, inside=False, net=1.0, per_node=None):
-        t = collective(kind, n, nbytes, bw, hw, alpha, inside, net, per_node)
-        wins.append(t < collective(kind, n, nbytes, bw, hw, alpha, inside, net, None))
+    def spy(kind, n, nbytes, bw, hw, alpha=0.0, inside=False, net=1.0, per_node=None, tuner=dm.NCCL_2_9):
+        t = collective(kind, n, nbytes, bw, hw, alpha, inside, net, per_node, tuner)
+        wins.append(t < collective(kind, n, nbytes, bw, hw, alpha, inside, net, None, tuner))
         return t
     monkeypatch.setattr(dm, "collective", spy)
     picked = predict(base.run, base.hw, eff, base.framework).step_time_s

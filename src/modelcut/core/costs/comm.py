@@ -20,6 +20,7 @@ own, [tp, cp, pp, dp]). Ranks ``k·g … k·g + g − 1`` share a node
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable
 
@@ -182,46 +183,73 @@ def group_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus
 
 # ---------------------------------------------------------------- NCCL's latency, and each group's bandwidth
 
-#: NCCL's own latency model for ring collectives (NCCL 2.8-2.9, ``src/graph/tuning.cc``, the
-#: release of the 2021 runs; Ring/Simple, the protocol of large messages): a base latency of
-#: 8.4 µs per collective plus, per ring step, 3.4 µs over NVLink or 9.6 µs over the network
-#: (``baseLat`` and ``hwLat``; ``latencies = baseLat + (nsteps − nInterSteps)·intraLat +
-#: nInterSteps·interLat`` with nsteps = n − 1 and nInterSteps = nodes − 1 for an all-gather or
-#: reduce-scatter). Documented figures, not fitted.
-NCCL_RING_BASE_S = 8.4e-6
-NCCL_RING_STEP_NVLINK_S = 3.4e-6
-NCCL_RING_STEP_NET_S = 9.6e-6
+@dataclass(frozen=True)
+class NcclTuner:
+    """The latencies NCCL's own tuner charges (``src/graph/tuning.cc``: ``baseLat`` and ``hwLat``,
+    µs, the Simple protocol of large messages), which change between releases; a stack runs
+    the NCCL of its era (``Framework.nccl``, :data:`NCCL_TUNERS`).
+
+    Ring (all-gather, reduce-scatter, all-reduce): ``latencies = baseLat + (nsteps −
+    nInterSteps)·intraLat + nInterSteps·interLat``, nsteps = n − 1 and nInterSteps = nodes − 1
+    for an all-gather or reduce-scatter (twice both for an all-reduce): ``ring_base`` and the
+    per-step ``ring_nvlink``, ``ring_net``. Tree (all-reduce only): ``tree_base`` +
+    2·((ppn − 1)·``tree_nvlink`` + ⌊log₂ nodes⌋·``tree_net``)."""
+
+    version: str
+    ring_base: float
+    ring_nvlink: float
+    ring_net: float
+    tree_base: float
+    tree_nvlink: float
+    tree_net: float
 
 
-def ring_alpha(n: int, members_per_node: int) -> float:
+#: NCCL's tuner by release (NVIDIA/nccl ``src/graph/tuning.cc`` at each tag; Simple protocol):
+#:
+#: * "2.9": v2.8.4 … v2.11.4 (and v2.14 … v2.17): ring base 8.4, 3.4 per NVLink step, 9.6 per
+#:   network step; tree no base, 28 per hop inside a node and 28 between nodes ("the latency a
+#:   256kB chunk"). The release of the 2021-2022 runs.
+#: * "2.18": v2.18.1 (2023-04-03) … v2.22.3: the network ring step 14.0; the tree as before.
+#: * "2.23": v2.23.4 (2024-09-10) … v2.28: the ring as 2.18's; the tree 8.4 base, 4.0 per hop
+#:   inside a node, 14 between nodes. (From v2.18.1 a ring across nodes also takes
+#:   max(intraLat, 3 × the host's network overhead: 1.0 µs on Intel hosts, 2.0 on AMD) per step
+#:   inside a node, which on Intel hosts leaves the 3.4 µs; modelcut keeps 3.4.)
+#:
+#: Documented figures, not fitted.
+NCCL_TUNERS = {
+    "2.9": NcclTuner("2.9", 8.4e-6, 3.4e-6, 9.6e-6, 0.0, 28e-6, 28e-6),
+    "2.18": NcclTuner("2.18", 8.4e-6, 3.4e-6, 14.0e-6, 0.0, 28e-6, 28e-6),
+    "2.23": NcclTuner("2.23", 8.4e-6, 3.4e-6, 14.0e-6, 8.4e-6, 4.0e-6, 14.0e-6),
+}
+NCCL_2_9 = NCCL_TUNERS["2.9"]
+#: The 2.9 tuner's ring figures under their old names (the seed model's and tests' reference).
+NCCL_RING_BASE_S = NCCL_2_9.ring_base
+NCCL_RING_STEP_NVLINK_S = NCCL_2_9.ring_nvlink
+NCCL_RING_STEP_NET_S = NCCL_2_9.ring_net
+
+
+def ring_alpha(n: int, members_per_node: int, tuner: NcclTuner = NCCL_2_9) -> float:
     """Per-step latency α of an n-rank ring with ``members_per_node`` ranks in each node, such
-    that (n − 1)·α is NCCL's latency of one all-gather or reduce-scatter
-    (:data:`NCCL_RING_BASE_S`): α = (base + (n − nodes)·α_nvlink + (nodes − 1)·α_net)/(n − 1),
-    nodes = ⌈n / members_per_node⌉. An all-reduce (2(n − 1) steps) pays it twice."""
+    that (n − 1)·α is NCCL's latency of one all-gather or reduce-scatter (:class:`NcclTuner`):
+    α = (base + (n − nodes)·α_nvlink + (nodes − 1)·α_net)/(n − 1), nodes = ⌈n / members_per_node⌉.
+    An all-reduce (2(n − 1) steps) pays it twice."""
     if n <= 1:
         return 0.0
     k = max(1, min(members_per_node, n))
     nodes = -(-n // k)
-    return (NCCL_RING_BASE_S + (n - nodes) * NCCL_RING_STEP_NVLINK_S
-            + (nodes - 1) * NCCL_RING_STEP_NET_S) / (n - 1)
+    return (tuner.ring_base + (n - nodes) * tuner.ring_nvlink + (nodes - 1) * tuner.ring_net) / (n - 1)
 
 
-#: NCCL's model of its double binary tree (NCCL 2.8-2.9 ``src/graph/tuning.cc``, Tree/Simple, the
-#: protocol of large messages; all-reduce only, the one collective NCCL runs as a tree): no base
-#: latency, 28 µs per hop inside a node and 28 µs per hop between nodes (``hwLat``: "the latency
-#: a 256kB chunk"), up the chain of a node's ranks and the tree of nodes and back down,
-#: 2·((ppn − 1)·α_nvlink + ⌊log₂ nodes⌋·α_net); its bus bandwidth 0.92 of the ring's
-#: (``busBw*.92``), which an all-reduce moves at half (``ratio = .5``, the algorithm bandwidth,
-#: against the ring's n/(2(n − 1))). Documented figures, not fitted.
-NCCL_TREE_STEP_NVLINK_S = 28e-6
-NCCL_TREE_STEP_NET_S = 28e-6
+#: The tree's bus bandwidth over the ring's (NCCL ``src/graph/tuning.cc``, ``busBw*.92``, v2.8
+#: to v2.28), which an all-reduce moves at half (``ratio = .5``, the algorithm bandwidth, against
+#: the ring's n/(2(n − 1))).
 NCCL_TREE_BW_FRAC = 0.92
 
 
-def tree_allreduce(n: int, members_per_node: int, nbytes: float, bw: float) -> float:
+def tree_allreduce(n: int, members_per_node: int, nbytes: float, bw: float, tuner: NcclTuner = NCCL_2_9) -> float:
     """NCCL's double-binary-tree all-reduce of ``nbytes`` over n ranks with ``members_per_node``
-    in each node (:data:`NCCL_TREE_STEP_NET_S`): 2·((ppn − 1)·α_nvlink + ⌊log₂ nodes⌋·α_net)
-    + 2·nbytes/(0.92·bw), ``bw`` the ring's bus bandwidth each way. The tree's latency grows with
+    in each node: base + 2·((ppn − 1)·α_nvlink + ⌊log₂ nodes⌋·α_net) + 2·nbytes/(0.92·bw)
+    (:class:`NcclTuner`), ``bw`` the ring's bus bandwidth each way. The tree's latency grows with
     the logarithm of the nodes, the ring's with their number, so NCCL's tuner picks the tree for
     all-reduces over many nodes below some size (:func:`collective`)."""
     _check(n, nbytes, bw, 0.0)
@@ -229,13 +257,13 @@ def tree_allreduce(n: int, members_per_node: int, nbytes: float, bw: float) -> f
         return 0.0
     k = max(1, min(members_per_node, n))
     nodes = -(-n // k)
-    hops = (k - 1) * NCCL_TREE_STEP_NVLINK_S + (nodes.bit_length() - 1) * NCCL_TREE_STEP_NET_S
-    return 2 * hops + 2 * nbytes / (NCCL_TREE_BW_FRAC * bw)
+    hops = (k - 1) * tuner.tree_nvlink + (nodes.bit_length() - 1) * tuner.tree_net
+    return tuner.tree_base + 2 * hops + 2 * nbytes / (NCCL_TREE_BW_FRAC * bw)
 
 
-def dp_ring_alpha(layout: Layout, gpus_per_node: int) -> float:
+def dp_ring_alpha(layout: Layout, gpus_per_node: int, tuner: NcclTuner = NCCL_2_9) -> float:
     """:func:`ring_alpha` of the data-parallel (× context-parallel) group."""
-    return ring_alpha(layout.dp * layout.cp, group_members_in_node(layout, ("cp", "dp"), gpus_per_node))
+    return ring_alpha(layout.dp * layout.cp, group_members_in_node(layout, ("cp", "dp"), gpus_per_node), tuner)
 
 
 #: The dimensions of the expert-data-parallel group: the ranks holding the same experts,
@@ -250,9 +278,9 @@ def expert_dp_size(layout: Layout) -> int:
     return max(1, layout.tp * layout.cp * layout.dp // (layout.ep * etp))
 
 
-def expert_dp_ring_alpha(layout: Layout, gpus_per_node: int) -> float:
+def expert_dp_ring_alpha(layout: Layout, gpus_per_node: int, tuner: NcclTuner = NCCL_2_9) -> float:
     """:func:`ring_alpha` of the expert-data-parallel group."""
-    return ring_alpha(expert_dp_size(layout), group_members_in_node(layout, EXPERT_DP, gpus_per_node))
+    return ring_alpha(expert_dp_size(layout), group_members_in_node(layout, EXPERT_DP, gpus_per_node), tuner)
 
 
 def group_bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic: bool = True) -> dict[str, float]:
@@ -295,7 +323,8 @@ def size_efficiency(nbytes: float, hw: Hardware, bw: float) -> float:
 
 
 def collective(kind: str, n: int, nbytes: float, bw: float, hw: Hardware, alpha: float = 0.0,
-               inside: bool = False, net: float = 1.0, per_node: int | None = None) -> float:
+               inside: bool = False, net: float = 1.0, per_node: int | None = None,
+               tuner: NcclTuner = NCCL_2_9) -> float:
     """One collective of ``kind`` over n ranks moving ``nbytes`` (the whole buffer, as nccl-tests
     counts it). Inside one node, the measured nccl-tests curve of the accelerator's architecture
     where it has one for n ranks (``hw.kernels.collectives``; a node whose links are slower than
@@ -304,7 +333,7 @@ def collective(kind: str, n: int, nbytes: float, bw: float, hw: Hardware, alpha:
     ``net``: the share of the measured bandwidth sustained (the model's η_net). An all-reduce
     across nodes whose group's ``per_node`` members per node are given runs as NCCL picks it: the
     faster of its ring and its tree by NCCL's own model (:func:`tree_allreduce`; NCCL's tuner
-    compares the two predicted times, ``ncclTopoTuneModel``)."""
+    compares the two predicted times, ``ncclTopoTuneModel``), by the ``tuner`` of the stack's NCCL."""
     if n == 1:
         return 0.0
     curves = hw.kernels.collectives if hw.kernels is not None else None
@@ -317,5 +346,5 @@ def collective(kind: str, n: int, nbytes: float, bw: float, hw: Hardware, alpha:
     eff = 1.0 if inside else size_efficiency(nbytes, hw, bw)
     t = _RING[kind](n, nbytes, bw * net * eff, alpha)
     if kind == "all-reduce" and not inside and per_node is not None:
-        t = min(t, tree_allreduce(n, per_node, nbytes, bw * net * eff))
+        t = min(t, tree_allreduce(n, per_node, nbytes, bw * net * eff, tuner))
     return t

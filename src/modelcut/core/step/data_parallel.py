@@ -39,22 +39,24 @@ def run_residency(run: Run, framework: Framework, microbatches: int) -> Residenc
     return framework.residency(framework.zero_stage(run.layout), run.layout.pp, microbatches)
 
 
-def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float]):
+def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float],
+                  tuner: comm.NcclTuner = comm.NCCL_2_9):
     """A data-parallel collective, as ``coll(kind, bytes, expert_bytes=0) -> seconds``: ``bytes``
     of dense weights (or their gradients) over the data-parallel group (dp·cp ranks, which shard
     ZeRO's states), then ``expert_bytes`` of routed experts over the expert-data-parallel group
     (:func:`..costs.comm.expert_dp_size` ranks, the ones holding the same experts, at their own
     bandwidth ``bw["edp"]``; none when each rank's experts are its own), one after the other on
     the stream (Megatron-LM reduces the two groups' buckets in turn; FSDP2 gathers each group's
-    parameters with its own collective)."""
+    parameters with its own collective). ``tuner``: the latencies of the stack's NCCL
+    (:attr:`.frameworks.Framework.nccl_tuner`)."""
     L = run.layout
     gpn = run.gpus_per_node or hw.per_node
-    alpha = comm.dp_ring_alpha(L, gpn)
+    alpha = comm.dp_ring_alpha(L, gpn, tuner)
     inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
     k = comm.group_members_in_node(L, ("cp", "dp"), gpn)
     if L.ep > 1:
         n_e = comm.expert_dp_size(L)
-        alpha_e = comm.expert_dp_ring_alpha(L, gpn)
+        alpha_e = comm.expert_dp_ring_alpha(L, gpn, tuner)
         inside_e = not comm.group_spans_nodes(L, comm.EXPERT_DP, gpn)
         k_e = comm.group_members_in_node(L, comm.EXPERT_DP, gpn)
         bw_e = bw.get("edp", bw["dp"])
@@ -63,10 +65,12 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float])
 
     def coll(kind: str, nbytes: float, expert_bytes: float = 0.0) -> float:
         # a unit of experts alone issues no dense collective
-        t = (comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net, per_node=k)
+        t = (comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net, per_node=k,
+                             tuner=tuner)
              if nbytes > 0 or expert_bytes <= 0 else 0.0)
         if expert_bytes > 0 and n_e > 1:
-            t += comm.collective(kind, n_e, expert_bytes, bw_e, hw, alpha_e, inside_e, eff.net, per_node=k_e)
+            t += comm.collective(kind, n_e, expert_bytes, bw_e, hw, alpha_e, inside_e, eff.net, per_node=k_e,
+                                 tuner=tuner)
         return t
     return coll
 
@@ -101,7 +105,7 @@ def pass_gathers(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
     zeros = [(0.0, 0.0)] * len(plan.stages)
     if L.dp * L.cp == 1 or not run_residency(run, framework, plan.m).gathers_each_pass:
         return zeros
-    coll = dp_collective(run, hw, eff, bw)
+    coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner)
     pf = framework.overlap.param_gather
     pf_b = pf and framework.prefetch_backward
     mods = params.device_modules(run.model, L.tp, L.ep, L.etp,
@@ -179,7 +183,7 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     per_mb = res.grads == "per-microbatch" and res.zero >= 2 and plan.m > 1
     waits = blocking_stage_reduce(run, framework)
     grad_b, grad_e = framework.grad_bytes, framework.expert_grad_b
-    coll = dp_collective(run, hw, eff, bw)
+    coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner)
 
     def reduce_time(dense: float, expert: float = 0.0) -> float:
         return coll("reduce-scatter" if sharded else "all-reduce", dense * grad_b, expert * grad_e)

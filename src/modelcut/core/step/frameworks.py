@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..costs.comm import NCCL_TUNERS, NcclTuner
 from ..costs.context import CP_IMPLS
 from ..costs.moe import DISPATCH_SMS
 from ..costs.fp8 import LIBRARY_RECIPES
@@ -150,6 +151,9 @@ class Framework:
     does with ``flex_cp_allgather``) or "torch-sdpa", PyTorch's for SDPA (torchtitan, the FSDP
     presets): one attention call per step, merged in FP32 (:func:`..costs.context.torch_merge_bytes`),
     its rotation overlapped with the steps (:func:`..costs.context.torch_exposed`);
+    ``nccl``: the NCCL release whose tuner latencies the stack's collectives pay
+    (:data:`..costs.comm.NCCL_TUNERS`: "2.9" for the 2021-2022 stacks, "2.18" for 2023 to
+    mid-2024, "2.23" from September 2024, the default);
     ``zero3_runtime``: how ZeRO-3 without a pipeline fetches weights: "unit", FSDP's wrapped
     units (one transformer layer each) prefetched one ahead on a communication stream;
     "deepspeed-0.3", DeepSpeed's 2021 hooks replayed weight by weight
@@ -224,6 +228,7 @@ class Framework:
     multi_nic_rings: bool = True
     cp_kind: str = "allgather"
     cp_impl: str = "transformer-engine"
+    nccl: str = "2.23"
     zero3_runtime: str = "unit"
     fused_elementwise: bool = True
     selective: str = "attention"
@@ -246,7 +251,7 @@ class Framework:
 
     def __post_init__(self) -> None:
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
-                   "cp_kind": ("ring", "allgather"), "cp_impl": CP_IMPLS, "zero3_runtime": ("unit", "deepspeed-0.3"),
+                   "cp_kind": ("ring", "allgather"), "cp_impl": CP_IMPLS, "nccl": tuple(NCCL_TUNERS), "zero3_runtime": ("unit", "deepspeed-0.3"),
                    "fp8_default_recipe": ("auto", *FP8_RECIPES), "fp8_rs_overlap": ("ring", "pipeline"),
                    "fp8_library": tuple(LIBRARY_RECIPES),
                    "pipeline_grad_sync": PIPELINE_GRAD_SYNC, "flat_grad_sync": PIPELINE_GRAD_SYNC, "cross_entropy": tuple(CE_BYTES)}
@@ -280,6 +285,11 @@ class Framework:
     def fp8_recipes(self) -> tuple[str, ...]:
         """The FP8 recipes this stack's FP8 library runs (:data:`..costs.fp8.LIBRARY_RECIPES`)."""
         return LIBRARY_RECIPES[self.fp8_library]
+
+    @property
+    def nccl_tuner(self) -> NcclTuner:
+        """The latencies of the stack's NCCL (:data:`..costs.comm.NCCL_TUNERS`)."""
+        return NCCL_TUNERS[self.nccl]
 
     @property
     def expert_grad_b(self) -> int:
