@@ -47,6 +47,16 @@ def test_models_list_counts_parameters_as_the_catalog_does(capsys):
     assert moe["params_b"] == pytest.approx(671, rel=0.01) and moe["active_params_b"] < moe["params_b"]
 
 
+def test_frameworks_list_says_whose_context_parallelism_and_which_nccl(capsys):
+    """Each preset's context-parallel implementation and form, and the NCCL release whose latencies
+    its collectives pay, as the step model reads them."""
+    rows = {r["name"]: r for r in _json(capsys, "list", "frameworks", "--json")}
+    assert (rows["fsdp-compile"]["cp_impl"], rows["fsdp-compile"]["cp_kind"]) == ("torch-sdpa", "allgather")
+    assert (rows["nemo"]["cp_impl"], rows["nemo"]["cp_kind"], rows["nemo"]["nccl"]) == ("transformer-engine", "ring", "2.18")
+    assert {r["nccl"] for r in rows.values()} <= {"2.9", "2.18", "2.23"}
+    assert rows["megatron-2021"]["nccl"] == "2.9"
+
+
 def test_unknown_kind_is_one_line(capsys):
     assert main(["list", "gpus"]) == 2
     err = capsys.readouterr().err

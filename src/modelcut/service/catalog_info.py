@@ -72,7 +72,8 @@ def _frameworks() -> list[dict[str, Any]]:
                     "default": name == catalog.default_framework(), "attention": fw.attention,
                     "default_zero": fw.default_zero,
                     "overlaps": [k for k, on in dataclasses.asdict(fw.overlap).items() if on],
-                    "selective": fw.selective, "compiled": fw.torch_compile, "fp8_library": fw.fp8_library,
+                    "selective": fw.selective, "compiled": fw.torch_compile, "cp_impl": fw.cp_impl,
+                    "cp_kind": fw.cp_kind, "nccl": fw.nccl, "fp8_library": fw.fp8_library,
                     "fp8_recipes": list(fw.fp8_recipes), "source": fw.source})
     return out
 
