@@ -270,7 +270,9 @@ TORCH_CAST_BYTES = 6
 #: 4; the log-sum-exp operand is 1/d of it) and ``out - (·)`` (read 4 + 4, write 4): 38;
 TORCH_EAGER_MERGE_BYTES = 6 + 12 + 8 + 12
 #: an FP32 accumulation of a 16-bit gradient, ``grad_query += grad_query_``: read 4 + 2, write 4;
-#: compiled (TorchInductor fuses a merge's chain into one kernel) a merge is the same pass;
+#: compiled, a merge is the same pass (TorchInductor of torch 2.13 fuses ``_merge_one``'s ops, the
+#: log-sum-exp's with them, into one kernel that reads the FP32 sum and the 16-bit step output and
+#: writes the sum: its generated code under ``TORCH_LOGS=output_code``);
 TORCH_ACCUM_BYTES = 10
 #: an FP32 copy, read 4 + write 4 (``torch.cat`` of ``_partial_update`` and of the dK, dV sent on);
 TORCH_COPY32_BYTES = 8
