@@ -253,3 +253,6 @@ def test_pytorch_context_parallelism_holds_fp32_accumulators(cp, t, b, seq_k, ki
     assert got >= cp_transient_bytes(model, **dict(kw, cp_kind="ring"))
     with pytest.raises(ModelcutError):
         cp_transient_bytes(model, **kw, cp_impl="megatron")
+    from modelcut.core.step.layers import LayerSetup
+    with pytest.raises(ModelcutError, match="cp_impl must be one of"):
+        LayerSetup(micro_batch=b, seq_len=seq, cp_impl="megatron")

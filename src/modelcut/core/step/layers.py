@@ -257,6 +257,8 @@ class LayerSetup:
             raise ModelcutError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}")
         if self.selective not in ("attention", "op"):
             raise ModelcutError(f"selective recomputation must be 'attention' or 'op', got {self.selective!r}")
+        if self.cp_impl not in context.CP_IMPLS:
+            raise ModelcutError(f"cp_impl must be one of {', '.join(context.CP_IMPLS)}, got {self.cp_impl!r}")
         if self.recompute not in RECOMPUTE_LEVELS:
             raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
         bad = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
