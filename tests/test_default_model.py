@@ -224,7 +224,8 @@ def test_ring_latency_follows_nccls_model():
     n, k = 64, 8
     total = (n - 1) * dm.ring_alpha(n, k)
     nodes = n // k
-    expected = dm.NCCL_RING_BASE_S + (n - nodes) * dm.NCCL_RING_STEP_NVLINK_S + (nodes - 1) * dm.NCCL_RING_STEP_NET_S
+    t9 = dm.NCCL_2_9
+    expected = t9.ring_base + (n - nodes) * t9.ring_nvlink + (nodes - 1) * t9.ring_net
     assert total == pytest.approx(expected)
     # More ranks across more nodes: the ring's latency grows.
     assert 2047 * dm.ring_alpha(2048, 8) > 1023 * dm.ring_alpha(1024, 8) > total

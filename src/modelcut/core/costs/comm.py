@@ -195,7 +195,6 @@ class NcclTuner:
     per-step ``ring_nvlink``, ``ring_net``. Tree (all-reduce only): ``tree_base`` +
     2·((ppn − 1)·``tree_nvlink`` + ⌊log₂ nodes⌋·``tree_net``)."""
 
-    version: str
     ring_base: float
     ring_nvlink: float
     ring_net: float
@@ -217,15 +216,11 @@ class NcclTuner:
 #:
 #: Documented figures, not fitted.
 NCCL_TUNERS = {
-    "2.9": NcclTuner("2.9", 8.4e-6, 3.4e-6, 9.6e-6, 0.0, 28e-6, 28e-6),
-    "2.18": NcclTuner("2.18", 8.4e-6, 3.4e-6, 14.0e-6, 0.0, 28e-6, 28e-6),
-    "2.23": NcclTuner("2.23", 8.4e-6, 3.4e-6, 14.0e-6, 8.4e-6, 4.0e-6, 14.0e-6),
+    "2.9": NcclTuner(8.4e-6, 3.4e-6, 9.6e-6, 0.0, 28e-6, 28e-6),
+    "2.18": NcclTuner(8.4e-6, 3.4e-6, 14.0e-6, 0.0, 28e-6, 28e-6),
+    "2.23": NcclTuner(8.4e-6, 3.4e-6, 14.0e-6, 8.4e-6, 4.0e-6, 14.0e-6),
 }
 NCCL_2_9 = NCCL_TUNERS["2.9"]
-#: The 2.9 tuner's ring figures under their old names (the seed model's and tests' reference).
-NCCL_RING_BASE_S = NCCL_2_9.ring_base
-NCCL_RING_STEP_NVLINK_S = NCCL_2_9.ring_nvlink
-NCCL_RING_STEP_NET_S = NCCL_2_9.ring_net
 
 
 def ring_alpha(n: int, members_per_node: int, tuner: NcclTuner = NCCL_2_9) -> float:

@@ -174,6 +174,13 @@ def kv_width_per_rank(model: ModelSpec, t: int = 1) -> int:
     return model.d_head * max(model.kv_heads // t, 1)
 
 
+def query_width_per_rank(model: ModelSpec, t: int = 1) -> int:
+    """Q (and the attention output) width held by one tensor-parallel rank: heads·head_dim/t (a
+    run's check has t divide the heads)."""
+    _pos_int("t", t)
+    return model.heads // t * model.d_head
+
+
 def attention_flops_per_pair(model: ModelSpec, t: int = 1) -> float:
     """Forward FLOPs of one (query, key) pair on one tensor-parallel rank: QKᵀ and A·V, 2·d each,
     over the rank's heads/t query heads."""
@@ -245,7 +252,7 @@ def ring_merge_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: i
     if cp <= 1:
         return 0.0, 0.0
     rows = micro_batch * seq
-    q = model.heads // t * model.d_head       # t divides the heads (a run's check)
+    q = query_width_per_rank(model, t)
     kv = 2 * kv_width_per_rank(model, t)
     return rows * q * RING_MERGE_BYTES, rows * (q + kv) * RING_MERGE_BYTES
 
@@ -305,7 +312,7 @@ def torch_merge_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: 
     if cp <= 1:
         return 0.0, 0.0
     rows = micro_batch * seq / cp
-    e_q = rows * (model.heads // t) * model.d_head
+    e_q = rows * query_width_per_rank(model, t)
     e_kv = rows * 2 * kv_width_per_rank(model, t)
     steps = cp - 1
     if compiled:

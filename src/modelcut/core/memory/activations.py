@@ -122,7 +122,7 @@ def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int =
     blk = context.block_bytes(model, micro_batch, seq, cp, t)
     if cp_impl == "torch-sdpa":
         rotated = cp * blk if cp_kind == "allgather" else 2 * blk
-        fp32_q = FP32_BYTES * micro_batch * seq / cp * (model.heads // t) * model.d_head
+        fp32_q = FP32_BYTES * micro_batch * seq / cp * context.query_width_per_rank(model, t)
         return rotated + max(2 * fp32_q, fp32_q + 6 * blk)
     return 4 * blk if cp_kind == "ring" else 2 * cp * blk   # ring: 2 blocks forward, 4 backward
 

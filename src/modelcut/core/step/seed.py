@@ -143,8 +143,7 @@ def _cp_layer(run: Run, hw: Hardware, eta: float, gpn: int) -> float:
         att = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=cp_bw,
                                    attention_flops_per_s=eta * hw.peak_flops_16, t=t)
         return att.exposed_s + (att.exposed_fwd_s if tr.recompute == "full" else 0.0)
-    kv_per_rank = model.d_head * max(model.kv_heads // t, 1)
-    kv_bytes = b * s * 2 * kv_per_rank * BF16_BYTES   # K and V of the whole sequence
+    kv_bytes = b * s * 2 * context.kv_width_per_rank(model, t) * BF16_BYTES   # K and V of the whole sequence
     return (3 if tr.recompute == "full" else 2) * comm.all_gather(cp, kv_bytes, cp_bw)
 
 
