@@ -114,3 +114,76 @@ def test_layer_checks_refuse_an_unknown_recomputation(tmp_path, monkeypatch):
             kc.layer_checks()
     finally:
         kc.layer_checks.cache_clear()
+
+
+def _attention(check_id):
+    from modelcut.analysis.kernel_checks import attention_rows
+    rows = {r.check: r for r in attention_rows()}
+    return rows[check_id]
+
+
+def test_the_cudnn_table_agrees_with_another_benchmark_of_its_release():
+    """The table's cuDNN rows are the FlashAttention-3 paper's cuDNN 9.1.1 on an H100 at 1,830 MHz;
+    cuDNN-frontend's own benchmark of release 9.1.0 (May 2024, an H200 at 1,980 MHz) is at most the
+    clocks' ratio (1.082) plus 4 % faster at any point, and never slower: the table is that
+    release's speed."""
+    r = _attention("cudnn-fe-2024-05")
+    assert len(r.points) == 10
+    for p in r.points:
+        assert 1.0 <= p.fwd_ratio < 1980 / 1830 * 1.04, p
+        assert 1.0 <= p.bwd_ratio < 1980 / 1830 * 1.04, p
+
+
+def test_newer_cudnn_releases_are_reported_with_their_gain():
+    """Reported, not asserted as agreement: later cuDNN releases run long sequences faster than the
+    table's 9.1. This pins the direction, so a table change that closes or widens the gap shows
+    here: September 2024's forward and 9.19.1's forward and backward, each median above the same
+    release-9.1 benchmark's; and 9.19.1's gain grows with the sequence (its 2,048-token causal
+    forward is the table's own rate)."""
+    old, sep, new = (_attention(c) for c in ("cudnn-fe-2024-05", "cudnn-fe-2024-09", "cudnn-fe-2026-02"))
+    assert sep.median("fwd") > old.median("fwd") + 0.05
+    assert new.median("fwd") > old.median("fwd") + 0.05 and new.median("bwd") > old.median("bwd") + 0.05
+    causal = sorted((p for p in new.points if p.causal and p.head_dim == 128), key=lambda p: p.seq_len)
+    assert [p.seq_len for p in causal] == [2048, 4096, 8192, 16384, 32768]
+    fwd = [p.fwd_ratio for p in causal]
+    assert fwd == sorted(fwd) and fwd[0] == pytest.approx(1.0, abs=0.01)
+
+
+def test_attention_points_read_the_table_as_the_step_model_does():
+    """Each point's table rate is the step model's own (:func:`fused_tflops`) at the burst clock:
+    the training step's rate over the device's sustained share; an asymmetric head (DeepSeek V3's
+    192 and 128) is read at the mean, 160."""
+    from modelcut.core.costs.kernels import fused_tflops
+    r = _attention("cudnn-fe-2026-02")
+    hw = catalog.hardware(r.device)
+    for p in r.points:
+        step = fused_tflops("cudnn", hw, p.causal, p.head_dim, p.seq_len)
+        assert p.table_fwd_tflops * hw.sustained_frac == pytest.approx(step[0])
+        assert p.table_bwd_tflops * hw.sustained_frac == pytest.approx(step[1])
+        assert p.fwd_ratio == pytest.approx(p.measured_fwd_tflops / p.table_fwd_tflops)
+    assert {p.head_dim for p in r.points} == {128, 160}
+
+
+def test_attention_sweeps_print_and_refuse_a_missing_table(capsys, monkeypatch):
+    assert main(["validate", "--kernels", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [a["check"] for a in out["attention"]] == ["cudnn-fe-2024-05", "cudnn-fe-2024-09", "cudnn-fe-2026-02"]
+    assert set(out["attention_sources"]) == {a["check"] for a in out["attention"]}
+    assert all(a["fwd_min_ratio"] <= a["fwd_median_ratio"] <= a["fwd_max_ratio"] for a in out["attention"])
+    assert main(["validate", "--kernels"]) == 0
+    assert "cuDNN 9.19.1" in capsys.readouterr().out
+    from modelcut.catalog import kernel_checks as kc
+    from modelcut.core.errors import ModelcutError
+    entry = {"id": "cudnn-fe-2024-05", "device": "a100-sxm4-80gb", "impl": "cudnn", "kernel": "x", "source": "",
+             "file": "kernels/attention_sweep_cudnn_frontend.csv"}
+    monkeypatch.setattr(kc, "_toml", lambda: {"attention_sweep": [entry]})
+    kc.attention_sweeps.cache_clear()
+    try:
+        with pytest.raises(ModelcutError, match="has no 'cudnn' attention table"):
+            kc.attention_sweeps()
+        monkeypatch.setattr(kc, "_toml", lambda: {"attention_sweep": [dict(entry, device="h200", id="nope")]})
+        kc.attention_sweeps.cache_clear()
+        with pytest.raises(ModelcutError, match="no rows"):
+            kc.attention_sweeps()
+    finally:
+        kc.attention_sweeps.cache_clear()

@@ -25,6 +25,13 @@ quantization). Summarised as the ratio modelcut/measured: its median, 10th and 9
 the time-weighted ratio Σ modelcut / Σ measured (what a layer of such products would see) and the
 shape furthest off; with an FP8 sweep, FP8's speed-up over bf16 at the shapes both sweeps of the
 device measured, modelcut's beside the measured.
+
+**Attention sweeps** (:func:`attention_rows`, the file's ``[[attention_sweep]]`` entries): another
+benchmark of a fused attention kernel by sequence length, each point's rate here the attention
+table's burst rate for that kernel (:func:`..core.costs.kernels.fused_tflops` with
+``sustained=False``) at the point's mask, sequence length and head dimension (the mean of Q·Kᵀ's and
+V's, as the FLOPs weigh them). Summarised per direction as the time ratio modelcut/measured
+(= measured rate over the table's): its median, range and the point furthest off.
 """
 
 from __future__ import annotations
@@ -33,11 +40,11 @@ import math
 from dataclasses import dataclass, replace
 
 from .. import catalog
-from ..catalog.kernel_checks import (LINEAR_KINDS, GemmSweep, LayerCheck, LinearCheck, gemm_sweeps, layer_checks,
-                                     linear_checks)
+from ..catalog.kernel_checks import (LINEAR_KINDS, AttentionSweep, GemmSweep, LayerCheck, LinearCheck,
+                                     attention_sweeps, gemm_sweeps, layer_checks, linear_checks)
 from ..core.costs import comm
 from ..core.costs import fp8 as fp8_mod
-from ..core.costs.kernels import Efficiency, burst_tflops, gemm_time, mem_time
+from ..core.costs.kernels import Efficiency, burst_tflops, fused_tflops, gemm_time, mem_time
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware, ModelSpec, Training
 from ..core.step.layers import dense_linears
@@ -255,3 +262,84 @@ def sweep_rows() -> list[SweepRow]:
     sweeps = gemm_sweeps()
     bf16 = {s.hw.name: s for s in sweeps if s.dtype == "bf16"}
     return [sweep_summary(s, bf16.get(s.hw.name) if s.dtype != "bf16" else None) for s in sweeps]
+
+
+@dataclass(frozen=True)
+class AttentionPointRow:
+    """One measured attention call beside the table: the measured and the table's burst TFLOP/s,
+    forward and backward."""
+
+    seq_len: int
+    causal: bool
+    heads: int
+    kv_heads: int
+    head_dim: int              # the mean of Q·Kᵀ's and V's, at which the table is read
+    measured_fwd_tflops: float
+    measured_bwd_tflops: float
+    table_fwd_tflops: float
+    table_bwd_tflops: float
+
+    @property
+    def fwd_ratio(self) -> float:
+        """modelcut's time over the measured."""
+        return self.measured_fwd_tflops / self.table_fwd_tflops
+
+    @property
+    def bwd_ratio(self) -> float:
+        return self.measured_bwd_tflops / self.table_bwd_tflops
+
+    def as_dict(self) -> dict:
+        return {"seq_len": self.seq_len, "causal": self.causal, "heads": self.heads, "kv_heads": self.kv_heads,
+                "head_dim": self.head_dim, "measured_fwd_tflops": self.measured_fwd_tflops,
+                "measured_bwd_tflops": self.measured_bwd_tflops, "table_fwd_tflops": self.table_fwd_tflops,
+                "table_bwd_tflops": self.table_bwd_tflops, "fwd_ratio": self.fwd_ratio, "bwd_ratio": self.bwd_ratio}
+
+
+@dataclass(frozen=True)
+class AttentionRow:
+    """One attention sweep summarised (module doc): ratios are modelcut's time over the measured."""
+
+    check: str
+    device: str
+    impl: str
+    kernel: str
+    points: tuple[AttentionPointRow, ...]
+
+    def _ratios(self, direction: str) -> list[float]:
+        return [p.fwd_ratio if direction == "fwd" else p.bwd_ratio for p in self.points]
+
+    def median(self, direction: str) -> float:
+        return _quantile(self._ratios(direction), 0.5)
+
+    def span(self, direction: str) -> tuple[float, float]:
+        r = self._ratios(direction)
+        return min(r), max(r)
+
+    def furthest(self, direction: str) -> AttentionPointRow:
+        return max(self.points, key=lambda p: abs(math.log(p.fwd_ratio if direction == "fwd" else p.bwd_ratio)))
+
+    def as_dict(self) -> dict:
+        out = {"check": self.check, "device": self.device, "impl": self.impl, "kernel": self.kernel,
+               "points": [p.as_dict() for p in self.points]}
+        for dr in ("fwd", "bwd"):
+            lo, hi = self.span(dr)
+            out.update({f"{dr}_median_ratio": self.median(dr), f"{dr}_min_ratio": lo, f"{dr}_max_ratio": hi})
+        return out
+
+
+def attention_summary(sweep: AttentionSweep) -> AttentionRow:
+    """One attention sweep against its table (module doc)."""
+    points = []
+    for p in sweep.points:
+        d = (p.head_dim_qk + p.head_dim_v) // 2
+        rates = fused_tflops(sweep.impl, sweep.hw, p.causal, d, p.seq_len, sustained=False)
+        if rates is None:
+            raise ModelcutError(f"kernel_checks.toml {sweep.id}: {sweep.hw.name} has no {sweep.impl!r} attention table")
+        points.append(AttentionPointRow(p.seq_len, p.causal, p.heads, p.kv_heads, d, p.fwd_tflops, p.bwd_tflops,
+                                        rates[0], rates[1]))
+    return AttentionRow(sweep.id, sweep.hw.name, sweep.impl, sweep.kernel, tuple(points))
+
+
+def attention_rows() -> list[AttentionRow]:
+    """Every attention sweep summarised."""
+    return [attention_summary(s) for s in attention_sweeps()]

@@ -181,3 +181,75 @@ def gemm_sweeps() -> tuple[GemmSweep, ...]:
                                 f"got {e['dtype']!r}")
         out.append(GemmSweep(e["id"], _device(e), e["dtype"], _sweep_points(e), e["source"], str(e.get("date", ""))))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class AttentionPoint:
+    """One measured attention call (the file's ``[[attention_sweep]]`` doc): its shape and its
+    forward and backward TFLOP/s in the tables' count."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    head_dim_qk: int
+    head_dim_v: int
+    seq_len: int
+    causal: bool
+    fwd_tflops: float
+    bwd_tflops: float
+
+
+@dataclass(frozen=True)
+class AttentionSweep:
+    """An independent benchmark of one fused attention kernel by sequence length on one device,
+    checked against the attention table of ``impl`` (the file's ``[[attention_sweep]]`` doc)."""
+
+    id: str
+    hw: Hardware
+    impl: str
+    kernel: str
+    points: tuple[AttentionPoint, ...]
+    source: str
+    date: str
+
+
+def _attention_points(entry: dict) -> tuple[AttentionPoint, ...]:
+    text = resources.files("modelcut.catalog").joinpath(entry["file"]).read_text(encoding="utf-8")
+    reader = csv.DictReader(io.StringIO(text))
+    cols = {"check", "batch", "heads", "kv_heads", "head_dim_qk", "head_dim_v", "seq_len", "causal", "fwd_tflops",
+            "bwd_tflops"}
+    missing = cols - set(reader.fieldnames or ())
+    if missing:
+        raise ModelcutError(f"kernel_checks.toml {entry['id']}: {entry['file']} lacks the columns "
+                            f"{', '.join(sorted(missing))}")
+    points = []
+    for row in reader:
+        if row["check"] != entry["id"]:
+            continue
+        if row["causal"] not in ("0", "1"):
+            raise ModelcutError(f"kernel_checks.toml {entry['id']}: causal must be 0 or 1, got {row}")
+        p = AttentionPoint(int(row["batch"]), int(row["heads"]), int(row["kv_heads"]), int(row["head_dim_qk"]),
+                           int(row["head_dim_v"]), int(row["seq_len"]), row["causal"] == "1",
+                           float(row["fwd_tflops"]), float(row["bwd_tflops"]))
+        if min(p.batch, p.heads, p.kv_heads, p.head_dim_qk, p.head_dim_v, p.seq_len) < 1 or p.heads % p.kv_heads \
+                or not (p.fwd_tflops > 0 and p.bwd_tflops > 0):
+            raise ModelcutError(f"kernel_checks.toml {entry['id']}: a point needs positive sizes and rates, and "
+                                f"query heads a multiple of the key/value heads, got {row}")
+        points.append(p)
+    if not points:
+        raise ModelcutError(f"kernel_checks.toml {entry['id']}: no rows in {entry['file']}")
+    return tuple(points)
+
+
+@lru_cache(maxsize=None)
+def attention_sweeps() -> tuple[AttentionSweep, ...]:
+    out = []
+    for e in _toml().get("attention_sweep", []):
+        hw = _device(e)
+        kinds = hw.kernels.attention if hw.kernels is not None else {}
+        if e["impl"] not in kinds:
+            raise ModelcutError(f"kernel_checks.toml {e['id']}: {hw.name} has no {e['impl']!r} attention table "
+                                f"(it has {', '.join(sorted(kinds)) or 'none'})")
+        out.append(AttentionSweep(e["id"], hw, e["impl"], e["kernel"], _attention_points(e), e["source"],
+                                  str(e.get("date", ""))))
+    return tuple(out)

@@ -93,6 +93,16 @@ def validate(
         con.print(sweeps)
         for cid, src in out["sweep_sources"].items():
             con.print(f"{cid}: {src['source']}")
+        att = Table("Sweep", "Device", "Kernel measured", "Table", "Points", "Forward: median", "range",
+                    "Backward: median", "range",
+                    title="Attention kernels by sequence length: the table's burst time over the measured (1 = agree)")
+        for r in out["attention"]:
+            att.add_row(r["check"], r["device"], r["kernel"], r["impl"], str(len(r["points"])),
+                        f"{r['fwd_median_ratio']:.3f}", f"{r['fwd_min_ratio']:.3f}-{r['fwd_max_ratio']:.3f}",
+                        f"{r['bwd_median_ratio']:.3f}", f"{r['bwd_min_ratio']:.3f}-{r['bwd_max_ratio']:.3f}")
+        con.print(att)
+        for cid, src in out["attention_sources"].items():
+            con.print(f"{cid}: {src['source']}")
         return
     if runs is not None:
         if mode not in ("seed", "default") or budget:

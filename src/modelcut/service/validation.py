@@ -23,7 +23,7 @@ from ..analysis import validation as av
 from ..analysis.budget import ErrorBudget, error_budget
 from ..analysis.measured import Measured, catalog_measured, measured_step_time
 from ..catalog import Profile
-from ..catalog.kernel_checks import gemm_sweeps, layer_checks, linear_checks
+from ..catalog.kernel_checks import attention_sweeps, gemm_sweeps, layer_checks, linear_checks
 from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.step import seed
@@ -43,7 +43,10 @@ def kernel_rows() -> dict[str, Any]:
             "layers": [r.as_dict() for r in kernel_checks.layer_rows()],
             "layer_sources": {c.id: {"source": c.source, "run": c.run} for c in layer_checks()},
             "sweeps": [r.as_dict() for r in kernel_checks.sweep_rows()],
-            "sweep_sources": {c.id: {"source": c.source, "device": c.hw.name, "date": c.date} for c in gemm_sweeps()}}
+            "sweep_sources": {c.id: {"source": c.source, "device": c.hw.name, "date": c.date} for c in gemm_sweeps()},
+            "attention": [r.as_dict() for r in kernel_checks.attention_rows()],
+            "attention_sources": {c.id: {"source": c.source, "device": c.hw.name, "kernel": c.kernel, "date": c.date}
+                                  for c in attention_sweeps()}}
 
 
 def deck_runs() -> list[catalog.PublishedRun]:

@@ -279,6 +279,34 @@ class SweepCheckRow(BaseModel):
     speedup_shapes: int
 
 
+class AttentionPointRow(BaseModel):
+    seq_len: int
+    causal: bool
+    heads: int
+    kv_heads: int
+    head_dim: int = Field(description="the mean of Q·Kᵀ's and V's head dimensions, at which the table is read")
+    measured_fwd_tflops: float
+    measured_bwd_tflops: float
+    table_fwd_tflops: float = Field(description="the attention table's burst rate at this point")
+    table_bwd_tflops: float
+    fwd_ratio: float = Field(description="the table's time over the measured")
+    bwd_ratio: float
+
+
+class AttentionCheckRow(BaseModel):
+    check: str
+    device: str
+    impl: str = Field(description="the attention table checked (kernels.toml)")
+    kernel: str = Field(description="the kernel release measured")
+    points: list[AttentionPointRow]
+    fwd_median_ratio: float = Field(description="the table's burst time over the measured, the median over points")
+    fwd_min_ratio: float
+    fwd_max_ratio: float
+    bwd_median_ratio: float
+    bwd_min_ratio: float
+    bwd_max_ratio: float
+
+
 class KernelChecksResponse(BaseModel):
     rows: list[KernelCheckRow]
     sources: dict[str, dict[str, str]] = Field(description="per benchmark: its source, device, device source, date")
@@ -286,6 +314,10 @@ class KernelChecksResponse(BaseModel):
     layer_sources: dict[str, dict[str, str]] = Field(description="per layer measurement: its source and published run")
     sweeps: list[SweepCheckRow] = Field(description="independent product sweeps by shape against the product tables")
     sweep_sources: dict[str, dict[str, str]] = Field(description="per sweep: its source, device, date")
+    attention: list[AttentionCheckRow] = Field(description="independent attention-kernel benchmarks against the "
+                                                            "attention tables")
+    attention_sources: dict[str, dict[str, str]] = Field(description="per attention sweep: its source, device, "
+                                                                     "kernel release, date")
 
 
 class UploadResponse(BaseModel):

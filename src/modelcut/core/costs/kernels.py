@@ -251,13 +251,16 @@ def _unfused(b: int, bh: int, s_q: int, s_k: int, d: int, dropout: bool, hw: Har
                          4.0 * bh * s_q * s_k * d)
 
 
-def fused_tflops(kind: str, hw: Hardware, causal: bool, d: int, s_q: int) -> tuple[float, float] | None:
+def fused_tflops(kind: str, hw: Hardware, causal: bool, d: int, s_q: int,
+                 sustained: bool = True) -> tuple[float, float] | None:
     """(forward, backward) TFLOP/s the fused kernel ``kind`` reaches at this mask, head dimension
-    and (local) sequence length on ``hw``, from its measurements; None where none are known."""
+    and (local) sequence length on ``hw``, from its measurements (scaled by the device's peak over
+    the measuring one's, :func:`peak_scale`, and in a training step by its sustained share, as the
+    products are; ``sustained=False``: the burst rate the measurements are); None where none are known."""
     curves = hw.kernels.attention.get(kind) if hw.kernels is not None else None
     if curves is None:
         return None
-    scale = peak_scale(hw) * hw.sustained_frac
+    scale = peak_scale(hw) * (hw.sustained_frac if sustained else 1.0)
     return curves.tflops("fwd", causal, d, s_q) * scale, curves.tflops("bwd", causal, d, s_q) * scale
 
 
