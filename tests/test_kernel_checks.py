@@ -134,6 +134,16 @@ def test_the_cudnn_table_agrees_with_another_benchmark_of_its_release():
         assert 1.0 <= p.bwd_ratio < 1980 / 1830 * 1.04, p
 
 
+def test_the_flash2_table_agrees_with_pytorchs_flashattention2():
+    """The table's FlashAttention-2 rows on Hopper against PyTorch 2.3's own FlashAttention-2 in the
+    same May 2024 benchmark: the medians within 5 % both ways, every point within 13 %."""
+    r = _attention("torch-flash-2024-05")
+    assert r.impl == "flash2" and len(r.points) == 10
+    assert abs(r.median("fwd") - 1) < 0.05 and abs(r.median("bwd") - 1) < 0.05
+    for p in r.points:
+        assert 0.87 < p.fwd_ratio < 1.13 and 0.87 < p.bwd_ratio < 1.13, p
+
+
 def test_newer_cudnn_releases_are_reported_with_their_gain():
     """Reported, not asserted as agreement: later cuDNN releases run long sequences faster than the
     table's 9.1. This pins the direction, so a table change that closes or widens the gap shows
@@ -167,7 +177,8 @@ def test_attention_points_read_the_table_as_the_step_model_does():
 def test_attention_sweeps_print_and_refuse_a_missing_table(capsys, monkeypatch):
     assert main(["validate", "--kernels", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [a["check"] for a in out["attention"]] == ["cudnn-fe-2024-05", "cudnn-fe-2024-09", "cudnn-fe-2026-02"]
+    assert [a["check"] for a in out["attention"]] == ["cudnn-fe-2024-05", "cudnn-fe-2024-09", "cudnn-fe-2026-02",
+                                                      "torch-flash-2024-05"]
     assert set(out["attention_sources"]) == {a["check"] for a in out["attention"]}
     assert all(a["fwd_min_ratio"] <= a["fwd_median_ratio"] <= a["fwd_max_ratio"] for a in out["attention"])
     assert main(["validate", "--kernels"]) == 0
