@@ -196,5 +196,10 @@ def test_attention_sweeps_print_and_refuse_a_missing_table(capsys, monkeypatch):
         kc.attention_sweeps.cache_clear()
         with pytest.raises(ModelcutError, match="no rows"):
             kc.attention_sweeps()
+        monkeypatch.setattr(kc, "_toml", lambda: {"attention_sweep": [dict(entry, device="h200",
+                                                                            file="kernels/attention.csv")]})
+        kc.attention_sweeps.cache_clear()
+        with pytest.raises(ModelcutError, match="lacks the columns batch"):
+            kc.attention_sweeps()
     finally:
         kc.attention_sweeps.cache_clear()

@@ -147,15 +147,20 @@ class GemmSweep:
     date: str
 
 
-def _sweep_points(entry: dict) -> tuple[SweepPoint, ...]:
+def _csv_rows(entry: dict, columns: set[str]) -> list[dict[str, str]]:
+    """The rows of an entry's ``file``, refused in one line when it lacks one of ``columns``."""
     text = resources.files("modelcut.catalog").joinpath(entry["file"]).read_text(encoding="utf-8")
-    points = []
     reader = csv.DictReader(io.StringIO(text))
-    missing = {"device", "dtype", "m", "n", "k", "ms", "quant_ms"} - set(reader.fieldnames or ())
+    missing = columns - set(reader.fieldnames or ())
     if missing:
         raise ModelcutError(f"kernel_checks.toml {entry['id']}: {entry['file']} lacks the columns "
                             f"{', '.join(sorted(missing))}")
-    for row in reader:
+    return list(reader)
+
+
+def _sweep_points(entry: dict) -> tuple[SweepPoint, ...]:
+    points = []
+    for row in _csv_rows(entry, {"device", "dtype", "m", "n", "k", "ms", "quant_ms"}):
         if row["device"] != entry["device"] or row["dtype"] != entry["dtype"]:
             continue
         q = float(row["quant_ms"]) if row.get("quant_ms") else 0.0
@@ -214,16 +219,10 @@ class AttentionSweep:
 
 
 def _attention_points(entry: dict) -> tuple[AttentionPoint, ...]:
-    text = resources.files("modelcut.catalog").joinpath(entry["file"]).read_text(encoding="utf-8")
-    reader = csv.DictReader(io.StringIO(text))
     cols = {"check", "batch", "heads", "kv_heads", "head_dim_qk", "head_dim_v", "seq_len", "causal", "fwd_tflops",
             "bwd_tflops"}
-    missing = cols - set(reader.fieldnames or ())
-    if missing:
-        raise ModelcutError(f"kernel_checks.toml {entry['id']}: {entry['file']} lacks the columns "
-                            f"{', '.join(sorted(missing))}")
     points = []
-    for row in reader:
+    for row in _csv_rows(entry, cols):
         if row["check"] != entry["id"]:
             continue
         if row["causal"] not in ("0", "1"):
