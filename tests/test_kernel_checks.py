@@ -195,6 +195,11 @@ def test_attention_sweeps_print_and_refuse_a_missing_table(capsys, monkeypatch):
                                                       "torch-flash-2024-05", "cudnn-fe-gb200-2026-04"]
     assert set(out["attention_sources"]) == {a["check"] for a in out["attention"]}
     assert all(a["fwd_min_ratio"] <= a["fwd_median_ratio"] <= a["fwd_max_ratio"] for a in out["attention"])
+    for a in out["attention"]:       # the point furthest off is one of the range's ends
+        for dr in ("fwd", "bwd"):
+            assert a[f"{dr}_furthest"]["ratio"] in (a[f"{dr}_min_ratio"], a[f"{dr}_max_ratio"])
+    assert out["attention_sources"]["cudnn-fe-gb200-2026-04"]["device_source"].startswith("GB200")
+    assert out["attention_sources"]["cudnn-fe-2026-02"]["device_source"] == ""
     assert main(["validate", "--kernels"]) == 0
     assert "cuDNN 9.19.1" in capsys.readouterr().out
     from modelcut.catalog import kernel_checks as kc

@@ -316,6 +316,7 @@ class AttentionRow:
         return min(r), max(r)
 
     def furthest(self, direction: str) -> AttentionPointRow:
+        """The point whose ratio in ``direction`` is furthest from 1 (either way)."""
         return max(self.points, key=lambda p: abs(math.log(p.fwd_ratio if direction == "fwd" else p.bwd_ratio)))
 
     def as_dict(self) -> dict:
@@ -323,7 +324,10 @@ class AttentionRow:
                "points": [p.as_dict() for p in self.points]}
         for dr in ("fwd", "bwd"):
             lo, hi = self.span(dr)
-            out.update({f"{dr}_median_ratio": self.median(dr), f"{dr}_min_ratio": lo, f"{dr}_max_ratio": hi})
+            far = self.furthest(dr)
+            out.update({f"{dr}_median_ratio": self.median(dr), f"{dr}_min_ratio": lo, f"{dr}_max_ratio": hi,
+                        f"{dr}_furthest": {"seq_len": far.seq_len, "causal": far.causal, "head_dim": far.head_dim,
+                                           "ratio": far.fwd_ratio if dr == "fwd" else far.bwd_ratio}})
         return out
 
 

@@ -216,6 +216,7 @@ class AttentionSweep:
     points: tuple[AttentionPoint, ...]
     source: str
     date: str
+    device_source: str = ""     # a variant's figures and their source (the file's doc)
 
 
 def _attention_points(entry: dict) -> tuple[AttentionPoint, ...]:
@@ -250,5 +251,5 @@ def attention_sweeps() -> tuple[AttentionSweep, ...]:
             raise ModelcutError(f"kernel_checks.toml {e['id']}: {hw.name} has no {e['impl']!r} attention table "
                                 f"(it has {', '.join(sorted(kinds)) or 'none'})")
         out.append(AttentionSweep(e["id"], hw, e["impl"], e["kernel"], _attention_points(e), e["source"],
-                                  str(e.get("date", ""))))
+                                  str(e.get("date", "")), e.get("variant_source", "")))
     return tuple(out)

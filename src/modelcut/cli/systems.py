@@ -94,15 +94,19 @@ def validate(
         for cid, src in out["sweep_sources"].items():
             con.print(f"{cid}: {src['source']}")
         att = Table("Sweep", "Device", "Kernel measured", "Table", "Points", "Forward: median", "range",
-                    "Backward: median", "range",
+                    "Backward: median", "range", "Furthest off",
                     title="Attention kernels by sequence length: the table's burst time over the measured (1 = agree)")
+
+        def far(f: dict) -> str:
+            return f"{f['ratio']:.2f} at {f['seq_len']}{' causal' if f['causal'] else ''}"
         for r in out["attention"]:
             att.add_row(r["check"], r["device"], r["kernel"], r["impl"], str(len(r["points"])),
                         f"{r['fwd_median_ratio']:.3f}", f"{r['fwd_min_ratio']:.3f}-{r['fwd_max_ratio']:.3f}",
-                        f"{r['bwd_median_ratio']:.3f}", f"{r['bwd_min_ratio']:.3f}-{r['bwd_max_ratio']:.3f}")
+                        f"{r['bwd_median_ratio']:.3f}", f"{r['bwd_min_ratio']:.3f}-{r['bwd_max_ratio']:.3f}",
+                        f"fwd {far(r['fwd_furthest'])}, bwd {far(r['bwd_furthest'])}")
         con.print(att)
         for cid, src in out["attention_sources"].items():
-            con.print(f"{cid}: {src['source']}")
+            con.print(f"{cid}: {src['source']}" + (f" Device: {src['device_source']}" if src["device_source"] else ""))
         return
     if runs is not None:
         if mode not in ("seed", "default") or budget:

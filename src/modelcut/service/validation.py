@@ -45,8 +45,8 @@ def kernel_rows() -> dict[str, Any]:
             "sweeps": [r.as_dict() for r in kernel_checks.sweep_rows()],
             "sweep_sources": {c.id: {"source": c.source, "device": c.hw.name, "date": c.date} for c in gemm_sweeps()},
             "attention": [r.as_dict() for r in kernel_checks.attention_rows()],
-            "attention_sources": {c.id: {"source": c.source, "device": c.hw.name, "kernel": c.kernel, "date": c.date}
-                                  for c in attention_sweeps()}}
+            "attention_sources": {c.id: {"source": c.source, "device": c.hw.name, "device_source": c.device_source,
+                                         "kernel": c.kernel, "date": c.date} for c in attention_sweeps()}}
 
 
 def deck_runs() -> list[catalog.PublishedRun]:

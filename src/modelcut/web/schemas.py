@@ -302,9 +302,12 @@ class AttentionCheckRow(BaseModel):
     fwd_median_ratio: float = Field(description="the table's burst time over the measured, the median over points")
     fwd_min_ratio: float
     fwd_max_ratio: float
+    fwd_furthest: dict[str, Any] = Field(description="the point furthest off forward: seq_len, causal, head_dim, "
+                                                     "ratio")
     bwd_median_ratio: float
     bwd_min_ratio: float
     bwd_max_ratio: float
+    bwd_furthest: dict[str, Any]
 
 
 class KernelChecksResponse(BaseModel):
@@ -317,7 +320,8 @@ class KernelChecksResponse(BaseModel):
     attention: list[AttentionCheckRow] = Field(description="independent attention-kernel benchmarks against the "
                                                             "attention tables")
     attention_sources: dict[str, dict[str, str]] = Field(description="per attention sweep: its source, device, "
-                                                                     "kernel release, date")
+                                                                     "device source (a variant's), kernel release, "
+                                                                     "date")
 
 
 class UploadResponse(BaseModel):
