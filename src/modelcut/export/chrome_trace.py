@@ -22,6 +22,7 @@ from typing import Any, Iterable, Sequence
 
 from ..core.errors import ModelcutError
 from ..core.sim.run import PipelineResult
+from ..core.step.timeline import DEVICE_TRACK
 
 #: Reserved colour names of the legacy trace viewer (catapult
 #: tracing/tracing/base/color_scheme.html), in an order that keeps neighbours distinct.
@@ -143,8 +144,8 @@ _STEP_CNAMES = {"forward": "thread_state_running", "backward": "thread_state_iow
 
 def _track_order(track: str) -> tuple[int, int, str]:
     """Pipeline ranks in rank order, then the compute stream, then the communication stream."""
-    if track.startswith("pipeline rank "):
-        return 0, int(track.rsplit(" ", 1)[1]), track
+    if track.startswith(DEVICE_TRACK):
+        return 0, int(track[len(DEVICE_TRACK):]), track
     return (1, 0, track) if track == "compute" else (2, 0, track)
 
 

@@ -322,9 +322,10 @@ NORM_BYTES = 4.0
 def attention_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
     """The attention block's products on one tensor-parallel rank, (m, n, k, count): QKV
     [T, h] × [h, q/t + 2·kv_t] and the output projection [T, q/t] × [q/t, h], with
-    kv_t = max(kv/t, head_dim) (K and V heads replicated when t exceeds them)."""
-    h, q, kv, d = model.hidden, model.q_dim, model.kv_dim, model.d_head
-    kv_t = max(kv // t, d)
+    kv_t = max(kv/t, head_dim) (K and V heads replicated when t exceeds them:
+    :func:`..costs.context.kv_width_per_rank`)."""
+    h, q = model.hidden, model.q_dim
+    kv_t = context.kv_width_per_rank(model, t)
     return [(tokens, (q // t) + 2 * kv_t, h, 1), (tokens, h, q // t, 1)]
 
 
@@ -446,7 +447,7 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     t = setup.tp
     T = setup.micro_batch * setup.seq_len // setup.cp
     Tn = T // t if setup.sequence_parallel else T
-    h, q, kv_t = model.hidden, model.q_dim, max(model.kv_dim // t, model.d_head)
+    h, q, kv_t = model.hidden, model.q_dim, context.kv_width_per_rank(model, t)
     gated, drop, rope = model.gated_mlp, model.dropout, not model.learned_positions
     ups = [g for g in mlp if g.name.endswith(" up")]
     # rows × local width of the MLP's activation (each up product's output, halved when gated)
@@ -525,7 +526,7 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
     b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
     if cp == 1:
         return 0.0, 0.0
-    kv_bytes = b * s * 2 * max(model.kv_dim // t, model.d_head) * BYTES    # K and V of the whole sequence
+    kv_bytes = b * s * 2 * context.kv_width_per_rank(model, t) * BYTES    # K and V of the whole sequence
     if setup.cp_impl == "torch-sdpa":
         return _torch_cp_comm(model, setup, hw, eff, att, kv_bytes)
     if setup.cp_kind == "ring":

@@ -15,7 +15,7 @@ layouts and keeps none of their timelines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 #: What each op kind of a pipeline schedule is called on a timeline.
@@ -44,7 +44,7 @@ def repeated(run_segments: Sequence[Segment], flushes: int, run_s: float,
     the ``once`` segments (each device's optimizer step, timed as in one run) in the last run:
     the step f·(T − optimizer) + optimizer of :func:`.default._finish`."""
     def shifted(s: Segment, by: float) -> Segment:
-        return Segment(s.track, s.name, s.kind, s.start_s + by, s.end_s + by, s.microbatch, s.stage)
+        return replace(s, start_s=s.start_s + by, end_s=s.end_s + by)
     out = [shifted(s, k * run_s) for k in range(flushes) for s in run_segments]
     out += [shifted(s, (flushes - 1) * run_s) for s in once]
     return tuple(out)
@@ -71,9 +71,13 @@ def pipeline_segments(orders, starts, ends, devices: Sequence[tuple[float, float
     return out
 
 
+#: A pipeline device's track is this prefix and its rank.
+DEVICE_TRACK = "pipeline rank "
+
+
 def device_track(device: int) -> str:
     """A pipeline device's track name."""
-    return f"pipeline rank {device}"
+    return f"{DEVICE_TRACK}{device}"
 
 
 def stream_segments(labels: Sequence[tuple[str, str]], events: Sequence[tuple[str, int, float, float]],
