@@ -43,7 +43,8 @@ def extra_lines(result: PredictResult) -> list[str]:
 def run_line(run, pred) -> str:
     """A prediction's first line: the model, the GPUs and how the run is laid out."""
     L = run.layout
-    return (f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}; "
+    return (f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}"
+            + (f" sharded {L.dp_shard} × replicated {L.dp // L.dp_shard}" if L.hybrid else "") + "; "
             f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}"
             + (f" × {pred.flushes} runs" if pred.flushes > 1 else ""))
 

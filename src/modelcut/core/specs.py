@@ -195,6 +195,12 @@ class Layout:
     ``cp_kind`` is context parallelism's form, "ring" or "allgather"; None leaves it to the
     training stack (the default model's framework preset) and otherwise means the all-gather
     form (:attr:`cp_form`).
+    ``dp_shard`` is hybrid sharding: ZeRO's sharded states split over dp_shard·cp ranks and
+    replicated across dp/dp_shard such groups (PyTorch FSDP's ``HYBRID_SHARD`` and FSDP2's 2-D
+    mesh, torchtitan's ``data_parallel_shard_degree`` beside ``data_parallel_replicate_degree``;
+    Megatron-LM's ``--num-distributed-optimizer-instances`` = dp/dp_shard). The shard group is the
+    inner part of dp in the rank order, as torchtitan's mesh [..., "dp_replicate", "dp_shard", "cp",
+    "tp"] places it. None (or dp) shards over the whole data-parallel group (:attr:`shard_dp`).
     """
 
     tp: int = 1
@@ -209,9 +215,16 @@ class Layout:
     schedule: str | None = None
     cp_kind: str | None = None
     order: tuple[str, ...] = DEFAULT_ORDER
+    dp_shard: int | None = None
 
     def __post_init__(self) -> None:
-        _positive(self, "tp", "cp", "pp", "dp", "ep", "etp", "vpp")
+        _positive(self, "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "dp_shard")
+        if self.dp_shard is not None and self.dp % self.dp_shard:
+            raise ModelcutError(f"dp_shard ({self.dp_shard}) must divide dp ({self.dp}): the data-parallel ranks "
+                                "are dp/dp_shard replicas of one shard group")
+        if self.hybrid and self.ep > 1:
+            raise ModelcutError(f"dp_shard {self.dp_shard} below dp {self.dp} (hybrid sharding) with expert parallelism "
+                                "is not modelled; leave dp_shard out (shard over the whole data-parallel group)")
         if self.sequence_parallel not in (None, True, False):
             raise ModelcutError(f"sequence_parallel must be true or false, got {self.sequence_parallel!r}")
         if self.zero not in (None, 0, 1, 2, 3):
@@ -222,6 +235,22 @@ class Layout:
     @property
     def gpus(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def shard_dp(self) -> int:
+        """The data-parallel ranks one ZeRO shard group spans (context parallelism's ranks join it):
+        ``dp_shard``, or dp where the layout leaves it open."""
+        return self.dp if self.dp_shard is None else self.dp_shard
+
+    @property
+    def shard_ranks(self) -> int:
+        """Ranks one ZeRO shard is split over: the shard group's dp ranks times cp."""
+        return self.shard_dp * self.cp
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether the sharded states are replicated across shard groups (``dp_shard`` < dp)."""
+        return self.shard_dp < self.dp
 
     @property
     def zero_stage(self) -> int:

@@ -220,7 +220,7 @@ def stack_violations(run: Run, fw: Framework, pred: Prediction) -> list:
     return violations(catalog.capabilities(fw.name), run.model, tp=L.tp, cp=L.cp, pp=L.pp, dp=L.dp, ep=L.ep,
                       vpp=pred.vpp, schedule=pred.schedule, cp_kind=L.cp_kind if L.cp > 1 else None,
                       seq=run.training.seq_len, sequence_parallel=L.sequence_parallel, zero=L.zero,
-                      recompute=run.training.recompute)
+                      recompute=run.training.recompute, dp_shard=L.dp_shard)
 
 
 def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:

@@ -338,6 +338,10 @@ class LayoutIn(Strict):
     etp: Optional[GpuCount] = Field(None, description="expert tensor-parallel size")
     cp_kind: Optional[CpKind] = None
     order: Optional[RankOrder] = Field(None, description="rank order, innermost first (ep may be placed)")
+    dp_shard: Optional[GpuCount] = Field(
+        None, description="hybrid sharding: ZeRO's states split over dp_shard·cp ranks and replicated across "
+                          "dp/dp_shard groups (FSDP's HYBRID_SHARD, torchtitan's data_parallel_shard_degree; "
+                          "default: dp, sharded over the whole data-parallel group)")
 
 
 class TrainingIn(Strict):

@@ -18,7 +18,7 @@ tied_embeddings = true
 gpu = "a100-sxm4-80gb"   # a catalog name or alias
 gpus = 64                # must equal tp·cp·pp·dp
 gpus_per_node = 8        # default: the hardware's
-[layout]                 # tp, cp, pp, dp, vpp, sequence_parallel, zero, schedule, ep, etp, cp_kind, order
+[layout]                 # tp, cp, pp, dp, vpp, sequence_parallel, zero, schedule, ep, etp, cp_kind, order, dp_shard
 tp = 8
 pp = 8
 dp = 1
@@ -28,6 +28,9 @@ dp = 1
 #                        # framework's, ring for megatron-core/nemo, all-gather otherwise)
 # zero = 3               # ZeRO stage 0-3 (default: the framework's, 3 for the FSDP presets and
 #                        # deepspeed-zero3, at least 1 with Megatron's distributed optimizer)
+# dp_shard = 8           # hybrid sharding (zero >= 1): ZeRO's states split over dp_shard·cp ranks and
+#                        # replicated across dp/dp_shard groups (FSDP's HYBRID_SHARD, torchtitan's
+#                        # data_parallel_shard_degree; default: dp)
 # sequence_parallel = true   # norms and dropouts cut over tp (default: the framework's, on with
 #                        # tp > 1 for megatron-core, nemo, megatron-bridge and torchtitan's fsdp)
 [training]

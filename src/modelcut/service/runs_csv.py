@@ -36,6 +36,8 @@ CSV_COLUMNS: dict[str, str] = {
     "schedule": "a pipeline schedule of the registry (modelcut list schedules; default: 1F1B, interleaved with vpp > 1)",
     "order": "rank order, innermost first, e.g. tp;cp;pp;dp (default: Megatron-core's, tp;cp;ep;dp;pp)",
     "sequence_parallel": "true/false (default: the stack's, on with tp > 1 under Megatron-core and torchtitan)", "zero": "ZeRO stage 0-3 (default: the stack's, 3 under FSDP)",
+    "dp_shard": "hybrid sharding: the data-parallel ranks one ZeRO shard group spans, replicated across dp/dp_shard "
+                "groups (default: dp)",
     "seq_len": "tokens per sequence", "global_batch": "sequences per step",
     "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none; true/false as "
                                                               "llm-foundry's activation_checkpointing)",

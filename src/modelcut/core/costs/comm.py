@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from ..errors import ModelcutError
-from .mesh import group_crosses_nodes, members_in_node
+from .mesh import Mesh, group_crosses_nodes, members_in_node
 from ..specs import Hardware, Layout
 
 
@@ -121,17 +121,20 @@ def all_to_all_two_level(n: int, nbytes: float, local: int, link_bw: float, net_
 # the device mesh's (:mod:`.mesh`, which also places ep where the layout's order names it).
 
 
-def group_spans_nodes(layout: Layout, dim: str | Iterable[str], gpus_per_node: int) -> bool:
+def group_spans_nodes(layout: Layout | Mesh, dim: str | Iterable[str], gpus_per_node: int) -> bool:
     """Whether a group along ``dim`` (a name, or several names for a combined group such as
     ("cp", "dp")) has members in different nodes, with ranks numbered in ``layout.order``
-    (:func:`.mesh.group_crosses_nodes`)."""
-    return _spans(_mesh_key(layout), dim if isinstance(dim, str) else tuple(dim), gpus_per_node)
+    (:func:`.mesh.group_crosses_nodes`; a :class:`.mesh.Mesh` as given)."""
+    dims = dim if isinstance(dim, str) else tuple(dim)
+    if isinstance(layout, Mesh):
+        return group_crosses_nodes(layout, dims, gpus_per_node)
+    return _spans(_mesh_key(layout), dims, gpus_per_node)
 
 
 def _mesh_key(layout: Layout) -> Layout:
-    """The layout's sizes and rank order only: what decides where groups sit."""
+    """The layout's sizes, rank order and shard groups only: what decides where groups sit."""
     return Layout(tp=layout.tp, cp=layout.cp, pp=layout.pp, dp=layout.dp, ep=layout.ep, etp=layout.etp,
-                  order=layout.order)
+                  order=layout.order, dp_shard=layout.dp_shard if layout.hybrid else None)
 
 
 @lru_cache(maxsize=8192)
@@ -139,13 +142,13 @@ def _spans(layout: Layout, dim, gpus_per_node: int) -> bool:
     return group_crosses_nodes(layout, dim, gpus_per_node)
 
 
-def group_members_in_node(layout: Layout, dim: str | Iterable[str], gpus_per_node: int) -> int:
+def group_members_in_node(layout: Layout | Mesh, dim: str | Iterable[str], gpus_per_node: int) -> int:
     """How many members of a group along ``dim`` share a node with its first rank (rank 0's group;
     nodes are blocks of ``gpus_per_node`` consecutive ranks): :func:`.mesh.members_in_node`."""
     return members_in_node(layout, dim, gpus_per_node)
 
 
-def collective_bandwidth(layout: Layout, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int, *,
+def collective_bandwidth(layout: Layout | Mesh, dim: str | Iterable[str], hw: Hardware, gpus_per_node: int, *,
                          multi_nic: bool = True) -> float:
     """Bus bandwidth per accelerator, each way, of a ring collective (all-reduce, reduce-scatter,
     all-gather) over a group along ``dim``.
@@ -278,6 +281,54 @@ def expert_dp_ring_alpha(layout: Layout, gpus_per_node: int, tuner: NcclTuner = 
     return ring_alpha(expert_dp_size(layout), group_members_in_node(layout, EXPERT_DP, gpus_per_node), tuner)
 
 
+#: Hybrid sharding's two groups (:attr:`..specs.Layout.dp_shard`) in :func:`hybrid_mesh`: the shard
+#: group, dp_shard·cp ranks that split ZeRO's states, and the replica group, the dp/dp_shard ranks
+#: holding the same shard.
+SHARD = ("cp", "ep")
+REPLICA = ("edp",)
+
+
+@lru_cache(maxsize=1024)
+def hybrid_mesh(layout: Layout) -> Mesh:
+    """The mesh whose groups are hybrid sharding's: dp's inner dp_shard ranks carved out as the
+    mesh's "ep" (innermost inside dp, as torchtitan's mesh [..., "dp_replicate", "dp_shard", "cp",
+    "tp"] and Megatron-LM's distributed-optimizer instances of consecutive ranks place them), dp's
+    outer dp/dp_shard as its "edp" (:data:`SHARD`, :data:`REPLICA`). A hybrid layout has no expert
+    parallelism (:class:`..specs.Layout` refuses both)."""
+    order = tuple(o for o in layout.order if o != "ep")
+    return Mesh.build(layout.tp, layout.cp, layout.pp, layout.dp, layout.shard_dp, order)
+
+
+@dataclass(frozen=True)
+class RingGroup:
+    """A group the data-parallel collectives run over, as :func:`collective` reads it: ``n`` ranks,
+    ``per_node`` of them in a node, all in one node (``inside``) or not, NCCL's ring latency
+    ``alpha`` a step and the bus bandwidth ``bw`` each way."""
+
+    n: int
+    per_node: int
+    inside: bool
+    alpha: float
+    bw: float
+
+    def time(self, kind: str, nbytes: float, hw: Hardware, net: float, tuner: "NcclTuner") -> float:
+        return collective(kind, self.n, nbytes, self.bw, hw, self.alpha, self.inside, net, per_node=self.per_node,
+                          tuner=tuner)
+
+
+def hybrid_groups(layout: Layout, bw: dict[str, float], gpus_per_node: int,
+                  tuner: "NcclTuner") -> tuple[RingGroup, RingGroup]:
+    """(shard, replica) groups of a hybrid layout (:func:`hybrid_mesh`), their bandwidths from
+    :func:`group_bandwidths` (``bw["dp_shard"]``, ``bw["dp_replica"]``)."""
+    mesh = hybrid_mesh(_mesh_key(layout))
+    out = []
+    for dims, n, key in ((SHARD, layout.shard_dp * layout.cp, "dp_shard"),
+                         (REPLICA, layout.dp // layout.shard_dp, "dp_replica")):
+        k = group_members_in_node(mesh, dims, gpus_per_node)
+        out.append(RingGroup(n, k, not group_spans_nodes(mesh, dims, gpus_per_node), ring_alpha(n, k, tuner), bw[key]))
+    return out[0], out[1]
+
+
 def group_bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic: bool = True) -> dict[str, float]:
     """Per-accelerator bandwidth each way of each group's traffic: tp, cp and pp exchanges are
     bounded by one hop (:func:`group_bandwidth`); the data-parallel collectives, and with ep > 1
@@ -294,6 +345,10 @@ def _bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic: boo
     out["dp"] = achievable(collective_bandwidth(layout, ("cp", "dp"), hw, gpus_per_node, multi_nic=multi_nic), hw)
     out["edp"] = (achievable(collective_bandwidth(layout, EXPERT_DP, hw, gpus_per_node, multi_nic=multi_nic), hw)
                   if layout.ep > 1 else out["dp"])
+    if layout.hybrid:
+        mesh = hybrid_mesh(layout)
+        for key, dims in (("dp_shard", SHARD), ("dp_replica", REPLICA)):
+            out[key] = achievable(collective_bandwidth(mesh, dims, hw, gpus_per_node, multi_nic=multi_nic), hw)
     return out
 
 

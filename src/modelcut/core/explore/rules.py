@@ -15,7 +15,7 @@ from ..specs import RECOMPUTE_VARIANTS, ModelSpec
 #: How chunks may split the layers (``Capabilities.interleave``).
 INTERLEAVE = ("layers", "layers+2", "any")
 #: The fields of a stack's capabilities (the TOML's keys besides ``framework``, ``base``, ``sources``).
-FIELDS = ("zero", "zero_with_pipeline", "zero0_flat_mesh_only", "schedules", "context_parallel", "cp_kinds",
+FIELDS = ("zero", "zero_with_pipeline", "zero0_flat_mesh_only", "hybrid_shard", "schedules", "context_parallel", "cp_kinds",
           "cp_seq_multiple_tp", "sequence_parallel", "mixture_of_experts", "expert_parallel", "ep_with_tp_needs_sp",
           "moe_tensor_parallel", "interleave", "interleave_min_pp", "recompute")
 
@@ -25,7 +25,9 @@ class Capabilities:
     """What one stack runs (``catalog/framework_rules.toml``'s header says what each field means).
 
     ``zero``: ZeRO stages; ``zero_with_pipeline``: those allowed with pp > 1;
-    ``zero0_flat_mesh_only``: plain data parallelism only without tp, cp, pp; ``schedules``: the
+    ``zero0_flat_mesh_only``: plain data parallelism only without tp, cp, pp; ``hybrid_shard``:
+    ZeRO's states sharded over part of the data-parallel group and replicated across the rest
+    (:attr:`..specs.Layout.dp_shard`); ``schedules``: the
     registry's schedules with pp > 1; ``context_parallel`` and its ``cp_kinds``;
     ``cp_seq_multiple_tp``: the sequence splits into 2·cp·tp pieces; ``sequence_parallel``;
     ``mixture_of_experts``, ``expert_parallel``, ``ep_with_tp_needs_sp``, ``moe_tensor_parallel``
@@ -38,6 +40,7 @@ class Capabilities:
     zero: tuple[int, ...] = (0, 1, 2, 3)
     zero_with_pipeline: tuple[int, ...] = (0, 1, 2, 3)
     zero0_flat_mesh_only: bool = False
+    hybrid_shard: bool = True
     schedules: tuple[str, ...] = ()
     context_parallel: bool = True
     cp_kinds: tuple[str, ...] = ("ring", "allgather")
@@ -94,7 +97,7 @@ class Violation:
 def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1,
                ep: int = 1, vpp: int = 1, schedule: str | None = None, cp_kind: str | None = None,
                seq: int | None = None, sequence_parallel: bool | None = None, zero: int | None = None,
-               recompute: str | None = None) -> list[Violation]:
+               recompute: str | None = None, dp_shard: int | None = None) -> list[Violation]:
     """Every rule of ``caps`` the layout breaks, in the order of :data:`FIELDS` (empty: the stack
     runs it). Knobs left None are not checked (the explorer checks a structure before its
     recomputation and ZeRO variants)."""
@@ -111,6 +114,8 @@ def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1
                                       f"{_list(caps.zero_with_pipeline, 'ZeRO-') or 'no ZeRO stage'})")
         elif zero == 0 and caps.zero0_flat_mesh_only and dp > 1 and (tp > 1 or cp > 1 or pp > 1):
             bad("zero0_flat_mesh_only", "plain data parallelism (ZeRO-0) together with tp, cp or pp")
+    if dp_shard is not None and dp_shard < dp and not caps.hybrid_shard:
+        bad("hybrid_shard", f"hybrid sharding (dp_shard {dp_shard} of dp {dp})")
     if pp > 1 and schedule is not None and schedule not in caps.schedules:
         bad("schedules", f"the {schedule} schedule (it runs {', '.join(caps.schedules) or 'none'})")
     if cp > 1:

@@ -127,10 +127,12 @@ def memory_plan(run: Run, options: MemoryOptions = DEFAULT_OPTIONS, vpp: int | N
 def shard_groups(run: Run) -> tuple[int, int]:
     """(D, D_expert): how many ranks share a ZeRO shard of dense and of expert parameters.
     Dense: dp·cp, as Megatron-LM's distributed optimizer shards over the data-parallel group
-    with context parallelism. Experts: tp·cp·dp/(ep·etp), Megatron-LM's expert data-parallel group
-    (:func:`..costs.comm.expert_dp_size`, the group their collectives run over too)."""
+    with context parallelism; with hybrid sharding the shard group's dp_shard·cp
+    (:attr:`..specs.Layout.shard_ranks`), each replica holding the whole set. Experts:
+    tp·cp·dp/(ep·etp), Megatron-LM's expert data-parallel group (:func:`..costs.comm.expert_dp_size`,
+    the group their collectives run over too)."""
     lay = run.layout
-    return lay.dp * lay.cp, comm.expert_dp_size(lay)
+    return lay.shard_ranks, comm.expert_dp_size(lay)
 
 
 def state_bytes(params: float, expert_params: float, zero: int, d: int, de: int,

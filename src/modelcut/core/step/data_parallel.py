@@ -48,7 +48,16 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float],
     bandwidth ``bw["edp"]``; none when each rank's experts are its own), one after the other on
     the stream (Megatron-LM reduces the two groups' buckets in turn; FSDP2 gathers each group's
     parameters with its own collective). ``tuner``: the latencies of the stack's NCCL
-    (:attr:`.frameworks.Framework.nccl_tuner`)."""
+    (:attr:`.frameworks.Framework.nccl_tuner`).
+
+    Hybrid sharding (``layout.dp_shard`` < dp, :func:`..costs.comm.hybrid_groups`): weights are
+    all-gathered over the shard group (dp_shard·cp ranks) only; gradients are reduce-scattered over
+    it and the shard, 1/(dp_shard·cp) of the bytes, is then all-reduced across the dp/dp_shard
+    replicas, one after the other (Megatron-core's partial distributed optimizer on its
+    communication stream, ``param_and_grad_buffer.py`` ``start_grad_sync``; PyTorch FSDP's
+    ``HYBRID_SHARD`` in its post-backward stream; FSDP2's ``foreach_reduce`` runs the all-reduce on a
+    stream of its own, which may overlap the next unit's reduce-scatter: there this is an upper
+    bound)."""
     L = run.layout
     gpn = run.gpus_per_node or hw.per_node
     alpha = comm.dp_ring_alpha(L, gpn, tuner)
@@ -63,11 +72,21 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float],
     else:
         n_e, alpha_e, inside_e, k_e, bw_e = L.dp * L.cp, alpha, inside, k, bw["dp"]
 
+    hybrid = comm.hybrid_groups(L, bw, gpn, tuner) if L.hybrid else None
+
+    def dense(kind: str, nbytes: float) -> float:
+        if hybrid is not None and kind != "all-reduce":
+            shard, replica = hybrid
+            t = shard.time(kind, nbytes, hw, eff.net, tuner)
+            if kind == "reduce-scatter":    # then the shard's all-reduce across the replicas
+                t += replica.time("all-reduce", nbytes / shard.n, hw, eff.net, tuner)
+            return t
+        return comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net, per_node=k,
+                               tuner=tuner)
+
     def coll(kind: str, nbytes: float, expert_bytes: float = 0.0) -> float:
         # a unit of experts alone issues no dense collective
-        t = (comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net, per_node=k,
-                             tuner=tuner)
-             if nbytes > 0 or expert_bytes <= 0 else 0.0)
+        t = dense(kind, nbytes) if nbytes > 0 or expert_bytes <= 0 else 0.0
         if expert_bytes > 0 and n_e > 1:
             t += comm.collective(kind, n_e, expert_bytes, bw_e, hw, alpha_e, inside_e, eff.net, per_node=k_e,
                                  tuner=tuner)
@@ -220,7 +239,7 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         else:
             exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
         tied = tied_extra if (dev in (0, p - 1) and p > 1) else 0.0
-        opt = mem_time(optimizer_step_bytes(params_dev, dp_group if sharded else 1, res.grads_sharded), hw, eff)
+        opt = mem_time(optimizer_step_bytes(params_dev, L.shard_ranks if sharded else 1, res.grads_sharded), hw, eff)
         gather = 0.0
         if sharded and dp_group > 1 and not res.gathers_each_pass:
             g = coll("all-gather", gather_bytes, gather_expert)
@@ -235,15 +254,14 @@ def fsdp2_copies(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
     """FSDP2's copies (:mod:`..costs.residency`) as ``(copy_out, copy_in)``: ``copy_out((dense,
     expert) gathered bytes) -> seconds`` after a gather, ``copy_in((dense, expert) gradient
     elements) -> seconds`` before a reduce-scatter, each group counted where it shards over more
-    than one rank (the dense weights over dp·cp, the routed experts over their own group,
+    than one rank (the dense weights over their shard group, dp·cp unless hybrid, the routed experts over their own group,
     :func:`dp_collective`'s groups); gradients read as bf16, or in the dtype the stack accumulates
     them whole in between reductions (``unsharded_grad_bytes``), written in the reduce dtype. Both
     give 0 unless the stack runs FSDP2 (``fsdp2_copies``) under ZeRO-3."""
     L = run.layout
     on = framework.fsdp2_copies and res.zero >= 3
-    dp_group = L.dp * L.cp
-    n_e = comm.expert_dp_size(L) if L.ep > 1 else dp_group
-    dense_on, expert_on = on and dp_group > 1, on and n_e > 1
+    n_e = comm.expert_dp_size(L) if L.ep > 1 else L.shard_ranks
+    dense_on, expert_on = on and L.shard_ranks > 1, on and n_e > 1
     accumulated = res.grads == "per-step" and m > 1
     held = ((framework.unsharded_grad_bytes or framework.grad_buffer_bytes) if accumulated else BF16_BYTES,
             BF16_BYTES)

@@ -325,6 +325,9 @@ class Framework:
         stack's rules read the resolved run."""
         L = run.layout
         zero = self.zero_stage(L)
+        if L.hybrid and zero == 0:
+            raise ModelcutError(f"dp_shard {L.dp_shard} (hybrid sharding) needs sharded data parallelism, but {self.name} "
+                                "runs this layout at ZeRO 0; set zero (1-3) or leave dp_shard out")
         sp = (self.sequence_parallel and L.tp > 1) if L.sequence_parallel is None else L.sequence_parallel
         cp_kind = L.cp_kind or (self.cp_kind if L.cp > 1 else None)   # a form only where there is context parallelism
         etp = self.expert_tp(run)

@@ -34,7 +34,6 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     model, L = run.model, run.layout
     t = L.tp
     ov = fw.overlap
-    dp_group = L.dp * L.cp
     grad_b, grad_e = fw.grad_bytes, fw.expert_grad_b
     dense, moe_lt, emb, loss = k.dense, k.moe, k.emb, k.loss
     coll = dp_collective(run, hw, eff, bw, fw.nccl_tuner)    # dense weights over dp·cp, routed experts over their own group
@@ -92,7 +91,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
         if copy_out(p_dense) > 0:
             notes.append("ZeRO-3: FSDP2's all-gather copy-out and reduce-scatter copy-in on the compute stream")
     P_dev = sum(a + b for a, b in mods)
-    opt = mem_time(optimizer_step_bytes(P_dev, dp_group, grads_sharded=True), hw, eff)
+    opt = mem_time(optimizer_step_bytes(P_dev, L.shard_ranks, grads_sharded=True), hw, eff)
     T = T_c + opt
     bd = DefaultBreakdown(compute_s=compute_total, tp_s=0.0, cp_s=0.0, p2p_s=0.0, bubble_s=0.0,
                           dp_s=T - compute_total - a2a_total - opt, a2a_s=a2a_total, optimizer_s=opt)
