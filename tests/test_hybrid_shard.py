@@ -138,3 +138,36 @@ def test_run_files_and_the_cli_take_it(tmp_path):
     out = subprocess.run([sys.executable, "-m", "modelcut", "predict", str(f)], capture_output=True, text=True)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "dp_shard (5) must divide dp (64)" in out.stderr
+
+
+def _search(fw: str | None, gpus: int = 4096, mode: str = "default", top: int = 5):
+    from modelcut.service.explore import run_explore
+    from modelcut.service.explore import explore_request
+    from modelcut.service.requests import ExploreInput
+    req = explore_request(ExploreInput(model="llama3-8b", gpu="h100", gpus=gpus, seq=8192,
+                                       global_batch_tokens=gpus * 2 * 8192, framework=fw, mode=mode, top=top))
+    return run_explore(req)
+
+
+def test_the_explorer_shards_within_a_node_where_the_ring_is_latency_bound():
+    """4,096 GPUs of Llama 3 8B under torchtitan: the full ring over 512 nodes pays its latency
+    every unit, the practitioner's HSDP over a node's 8 GPUs does not. Every hybrid layout shards
+    something (ZeRO ≥ 1), and its launch settings say so."""
+    import tomllib
+    from modelcut.export.emit import megatron_args, torchtitan_toml
+    res = _search("fsdp-compile")
+    best = res.layouts[0]
+    assert best.structure.dp_shard == 8 and best.run.layout.dp_shard == 8
+    hybrid = [e for e in res.layouts if e.structure.dp_shard]
+    assert hybrid and all(e.zero >= 1 for e in hybrid)
+    par = tomllib.loads(torchtitan_toml(best))["parallelism"]
+    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (8, 512)
+    mc = _search("megatron-core", top=1).layouts[0]
+    if mc.structure.dp_shard:
+        assert f"--num-distributed-optimizer-instances {mc.structure.dp // mc.structure.dp_shard}" in \
+            megatron_args(mc).splitlines()
+
+
+def test_no_hybrid_layouts_where_the_stack_or_the_mode_has_none():
+    for fw, mode in (("llama3", "default"), ("fsdp-compile", "seed")):
+        assert not [e for e in _search(fw, gpus=512, mode=mode, top=20).layouts if e.structure.dp_shard], (fw, mode)

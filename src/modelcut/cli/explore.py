@@ -66,10 +66,12 @@ FLAGS = {"gpus": "--gpus", "seq": "--seq", "global_batch_tokens": "--global-batc
 
 def _shape(e: Evaluated) -> str:
     """tp·cp·pp·dp, with ep on an MoE model (and "e1" after it where the experts are not cut over
-    tp: etp 1 with tp > 1)."""
+    tp: etp 1 with tp > 1); dp as "d[k]" where ZeRO's states are sharded over k of its ranks and
+    replicated across the rest (hybrid sharding)."""
     s = e.structure
     if not e.run.model.is_moe:
-        return "·".join(str(x) for x in (s.tp, s.cp, s.pp, s.dp))
+        dp = f"{s.dp}[{s.dp_shard}]" if s.dp_shard else str(s.dp)
+        return "·".join(str(x) for x in (s.tp, s.cp, s.pp, dp))
     ep = f"{s.ep}" + (f"e{s.expert_tp}" if s.expert_tp != s.tp else "")
     return "·".join(str(x) for x in (s.tp, s.cp, ep, s.pp, s.dp))
 
@@ -92,7 +94,8 @@ def _describe(e: Evaluated) -> str:
     s = e.structure
     cp = f"cp {s.cp} ({s.cp_kind})" if s.cp > 1 else "cp 1"
     ep = f", ep {s.ep}" if s.ep > 1 else ""
-    return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}, dp {s.dp}, {s.schedule} v {s.vpp}, micro-batch {s.micro_batch}, "
+    dp = f"dp {s.dp}" + (f" (ZeRO sharded over {s.dp_shard}, replicated {s.dp // s.dp_shard}×)" if s.dp_shard else "")
+    return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}, {dp}, {s.schedule} v {s.vpp}, micro-batch {s.micro_batch}, "
             f"recompute {e.recompute}, ZeRO-{e.zero}")
 
 

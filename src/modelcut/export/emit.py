@@ -6,7 +6,8 @@ Megatron-LM flags (megatron/training/arguments.py): ``--tensor-model-parallel-si
 ``--expert-model-parallel-size`` and ``--expert-tensor-parallel-size`` (core_r0.11.0; its default is tp),
 ``--num-virtual-stages-per-pipeline-rank``, ``--sequence-parallel``,
 ``--micro-batch-size``/``--global-batch-size``/``--seq-length``,
-``--use-distributed-optimizer`` (ZeRO-1), Megatron-FSDP's ``--use-megatron-fsdp
+``--use-distributed-optimizer`` (ZeRO-1) with ``--num-distributed-optimizer-instances`` (hybrid
+sharding: dp/dp_shard replicas of the sharded states), Megatron-FSDP's ``--use-megatron-fsdp
 --data-parallel-sharding-strategy optim_grads|optim_grads_params`` (ZeRO-2/3),
 ``--recompute-granularity selective|full`` (full: ``--recompute-method uniform
 --recompute-num-layers 1``; selective of named modules: ``--recompute-modules``), and for an uneven split ``--pipeline-model-parallel-layout``
@@ -14,7 +15,8 @@ Megatron-LM flags (megatron/training/arguments.py): ``--tensor-model-parallel-si
 pipeline order; docs/source/user-guide/features/pipeline_parallel_layout.md).
 
 torchtitan (torchtitan/config/job_config.py): ``[parallelism]`` with
-``data_parallel_replicate_degree``/``data_parallel_shard_degree`` (FSDP2 shards weights,
+``data_parallel_replicate_degree``/``data_parallel_shard_degree`` (dp/dp_shard and dp_shard with
+hybrid sharding; FSDP2 shards weights,
 gradients and optimizer states: ZeRO-3; ``fsdp_reshard_after_forward = "never"`` keeps
 the gathered weights through the backward, the memory of ZeRO-2), ``tensor_parallel_degree``,
 ``context_parallel_degree``/``context_parallel_rotate_method``, ``expert_parallel_degree`` and
@@ -125,6 +127,8 @@ def megatron_args(e: Evaluated) -> str:
         strategy = "optim_grads" if e.zero == 2 else "optim_grads_params"
         lines += ["--use-distributed-optimizer", "--use-megatron-fsdp",
                   f"--data-parallel-sharding-strategy {strategy}"]
+    if s.dp_shard and e.zero >= 1:
+        lines.append(f"--num-distributed-optimizer-instances {s.dp // s.dp_shard}")
     if tr.recompute == "selective":
         lines.append("--recompute-granularity selective")
         if tr.recompute_modules:
@@ -155,7 +159,7 @@ def torchtitan_toml(e: Evaluated) -> str:
     s, run = e.structure, e.run
     tr, lay = run.training, run.layout
     out = ["[parallelism]"]
-    replicate, shard = (s.dp, 1) if e.zero == 0 else (1, s.dp)
+    replicate, shard = (s.dp, 1) if e.zero == 0 else (s.dp // (s.dp_shard or s.dp), s.dp_shard or s.dp)
     out += [f"data_parallel_replicate_degree = {replicate}", f"data_parallel_shard_degree = {shard}"]
     if e.zero in (1, 2):
         out += ['fsdp_reshard_after_forward = "never"',
@@ -246,6 +250,8 @@ def nemo_overrides(e: Evaluated) -> str:
         lines += ["optim.config.use_distributed_optimizer=true", "trainer.strategy.fsdp=megatron",
                   f"trainer.strategy.ddp.data_parallel_sharding_strategy="
                   f"{'optim_grads' if e.zero == 2 else 'optim_grads_params'}"]
+    if s.dp_shard and e.zero >= 1:
+        lines.append(f"trainer.strategy.ddp.num_distributed_optimizer_instances={s.dp // s.dp_shard}")
     if tr.recompute == "selective":
         lines.append("model.config.recompute_granularity=selective")
         if tr.recompute_modules:

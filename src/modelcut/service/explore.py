@@ -403,6 +403,9 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
     space = req.space
     if fw is not None and fw.default_etp is not None:
         space = replace(space, default_etp=fw.default_etp)     # the experts as the stack cuts them by default
+    if space.hybrid_shard and (req.mode != "default" or (caps is not None and not caps.hybrid_shard)):
+        # the seed model has no ZeRO to shard; a stack without hybrid sharding is not offered it
+        space = replace(space, hybrid_shard=False)
     if caps is not None and space.schedules == DEFAULT_SCHEDULES:
         # by default: the registry's explored schedules and every other one the stack runs
         space = replace(space, schedules=tuple(dict.fromkeys(DEFAULT_SCHEDULES + caps.schedules)))

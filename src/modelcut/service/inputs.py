@@ -18,7 +18,8 @@ from ..core.step.frameworks import OPTION_ALIASES, OPTIONS, negated_option, opti
 from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
-CHECK_KEYS = {"tp": int, "cp": int, "ep": int, "etp": int, "pp": int, "dp": int, "vpp": int, "micro_batch": int, "zero": int,
+CHECK_KEYS = {"tp": int, "cp": int, "ep": int, "etp": int, "pp": int, "dp": int, "dp_shard": int, "vpp": int,
+              "micro_batch": int, "zero": int,
               "cp_kind": str, "schedule": str, "recompute": str}
 
 

@@ -439,6 +439,8 @@ class CheckIn(Strict):
                                                       "the experts are cut as the attention)")
     pp: Optional[GpuCount] = None
     dp: Optional[GpuCount] = None
+    dp_shard: Optional[GpuCount] = Field(None, description="hybrid sharding's shard group (the explorer's layouts "
+                                                           "with ZeRO's states sharded within a node)")
     vpp: Optional[Layers] = None
     micro_batch: Optional[Tokens] = None
     zero: Optional[Annotated[int, Field(ge=0, le=3)]] = None

@@ -22,7 +22,7 @@ from .why import MEMORY_TERMS
 #: Fraction of the accelerator's memory kept free (see the package docstring).
 DEFAULT_MARGIN = 0.02
 #: Structure fields a ``must`` query (``--check``) may name besides recompute and zero.
-STRUCTURE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "schedule", "vpp", "ep", "cp_kind", "etp")
+STRUCTURE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "schedule", "vpp", "ep", "cp_kind", "etp", "dp_shard")
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Evaluated:
                **{k: getattr(ps, k) for k in MEMORY_TERMS},
                "stages_total_bytes": [x.total_bytes for x in self.stages]}
         out = {"tp": s.tp, "cp": s.cp, "ep": s.ep, "etp": s.expert_tp if s.ep > 1 else None,
-               "cp_kind": s.cp_kind if s.cp > 1 else None, "pp": s.pp, "dp": s.dp,
+               "cp_kind": s.cp_kind if s.cp > 1 else None, "pp": s.pp, "dp": s.dp, "dp_shard": s.dp_shard,
                "vpp": s.vpp, "micro_batch": s.micro_batch, "order": list(self.run.layout.order),
                "sequence_parallel": self.run.layout.sequence_parallel,
                "recompute": self.recompute, "recompute_modules": (list(self.run.training.recompute_modules)
@@ -216,6 +216,8 @@ class _Search:
         out = []
         for r in recompute_choices(self.model, self.space):
             for z in (z for z in ZERO_ORDER if z in self.space.zeros):
+                if s.dp_shard is not None and z == 0:
+                    continue            # nothing sharded to replicate
                 if self.caps is not None:
                     bad = violations(self.caps, self.model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, zero=z, recompute=r)
                     matched = (_matches(s, self.want) and self.want.get("zero", z) == z
@@ -234,7 +236,7 @@ class _Search:
             if caps is not None:
                 bad = violations(caps, self.model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp,
                                  schedule=s.schedule, cp_kind=s.cp_kind if s.cp > 1 else None, seq=self.seq,
-                                 sequence_parallel=s.tp > 1 and self.sp_ok)
+                                 sequence_parallel=s.tp > 1 and self.sp_ok, dp_shard=s.dp_shard)
                 if self._rejected(bad, n_variants, _matches(s, self.want)):
                     continue
             variants = self.allowed_variants(s)

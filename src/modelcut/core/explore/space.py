@@ -8,7 +8,7 @@ from typing import Iterator
 
 from ..costs import flops
 from ..costs.context import CP_KINDS
-from ..costs.mesh import Mesh, group_crosses_nodes
+from ..costs.mesh import Mesh, group_crosses_nodes, members_in_node
 from ..sim import registry
 from ..specs import DEFAULT_ORDER, RECOMPUTE_VARIANTS, Layout, ModelSpec, Run, Training, recompute_variant
 
@@ -36,6 +36,7 @@ class Space:
     precision: str = "bf16"                   # the products' precision of every layout searched
     fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
     order: tuple[str, ...] = DEFAULT_ORDER    # the rank order of every layout searched
+    hybrid_shard: bool = True                 # also shard ZeRO's states within a node (node_shard)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Structure:
     ep: int = 1
     cp_kind: str = "allgather"   # Layout's default; the form only matters when cp > 1
     etp: int | None = None       # expert tensor parallelism (None: tp, Megatron-core's default)
+    dp_shard: int | None = None  # hybrid sharding's shard group (None: the whole of dp)
 
     @property
     def expert_tp(self) -> int:
@@ -114,10 +116,22 @@ def vpp_choices(model: ModelSpec, p: int, schedule: str, m: int, balanced_only: 
     return registry.get(schedule).chunk_choices(p, m, model.layers, balanced_only)
 
 
+def node_shard(t: int, c: int, p: int, d: int, gpus_per_node: int, order: tuple[str, ...] = DEFAULT_ORDER) -> int | None:
+    """Hybrid sharding's shard group as practitioners lay it (FSDP's ``HYBRID_SHARD`` shards within
+    a node and replicates across nodes; torchtitan's HSDP over a node's GPUs): the data-parallel
+    ranks one node holds, where the data-parallel group leaves the node and more than one of its
+    ranks share one, else None."""
+    k = members_in_node(Mesh.build(tp=t, cp=c, pp=p, dp=d, order=order), "dp", gpus_per_node)
+    return k if 1 < k < d and d % k == 0 else None
+
+
 def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_per_node: int,
                space: Space = Space()) -> Iterator[Structure]:
     """Every (t, c, e, p, d, b, schedule, v, form) with t·c·p·d = gpus (module docstring); without
-    a pipeline only the registry's one-stage default is tried."""
+    a pipeline only the registry's one-stage default is tried. With ``space.hybrid_shard``, a dense
+    model's layout whose data-parallel group leaves a node comes twice: sharded over the whole
+    group, and with its ZeRO states sharded within a node and replicated across nodes
+    (:func:`node_shard`)."""
     single = registry.default_schedule(1)
     for t in divisors(gpus):
         if not tp_ok(model, t):
@@ -135,7 +149,9 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                 if global_batch % d:
                     continue
                 kinds = space.cp_kinds if c > 1 else ("allgather",)
+                shard = node_shard(t, c, p, d, gpus_per_node, space.order) if space.hybrid_shard else None
                 for e, et in ep_choices(model, d, space, t):
+                    shards = (None, shard) if shard is not None and e == 1 else (None,)
                     for b in space.micro_batches:
                         if (global_batch // d) % b:
                             continue
@@ -145,7 +161,8 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                                 continue
                             for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only):
                                 for kind in kinds:
-                                    yield Structure(t, c, p, d, b, sched, v, e, kind, et)
+                                    for sh in shards:
+                                        yield Structure(t, c, p, d, b, sched, v, e, kind, et, sh)
 
 
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
@@ -157,7 +174,7 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
     Megatron-core's (ep next to tp and cp, the pipeline outermost: :data:`..specs.DEFAULT_ORDER`)."""
     lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, etp=s.etp, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
-                 schedule=s.schedule, cp_kind=s.cp_kind, order=order)
+                 schedule=s.schedule, cp_kind=s.cp_kind, order=order, dp_shard=s.dp_shard)
     level, modules = recompute_variant(recompute)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=level, recompute_modules=modules, precision=precision,

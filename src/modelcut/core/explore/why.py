@@ -13,8 +13,8 @@ def why(best, other) -> dict[str, Any]:
     """Why ``best`` beats ``other``: the knobs that differ, and the time and memory terms in
     order of how much they differ (other − best)."""
     a, b = best.as_dict(), other.as_dict()
-    knobs = {k: (a[k], b[k]) for k in ("tp", "cp", "ep", "etp", "cp_kind", "pp", "dp", "vpp", "micro_batch", "recompute",
-                                        "zero", "schedule") if a[k] != b[k]
+    knobs = {k: (a[k], b[k]) for k in ("tp", "cp", "ep", "etp", "cp_kind", "pp", "dp", "dp_shard", "vpp", "micro_batch",
+                                        "recompute", "zero", "schedule") if a[k] != b[k]
              and not (k == "cp_kind" and None in (a[k], b[k]))}     # a form only where both split the sequence
     time_terms = []
     if best.prediction is not None and other.prediction is not None:

@@ -27,8 +27,10 @@
     if (!(x.ep > 1)) return '';
     return ` · ep ${x.ep}` + (x.etp != null && x.etp !== x.tp ? ` (etp ${x.etp})` : '');
   }
+  /** dp, with the shard group where ZeRO's states are sharded within it and replicated across (hybrid sharding). */
+  function dpName(x) { return x.dp_shard ? `${x.dp}[${x.dp_shard}]` : `${x.dp}`; }
   function layoutName(x) {
-    return `tp ${x.tp} · cp ${x.cp} · pp ${x.pp} · dp ${x.dp}` + expertsName(x);
+    return `tp ${x.tp} · cp ${x.cp} · pp ${x.pp} · dp ${dpName(x)}` + expertsName(x);
   }
   function scheduleName(x) { return x.vpp > 1 ? `${x.schedule}, v = ${x.vpp}` : x.schedule; }
 
@@ -262,7 +264,7 @@
       const tr = h('tr', {'data-rank': x.rank, tabindex: 0, onclick: () => pick(i),
                          onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { pick(i); e.preventDefault(); } }}, [
         h('td', {text: String(x.rank)}),
-        h('td', {class: 'left', text: `${x.tp}·${x.cp}·${x.pp}·${x.dp}` + expertsName(x)}),
+        h('td', {class: 'left', text: `${x.tp}·${x.cp}·${x.pp}·${dpName(x)}` + expertsName(x)}),
         h('td', {class: 'left', text: x.schedule}),
         h('td', {text: String(x.vpp)}),
         h('td', {text: String(x.micro_batch)}),
@@ -354,6 +356,7 @@
                     order: x.order, sequence_parallel: x.sequence_parallel};
     if (x.ep > 1) Object.assign(layout, {ep: x.ep, etp: x.etp});
     if (x.cp > 1) layout.cp_kind = x.cp_kind;
+    if (x.dp_shard) layout.dp_shard = x.dp_shard;
     const training = {seq_len: ans.seq, global_batch: ans.global_batch, micro_batch: x.micro_batch,
                       recompute: x.recompute_modules ? 'selective' : x.recompute, precision: ans.precision};
     if (x.recompute_modules) training.recompute_modules = x.recompute_modules;
