@@ -82,6 +82,13 @@ def test_collectives_split_over_the_two_groups():
         comm.collective("reduce-scatter", 8, nbytes, bw["dp_shard"], H100, shard.alpha, True, EFF.net)
         + comm.collective("all-reduce", 4, nbytes / 8, bw["dp_replica"], H100, replica.alpha, False, EFF.net,
                           per_node=1))
+    # PyTorch FSDP's own all-reduce stream: each unit the slower of the two
+    piped = dp_collective(r, H100, EFF, bw, comm.NCCL_2_9, replica_stream=True)
+    rs = shard.time("reduce-scatter", nbytes, H100, EFF.net, comm.NCCL_2_9)
+    ar = replica.time("all-reduce", nbytes / 8, H100, EFF.net, comm.NCCL_2_9)
+    assert piped("reduce-scatter", nbytes) == max(rs, ar) < coll("reduce-scatter", nbytes) == pytest.approx(rs + ar)
+    assert catalog.framework("fsdp").replica_reduce_stream and catalog.framework("llm-foundry").replica_reduce_stream
+    assert not catalog.framework("megatron-core").replica_reduce_stream
     # across nodes the full group's gather moves the same bytes over the network: slower than NVLink's
     full = run(dp=32)
     coll_full = dp_collective(full, H100, EFF, comm.group_bandwidths(full.layout, H100, gpn), comm.NCCL_2_9)

@@ -62,7 +62,7 @@ def _flush_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
     counts = np.array([(st.dense_layers, st.moe_layers, float(st.embedding), float(st.loss)) for st in plan.stages])
     F, B = counts @ f, counts @ b
     if L.dp * L.cp > 1 and run_residency(run, framework, plan.m).gathers_each_pass:
-        coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner)
+        coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner, framework.replica_reduce_stream)
         mods = params.device_modules(run.model, L.tp, L.ep, L.etp,
                                      [(st.dense_layers, st.moe_layers, st.embedding, st.loss) for st in plan.stages])
         per_unit = [[coll("all-gather", a, e) for a, e in unit_gather_parts(run, hw, framework, st, units)]

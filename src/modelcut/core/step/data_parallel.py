@@ -40,7 +40,7 @@ def run_residency(run: Run, framework: Framework, microbatches: int) -> Residenc
 
 
 def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float],
-                  tuner: comm.NcclTuner = comm.NCCL_2_9):
+                  tuner: comm.NcclTuner = comm.NCCL_2_9, replica_stream: bool = False):
     """A data-parallel collective, as ``coll(kind, bytes, expert_bytes=0) -> seconds``: ``bytes``
     of dense weights (or their gradients) over the data-parallel group (dp·cp ranks, which shard
     ZeRO's states), then ``expert_bytes`` of routed experts over the expert-data-parallel group
@@ -53,11 +53,12 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float],
     Hybrid sharding (``layout.dp_shard`` < dp, :func:`..costs.comm.hybrid_groups`): weights are
     all-gathered over the shard group (dp_shard·cp ranks) only; gradients are reduce-scattered over
     it and the shard, 1/(dp_shard·cp) of the bytes, is then all-reduced across the dp/dp_shard
-    replicas, one after the other (Megatron-core's partial distributed optimizer on its
-    communication stream, ``param_and_grad_buffer.py`` ``start_grad_sync``; PyTorch FSDP's
-    ``HYBRID_SHARD`` in its post-backward stream; FSDP2's ``foreach_reduce`` runs the all-reduce on a
-    stream of its own, which may overlap the next unit's reduce-scatter: there this is an upper
-    bound)."""
+    replicas: one after the other (Megatron-core's partial distributed optimizer on its
+    communication stream, ``param_and_grad_buffer.py`` ``start_grad_sync``), or with
+    ``replica_stream`` (the stack's ``replica_reduce_stream``: PyTorch FSDP, 1 and 2, runs the
+    all-reduce on a stream of its own, which waits for the reduce-scatter and leaves the next
+    unit's reduce-scatter free to start) the two pipelined over the units, each unit costing the
+    slower of the two (the tail of the last unit's all-reduce not counted)."""
     L = run.layout
     gpn = run.gpus_per_node or hw.per_node
     alpha = comm.dp_ring_alpha(L, gpn, tuner)
@@ -79,7 +80,8 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float],
             shard, replica = hybrid
             t = shard.time(kind, nbytes, hw, eff.net, tuner)
             if kind == "reduce-scatter":    # then the shard's all-reduce across the replicas
-                t += replica.time("all-reduce", nbytes / shard.n, hw, eff.net, tuner)
+                ar = replica.time("all-reduce", nbytes / shard.n, hw, eff.net, tuner)
+                t = max(t, ar) if replica_stream else t + ar
             return t
         return comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net, per_node=k,
                                tuner=tuner)
@@ -124,7 +126,7 @@ def pass_gathers(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
     zeros = [(0.0, 0.0)] * len(plan.stages)
     if L.dp * L.cp == 1 or not run_residency(run, framework, plan.m).gathers_each_pass:
         return zeros
-    coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner)
+    coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner, framework.replica_reduce_stream)
     pf = framework.overlap.param_gather
     pf_b = pf and framework.prefetch_backward
     mods = params.device_modules(run.model, L.tp, L.ep, L.etp,
@@ -202,7 +204,7 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     per_mb = res.grads == "per-microbatch" and res.zero >= 2 and plan.m > 1
     waits = blocking_stage_reduce(run, framework)
     grad_b, grad_e = framework.grad_bytes, framework.expert_grad_b
-    coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner)
+    coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner, framework.replica_reduce_stream)
 
     def reduce_time(dense: float, expert: float = 0.0) -> float:
         return coll("reduce-scatter" if sharded else "all-reduce", dense * grad_b, expert * grad_e)

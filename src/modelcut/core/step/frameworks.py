@@ -201,7 +201,9 @@ class Framework:
     ``sequence_parallel``: whether it cuts norms and dropouts over tp when the layout does not say
     (and tp > 1; :meth:`resolve`); ``fsdp2_copies``: under ZeRO-3 the stack is PyTorch's FSDP2,
     whose all-gather copy-out and reduce-scatter copy-in run on the compute stream
-    (:mod:`..costs.residency`, "FSDP2's copies"); ``default_etp``: the routed experts' tensor
+    (:mod:`..costs.residency`, "FSDP2's copies"); ``replica_reduce_stream``: with hybrid sharding
+    the replicas' all-reduce of a unit's gradient shard runs on a stream of its own, beside the next
+    unit's reduce-scatter (PyTorch FSDP; :func:`.data_parallel.dp_collective`); ``default_etp``: the routed experts' tensor
     parallelism when an MoE layout with tp > 1 names none (None: tp, Megatron-core's default;
     1: the experts whole on each rank, their ep groups laid over the tensor-parallel ranks first,
     :func:`..costs.mesh.expert_mesh`; :meth:`resolve`)."""
@@ -246,6 +248,7 @@ class Framework:
     pipeline_grad_sync: str = "microbatch"
     flat_grad_sync: str = "microbatch"
     fsdp2_copies: bool = False
+    replica_reduce_stream: bool = False
     default_etp: int | None = None
     source: str = ""
 
