@@ -178,3 +178,17 @@ def test_the_explorer_shards_within_a_node_where_the_ring_is_latency_bound():
 def test_no_hybrid_layouts_where_the_stack_or_the_mode_has_none():
     for fw, mode in (("llama3", "default"), ("fsdp-compile", "seed")):
         assert not [e for e in _search(fw, gpus=512, mode=mode, top=20).layouts if e.structure.dp_shard], (fw, mode)
+
+
+def test_the_mesh_shows_the_shard_and_replica_groups():
+    """``modelcut mesh --dp-shard``: the groups the step model reduces over, each rank's index in them."""
+    from modelcut.service.mesh import mesh_input
+    from modelcut.service.requests import MeshInput
+    _, out = mesh_input(MeshInput(tp=2, cp=2, pp=2, dp=8, dp_shard=2, rank=5))
+    groups = {g["dim"]: g for g in out["groups"]}
+    assert groups["dp_shard"]["peers"] == [1, 3, 5, 7] and not groups["dp_shard"]["crosses_nodes"]
+    assert groups["dp_replica"]["peers"] == [5, 13, 21, 29] and groups["dp_replica"]["nodes"] == 4
+    assert (out["coords"]["dp_shard"], out["coords"]["dp_replica"]) == (1, 0)
+    assert out["dims"]["dp_shard"] == "inside" and out["dims"]["dp_replica"] == "across"
+    _, plain = mesh_input(MeshInput(tp=2, cp=2, pp=2, dp=8, rank=5))
+    assert "dp_shard" not in plain["coords"] and len(plain["groups"]) == len(out["groups"]) - 2

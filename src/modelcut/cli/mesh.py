@@ -39,15 +39,18 @@ def mesh(
     order: Optional[str] = typer.Option(
         None, "--order", help="rank order, innermost first, e.g. tp,cp,pp,dp or tp-cp-ep-dp-pp; may place ep "
                               "(default: Megatron-core's tp,cp,ep,dp,pp)"),
+    dp_shard: Optional[int] = typer.Option(None, "--dp-shard", help="hybrid sharding: the data-parallel ranks a ZeRO "
+                                           "shard group spans (dividing dp); shows its shard and replica groups"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     max_gpus: Optional[int] = limit_option("max_gpus"),
 ) -> None:
     """A rank's coordinates, its peers in each parallel group, and whether each group crosses nodes."""
     lim = limits(max_gpus=max_gpus)
     inp = parse(MeshInput, {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep, "etp": etp,
-                            "gpus_per_node": gpus_per_node, "rank": rank, "order": mesh_order(order)}, lim,
+                            "gpus_per_node": gpus_per_node, "rank": rank, "order": mesh_order(order),
+                            "dp_shard": dp_shard}, lim,
                 {k: f"--{k.replace('_', '-')}" for k in ("tp", "cp", "pp", "dp", "ep", "etp", "gpus_per_node", "rank",
-                                                         "order")})
+                                                         "order", "dp_shard")})
     m, out = mesh_input(inp, lim)
     if as_json:
         print(json.dumps(out))

@@ -7,13 +7,17 @@ across or partly across nodes), ``node_ranks`` (the rank's node, each GPU's coor
 ``experts`` (with ep > 1: how the expert groups are laid, ``grid`` "megatron-core" where the
 order runs tp, cp and dp inside each pipeline stage, else "dp": carved from the data-parallel
 ranks; ``etp``, ``ep``, ``edp``). The ep group and a rank's ep, edp (and etp) coordinates are
-the step model's (:func:`..core.costs.mesh.expert_mesh`).
+the step model's (:func:`..core.costs.mesh.expert_mesh`). With ``dp_shard`` below dp (hybrid
+sharding), two more groups, ``dp_shard`` (the dp_shard·cp ranks one ZeRO shard is split over) and
+``dp_replica`` (the dp/dp_shard ranks holding the same shard), and the rank's index in each, as the
+step model lays them (:func:`..core.costs.comm.hybrid_mesh`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..core.costs import comm
 from ..core.specs import DEFAULT_ORDER, Layout
 from ..core.costs.mesh import (DIMS, Mesh, crossing_fraction, dense_mesh, dims_in_node, expert_grid_applies,
                                expert_mesh, node_ranks, nodes_spanned, parse_order)
@@ -45,7 +49,8 @@ def mesh_input(inp: MeshInput, limits: Limits | None = None) -> tuple[Mesh, dict
     order = parse_order(",".join(inp.order)) if inp.order else DEFAULT_ORDER
     if inp.etp is not None and inp.ep == 1:
         raise ModelcutError("etp (expert tensor parallelism) needs ep > 1")
-    layout = Layout(tp=inp.tp, cp=inp.cp, pp=inp.pp, dp=inp.dp, ep=inp.ep, etp=inp.etp, order=order)
+    layout = Layout(tp=inp.tp, cp=inp.cp, pp=inp.pp, dp=inp.dp, ep=inp.ep, etp=inp.etp, order=order,
+                    dp_shard=inp.dp_shard)
     if expert_grid_applies(layout):
         m, experts = dense_mesh(layout), expert_mesh(layout)
     else:
@@ -54,7 +59,31 @@ def mesh_input(inp: MeshInput, limits: Limits | None = None) -> tuple[Mesh, dict
                                 "dp there, cut as the attention (etp = tp); the expert grid needs tp, cp and dp inside "
                                 "each pipeline stage, the pipeline outermost")
         m, experts = build_mesh(inp.tp, inp.cp, inp.pp, inp.dp, inp.ep, ",".join(order)), None
-    return m, mesh_json(m, inp.rank, inp.gpus_per_node, experts)
+    out = mesh_json(m, inp.rank, inp.gpus_per_node, experts)
+    if layout.hybrid:
+        groups = hybrid_groups(layout, inp.rank, inp.gpus_per_node)
+        out["groups"] += groups
+        for row in (out["coords"], *out["node_ranks"]):
+            row.update(dp_shard=row["dp"] % layout.shard_dp, dp_replica=row["dp"] // layout.shard_dp)
+        for g in groups:
+            if g["size"] > 1:
+                f = g["groups_crossing_fraction"]
+                out["dims"][g["dim"]] = "inside" if f == 0 else "across" if f == 1 else "mixed"
+    return m, out
+
+
+def hybrid_groups(layout: Layout, rank: int, gpus_per_node: int) -> list[dict[str, Any]]:
+    """The rank's shard and replica groups under hybrid sharding (the mesh JSON's group rows;
+    ``stride``: between its data-parallel members)."""
+    hm = comm.hybrid_mesh(layout)
+    out = []
+    for name, dims, size, stride in (("dp_shard", comm.SHARD, layout.shard_ranks, hm.stride("ep")),
+                                     ("dp_replica", comm.REPLICA, layout.dp // layout.shard_dp, hm.stride("edp"))):
+        peers = hm.group(rank, dims)
+        spanned = nodes_spanned(hm, rank, dims, gpus_per_node)
+        out.append({"dim": name, "size": size, "stride": stride, "peers": peers, "nodes": spanned,
+                    "crosses_nodes": spanned > 1, "groups_crossing_fraction": crossing_fraction(hm, dims, gpus_per_node)})
+    return out
 
 
 def _group(m: Mesh, rank: int, d: str, gpus_per_node: int) -> dict[str, Any]:

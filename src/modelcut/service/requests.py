@@ -512,6 +512,8 @@ class MeshInput(Strict):
     rank: Annotated[int, *Capped("max_gpus", 0)] = 0
     order: Optional[RankOrder] = Field(None, description="rank order, innermost first (default Megatron-core's "
                                                          "tp, cp, ep, dp, pp)")
+    dp_shard: Optional[GpuCount] = Field(None, description="hybrid sharding: the data-parallel ranks of a ZeRO "
+                                                           "shard group (dividing dp); adds its shard and replica groups")
 
 
 # --- the command line's other commands ---------------------------------------------------------------
