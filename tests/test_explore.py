@@ -68,8 +68,7 @@ def test_vpp_choices_are_balanced():
 def test_ranked_layouts_fit_and_are_sorted():
     ex = small()
     assert ex.layouts, "something must fit"
-    times = [e.step_time_s for e in ex.layouts]
-    assert times == sorted(times)
+    assert_ranked(ex.layouts)
     for e in ex.layouts[:25]:
         assert e.feasible and e.run.layout.gpus == 64
         again = peak_bytes(stage_memory(e.run, vpp=e.structure.vpp, schedule=e.structure.schedule))
@@ -548,3 +547,44 @@ def test_a_search_whose_stack_runs_no_layout_says_why_and_exits_1(capsys):
     assert "no layout fits in memory" in capsys.readouterr().out
     assert main(big + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["none_reason"].startswith("no layout fits in memory")
+
+
+def test_a_tie_within_a_shape_goes_to_the_simpler_layout():
+    """Layouts of one shape within TIE_FRACTION of its fastest rank simplest first (fewer chunks a
+    device, then lower ZeRO, less recomputation, less memory); every other pair keeps step-time order."""
+    from types import SimpleNamespace as NS
+    from modelcut.core.explore.search import TIE_FRACTION, ranked
+    from modelcut.core.explore.space import Structure
+
+    def lay(t, v, secs, zero=1, tp=4):
+        return NS(structure=Structure(tp, 2, 2, 32, 1, "interleaved", v), zero=zero, recompute="none",
+                  peak_bytes=1.0, step_time_s=secs)
+    fast41, slow20 = lay(41, 41, 7.841), lay(20, 20, 7.841 * (1 + TIE_FRACTION / 2))
+    far10 = lay(10, 10, 7.841 * (1 + 3 * TIE_FRACTION))
+    other = lay(8, 8, 7.8415, tp=8)
+    out = ranked([fast41, far10, other, slow20])
+    assert [e.structure.vpp for e in out] == [20, 41, 8, 10]
+    assert ranked([lay(4, 4, 1.0, zero=2), lay(4, 4, 1.0, zero=1)])[0].zero == 1
+
+    assert_ranked(small().layouts)
+
+
+def assert_ranked(ls):
+    """Fastest first, except that a layout within TIE_FRACTION of its shape's fastest (tp, cp, ep,
+    pp, dp, shard group) may stand before a faster one, if its shape's fastest is no slower than that one."""
+    from modelcut.core.explore.search import TIE_FRACTION
+
+    def shape(e):
+        s = e.structure
+        return (s.tp, s.cp, s.ep, s.expert_tp, s.pp, s.dp, s.dp_shard)
+    best = {}
+    for e in ls:
+        best[shape(e)] = min(best.get(shape(e), float("inf")), e.step_time_s)
+    inversions = 0
+    for i, a in enumerate(ls):
+        for b in ls[i + 1:]:
+            if b.step_time_s < a.step_time_s:
+                inversions += 1
+                t0 = best[shape(a)]
+                assert a.step_time_s <= t0 * (1 + TIE_FRACTION) and t0 <= b.step_time_s, (a.structure, b.structure)
+    return inversions
