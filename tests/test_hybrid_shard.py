@@ -192,3 +192,10 @@ def test_the_mesh_shows_the_shard_and_replica_groups():
     assert out["dims"]["dp_shard"] == "inside" and out["dims"]["dp_replica"] == "across"
     _, plain = mesh_input(MeshInput(tp=2, cp=2, pp=2, dp=8, rank=5))
     assert "dp_shard" not in plain["coords"] and len(plain["groups"]) == len(out["groups"]) - 2
+
+
+def test_seed_mode_says_it_does_not_shard():
+    from modelcut.core.step import predict as step_predict
+    p = step_predict(run(32, 8), H100, "seed", eta=0.5)
+    assert any("dp_shard 8 not modelled" in n for n in p.notes)
+    assert p.step_time_s == step_predict(run(32, None), H100, "seed", eta=0.5).step_time_s

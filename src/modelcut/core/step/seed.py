@@ -199,6 +199,9 @@ def predict(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) 
     model, L, tr = run.model, run.layout, run.training
     n = L.gpus
     plan, notes = seed_plan(run)
+    if L.hybrid:
+        notes.append(f"dp_shard {L.dp_shard} not modelled: the deck's model shards nothing (one gradient all-reduce "
+                     "over dp); --mode default times hybrid sharding")
     p, m, v = plan.p, plan.m, plan.v
     F = flops.reported_flops(model, tr)
     # Work: F spread over the pipeline's slots (DualPipe: each micro-batch passes one of the two copies).
