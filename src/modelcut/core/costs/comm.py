@@ -332,10 +332,11 @@ def hybrid_groups(layout: Layout, bw: dict[str, float], gpus_per_node: int,
 def group_bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic: bool = True) -> dict[str, float]:
     """Per-accelerator bandwidth each way of each group's traffic: tp, cp and pp exchanges are
     bounded by one hop (:func:`group_bandwidth`); the data-parallel collectives, and with ep > 1
-    the expert-data-parallel ones ("edp", :data:`EXPERT_DP`), are rings over all the group's
+    the expert-data-parallel ones ("edp", :data:`EXPERT_DP`), and with hybrid sharding its shard and
+    replica groups ("dp_shard", "dp_replica", :func:`hybrid_mesh`), are rings over all the group's
     network ports (:func:`collective_bandwidth`); each at the share of line rate
     NCCL's own tests reach on that kind of link (:func:`achievable`). Computed once per layout
-    shape (sizes and rank order)."""
+    shape (sizes, rank order and shard group)."""
     return dict(_bandwidths(_mesh_key(layout), hw, gpus_per_node, multi_nic))
 
 
