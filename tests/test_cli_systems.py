@@ -60,6 +60,18 @@ def test_predict_from_hf_config_and_text(capsys):
     assert "step time" in out and "TFLOP/s per GPU" in out and "llama3-8b" in out
 
 
+def test_dp_follows_from_the_gpu_count(capsys, tmp_path):
+    """A run file without dp takes gpus/(tp·cp·pp), as Megatron-LM and torchtitan size data
+    parallelism from the world size: the same prediction as with dp written."""
+    text = open("tests/data/llama3-70b-64-h100.toml").read()
+    assert "\ndp = 2\n" in text
+    f = tmp_path / "no-dp.toml"
+    f.write_text(text.replace("\ndp = 2\n", "\n"))
+    _, a, _ = run_cli(capsys, "predict", "tests/data/llama3-70b-64-h100.toml", "--json")
+    code, b, _ = run_cli(capsys, "predict", str(f), "--json")
+    assert code == 0 and json.loads(a)["step_time_s"] == json.loads(b)["step_time_s"]
+
+
 def test_predict_eta_option(capsys):
     _, a, _ = run_cli(capsys, "predict", "tests/data/gpt3-175b.toml", "--json", "--eta", "0.3", "--mode", "seed")
     _, b, _ = run_cli(capsys, "predict", "tests/data/gpt3-175b.toml", "--json", "--eta", "0.6", "--mode", "seed")
@@ -72,6 +84,7 @@ def test_predict_eta_option(capsys):
     ("unknown-section.toml", "unknown section [optimizer]"),
     ("unknown-gpu.toml", "unknown GPU 'a200'"),
     ("product.toml", "is not the GPU count 256"),
+    ("no-dp.toml", "gives no dp, and the GPU count 256 is not a multiple of tp·cp·pp = 3"),
     ("heads.toml", "tp (16) must divide the attention heads (24)"),
     ("batch.toml", "must be divisible by dp × micro_batch"),
 ])

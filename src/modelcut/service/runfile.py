@@ -16,7 +16,7 @@ tied_embeddings = true
 # attention_chunk = 8192 # with chunked_layers: layers attending only within blocks of this many tokens
 [hardware]
 gpu = "a100-sxm4-80gb"   # a catalog name or alias
-gpus = 64                # must equal tp·cp·pp·dp
+gpus = 64                # must equal tp·cp·pp·dp (a [layout] without dp takes gpus/(tp·cp·pp))
 gpus_per_node = 8        # default: the hardware's
 [layout]                 # tp, cp, pp, dp, vpp, sequence_parallel, zero, schedule, ep, etp, cp_kind, order, dp_shard
 tp = 8
@@ -185,6 +185,14 @@ def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None, 
 
     # [layout], [training]
     lt = _fields(LayoutIn, _table(doc, "layout", where), f"{where} [layout]", lim, LAYOUT_KEYS)
+    gpus = ht.get("gpus")
+    if "dp" not in lt and isinstance(gpus, int) and not isinstance(gpus, bool):
+        # as Megatron-LM and torchtitan do, the data-parallel size follows from the world size
+        rest = lt.get("tp", 1) * lt.get("cp", 1) * lt.get("pp", 1)
+        if gpus % rest:
+            raise ModelcutError(f"{where}: [layout] gives no dp, and the GPU count {gpus} is not a multiple of "
+                                f"tp·cp·pp = {rest}")
+        lt = {**lt, "dp": gpus // rest}
     tt = _table(doc, "training", where)
     for k in ("seq_len", "global_batch"):
         if k not in tt:
@@ -192,7 +200,6 @@ def run_from_dict(doc: dict, where: str = "RUN.toml", base: Path | None = None, 
     tt = _fields(TrainingIn, tt, f"{where} [training]", lim, TRAINING_KEYS)
     layout = _prefixed(catalog.layout_from_table, lt, f"{where} [layout]")
     training = _prefixed(catalog.training_from_table, tt, f"{where} [training]")
-    gpus = ht.get("gpus")
     if gpus is not None and layout.gpus != gpus:
         raise ModelcutError(f"{where}: layout tp·cp·pp·dp = {layout.tp}·{layout.cp}·{layout.pp}·{layout.dp} "
                             f"= {layout.gpus} is not the GPU count {gpus}")
