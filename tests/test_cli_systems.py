@@ -70,6 +70,9 @@ def test_dp_follows_from_the_gpu_count(capsys, tmp_path):
     _, a, _ = run_cli(capsys, "predict", "tests/data/llama3-70b-64-h100.toml", "--json")
     code, b, _ = run_cli(capsys, "predict", str(f), "--json")
     assert code == 0 and json.loads(a)["step_time_s"] == json.loads(b)["step_time_s"]
+    lay = json.loads(b)["layout"]       # the layout as timed: dp inferred, the stack's choices filled in
+    assert (lay["tp"], lay["cp"], lay["pp"], lay["dp"], lay["vpp"]) == (4, 2, 4, 2, 5)
+    assert lay["framework"] == "nemo" and lay["zero"] >= 1 and lay["sequence_parallel"] and lay["cp_kind"] == "ring"
 
 
 def test_predict_eta_option(capsys):

@@ -141,6 +141,9 @@ def test_run_files_and_the_cli_take_it(tmp_path):
     out = subprocess.run([sys.executable, "-m", "modelcut", "predict", str(f)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "d 64 sharded 8 × replicated 8" in out.stdout
+    js = subprocess.run([sys.executable, "-m", "modelcut", "predict", str(f), "--json"], capture_output=True, text=True)
+    lay = __import__("json").loads(js.stdout)["layout"]
+    assert (lay["dp"], lay["dp_shard"], lay["zero"], lay["framework"]) == (64, 8, 3, "fsdp")
     f.write_text(f.read_text().replace("dp_shard = 8", "dp_shard = 5"))
     out = subprocess.run([sys.executable, "-m", "modelcut", "predict", str(f)], capture_output=True, text=True)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1

@@ -140,9 +140,24 @@ class PredictResult:
         step time · GPUs."""
         return self.run.tokens_per_s_per_gpu(self.prediction.step_time_s)
 
+    def timed_layout(self) -> dict[str, Any]:
+        """The layout as it was timed: what the run left open filled as its stack runs it
+        (:meth:`..core.step.frameworks.Framework.resolve`: ZeRO stage, sequence parallelism, the
+        context-parallel form, the experts' tensor parallelism), with the prediction's chunks and
+        schedule; the seed model's as given (ZeRO 0 where it names none)."""
+        L = self.framework.resolve(self.run).layout if self.framework is not None else self.run.layout
+        p = self.prediction
+        return {"tp": L.tp, "cp": L.cp, "pp": L.pp, "dp": L.dp, "ep": L.ep,
+                "etp": (L.etp or L.tp) if L.ep > 1 else None, "vpp": p.vpp, "schedule": p.schedule,
+                "zero": L.zero_stage, "sequence_parallel": bool(L.sequence_parallel),
+                "cp_kind": L.cp_form if L.cp > 1 else None, "order": list(L.order),
+                "dp_shard": L.dp_shard if L.hybrid else None,
+                "framework": self.framework.name if self.framework is not None else None}
+
     def as_dict(self) -> dict[str, Any]:
         d = self.prediction.as_dict()
         d["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
+        d["layout"] = self.timed_layout()
         d["memory"] = self.memory
         if self.published is not None:
             d["published"] = self.published

@@ -131,6 +131,9 @@ class PredictResponse(BaseModel):
     stage_layers: list[int]
     pipeline_method: str
     notes: list[str]
+    layout: dict[str, Any] = Field(description="the layout as timed, what the run left open filled as its stack "
+                                               "runs it: tp, cp, pp, dp, ep, etp, vpp, schedule, zero, "
+                                               "sequence_parallel, cp_kind, order, dp_shard, framework")
     memory: dict[str, Any] | None = Field(description="memory per pipeline stage: stages, peak_bytes, ...")
 
 
