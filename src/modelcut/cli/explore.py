@@ -425,6 +425,9 @@ def show(res: ExploreResult) -> None:
         p = e.prediction
         t.add_row(str(i), *_knobs(e), f"{p.step_time_s:.3f}", f"{p.mfu:.1%}", f"{e.peak_bytes / GB:.1f}")
     con.print(t)
+    if any(e.structure.dp_shard for e in shown):
+        con.print("dp d[k]: hybrid sharding, ZeRO's states split over k data-parallel ranks (a node's) and "
+                  "replicated across the d/k groups", markup=False, highlight=False)
     tb = _table("#", "compute", "tp", "cp", "p2p", "bubble", "dp", "a2a", "optimizer",
                 title="time breakdown (s, busiest device)")
     for i, e in enumerate(shown, 1):
