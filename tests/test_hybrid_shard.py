@@ -172,10 +172,9 @@ def test_the_explorer_shards_within_a_node_where_the_ring_is_latency_bound():
     assert hybrid and all(e.zero >= 1 for e in hybrid)
     par = tomllib.loads(torchtitan_toml(best))["parallelism"]
     assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (8, 512)
-    mc = _search("megatron-core", top=1).layouts[0]
-    if mc.structure.dp_shard:
-        assert f"--num-distributed-optimizer-instances {mc.structure.dp // mc.structure.dp_shard}" in \
-            megatron_args(mc).splitlines()
+    mc = _search("megatron-core", top=1).layouts[0]     # Megatron-core's best there is hybrid too
+    assert mc.structure.dp_shard == 8 and mc.zero >= 1
+    assert f"--num-distributed-optimizer-instances {mc.structure.dp // 8}" in megatron_args(mc).splitlines()
 
 
 def test_no_hybrid_layouts_where_the_stack_or_the_mode_has_none():

@@ -259,11 +259,6 @@ def tree_allreduce(n: int, members_per_node: int, nbytes: float, bw: float, tune
     return tuner.tree_base + 2 * hops + 2 * nbytes / (NCCL_TREE_BW_FRAC * bw)
 
 
-def dp_ring_alpha(layout: Layout, gpus_per_node: int, tuner: NcclTuner = NCCL_2_9) -> float:
-    """:func:`ring_alpha` of the data-parallel (× context-parallel) group."""
-    return ring_alpha(layout.dp * layout.cp, group_members_in_node(layout, ("cp", "dp"), gpus_per_node), tuner)
-
-
 #: The dimensions of the expert-data-parallel group: the ranks holding the same experts,
 #: tp·cp·dp/(ep·etp) of them (Megatron-LM's expert data-parallel group; FSDP2 with expert
 #: parallelism shards and reduces the experts over the same ranks).
@@ -274,11 +269,6 @@ def expert_dp_size(layout: Layout) -> int:
     """Ranks of the expert-data-parallel group, tp·cp·dp/(ep·etp) (at least 1)."""
     etp = layout.etp or layout.tp
     return max(1, layout.tp * layout.cp * layout.dp // (layout.ep * etp))
-
-
-def expert_dp_ring_alpha(layout: Layout, gpus_per_node: int, tuner: NcclTuner = NCCL_2_9) -> float:
-    """:func:`ring_alpha` of the expert-data-parallel group."""
-    return ring_alpha(expert_dp_size(layout), group_members_in_node(layout, EXPERT_DP, gpus_per_node), tuner)
 
 
 #: Hybrid sharding's two groups (:attr:`..specs.Layout.dp_shard`) in :func:`hybrid_mesh`: the shard
@@ -311,22 +301,26 @@ class RingGroup:
     alpha: float
     bw: float
 
-    def time(self, kind: str, nbytes: float, hw: Hardware, net: float, tuner: "NcclTuner") -> float:
+    def time(self, kind: str, nbytes: float, hw: Hardware, net: float, tuner: NcclTuner = NCCL_2_9) -> float:
         return collective(kind, self.n, nbytes, self.bw, hw, self.alpha, self.inside, net, per_node=self.per_node,
                           tuner=tuner)
 
 
+def ring_group(where: Layout | Mesh, dims: str | Iterable[str], n: int, bw: float, gpus_per_node: int,
+               tuner: NcclTuner = NCCL_2_9) -> RingGroup:
+    """The group of ``n`` ranks along ``dims`` of a layout (or mesh) as :func:`collective` reads it:
+    its members in a node, whether it stays in one, :func:`ring_alpha` for that shape, and ``bw``."""
+    k = group_members_in_node(where, dims, gpus_per_node)
+    return RingGroup(n, k, not group_spans_nodes(where, dims, gpus_per_node), ring_alpha(n, k, tuner), bw)
+
+
 def hybrid_groups(layout: Layout, bw: dict[str, float], gpus_per_node: int,
-                  tuner: "NcclTuner") -> tuple[RingGroup, RingGroup]:
+                  tuner: NcclTuner = NCCL_2_9) -> tuple[RingGroup, RingGroup]:
     """(shard, replica) groups of a hybrid layout (:func:`hybrid_mesh`), their bandwidths from
     :func:`group_bandwidths` (``bw["dp_shard"]``, ``bw["dp_replica"]``)."""
     mesh = hybrid_mesh(_mesh_key(layout))
-    out = []
-    for dims, n, key in ((SHARD, layout.shard_dp * layout.cp, "dp_shard"),
-                         (REPLICA, layout.dp // layout.shard_dp, "dp_replica")):
-        k = group_members_in_node(mesh, dims, gpus_per_node)
-        out.append(RingGroup(n, k, not group_spans_nodes(mesh, dims, gpus_per_node), ring_alpha(n, k, tuner), bw[key]))
-    return out[0], out[1]
+    return (ring_group(mesh, SHARD, layout.shard_ranks, bw["dp_shard"], gpus_per_node, tuner),
+            ring_group(mesh, REPLICA, layout.dp // layout.shard_dp, bw["dp_replica"], gpus_per_node, tuner))
 
 
 def group_bandwidths(layout: Layout, hw: Hardware, gpus_per_node: int, multi_nic: bool = True) -> dict[str, float]:

@@ -61,18 +61,9 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float],
     slower of the two (the tail of the last unit's all-reduce not counted)."""
     L = run.layout
     gpn = run.gpus_per_node or hw.per_node
-    alpha = comm.dp_ring_alpha(L, gpn, tuner)
-    inside = not comm.group_spans_nodes(L, ("cp", "dp"), gpn)
-    k = comm.group_members_in_node(L, ("cp", "dp"), gpn)
-    if L.ep > 1:
-        n_e = comm.expert_dp_size(L)
-        alpha_e = comm.expert_dp_ring_alpha(L, gpn, tuner)
-        inside_e = not comm.group_spans_nodes(L, comm.EXPERT_DP, gpn)
-        k_e = comm.group_members_in_node(L, comm.EXPERT_DP, gpn)
-        bw_e = bw.get("edp", bw["dp"])
-    else:
-        n_e, alpha_e, inside_e, k_e, bw_e = L.dp * L.cp, alpha, inside, k, bw["dp"]
-
+    full = comm.ring_group(L, ("cp", "dp"), L.dp * L.cp, bw["dp"], gpn, tuner)
+    experts = (comm.ring_group(L, comm.EXPERT_DP, comm.expert_dp_size(L), bw.get("edp", bw["dp"]), gpn, tuner)
+               if L.ep > 1 else full)
     hybrid = comm.hybrid_groups(L, bw, gpn, tuner) if L.hybrid else None
 
     def dense(kind: str, nbytes: float) -> float:
@@ -83,15 +74,13 @@ def dp_collective(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float],
                 ar = replica.time("all-reduce", nbytes / shard.n, hw, eff.net, tuner)
                 t = max(t, ar) if replica_stream else t + ar
             return t
-        return comm.collective(kind, L.dp * L.cp, nbytes, bw["dp"], hw, alpha, inside, eff.net, per_node=k,
-                               tuner=tuner)
+        return full.time(kind, nbytes, hw, eff.net, tuner)
 
     def coll(kind: str, nbytes: float, expert_bytes: float = 0.0) -> float:
         # a unit of experts alone issues no dense collective
         t = dense(kind, nbytes) if nbytes > 0 or expert_bytes <= 0 else 0.0
-        if expert_bytes > 0 and n_e > 1:
-            t += comm.collective(kind, n_e, expert_bytes, bw_e, hw, alpha_e, inside_e, eff.net, per_node=k_e,
-                                 tuner=tuner)
+        if expert_bytes > 0 and experts.n > 1:
+            t += experts.time(kind, expert_bytes, hw, eff.net, tuner)
         return t
     return coll
 

@@ -36,7 +36,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     ov = fw.overlap
     grad_b, grad_e = fw.grad_bytes, fw.expert_grad_b
     dense, moe_lt, emb, loss = k.dense, k.moe, k.emb, k.loss
-    coll = dp_collective(run, hw, eff, bw, fw.nccl_tuner, fw.replica_reduce_stream)    # dense weights over dp·cp, routed experts over their own group
+    coll = dp_collective(run, hw, eff, bw, fw.nccl_tuner, fw.replica_reduce_stream)    # dense weights over their shard group, routed experts over their own
 
     layer_b = fp8_mod.param_gather_bytes(fp8_mod.for_stack(run.training, hw, fw))   # FP8 weights gathered as FP8
 
