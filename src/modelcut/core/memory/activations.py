@@ -4,7 +4,7 @@ parallelism's kept and transient K/V, mixture-of-experts routed rows)."""
 
 from __future__ import annotations
 
-from ..costs import context
+from ..costs import context, op_sac
 from ..errors import ModelcutError
 from ..specs import DEFAULT_RECOMPUTE_MODULES, ModelSpec
 from ..units import FP32_BYTES, TOKEN_ID_BYTES
@@ -19,7 +19,8 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = True, moe: bool = False, etp: int | None = None,
                            recomputing: bool = False, cp_kind: str = "ring", fp8: bool = False,
-                           recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES) -> float:
+                           recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
+                           selective: str = "attention") -> float:
     """Bytes one transformer layer keeps for its backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 Table 2 generalized (module docstring). ``recompute``: none,
@@ -35,7 +36,10 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     keeps no score matrix (an unfused attention's), ``layernorm`` drops an MoE layer's pre-MLP norm
     output and ``moe_act`` the routed experts' activation output (both output-discarding checkpoints:
     megatron/core/tensor_parallel/random.py ``CheckpointWithoutOutput``; what a recomputed norm or
-    activation feeds is refilled in the backward).
+    activation feeds is refilled in the backward). ``selective``: the stack's selective policy,
+    "attention" (Megatron-LM's, above) or "op", torchtitan's per-op policy, under which a dense
+    layer keeps :func:`..costs.op_sac.kept_bytes` a token (a mixture-of-experts layer is counted as
+    under the attention policy).
     """
     n = micro_batch * seq / cp            # tokens of the micro-batch on this rank
     h, q, a = model.hidden, model.q_dim, model.heads
@@ -43,6 +47,8 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     if recompute == "full" and not recomputing:
         return n * 2 * h / sp
     gathered = cp_kept_extra_bytes(model, micro_batch=micro_batch, seq=seq, t=t, cp=cp, cp_kind=cp_kind)
+    if recompute == "selective" and selective == "op" and not recomputing and not moe:
+        return n * op_sac.kept_bytes(model, t, sequence_parallel) + gathered
     kv_heads_per_rank = max(model.kv_heads / t, 1)
     replicated = 8 * h + (2 * h if model.dropout else 0)
     # Q, K, V (K and V replicated when t exceeds the KV heads) and the attention output

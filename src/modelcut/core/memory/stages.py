@@ -54,7 +54,10 @@ class MemoryOptions:
     stored weights and the optimizer states (2 + 12, 16-bit weights beside FP32 master weights and
     Adam moments; 4 + 8, FSDP's FP32 sharded parameters as the master copy; 2 + 4, bf16
     throughout: the framework's fields of the same names). ``cp_impl``: whose context
-    parallelism, for its buffers (:func:`.activations.cp_transient_bytes`).
+    parallelism, for its buffers (:func:`.activations.cp_transient_bytes`). ``selective``: the
+    stack's selective recomputation, "attention" (Megatron-LM's) or "op" (torchtitan's per-op
+    policy, :mod:`..costs.op_sac`: a dense layer keeps fewer bytes, and the layer being recomputed
+    holds the rest again while its backward runs).
     """
 
     flash_attention: bool = True
@@ -75,6 +78,7 @@ class MemoryOptions:
     param_bytes: float = WEIGHT_BYTES
     optimizer_bytes: float = OPTIMIZER_STATE_BYTES
     cp_impl: str = "transformer-engine"
+    selective: str = "attention"
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident under these assumptions (:func:`..costs.residency.residency`)."""
@@ -177,7 +181,8 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     recompute, named = recompute_variant(recompute)
     modules = named or (tr.selective_modules if recompute == tr.recompute else DEFAULT_RECOMPUTE_MODULES)
     akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
-               fp8=options.fp8 is not None and options.fp8.saves_fp8_inputs, recompute_modules=modules)
+               fp8=options.fp8 is not None and options.fp8.saves_fp8_inputs, recompute_modules=modules,
+               selective=options.selective)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw), loss_activation_bytes(model, **kw)])
@@ -191,12 +196,17 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     if recompute == "full":
         work_d = layer_activation_bytes(model, **dict(akw, recomputing=True))
         work_m = layer_activation_bytes(model, moe=True, **dict(akw, recomputing=True)) if model.is_moe else 0.0
+    elif recompute == "selective" and options.selective == "op":
+        # the per-op policy's layer being recomputed holds what it did not keep again
+        work_d = layer_activation_bytes(model, **dict(akw, recomputing=True)) - unit[0]
     for d in range(plan.p):
         mine = plan.on_device(d)
         if any(st.layers for st in mine):
             peaks[d] += transient
             if recompute == "full":
                 peaks[d] += work_m if any(st.moe_layers for st in mine) else work_d
+            elif any(st.dense_layers for st in mine):
+                peaks[d] += work_d
     return peaks, share
 
 
@@ -324,7 +334,8 @@ def stack_options(framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS
                    whole_grad_bytes=(None if framework.unsharded_grad_bytes is None
                                      else float(framework.unsharded_grad_bytes)),
                    zero3_prefetch=framework.overlap.param_gather, param_bytes=float(framework.param_bytes),
-                   optimizer_bytes=float(framework.optimizer_bytes), cp_impl=framework.cp_impl)
+                   optimizer_bytes=float(framework.optimizer_bytes), cp_impl=framework.cp_impl,
+                   selective=framework.selective)
 
 
 def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS,

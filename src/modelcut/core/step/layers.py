@@ -37,7 +37,11 @@ same attention core, ``layernorm`` the norms that run as their own kernels (with
 Engine's layer spec a mixture-of-experts layer's pre-MLP norm, its input norm being fused into the
 QKV product; a dense layer has none), ``moe_act`` the routed experts' activation function, each
 its forward's bytes again; ``full``, the layer's whole forward, its tensor-parallel communication
-included.
+included. Under torchtitan's per-op policy (``LayerSetup.selective = "op"``, :mod:`..costs.op_sac`)
+selective recomputation runs again every memory-bound kernel, the sequence-parallel all-gathers and,
+of a dense layer's products, k, wo and w3 (gated; the ungated MLP's down product in place of w3):
+each fused product's :func:`..costs.op_sac.recomputed_share` of its forward; of a
+mixture-of-experts layer's products, half.
 
 **Tensor-parallel communication** per layer (Shoeybi et al. 2019, Fig. 3): two all-reduces
 of T·h·2 bytes in the forward (after attention and after the MLP), two in the backward; with
@@ -85,7 +89,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..costs import comm, context, flops
+from ..costs import comm, context, flops, op_sac
 from ..costs import moe as moe_mod
 from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
@@ -396,8 +400,9 @@ def _overlapped(name: str, m: float, n: int, k: int, t: int, hw: Hardware, eff: 
 def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool, ep: int):
     """The layer's linear products on this device: (forward, backward, weight-gradient seconds,
     (data gradient, weight gradient) of each column-parallel product, the MLP's products, the
-    local weights, the FP8 casts' (forward, backward) bytes). With FP8 every linear but the
-    router runs in FP8 (:mod:`..costs.fp8`)."""
+    local weights, the FP8 casts' (forward, backward) bytes, the shared experts' (forward,
+    backward) seconds, the forward seconds torchtitan's per-op recomputation runs again). With FP8
+    every linear but the router runs in FP8 (:mod:`..costs.fp8`)."""
     T, t = setup.micro_batch * setup.seq_len // setup.cp, setup.tp
     mlp = moe_mod.moe_gemms(model, T, tp=t, ep=ep, etp=setup.etp) if moe else moe_mod.dense_mlp_gemms(model, T, t)
     # (m, n, k, count, name): QKV and a dense MLP's up product take a norm's output
@@ -405,9 +410,10 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
                + [(g.m, g.n, g.k, g.count, g.name) for g in mlp])
     fwd_g = bwd_g = wgrad = 0.0
     shared_f = shared_b = 0.0
+    again = op_sac.recomputed_share(model, t) if setup.selective == "op" and not moe else {}
     per_linear = []
     f8 = setup.fp8
-    inputs = fused_inputs = grads = weights = 0.0
+    inputs = fused_inputs = grads = weights = op_again = 0.0
     for m_, n_, k_, c_, name in linears:
         in_fp8 = f8 is not None and name != "router" and (f8.routed_experts_fp8 or not name.startswith("expert "))
         dt = "fp8" if in_fp8 else "bf16"
@@ -418,6 +424,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
             f_, dg = _overlapped(name, m_, n_, k_, t, hw, eff, dt, dg, setup.tp_overlap_fp8_ring)
         per_linear.append((c_ * dg, c_ * wg))
         fwd_g += c_ * f_
+        op_again += c_ * f_ * again.get(name, 0.5)
         bwd_g += c_ * (dg + wg)
         wgrad += c_ * wg
         if name.startswith("shared expert"):
@@ -437,7 +444,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     # block's collectives are its dispatcher's (module doc): attention's only.
     col = [per_linear[0]] + ([per_linear[2]] if not moe else [])
     local_params = sum(n_ * k_ * c_ for _, n_, k_, c_, _ in linears)
-    return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, (shared_f, shared_b)
+    return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, (shared_f, shared_b), op_again
 
 
 def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
@@ -606,7 +613,7 @@ def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effi
 def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,
                ep: int = 1) -> LayerTime:
     """Forward, backward and recomputation of one transformer layer (module doc)."""
-    fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, shared = _products(model, setup, hw, eff, moe, ep)
+    fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, shared, op_again = _products(model, setup, hw, eff, moe, ep)
     s, cp = setup.seq_len, setup.cp
     att = layer_attention(model, setup, hw, eff)
     mem_f, mem_b, modules = _memory_bytes(model, setup, mlp, local_params)
@@ -627,21 +634,24 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
                    tp=tp_f, cp=cp_f)
     bwd = PassTime(gemm=bwd_g, attention=att.bwd_math, memory=mem_time(mem_b, hw, eff) + att.bwd_mem,
                    tp=tp_b, cp=cp_b)
-    return LayerTime(fwd, bwd, _recomputed(setup, fwd, att, {k: mem_time(v, hw, eff) for k, v in modules.items()}),
+    return LayerTime(fwd, bwd, _recomputed(setup, fwd, att, {k: mem_time(v, hw, eff) for k, v in modules.items()},
+                                           op_again),
                      wgrad, shared=shared)
 
 
-def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime, module_s: dict[str, float]) -> PassTime:
+def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime, module_s: dict[str, float],
+                op_gemm: float = 0.0) -> PassTime:
     """What recomputation re-executes in the backward (module doc): full, the whole forward;
     selective, the attention core (Megatron-LM) and the other modules the run names (``module_s``:
-    their forward seconds), or torchtitan's per-op policy (half the products, every memory-bound
-    kernel, the all-gathers: half the sequence-parallel collectives, all of an all-reduce)."""
+    their forward seconds), or torchtitan's per-op policy (``op_gemm``, the products' forward
+    seconds it runs again, :mod:`..costs.op_sac`; every memory-bound kernel, the all-gathers: half the
+    sequence-parallel collectives, all of an all-reduce)."""
     if setup.recompute == "full":
         return PassTime(fwd.gemm, fwd.attention, fwd.memory, fwd.tp, fwd.cp)
     if setup.recompute != "selective":
         return PassTime()
     if setup.selective == "op":
-        return PassTime(gemm=fwd.gemm / 2, memory=fwd.memory - att.fwd_mem,
+        return PassTime(gemm=op_gemm, memory=fwd.memory - att.fwd_mem,
                         tp=fwd.tp / 2 if setup.sequence_parallel else fwd.tp)
     core = "core_attn" in setup.recompute_modules
     return PassTime(attention=att.fwd_math if core else 0.0,
