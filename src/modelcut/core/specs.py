@@ -266,8 +266,9 @@ class Layout:
 #: How the loss's cross-entropy is computed (the bytes a logit each moves:
 #: :data:`.step.layers.CE_BYTES`): Megatron-LM's separate fp32 passes, a one-kernel fused loss,
 #: Megatron-core's native "fused" loss (the fp32 passes grouped into compiled functions),
-#: PyTorch's ``F.cross_entropy`` on the 16-bit logits or on logits cast to fp32.
-CROSS_ENTROPY_KINDS = ("fp32-passes", "fused", "mcore-fused", "torch", "torch-fp32")
+#: PyTorch's ``F.cross_entropy`` on the 16-bit logits or on logits cast to fp32, or that fp32 loss
+#: under ``torch.compile``, or flash-attn's Triton cross-entropy.
+CROSS_ENTROPY_KINDS = ("fp32-passes", "fused", "mcore-fused", "torch", "torch-fp32", "torch-compiled", "flash-attn")
 
 #: The precisions a step's matrix products may run in: bf16 and fp16 (16-bit tensor cores, the
 #: same peak) or fp8 (the stack's FP8 recipe for its linear layers, :mod:`.costs.fp8`).

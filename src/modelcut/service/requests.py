@@ -362,7 +362,7 @@ class TrainingIn(Strict):
                                                             "one run)")
     cross_entropy: Optional[CrossEntropy] = Field(None, description="the loss's kernel: fp32-passes (Megatron-core's "
                                                   "unfused vocab-parallel cross-entropy), fused (one kernel, Transformer Engine's), "
-                                                  "mcore-fused (Megatron-core's native fusion), torch or torch-fp32 "
+                                                  "mcore-fused (Megatron-core's native fusion), torch, torch-fp32, torch-compiled or flash-attn "
                                                   "(default: the stack's)")
     recompute_modules: Optional[list[RecomputeModule]] = Field(
         None, description="with recompute selective: the modules recomputed, Megatron-core's --recompute-modules "

@@ -46,7 +46,7 @@ recompute = "full"       # none | selective | full (true / false: llm-foundry's 
 # local_batch = 8        # with a pipeline on torch.distributed.pipelining (nemo-automodel, torchtitan):
 #                        # sequences per data-parallel rank per schedule run; the step runs
 #                        # global_batch / (dp · local_batch) of them (default: one)
-# cross_entropy = "fused"  # the loss's kernel: fp32-passes | fused | mcore-fused | torch | torch-fp32 (default: the
+# cross_entropy = "fused"  # the loss's kernel: fp32-passes | fused | mcore-fused | torch | torch-fp32 | torch-compiled | flash-attn (default: the
 #                        # framework's; Megatron-core's cross_entropy_loss_fusion off is fp32-passes)
 ```
 

@@ -83,10 +83,12 @@ tp·cp·dp/(ep·etp) ranks (:func:`shard_groups`); everything else as the dense 
 **First and last stages.** The first stage also keeps the token ids (int64, 8 bytes a
 token, for the embedding's backward) and, with dropout, the embedding dropout mask h. The
 last keeps the final norm's input and output, 2h + 2h (divided by t with sequence
-parallelism), and the FP32 softmax of the logits, 4·V/t per token: Megatron-LM's
-vocab-parallel cross-entropy casts the logits to FP32 and saves ``exp_logits`` for its
-backward (megatron/core/tensor_parallel/cross_entropy.py, ``VocabParallelCrossEntropy``);
-theoretical_memory_usage.py counts the same 4·s·b·h·(1 + V/h).
+parallelism), and what the loss's kernel keeps of the logits, per logit of V/t a token
+(:data:`.activations.LOSS_BYTES`): Megatron-LM's vocab-parallel cross-entropy casts the logits
+to FP32 and saves ``exp_logits`` for its backward, 4 (megatron/core/tensor_parallel/
+cross_entropy.py, ``VocabParallelCrossEntropy``; theoretical_memory_usage.py counts the same
+4·s·b·h·(1 + V/h)); the device holding the loss adds, once, what the kernel holds beyond that
+while it runs (:func:`.activations.loss_transient_bytes`).
 
 **Micro-batches in flight** come from the pipeline schedule itself (:mod:`..sim.inflight`,
 read through the pipeline plan): each forward of a stage allocates that stage's activations,
@@ -113,11 +115,11 @@ the CUDA context, cuBLAS/cuDNN workspaces and NCCL communicator buffers, and
 """
 
 from .activations import (cp_kept_extra_bytes, cp_transient_bytes, embedding_activation_bytes,
-                          layer_activation_bytes, loss_activation_bytes)
+                          layer_activation_bytes, loss_activation_bytes, loss_transient_bytes)
 from .stages import (DEFAULT_OPTIONS, MemoryOptions, StageMemory, for_framework, memory_plan, memory_report,
                      peak_bytes, shard_groups, stack_options, stage_memory, state_bytes, variant_peaks)
 
 __all__ = ["cp_kept_extra_bytes", "cp_transient_bytes", "embedding_activation_bytes", "layer_activation_bytes",
-           "loss_activation_bytes", "DEFAULT_OPTIONS", "MemoryOptions", "StageMemory", "for_framework",
+           "loss_activation_bytes", "loss_transient_bytes", "DEFAULT_OPTIONS", "MemoryOptions", "StageMemory", "for_framework",
            "memory_plan", "memory_report", "peak_bytes", "shard_groups", "stack_options", "stage_memory", "state_bytes",
            "variant_peaks"]

@@ -11,6 +11,37 @@ from ..units import FP32_BYTES, TOKEN_ID_BYTES
 
 #: FP32 logits/softmax kept by the vocab-parallel cross-entropy (see the package docstring).
 LOGIT_BYTES = FP32_BYTES
+#: Per logit (V/t a token), by the loss's kernel (the run's ``cross_entropy``, as the step time
+#: reads it): (bytes kept for the backward, the most held while the loss runs, forward or backward).
+#: * None (no stack named): the FP32 softmax kept, Megatron-LM's ``theoretical_memory_usage.py`` count.
+#: * "fp32-passes" and "mcore-fused", Megatron-core's vocab-parallel cross-entropy, unfused and under
+#:   jit fusion (Megatron-LM ``megatron/core/tensor_parallel/cross_entropy.py``,
+#:   ``megatron/core/fusions/fused_cross_entropy.py``): an FP32 copy of the 16-bit logits
+#:   (``.float()``) beside them, then subtract, exp and divide in place; the FP32 softmax is kept and
+#:   becomes the gradient in place, cast back to 16 bits beside it: 4 kept, 2 + 4 held.
+#: * "fused", Transformer Engine's ``parallel_cross_entropy`` (``transformer_engine/pytorch/
+#:   cross_entropy.py`` ``CrossEntropyFunction``): the 16-bit logits kept, the gradient computed into
+#:   them (assumed in place): 2, 2.
+#: * "torch", ``F.cross_entropy`` on the 16-bit logits: log_softmax's 16-bit output kept; its
+#:   backward holds it, nll_loss's gradient and its own output: 2, 6.
+#: * "torch-fp32", torchtitan's eager loss (``torchtitan/components/loss.py`` ``cross_entropy_loss``:
+#:   ``pred.flatten(0, 1).float()``; the 16-bit logits dropped after it, ``del pred`` in train.py):
+#:   log_softmax's FP32 output kept; the forward holds the 16-bit logits, their FP32 copy and that
+#:   output (10), the backward the output, nll_loss's FP32 gradient and its own (12): 4, 12.
+#: * "torch-compiled", that loss under ``torch.compile`` (:data:`..step.layers.CE_BYTES`): the 16-bit
+#:   logits kept (with each row's maximum and log-sum-exp), the 16-bit gradient beside them: 2, 4.
+#: * "flash-attn", flash-attn's cross-entropy (``ctx.save_for_backward(logits, lse, labels)``, the
+#:   gradient in a new tensor, ``torch.empty_like(logits)``): 2, 4.
+LOSS_BYTES: dict[str | None, tuple[float, float]] = {
+    None: (LOGIT_BYTES, LOGIT_BYTES),
+    "fp32-passes": (4.0, 6.0),
+    "mcore-fused": (4.0, 6.0),
+    "fused": (2.0, 2.0),
+    "torch": (2.0, 6.0),
+    "torch-fp32": (4.0, 12.0),
+    "torch-compiled": (2.0, 4.0),
+    "flash-attn": (2.0, 4.0),
+}
 #: FP32 log-sum-exp per head and token saved by FlashAttention's forward (Dao et al. 2022, Alg. 2).
 LSE_BYTES = FP32_BYTES
 
@@ -143,9 +174,25 @@ def embedding_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, 
 
 
 def loss_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
-                          sequence_parallel: bool = False) -> float:
+                          sequence_parallel: bool = False, cross_entropy: str | None = None) -> float:
     """Last stage: the final norm's input and output (2h + 2h, /t with sequence parallelism)
-    and the FP32 softmax of the vocab-parallel logits, 4·V/t a token."""
+    and what the loss's kernel keeps of the vocab-parallel logits, :data:`LOSS_BYTES`·V/t a token
+    (FP32, 4, with no kernel named)."""
     n = micro_batch * seq / cp
     sp = t if sequence_parallel else 1
-    return n * (4 * model.hidden / sp + LOGIT_BYTES * model.vocab / t)
+    return n * (4 * model.hidden / sp + _loss_bytes(cross_entropy)[0] * model.vocab / t)
+
+
+def loss_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
+                         cross_entropy: str | None = None) -> float:
+    """What the loss's kernel holds beyond what it keeps while it runs (:data:`LOSS_BYTES`), on
+    the device holding the loss, once: (held − kept)·V/t a token."""
+    kept, held = _loss_bytes(cross_entropy)
+    return micro_batch * seq / cp * (held - kept) * model.vocab / t
+
+
+def _loss_bytes(cross_entropy: str | None) -> tuple[float, float]:
+    if cross_entropy not in LOSS_BYTES:
+        raise ModelcutError(f"cross_entropy must be one of {', '.join(k for k in LOSS_BYTES if k)}, "
+                            f"got {cross_entropy!r}")
+    return LOSS_BYTES[cross_entropy]

@@ -19,8 +19,8 @@ from ..specs import DEFAULT_RECOMPUTE_MODULES, Hardware, Run, recompute_variant
 from ..step.frameworks import Framework
 from ..step.zero3 import deepspeed_resident_numel
 from ..units import GRAD_BYTES, GiB, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
-from .activations import (cp_transient_bytes, embedding_activation_bytes, layer_activation_bytes,
-                          loss_activation_bytes)
+from .activations import (LOSS_BYTES, cp_transient_bytes, embedding_activation_bytes, layer_activation_bytes,
+                          loss_activation_bytes, loss_transient_bytes)
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,9 @@ class MemoryOptions:
     parallelism, for its buffers (:func:`.activations.cp_transient_bytes`). ``selective``: the
     stack's selective recomputation, "attention" (Megatron-LM's) or "op" (torchtitan's per-op
     policy, :mod:`..costs.op_sac`: a dense layer keeps fewer bytes, and the layer being recomputed
-    holds the rest again while its backward runs).
+    holds the rest again while its backward runs). ``cross_entropy``: the stack's loss kernel, where
+    the run names none (:data:`.activations.LOSS_BYTES`: what it keeps of the logits and holds
+    while it runs).
     """
 
     flash_attention: bool = True
@@ -79,6 +81,7 @@ class MemoryOptions:
     optimizer_bytes: float = OPTIMIZER_STATE_BYTES
     cp_impl: str = "transformer-engine"
     selective: str = "attention"
+    cross_entropy: str | None = None
 
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident under these assumptions (:func:`..costs.residency.residency`)."""
@@ -177,6 +180,7 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     model, lay, tr = run.model, run.layout, run.training
     sp = bool(lay.sequence_parallel) and lay.tp > 1
     kw = dict(micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp, sequence_parallel=sp)
+    ce = tr.cross_entropy or options.cross_entropy
     # a variant's own modules; else the run's for the run's own level, the default at another level
     recompute, named = recompute_variant(recompute)
     modules = named or (tr.selective_modules if recompute == tr.recompute else DEFAULT_RECOMPUTE_MODULES)
@@ -185,7 +189,8 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
                selective=options.selective)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
-                     embedding_activation_bytes(model, **kw), loss_activation_bytes(model, **kw)])
+                     embedding_activation_bytes(model, **kw),
+                     loss_activation_bytes(model, cross_entropy=ce, **kw)])
     coefs = plan.in_flight(cached)
     peaks = np.array([float((c @ unit).max()) if len(c) else 0.0 for _, c in coefs])
     share = np.array([sum(st.dense_layers * unit[0] + st.moe_layers * unit[1] + (unit[2] if st.embedding else 0.0)
@@ -199,8 +204,12 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     elif recompute == "selective" and options.selective == "op":
         # the per-op policy's layer being recomputed holds what it did not keep again
         work_d = layer_activation_bytes(model, **dict(akw, recomputing=True)) - unit[0]
+    loss_work = loss_transient_bytes(model, micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp,
+                                     cross_entropy=ce)
     for d in range(plan.p):
         mine = plan.on_device(d)
+        if any(st.loss for st in mine):
+            peaks[d] += loss_work
         if any(st.layers for st in mine):
             peaks[d] += transient
             if recompute == "full":
@@ -335,7 +344,7 @@ def stack_options(framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS
                                      else float(framework.unsharded_grad_bytes)),
                    zero3_prefetch=framework.overlap.param_gather, param_bytes=float(framework.param_bytes),
                    optimizer_bytes=float(framework.optimizer_bytes), cp_impl=framework.cp_impl,
-                   selective=framework.selective)
+                   selective=framework.selective, cross_entropy=framework.cross_entropy)
 
 
 def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAULT_OPTIONS,
@@ -361,10 +370,12 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     return run, opts
 
 
-def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False) -> dict[str, str]:
+def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False,
+           cross_entropy: str | None = None) -> dict[str, str]:
     """The data type of each line of the memory table, as the memory model counts it; ``half``
     names the run's 16-bit type ("fp16" for an fp16 run, else "bf16"); ``whole_grads``: ZeRO-2/3
-    holds the gradients whole between reductions (in ``whole_grad_bytes`` where the stack sets it)."""
+    holds the gradients whole between reductions (in ``whole_grad_bytes`` where the stack sets it);
+    ``cross_entropy``: the run's loss kernel (None: the stack's), what it keeps of the logits."""
     f8 = options.fp8
     layers = ("fp8 weight and its fp8 transpose" if f8 is not None and f8.transposes and not f8.torchao
               else "fp8 weight")
@@ -386,7 +397,9 @@ def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False
              else "none kept (torchao casts the weights in each pass)") if f8.torchao else
             ("fp8 weight and its transpose (Hopper)" if f8.transposes else "fp8 weight")
             + (" replacing the bf16 copy" if f8.param_gather else " beside the bf16 copy")),
-           "activations_bytes": f"{half} (fp32 log-sum-exp and logits softmax)"
+           "activations_bytes": f"{half} (fp32 log-sum-exp; "
+           + (f"the loss keeps {half} logits)" if LOSS_BYTES[cross_entropy or options.cross_entropy][0] < 4
+              else "the loss keeps fp32 logits)")
            + ("" if f8 is None else "; linear inputs in fp8" if f8.saves_fp8_inputs
               else f"; linear inputs in {half} (torchao saves them unquantized)")}
     return out
@@ -422,7 +435,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
             "fp8_recipe": options.fp8.recipe if options.fp8 is not None else None,
         },
         "dtypes": dtypes(options, "fp16" if run.training.precision == "fp16" else "bf16",
-                         res.zero >= 2 and not res.grads_sharded),
+                         res.zero >= 2 and not res.grads_sharded, run.training.cross_entropy),
     }
     if hw is not None:
         rep["capacity_bytes"] = hw.mem_bytes

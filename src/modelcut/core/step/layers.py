@@ -125,12 +125,27 @@ from ..units import GRAD_ACCUM_BYTES_16
 #: * ``"torch-fp32"``: the logits cast to fp32 first (torchtitan's ``cross_entropy_loss``,
 #:   ``pred.flatten(0, 1).float()``): the cast 2 + 4 and the same kernels at 4 bytes, 16 forward
 #:   (22); the zero fill 4, the softmax backward 16 and the gradient's cast back 4 + 2 (26).
+#: * ``"torch-compiled"``: that loss under ``torch.compile`` (torchtitan compiles it with the model:
+#:   v0.2.0 ``torchtitan/config/job_config.py`` ``Compile.components`` default ``["model", "loss"]``,
+#:   ``torchtitan/components/loss.py`` ``build_cross_entropy_loss``). AOTAutograd's min-cut partitioner
+#:   with Inductor's decompositions (torch 2.13 ``torch/_functorch/partitioners.py``
+#:   ``min_cut_rematerialization_partition``, ``torch/_inductor/decomposition.py``) keeps the 16-bit
+#:   logits and the rows' maximum and log-sum-exp, and recomputes the fp32 log-softmax in the
+#:   backward (``tests/test_loss_kernel.py`` runs the partitioner): the row maximum 2, the sum of
+#:   exponentials 2 forward (4); one fused pass reading the logits and writing the gradient 2 + 2
+#:   backward (4).
+#: * ``"flash-attn"``: flash-attn's cross-entropy (``flash_attn/ops/triton/cross_entropy.py``
+#:   ``CrossEntropyLoss``, llm-foundry's default ``loss_fn: fused_crossentropy``): the forward kernel
+#:   reads each row once for its online maximum and sum of exponentials (2); the backward kernel
+#:   reads the logits and writes the gradient into a new tensor (``inplace_backward`` off) (2 + 2).
 CE_BYTES: dict[str, tuple[float, float]] = {
     "fp32-passes": (38.0, 14.0),
     "fused": (4.0, 2.0),
     "mcore-fused": (22.0, 10.0),
     "torch": (8.0, 10.0),
     "torch-fp32": (22.0, 26.0),
+    "torch-compiled": (4.0, 4.0),
+    "flash-attn": (2.0, 4.0),
 }
 assert tuple(CE_BYTES) == CROSS_ENTROPY_KINDS, "CE_BYTES must price every cross-entropy kind"
 
