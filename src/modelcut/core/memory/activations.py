@@ -5,43 +5,18 @@ parallelism's kept and transient K/V, mixture-of-experts routed rows)."""
 from __future__ import annotations
 
 from ..costs import context, op_sac
+from ..costs.loss import LOSS_KERNELS
 from ..errors import ModelcutError
 from ..specs import DEFAULT_RECOMPUTE_MODULES, ModelSpec
 from ..units import FP32_BYTES, TOKEN_ID_BYTES
 
 #: FP32 logits/softmax kept by the vocab-parallel cross-entropy (see the package docstring).
 LOGIT_BYTES = FP32_BYTES
-#: Per logit (V/t a token), by the loss's kernel (the run's ``cross_entropy``, as the step time
-#: reads it): (bytes kept for the backward, the most held while the loss runs, forward or backward).
-#: * None (no stack named): the FP32 softmax kept, Megatron-LM's ``theoretical_memory_usage.py`` count.
-#: * "fp32-passes" and "mcore-fused", Megatron-core's vocab-parallel cross-entropy, unfused and under
-#:   jit fusion (Megatron-LM ``megatron/core/tensor_parallel/cross_entropy.py``,
-#:   ``megatron/core/fusions/fused_cross_entropy.py``): an FP32 copy of the 16-bit logits
-#:   (``.float()``) beside them, then subtract, exp and divide in place; the FP32 softmax is kept and
-#:   becomes the gradient in place, cast back to 16 bits beside it: 4 kept, 2 + 4 held.
-#: * "fused", Transformer Engine's ``parallel_cross_entropy`` (``transformer_engine/pytorch/
-#:   cross_entropy.py`` ``CrossEntropyFunction``): the 16-bit logits kept, the gradient computed into
-#:   them (assumed in place): 2, 2.
-#: * "torch", ``F.cross_entropy`` on the 16-bit logits: log_softmax's 16-bit output kept; its
-#:   backward holds it, nll_loss's gradient and its own output: 2, 6.
-#: * "torch-fp32", torchtitan's eager loss (``torchtitan/components/loss.py`` ``cross_entropy_loss``:
-#:   ``pred.flatten(0, 1).float()``; the 16-bit logits dropped after it, ``del pred`` in train.py):
-#:   log_softmax's FP32 output kept; the forward holds the 16-bit logits, their FP32 copy and that
-#:   output (10), the backward the output, nll_loss's FP32 gradient and its own (12): 4, 12.
-#: * "torch-compiled", that loss under ``torch.compile`` (:data:`..step.layers.CE_BYTES`): the 16-bit
-#:   logits kept (with each row's maximum and log-sum-exp), the 16-bit gradient beside them: 2, 4.
-#: * "flash-attn", flash-attn's cross-entropy (``ctx.save_for_backward(logits, lse, labels)``, the
-#:   gradient in a new tensor, ``torch.empty_like(logits)``): 2, 4.
+#: Per logit (V/t a token), by the loss's kernel: (bytes kept for the backward, the most held while
+#: the loss runs), :data:`..costs.loss.LOSS_KERNELS`; with no kernel named (None) the FP32 softmax
+#: kept, Megatron-LM's ``theoretical_memory_usage.py`` count, and nothing more held.
 LOSS_BYTES: dict[str | None, tuple[float, float]] = {
-    None: (LOGIT_BYTES, LOGIT_BYTES),
-    "fp32-passes": (4.0, 6.0),
-    "mcore-fused": (4.0, 6.0),
-    "fused": (2.0, 2.0),
-    "torch": (2.0, 6.0),
-    "torch-fp32": (4.0, 12.0),
-    "torch-compiled": (2.0, 4.0),
-    "flash-attn": (2.0, 4.0),
-}
+    None: (LOGIT_BYTES, LOGIT_BYTES), **{k: (v.kept, v.held) for k, v in LOSS_KERNELS.items()}}
 #: FP32 log-sum-exp per head and token saved by FlashAttention's forward (Dao et al. 2022, Alg. 2).
 LSE_BYTES = FP32_BYTES
 

@@ -90,64 +90,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..costs import comm, context, flops, op_sac
+from ..costs.loss import LOSS_KERNELS
 from ..costs import moe as moe_mod
 from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
 from ..costs.kernels import ATTENTION_KINDS, BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
 from ..errors import ModelcutError
-from ..specs import CROSS_ENTROPY_KINDS, DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Hardware, ModelSpec
+from ..specs import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Hardware, ModelSpec
 from ..units import GRAD_ACCUM_BYTES_16
 
-#: Bytes per logit each cross-entropy moves, (forward, backward), by how the stack computes it:
-#:
-#: * ``"fp32-passes"``: Megatron-LM (2021-2022) casts the logits to fp32 and runs max, subtract,
-#:   exp, sum, divide as separate passes (``megatron/mpu/cross_entropy.py``): convert 2 + 4, max 4,
-#:   subtract 8, exp 8, sum 4, divide 8 forward (38); scale 8 and the cast back 6 backward (14).
-#: * ``"fused"``: a one-kernel fused cross-entropy on the 16-bit logits (Transformer Engine's
-#:   ``parallel_cross_entropy``, which Megatron-core runs with ``cross_entropy_loss_fusion`` and
-#:   ``cross_entropy_fusion_impl = "te"``, as Megatron-Bridge v0.2.0's performance scripts set it:
-#:   scripts/performance/utils/helpers.py ``set_common_perf_overrides``): read the logits twice
-#:   forward (2 + 2), write the gradient backward (2).
-#: * ``"mcore-fused"``: Megatron-core's own "fused" cross-entropy (``cross_entropy_loss_fusion``
-#:   with the native implementation, Megatron-LM commit 7b4a6d7, 2024-06-14, in core_v0.8.0
-#:   ``megatron/core/fusions/fused_cross_entropy.py``): the same fp32 steps as the unfused one,
-#:   grouped into four ``jit_fuser`` functions (``torch.compile`` on PyTorch 2.2 and later,
-#:   ``megatron/core/jit.py``), each one pass that reads its input and writes its output: the
-#:   cast to an fp32 copy with the row maximum 2 + 4, the in-place subtract and exp with the row
-#:   sum 4 + 4, the in-place divide 4 + 4 forward (22); the in-place scale of the saved softmax
-#:   with the cast back to 16 bits 4 + 4 + 2 backward (10).
-#: * ``"torch"``: ``F.cross_entropy`` on the 16-bit logits, log_softmax then nll_loss (PyTorch
-#:   aten/src/ATen/native/cuda/SoftMax.cu ``cunn_SoftMaxForward``, whose row of a large vocabulary
-#:   does not fit shared memory: a max pass 2, a sum-of-exponentials pass 2, the write pass 2 + 2 = 8
-#:   forward; backward nll_loss's zero-filled input gradient 2, then ``cunn_SoftMaxBackward``'s sum
-#:   of the output gradient 2 and its write pass 2 + 2 + 2 = 10). NeMo AutoModel's MaskedCrossEntropy
-#:   with ``fp32_upcast: false``, as its benchmark configurations set it.
-#: * ``"torch-fp32"``: the logits cast to fp32 first (torchtitan's ``cross_entropy_loss``,
-#:   ``pred.flatten(0, 1).float()``): the cast 2 + 4 and the same kernels at 4 bytes, 16 forward
-#:   (22); the zero fill 4, the softmax backward 16 and the gradient's cast back 4 + 2 (26).
-#: * ``"torch-compiled"``: that loss under ``torch.compile`` (torchtitan compiles it with the model:
-#:   v0.2.0 ``torchtitan/config/job_config.py`` ``Compile.components`` default ``["model", "loss"]``,
-#:   ``torchtitan/components/loss.py`` ``build_cross_entropy_loss``). AOTAutograd's min-cut partitioner
-#:   with Inductor's decompositions (torch 2.13 ``torch/_functorch/partitioners.py``
-#:   ``min_cut_rematerialization_partition``, ``torch/_inductor/decomposition.py``) keeps the 16-bit
-#:   logits and the rows' maximum and log-sum-exp, and recomputes the fp32 log-softmax in the
-#:   backward (``tests/test_loss_kernel.py`` runs the partitioner): the row maximum 2, the sum of
-#:   exponentials 2 forward (4); one fused pass reading the logits and writing the gradient 2 + 2
-#:   backward (4).
-#: * ``"flash-attn"``: flash-attn's cross-entropy (``flash_attn/ops/triton/cross_entropy.py``
-#:   ``CrossEntropyLoss``, llm-foundry's default ``loss_fn: fused_crossentropy``): the forward kernel
-#:   reads each row once for its online maximum and sum of exponentials (2); the backward kernel
-#:   reads the logits and writes the gradient into a new tensor (``inplace_backward`` off) (2 + 2).
-CE_BYTES: dict[str, tuple[float, float]] = {
-    "fp32-passes": (38.0, 14.0),
-    "fused": (4.0, 2.0),
-    "mcore-fused": (22.0, 10.0),
-    "torch": (8.0, 10.0),
-    "torch-fp32": (22.0, 26.0),
-    "torch-compiled": (4.0, 4.0),
-    "flash-attn": (2.0, 4.0),
-}
-assert tuple(CE_BYTES) == CROSS_ENTROPY_KINDS, "CE_BYTES must price every cross-entropy kind"
+#: Bytes per logit each cross-entropy moves, (forward, backward): :data:`..costs.loss.LOSS_KERNELS`.
+CE_BYTES: dict[str, tuple[float, float]] = {k: (v.moved_fwd, v.moved_bwd) for k, v in LOSS_KERNELS.items()}
 
 
 #: Bytes per element of PyTorch's eager (one kernel per op) elementwise code, bf16 activations,
