@@ -270,3 +270,22 @@ def test_the_step_says_which_megatron_core_paths_it_charged():
     assert not any("Megatron-core" in n for n in other)
     llama = replace(meas.run, model=catalog.model("llama3-8b"), layout=replace(meas.run.layout, ep=1))
     assert not any("eagerly" in n for n in predict_default(llama, meas.hw, eff, catalog.framework("megatron-core")).notes)
+
+
+@settings(max_examples=20, deadline=None)
+@given(stack=st.sampled_from(["fsdp", "fsdp-compile", "nemo-automodel"]), tp=st.sampled_from([2, 4, 8]),
+       cp=st.sampled_from([1, 2]), overlap=st.booleans())
+def test_zero3_breakdown_reports_tensor_parallel_time_as_tp(stack, tp, cp, overlap):
+    """Under ZeRO-3 without a pipeline the compute stream carries each pass's exposed tensor- and
+    context-parallel time; the breakdown reports it as tp and cp, not compute (before, a ZeRO-3
+    layout with tp > 1 read tp 0), and the terms still sum to the step."""
+    H100 = catalog.hardware("h100")
+    fw = catalog.framework(stack).with_overlap({"tp_comm": overlap})
+    run = Run(catalog.model("llama3-70b"), H100.name, Layout(tp=tp, cp=cp, pp=1, dp=64 // (tp * cp), zero=3),
+              Training(seq_len=8192, global_batch=64 // (tp * cp) * 2, micro_batch=1))
+    eff = catalog.profile_for(H100).efficiency
+    p = step.predict(run, H100, "default", efficiency=eff, framework=fw)
+    b = p.breakdown
+    assert b.tp_s > 0 or overlap
+    assert b.compute_s > 0 and b.tp_s >= 0 and b.cp_s >= 0
+    assert b.total_s == pytest.approx(p.step_time_s, rel=1e-9)

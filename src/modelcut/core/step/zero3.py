@@ -93,9 +93,30 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     P_dev = sum(a + b for a, b in mods)
     opt = mem_time(optimizer_step_bytes(P_dev, L.shard_ranks, grads_sharded=True), hw, eff)
     T = T_c + opt
-    bd = DefaultBreakdown(compute_s=compute_total, tp_s=0.0, cp_s=0.0, p2p_s=0.0, bubble_s=0.0,
+    tp_s, cp_s = _stream_comm(model, dense, moe_lt, emb, loss, m, ov.tp_comm)
+    bd = DefaultBreakdown(compute_s=compute_total - tp_s - cp_s, tp_s=tp_s, cp_s=cp_s, p2p_s=0.0, bubble_s=0.0,
                           dp_s=T - compute_total - a2a_total - opt, a2a_s=a2a_total, optimizer_s=opt)
     return T, bd
+
+
+def _stream_comm(model, dense: LayerTime, moe_lt: LayerTime | None, emb: tuple[PassTime, PassTime],
+                 loss: tuple[PassTime, PassTime], m: int, tp_overlap: bool) -> tuple[float, float]:
+    """The tensor- and context-parallel seconds the compute stream carries (each pass's exposed
+    tp, :func:`.exposure.exposed_tp`, and its cp), which the stream's units count with their
+    compute: every micro-batch, the embedding's and the loss's two passes and each layer's forward,
+    recomputed forward and backward. What the breakdown reports as tp and cp, not compute."""
+    passes = [emb[0], emb[1], loss[0], loss[1]]
+    n_moe = flops.moe_layer_count(model)
+    per_layer = [(dense, model.layers - n_moe), (moe_lt, n_moe)]
+    tp = sum(exposed_tp(p.tp, p.gemm, tp_overlap) for p in passes)
+    cp = sum(p.cp for p in passes)
+    for lt, n in per_layer:
+        if lt is None or not n:
+            continue
+        for p in (lt.fwd, lt.recompute, lt.bwd):
+            tp += n * exposed_tp(p.tp, p.gemm, tp_overlap)
+            cp += n * p.cp
+    return m * tp, m * cp
 
 
 def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
