@@ -53,7 +53,9 @@ the tensor-parallel size:
   per head and token, 4a.
 
 Selective recomputation (Korthikanti §5) drops the attention core (nothing to drop with
-FlashAttention). Full recomputation keeps only each layer's input, 2h (divided by t with
+FlashAttention); under torchtitan's per-op policy (the stack's ``selective = "op"``) a dense
+layer keeps what :mod:`..costs.op_sac` says it keeps, and the layer being recomputed holds the
+rest again. Full recomputation keeps only each layer's input, 2h (divided by t with
 sequence parallelism), plus, while one layer is recomputed in the backward, that one
 layer's activations. Mixture-of-experts layers hold the routed tokens' expert MLP
 activations top_k times (times the capacity factor, if any), plus the permuted input 2h·top_k.
