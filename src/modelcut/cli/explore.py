@@ -426,7 +426,7 @@ def show(res: ExploreResult) -> None:
         t.add_row(str(i), *_knobs(e), f"{p.step_time_s:.3f}", f"{p.mfu:.1%}", f"{e.peak_bytes / GB:.1f}")
     con.print(t)
     if any(e.structure.dp_shard for e in shown):
-        con.print("dp d[k]: hybrid sharding, ZeRO's states split over k data-parallel ranks (a node's) and "
+        con.print("dp d[k]: hybrid sharding, ZeRO's states split over k data-parallel ranks and "
                   "replicated across the d/k groups", markup=False, highlight=False)
     tb = _table("#", "compute", "tp", "cp", "p2p", "bubble", "dp", "a2a", "optimizer",
                 title="time breakdown (s, busiest device)")

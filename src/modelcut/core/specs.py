@@ -263,8 +263,8 @@ class Layout:
         return self.cp_kind or "allgather"
 
 
-#: How the loss's cross-entropy is computed (the bytes a logit each moves:
-#: :data:`.step.layers.CE_BYTES`): Megatron-LM's separate fp32 passes, a one-kernel fused loss,
+#: How the loss's cross-entropy is computed (the bytes a logit each moves, keeps and holds:
+#: :data:`.costs.loss.LOSS_KERNELS`): Megatron-LM's separate fp32 passes, a one-kernel fused loss,
 #: Megatron-core's native "fused" loss (the fp32 passes grouped into compiled functions),
 #: PyTorch's ``F.cross_entropy`` on the 16-bit logits or on logits cast to fp32, or that fp32 loss
 #: under ``torch.compile``, or flash-attn's Triton cross-entropy.

@@ -115,7 +115,7 @@ class Framework:
     (Megatron-LM's separate fp32 passes), "mcore-fused" (Megatron-core's native fusion: the fp32
     passes in compiled groups), "torch" (``F.cross_entropy`` on the 16-bit logits),
     "torch-fp32" (the logits cast to fp32 first), "torch-compiled" (that loss under
-    ``torch.compile``) or "flash-attn" (flash-attn's Triton kernel): :data:`.layers.CE_BYTES`; ``grad_bytes``: bytes per gradient element
+    ``torch.compile``) or "flash-attn" (flash-attn's Triton kernel): :data:`..costs.loss.LOSS_KERNELS`; ``grad_bytes``: bytes per gradient element
     on the data-parallel wire (2: fp16/bf16, 4: fp32); ``expert_grad_bytes``: the same for the
     routed experts' gradients where the stack reduces them in another dtype (None: ``grad_bytes``;
     :attr:`expert_grad_b`); ``unsharded_grad_bytes``: bytes per dense parameter of the gradients

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..costs import flops, params
 from ..costs.kernels import Efficiency, mem_time
 from ..errors import ModelcutError
-from ..specs import Hardware, Run
+from ..specs import Hardware, ModelSpec, Run
 from ..costs.residency import Residency
 from ..units import BF16_BYTES, optimizer_step_bytes
 from . import deepspeed_stage3 as ds
@@ -72,7 +72,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     p_moe = tuple(params.layer_params(model, t, True, L.ep, L.etp)) if model.is_moe else (0.0, 0.0)   # (dense, experts)
 
     def exposed(pt: PassTime) -> float:
-        return pt.compute + exposed_tp(pt.tp, pt.gemm, ov.tp_comm) + pt.cp
+        return sum(_on_stream(pt, ov.tp_comm))
 
     if fw.zero3_runtime == "deepspeed-0.3":
         if model.is_moe:
@@ -99,24 +99,23 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     return T, bd
 
 
-def _stream_comm(model, dense: LayerTime, moe_lt: LayerTime | None, emb: tuple[PassTime, PassTime],
+def _on_stream(pt: PassTime, tp_overlap: bool) -> tuple[float, float, float]:
+    """What one pass puts on the compute stream: (compute, exposed tp, :func:`.exposure.exposed_tp`,
+    cp) seconds."""
+    return pt.compute, exposed_tp(pt.tp, pt.gemm, tp_overlap), pt.cp
+
+
+def _stream_comm(model: ModelSpec, dense: LayerTime, moe_lt: LayerTime | None, emb: tuple[PassTime, PassTime],
                  loss: tuple[PassTime, PassTime], m: int, tp_overlap: bool) -> tuple[float, float]:
-    """The tensor- and context-parallel seconds the compute stream carries (each pass's exposed
-    tp, :func:`.exposure.exposed_tp`, and its cp), which the stream's units count with their
-    compute: every micro-batch, the embedding's and the loss's two passes and each layer's forward,
-    recomputed forward and backward. What the breakdown reports as tp and cp, not compute."""
-    passes = [emb[0], emb[1], loss[0], loss[1]]
+    """The tensor- and context-parallel seconds the compute stream carries (:func:`_on_stream`),
+    which the stream's units count with their compute: every micro-batch, the embedding's and the
+    loss's two passes and each layer's forward, recomputed forward and backward. What the breakdown
+    reports as tp and cp, not compute."""
     n_moe = flops.moe_layer_count(model)
-    per_layer = [(dense, model.layers - n_moe), (moe_lt, n_moe)]
-    tp = sum(exposed_tp(p.tp, p.gemm, tp_overlap) for p in passes)
-    cp = sum(p.cp for p in passes)
-    for lt, n in per_layer:
-        if lt is None or not n:
-            continue
-        for p in (lt.fwd, lt.recompute, lt.bwd):
-            tp += n * exposed_tp(p.tp, p.gemm, tp_overlap)
-            cp += n * p.cp
-    return m * tp, m * cp
+    counted = [(p, 1) for p in (*emb, *loss)] + [(p, n) for lt, n in ((dense, model.layers - n_moe), (moe_lt, n_moe))
+                                                  if lt is not None and n for p in (lt.fwd, lt.recompute, lt.bwd)]
+    parts = [tuple(n * x for x in _on_stream(p, tp_overlap)[1:]) for p, n in counted]
+    return m * sum(tp for tp, _ in parts), m * sum(cp for _, cp in parts)
 
 
 def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime | None,
