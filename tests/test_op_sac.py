@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
-from modelcut.core.costs import op_sac
+from modelcut.core.costs import fp8 as fp8_mod, op_sac
 from modelcut.core.costs.kernels import Efficiency
 from modelcut.core.memory import memory_report
 from modelcut.core.memory.activations import layer_activation_bytes
@@ -71,26 +71,54 @@ def test_recomputed_products_follow_the_policy():
     assert op.recompute.memory <= whole.recompute.memory            # every memory-bound kernel, the fused attention's none
 
 
-def _run(model, recompute, tp=1, dp=8, mb=1, seq=4096):
+def test_fp8_products_are_all_run_again():
+    """torchao's products are ``aten._scaled_mm``, which the policy's list (torchtitan v0.2.0) does not
+    name: none is kept, every one runs again. Llama 3 8B then keeps, per token at t = 1, its input
+    2·4096, SDPA's output 2·4096 and log-sum-exp 4·32 = 16,512 bytes; its recomputed forward runs
+    every product, as full recomputation's does, and the attention core not at all."""
+    assert op_sac.kept(LLAMA8, scaled_mm=True) == [False] * 7
+    assert op_sac.recomputed_share(LLAMA8, scaled_mm=True) == {"qkv": 1.0, "proj": 1.0, "mlp up": 1.0,
+                                                               "mlp down": 1.0}
+    assert op_sac.kept_bytes(LLAMA8, scaled_mm=True) == 16_512
+    assert (layer_activation_bytes(LLAMA8, micro_batch=1, seq=1, recompute="selective", selective="op",
+                                   fp8_products=True) == 16_512)
+    fw = catalog.framework("fsdp-compile")
+    f8 = fp8_mod.for_stack(Training(seq_len=8192, global_batch=8, precision="fp8"), H100, fw)
+    base = dict(micro_batch=1, seq_len=8192, attention="cudnn", recompute="selective", selective="op", fp8=f8)
+    op = layer_time(LLAMA8, LayerSetup(**base), H100, EFF)
+    whole = layer_time(LLAMA8, LayerSetup(**dict(base, recompute="full")), H100, EFF)
+    assert op.recompute.gemm == pytest.approx(whole.recompute.gemm) and op.recompute.attention == 0.0
+    r = _run(LLAMA8, "selective", seq=8192, precision="fp8")
+    peak = {p: memory_report(_run(LLAMA8, "selective", seq=8192, precision=p), H100, framework=fw)["peak_bytes"]
+            for p in ("bf16", "fp8")}
+    assert peak["fp8"] < peak["bf16"]
+    assert default.predict(r, H100, EFF, fw).step_time_s < default.predict(_run(LLAMA8, "full", seq=8192,
+                                                                                 precision="fp8"),
+                                                                            H100, EFF, fw).step_time_s
+
+
+def _run(model, recompute, tp=1, dp=8, mb=1, seq=4096, precision="bf16"):
     return Run(model, H100.name, Layout(tp=tp, pp=1, dp=dp),
-               Training(seq_len=seq, global_batch=dp * mb * 2, micro_batch=mb, recompute=recompute))
+               Training(seq_len=seq, global_batch=dp * mb * 2, micro_batch=mb, recompute=recompute,
+                        precision=precision))
 
 
 @settings(max_examples=25, deadline=None)
 @given(model=st.sampled_from(["llama3-8b", "gpt3-175b", "mpt-7b", "qwen2.5-14b", "llama3-70b"]),
        stack=st.sampled_from(OP_STACKS), tp=st.sampled_from([1, 2, 4, 8]), mb=st.sampled_from([1, 2, 4]),
-       seq=st.sampled_from([1024, 4096, 16384]))
-def test_selective_against_none_and_full(model, stack, tp, mb, seq):
+       seq=st.sampled_from([1024, 4096, 16384]), precision=st.sampled_from(["bf16", "fp8"]))
+def test_selective_against_none_and_full(model, stack, tp, mb, seq, precision):
     """On the per-op stacks a dense model's step under selective recomputation takes no less than
     with none and no more than with full, and its peak activations are no less than full
     recomputation's. They exceed none's by at most what the policy keeps and no recomputation does
     not: the row-parallel MLP product's whole-width partial sum, 2h a token, and the two
-    reduce-scatters' outputs, 2·2h/t (none keeps the MLP's inputs instead)."""
+    reduce-scatters' outputs, 2·2h/t (none keeps the MLP's inputs instead). In FP8 too, where the
+    policy keeps no product."""
     m = catalog.model(model)
     fw = catalog.framework(stack)
     acts, steps = {}, {}
     for rc in ("none", "selective", "full"):
-        r = _run(m, rc, tp=tp, dp=64 // tp, mb=mb, seq=seq)
+        r = _run(m, rc, tp=tp, dp=64 // tp, mb=mb, seq=seq, precision=precision)
         acts[rc] = max(s["activations_bytes"] for s in memory_report(r, H100, framework=fw)["stages"])
         steps[rc] = default.predict(r, H100, EFF, fw).step_time_s
     extra = m.layers * mb * seq * 2 * m.hidden * (1 + 2 / tp)
@@ -117,3 +145,4 @@ def test_the_explorer_and_predict_agree_on_selective_memory():
     a = memory_report(r, H100, framework=fw)["peak_bytes"]
     b = memory_report(r, H100, framework=replace(fw, selective="attention"))["peak_bytes"]
     assert a < b
+

@@ -22,9 +22,21 @@ input, the kept products' outputs (a row-parallel product's is its whole-width p
 output and FP32 log-sum-exp, and with sequence parallelism the reduce-scatters' outputs after wo and
 the MLP's down product.
 
-Simplifications: a biased linear (``aten.addmm``) is counted as ``aten.mm`` is; FP8 products
-(torchao's ``_scaled_mm``) are counted as 16-bit ones (torchtitan v0.2.0's list names no
-``_scaled_mm``, later ones save it through PyTorch's compute-intensive op list); mixture-of-experts
+**FP8 products** (``scaled_mm``): torchao's ``Float8Linear`` runs its products as
+``aten._scaled_mm`` (torchao/float8/float8_linear.py ``matmul_with_hp_or_float8_args``), which
+torchtitan's save list does not name, from December 2024 through v0.2.2 (``_save_list`` in
+torchtitan/parallelisms/parallelize_llama.py @e846b69, which saved ``aten.abs`` too;
+``_op_sac_save_list`` in models/llama3/infra/parallelize.py of v0.1.0 to v0.2.2): only ``aten.mm`` is
+counted and kept. So an
+FP8 layer keeps none of its products' outputs and runs every product again in the backward; its
+scales (the saved ``aten.max``) are a few bytes. Under torch.compile the policy's
+``PREFER_RECOMPUTE`` is a must (torch 2.13 torch/_functorch/partitioners.py ``must_recompute``), so
+the compiled stack recomputes them as the eager one does. (torchtitan's main branch since March 2026,
+pytorch/torchtitan#2357, saves every product on PyTorch's compute-intensive op list, ``_scaled_mm``
+included; the presets follow v0.2.0.) Transformer Engine's products are its own extension's, on no
+list either.
+
+Simplifications: a biased linear (``aten.addmm``) is counted as ``aten.mm`` is; mixture-of-experts
 layers keep the attention policy's count (their router, grouped expert products and token
 exchange follow other rules, not modelled here).
 """
@@ -47,29 +59,32 @@ def call_order(model: ModelSpec, t: int = 1) -> list[tuple[str, int]]:
     return order + [("mlp down", model.hidden)]
 
 
-def kept(model: ModelSpec, t: int = 1) -> list[bool]:
-    """Whether each product of :func:`call_order` is kept: the odd ones, counting from 1."""
-    return [i % 2 == 0 for i in range(len(call_order(model, t)))]
+def kept(model: ModelSpec, t: int = 1, scaled_mm: bool = False) -> list[bool]:
+    """Whether each product of :func:`call_order` is kept: the odd ones, counting from 1; none
+    where the products run in FP8 (``scaled_mm``, module doc)."""
+    return [i % 2 == 0 and not scaled_mm for i in range(len(call_order(model, t)))]
 
 
-def recomputed_share(model: ModelSpec, t: int = 1) -> dict[str, float]:
+def recomputed_share(model: ModelSpec, t: int = 1, scaled_mm: bool = False) -> dict[str, float]:
     """Per fused product of the model, the share of its forward run again in the backward: the
-    recomputed parts' output width over the product's (a part's work is its width's share)."""
+    recomputed parts' output width over the product's (a part's work is its width's share); all
+    of it where the products run in FP8 (``scaled_mm``, module doc)."""
     total: dict[str, float] = {}
     again: dict[str, float] = {}
-    for (name, width), keep in zip(call_order(model, t), kept(model, t)):
+    for (name, width), keep in zip(call_order(model, t), kept(model, t, scaled_mm)):
         total[name] = total.get(name, 0.0) + width
         again[name] = again.get(name, 0.0) + (0.0 if keep else width)
     return {name: again[name] / total[name] for name in total}
 
 
-def kept_bytes(model: ModelSpec, t: int = 1, sequence_parallel: bool = False) -> float:
+def kept_bytes(model: ModelSpec, t: int = 1, sequence_parallel: bool = False, scaled_mm: bool = False) -> float:
     """Bytes a dense layer keeps per token on one tensor-parallel rank under the policy (module
-    doc): the block's input, the kept products' outputs, SDPA's output and log-sum-exp, and with
-    sequence parallelism (t > 1) the two reduce-scatters' outputs."""
+    doc): the block's input, the kept products' outputs (none where they run in FP8,
+    ``scaled_mm``), SDPA's output and log-sum-exp, and with sequence parallelism (t > 1) the two
+    reduce-scatters' outputs."""
     h = model.hidden
     sp = t if sequence_parallel else 1
-    products = sum(width for (_, width), keep in zip(call_order(model, t), kept(model, t)) if keep)
+    products = sum(width for (_, width), keep in zip(call_order(model, t), kept(model, t, scaled_mm)) if keep)
     attention = BF16_BYTES * query_width_per_rank(model, t) + FP32_BYTES * model.heads / t
     scattered = 2 * BF16_BYTES * h / t if sequence_parallel and t > 1 else 0.0
     return BF16_BYTES * h / sp + BF16_BYTES * products + attention + scattered

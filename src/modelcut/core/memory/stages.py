@@ -186,7 +186,7 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     modules = named or (tr.selective_modules if recompute == tr.recompute else DEFAULT_RECOMPUTE_MODULES)
     akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
                fp8=options.fp8 is not None and options.fp8.saves_fp8_inputs, recompute_modules=modules,
-               selective=options.selective)
+               selective=options.selective, fp8_products=options.fp8 is not None)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw),

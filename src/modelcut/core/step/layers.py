@@ -39,7 +39,8 @@ QKV product; a dense layer has none), ``moe_act`` the routed experts' activation
 its forward's bytes again; ``full``, the layer's whole forward, its tensor-parallel communication
 included. Under torchtitan's per-op policy (``LayerSetup.selective = "op"``, :mod:`..costs.op_sac`)
 selective recomputation runs again every memory-bound kernel, the sequence-parallel all-gathers and,
-of a dense layer's products, k, wo and w3 (gated; the ungated MLP's down product in place of w3):
+of a dense layer's products, k, wo and w3 (gated; the ungated MLP's down product in place of w3),
+or every one where they run in FP8 (off the policy's list):
 each fused product's :func:`..costs.op_sac.recomputed_share` of its forward; of a
 mixture-of-experts layer's products, half.
 
@@ -378,9 +379,9 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
                + [(g.m, g.n, g.k, g.count, g.name) for g in mlp])
     fwd_g = bwd_g = wgrad = 0.0
     shared_f = shared_b = 0.0
-    again = op_sac.recomputed_share(model, t) if setup.selective == "op" and not moe else {}
-    per_linear = []
     f8 = setup.fp8
+    again = op_sac.recomputed_share(model, t, scaled_mm=f8 is not None) if setup.selective == "op" and not moe else {}
+    per_linear = []
     inputs = fused_inputs = grads = weights = op_again = 0.0
     for m_, n_, k_, c_, name in linears:
         in_fp8 = f8 is not None and name != "router" and (f8.routed_experts_fp8 or not name.startswith("expert "))
