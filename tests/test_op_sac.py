@@ -146,3 +146,22 @@ def test_the_explorer_and_predict_agree_on_selective_memory():
     b = memory_report(r, H100, framework=replace(fw, selective="attention"))["peak_bytes"]
     assert a < b
 
+
+def test_reported_flops_count_the_products_the_policy_runs_again():
+    """The TFLOP/s count adds what the policy recomputes, not Megatron's attention core: Llama 3 8B's
+    k, wo and w3, 4096·(1024 + 4096 + 14336) weights; in FP8 every product, so full recomputation's
+    work less the attention core's 4·s·q a token a layer."""
+    from modelcut.core.costs import flops
+    assert op_sac.recomputed_matmul_params(LLAMA8) == 4096 * (1024 + 4096 + 14336)
+    assert op_sac.recomputed_matmul_params(LLAMA8, scaled_mm=True) == flops.layer_matmul_params(LLAMA8, False)
+    s = 8192
+    op = flops.recompute_flops(LLAMA8, 2, s, "selective", selective="op")
+    assert op == 2 * s * 32 * 2.0 * 4096 * 19456
+    op8 = flops.recompute_flops(LLAMA8, 2, s, "selective", selective="op", scaled_mm=True)
+    assert op8 == pytest.approx(flops.recompute_flops(LLAMA8, 2, s, "full") - 2 * s * 32 * 4.0 * s * LLAMA8.q_dim)
+    fw = catalog.framework("fsdp-compile")
+    r = _run(LLAMA8, "selective", seq=s)
+    p = default.predict(r, H100, EFF, fw)
+    assert p.flops_per_step == pytest.approx(flops.model_flops(LLAMA8, r.training, "palm")
+                                             + flops.recompute_flops(LLAMA8, r.training.global_batch, s,
+                                                                     "selective", selective="op"))

@@ -77,6 +77,17 @@ def recomputed_share(model: ModelSpec, t: int = 1, scaled_mm: bool = False) -> d
     return {name: again[name] / total[name] for name in total}
 
 
+def recomputed_matmul_params(model: ModelSpec, scaled_mm: bool = False) -> float:
+    """Weights of a dense layer's products that run again in the backward, the full layer's (t = 1):
+    each part of :func:`call_order` not kept, its output width times its input's (h for the QKV and
+    MLP-up parts, the attention width for the output projection, the MLP width for the down
+    product). The recomputed forward's FLOPs are two a weight a token (:func:`.flops.recompute_flops`)."""
+    inputs = {"qkv": model.hidden, "proj": query_width_per_rank(model, 1), "mlp up": model.hidden,
+              "mlp down": model.ffn_hidden}
+    return float(sum(width * inputs[name]
+                     for (name, width), keep in zip(call_order(model, 1), kept(model, 1, scaled_mm)) if not keep))
+
+
 def kept_bytes(model: ModelSpec, t: int = 1, sequence_parallel: bool = False, scaled_mm: bool = False) -> float:
     """Bytes a dense layer keeps per token on one tensor-parallel rank under the policy (module
     doc): the block's input, the kept products' outputs (none where they run in FP8,

@@ -117,8 +117,8 @@ def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: 
     return bd
 
 
-def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: DefaultBreakdown, plan: PipelinePlan,
-            notes: list[str], stage_layers: tuple[int, ...],
+def _finish(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, T: float, bd: DefaultBreakdown,
+            plan: PipelinePlan, notes: list[str], stage_layers: tuple[int, ...],
             segments: tuple[list, list] | None = None) -> Prediction:
     """The step of ``flushes`` schedule runs (:func:`..plan.flushes`), each timed as ``T`` with its
     breakdown ``bd``: every term repeats with each run, the optimizer steps once. ``segments``:
@@ -132,7 +132,7 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, T: float, bd: DefaultBreakd
         bd = DefaultBreakdown(**{k: (v if k == "optimizer_s" else f * v) for k, v in bd.as_dict().items()})
         notes.append(f"{f} pipeline schedule runs a step, each of {plan.m} micro-batches (local batch "
                      f"{tr.local_batch}): each fills and drains the pipeline and reduces its gradients")
-    F = flops.reported_flops(run.model, tr)
+    F = flops.reported_flops(run.model, tr, framework.selective, tr.precision == "fp8")   # the stack's recomputed work
     n = run.layout.gpus
     work = flops.causal_model_flops(run.model, tr.global_batch, tr.seq_len)
     return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * mfu_peak(hw, tr)),
@@ -179,7 +179,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
         segs = None
         if streams:      # DeepSpeed v0.3's replay keeps none
             segs = (streams, [optimizer_segment("compute", T - bd.optimizer_s, bd.optimizer_s)])
-        return _finish(full, hw, eff, T, bd, plan, notes, (run.model.layers,), segs)
+        return _finish(full, hw, eff, framework, T, bd, plan, notes, (run.model.layers,), segs)
     costs = stage_costs(run, hw, eff, framework, plan, k, bw)
     sched = plan.schedule
     unit = (_overlapped_unit(costs.durations, costs.a2a_fb) if sched.units and any(a or b for a, b in costs.a2a_fb)
@@ -199,4 +199,4 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
         segs = (pipeline_segments(sched.orders, trace.starts, trace.ends,
                                   [(last, e.exposed) for last, e in zip(lasts, ends)]),
                 [optimizer_segment(device_track(d), e.end - e.optimizer, e.optimizer) for d, e in enumerate(ends)])
-    return _finish(full, hw, eff, max(e.end for e in ends), bd, plan, notes, plan.layers, segs)
+    return _finish(full, hw, eff, framework, max(e.end for e in ends), bd, plan, notes, plan.layers, segs)
