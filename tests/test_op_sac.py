@@ -49,15 +49,39 @@ def test_kept_bytes_of_llama3_8b_by_hand():
 
 def test_memory_reads_the_policy_only_on_the_per_op_stacks():
     """Megatron's attention policy keeps what it did (a flash-attention layer's selective bytes are
-    its no-recomputation bytes); the per-op policy keeps kept_bytes a token; an MoE layer is counted
-    as before under either."""
+    its no-recomputation bytes); the per-op policy keeps kept_bytes a token, for an MoE layer too."""
     kw = dict(micro_batch=2, seq=4096, t=1)
     none = layer_activation_bytes(LLAMA8, **kw)
     assert layer_activation_bytes(LLAMA8, recompute="selective", **kw) == none
     assert layer_activation_bytes(LLAMA8, recompute="selective", selective="op", **kw) == 2 * 4096 * 63_616
     moe = catalog.model("mixtral-8x7b")
     assert (layer_activation_bytes(moe, recompute="selective", selective="op", moe=True, **kw)
-            == layer_activation_bytes(moe, recompute="selective", moe=True, **kw))
+            == 2 * 4096 * 26_768)
+    assert (layer_activation_bytes(moe, recompute="selective", moe=True, **kw)
+            > 5 * layer_activation_bytes(moe, recompute="selective", selective="op", moe=True, **kw))
+
+
+def test_an_moe_block_counts_its_router_and_shared_experts():
+    """torchtitan's MoE block calls wq, wk, wv, wo, the router's gate, the routed experts (grouped,
+    off the list: all run again) and the shared experts' w1, w3, w2. Mixtral 8x7B (no shared
+    expert) keeps q, v and the router's 8 scores: per token at t = 1 its input 2·4096, q 2·4096,
+    v 2·1024, the scores 2·8, SDPA's output 2·4096 and log-sum-exp 4·32 = 26,768 bytes; with ep 8,
+    the dispatched and combined rows too, 2 · 2·2·4096 a token. DeepSeek-V3 (one shared expert)
+    keeps the shared w3 (the 7th product) and runs w1 and w2 again. In FP8 only the 16-bit router
+    counts, so it is kept and every other product runs again."""
+    mix = catalog.model("mixtral-8x7b")
+    assert [n for n, _ in op_sac.call_order(mix, moe=True)] == ["qkv", "qkv", "qkv", "proj", "router"]
+    assert op_sac.kept(mix, moe=True) == [True, False, True, False, True]
+    assert op_sac.kept_bytes(mix, moe=True) == 26_768
+    assert op_sac.kept_bytes(mix, moe=True, ep=8) == 26_768 + 2 * 2 * 2 * 2 * 4096
+    assert op_sac.recomputed_share(mix, moe=True)["expert up"] == op_sac.recomputed_share(mix, moe=True)["expert down"] == 1.0
+    dsv3 = catalog.model("deepseek-v3")
+    names = [n for n, _ in op_sac.call_order(dsv3, moe=True)]
+    assert names[4:] == ["router", "shared expert up", "shared expert up", "shared expert down"]
+    assert op_sac.kept(dsv3, moe=True)[4:] == [True, False, True, False]
+    share = op_sac.recomputed_share(dsv3, moe=True)
+    assert share["shared expert up"] == 0.5 and share["shared expert down"] == 1.0 and share["router"] == 0.0
+    assert op_sac.kept(dsv3, moe=True, scaled_mm=True) == [False] * 4 + [True, False, False, False]
 
 
 def test_recomputed_products_follow_the_policy():
@@ -104,11 +128,12 @@ def _run(model, recompute, tp=1, dp=8, mb=1, seq=4096, precision="bf16"):
 
 
 @settings(max_examples=25, deadline=None)
-@given(model=st.sampled_from(["llama3-8b", "gpt3-175b", "mpt-7b", "qwen2.5-14b", "llama3-70b"]),
+@given(model=st.sampled_from(["llama3-8b", "gpt3-175b", "mpt-7b", "qwen2.5-14b", "llama3-70b", "mixtral-8x7b",
+                              "qwen3-30b-a3b"]),
        stack=st.sampled_from(OP_STACKS), tp=st.sampled_from([1, 2, 4, 8]), mb=st.sampled_from([1, 2, 4]),
        seq=st.sampled_from([1024, 4096, 16384]), precision=st.sampled_from(["bf16", "fp8"]))
 def test_selective_against_none_and_full(model, stack, tp, mb, seq, precision):
-    """On the per-op stacks a dense model's step under selective recomputation takes no less than
+    """On the per-op stacks a model's step under selective recomputation takes no less than
     with none and no more than with full, and its peak activations are no less than full
     recomputation's. They exceed none's by at most what the policy keeps and no recomputation does
     not: the row-parallel MLP product's whole-width partial sum, 2h a token, and the two
@@ -149,19 +174,21 @@ def test_the_explorer_and_predict_agree_on_selective_memory():
 
 def test_reported_flops_count_the_products_the_policy_runs_again():
     """The TFLOP/s count adds what the policy recomputes, not Megatron's attention core: Llama 3 8B's
-    k, wo and w3, 4096·(1024 + 4096 + 14336) weights; in FP8 every product, so full recomputation's
-    work less the attention core's 4·s·q a token a layer."""
+    k, wo and w3, 4096·(1024 + 4096 + 14336) weights a layer; in FP8 every product, so full
+    recomputation's work less the attention core's 4·s·q a token a layer. An MoE layer adds its
+    top_k routed experts, whatever the precision."""
     from modelcut.core.costs import flops
-    assert op_sac.recomputed_matmul_params(LLAMA8) == 4096 * (1024 + 4096 + 14336)
-    assert op_sac.recomputed_matmul_params(LLAMA8, scaled_mm=True) == flops.layer_matmul_params(LLAMA8, False)
-    s = 8192
-    op = flops.recompute_flops(LLAMA8, 2, s, "selective", selective="op")
-    assert op == 2 * s * 32 * 2.0 * 4096 * 19456
-    op8 = flops.recompute_flops(LLAMA8, 2, s, "selective", selective="op", scaled_mm=True)
-    assert op8 == pytest.approx(flops.recompute_flops(LLAMA8, 2, s, "full") - 2 * s * 32 * 4.0 * s * LLAMA8.q_dim)
+    s, tokens = 8192, 2 * 8192
+    assert op_sac.recompute_flops(LLAMA8, 2, s) == tokens * 32 * 2.0 * 4096 * (1024 + 4096 + 14336)
+    assert op_sac.recompute_flops(LLAMA8, 2, s, scaled_mm=True) == pytest.approx(
+        flops.recompute_flops(LLAMA8, 2, s, "full") - tokens * 32 * 4.0 * s * LLAMA8.q_dim)
+    mix = catalog.model("mixtral-8x7b")
+    routed = 2 * 3 * 4096 * 14336                   # top 2 of SwiGLU experts of width 14336
+    assert op_sac.recompute_flops(mix, 1, s) == s * 32 * 2.0 * (4096 * 1024 + 4096 * 4096 + routed)
     fw = catalog.framework("fsdp-compile")
     r = _run(LLAMA8, "selective", seq=s)
     p = default.predict(r, H100, EFF, fw)
     assert p.flops_per_step == pytest.approx(flops.model_flops(LLAMA8, r.training, "palm")
-                                             + flops.recompute_flops(LLAMA8, r.training.global_batch, s,
-                                                                     "selective", selective="op"))
+                                             + op_sac.recompute_flops(LLAMA8, r.training.global_batch, s))
+    mega = default.predict(r, H100, EFF, catalog.framework("megatron-core"))
+    assert mega.flops_per_step == pytest.approx(flops.reported_flops(LLAMA8, r.training))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from ..errors import ModelcutError
 from ..specs import ModelSpec, Training
-from . import op_sac
 
 CONVENTIONS = ("megatron", "palm", "palm-causal")
 
@@ -242,23 +241,15 @@ def megatron_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
 
 
 def recompute_flops(model: ModelSpec, batch: int, seq: int, recompute: str,
-                    modules: tuple[str, ...] | None = None, selective: str = "attention",
-                    scaled_mm: bool = False) -> float:
+                    modules: tuple[str, ...] | None = None) -> float:
     """Extra forward work of activation recomputation per step: ``full`` re-runs every layer's
     forward; ``selective`` only the attention core QKᵀ, softmax, A·V (Korthikanti et al. 2022
     §5), 4·s·q per layer per token, where it is among the ``modules`` recomputed (None: it is; the
-    norms and activations the others name are no products); ``none`` nothing. Under torchtitan's
-    per-op policy (``selective = "op"``) a dense layer's recomputed products instead, two FLOPs a
-    weight of :func:`.op_sac.recomputed_matmul_params` (every product where they run in FP8,
-    ``scaled_mm``), and half of a mixture-of-experts layer's, as the step time charges them
-    (``step.layers``)."""
+    norms and activations the others name are no products); ``none`` nothing. (torchtitan's per-op
+    policy recomputes products instead: :func:`.op_sac.recompute_flops`.)"""
     if recompute == "none":
         return 0.0
     tokens = _tokens(batch, seq)
-    if recompute == "selective" and selective == "op":
-        moe = moe_layer_count(model)
-        return tokens * 2.0 * ((model.layers - moe) * op_sac.recomputed_matmul_params(model, scaled_mm)
-                               + moe * 0.5 * layer_matmul_params(model, True))
     if recompute == "selective":
         if modules is not None and "core_attn" not in modules:
             return 0.0
@@ -294,13 +285,15 @@ def model_flops(model: ModelSpec, training: Training, convention: str) -> float:
     raise ModelcutError(f"unknown FLOP convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
 
 
-def executed_flops(model: ModelSpec, training: Training, convention: str, selective: str = "attention",
-                   scaled_mm: bool = False) -> float:
-    """Work actually executed per step: the convention's model FLOPs plus recomputation (under the
-    stack's ``selective`` policy, :func:`recompute_flops`)."""
-    return model_flops(model, training, convention) + recompute_flops(
-        model, training.global_batch, training.seq_len, training.recompute, training.recompute_modules,
-        selective, scaled_mm)
+def executed_flops(model: ModelSpec, training: Training, convention: str,
+                   recomputed: float | None = None) -> float:
+    """Work actually executed per step: the convention's model FLOPs plus recomputation
+    (:func:`recompute_flops`, or ``recomputed`` where the stack's policy counts it otherwise:
+    :func:`.op_sac.recompute_flops`)."""
+    if recomputed is None:
+        recomputed = recompute_flops(model, training.global_batch, training.seq_len, training.recompute,
+                                     training.recompute_modules)
+    return model_flops(model, training, convention) + recomputed
 
 
 def reported_convention(training: Training) -> str:
@@ -312,8 +305,7 @@ def reported_convention(training: Training) -> str:
     return "megatron" if training.recompute == "full" else "palm"
 
 
-def reported_flops(model: ModelSpec, training: Training, selective: str = "attention",
-                   scaled_mm: bool = False) -> float:
+def reported_flops(model: ModelSpec, training: Training, recomputed: float | None = None) -> float:
     """FLOPs per step behind the reported TFLOP/s per GPU (:func:`reported_convention`), the
-    recomputed work as the stack's ``selective`` policy runs it (:func:`recompute_flops`)."""
-    return executed_flops(model, training, reported_convention(training), selective, scaled_mm)
+    recomputed work as :func:`executed_flops` takes it."""
+    return executed_flops(model, training, reported_convention(training), recomputed)

@@ -36,66 +36,114 @@ pytorch/torchtitan#2357, saves every product on PyTorch's compute-intensive op l
 included; the presets follow v0.2.0.) Transformer Engine's products are its own extension's, on no
 list either.
 
-Simplifications: a biased linear (``aten.addmm``) is counted as ``aten.mm`` is; mixture-of-experts
-layers keep the attention policy's count (their router, grouped expert products and token
-exchange follow other rules, not modelled here).
+**Mixture-of-experts layers** (torchtitan v0.2.0 ``torchtitan/models/moe/moe.py`` ``MoE.forward``):
+after the attention's products the block calls the router's gate (an ``nn.Linear``, ``aten.mm``),
+the routed experts as ``torch._grouped_mm`` (``GroupedExperts``, off the list: every routed
+product runs again, whatever the count) and then the shared experts, one gated MLP of
+shared_experts · f_e (w1, w3, w2, ``aten.mm``). The count runs over the router and the shared
+experts too, so a Llama-style MoE block keeps q, v, the router's scores and the shared w3. With
+expert parallelism the token exchange is ``_c10d_functional.all_to_all_single``, which the
+DeepSeek-V3 and Llama 4 lists save (models/deepseek_v3/infra/parallelize.py,
+models/llama4/infra/parallelize.py): its dispatched and combined rows are kept and the exchange is
+not repeated (the step time's :func:`..step.stage_costs.moe_a2a`).
+
+Simplifications: a biased linear (``aten.addmm``) is counted as ``aten.mm`` is; the router runs in
+16 bits as the step time runs it (``step.layers``); a multi-head latent attention's products are
+counted as the QKV and output products of its widths.
 """
 
 from __future__ import annotations
 
 from ..specs import ModelSpec
 from ..units import BF16_BYTES, FP32_BYTES
+from . import flops
 from .context import kv_width_per_rank, query_width_per_rank
 
-
-def call_order(model: ModelSpec, t: int = 1) -> list[tuple[str, int]]:
-    """The layer's matrix products in torchtitan's call order on one tensor-parallel rank, each as
-    (the model's fused product it belongs to: ``qkv``, ``proj``, ``mlp up``, ``mlp down``; its
-    output width per token on this rank, a row-parallel product's being the whole hidden)."""
-    q, kv, f = query_width_per_rank(model, t), kv_width_per_rank(model, t), model.ffn_hidden // t
-    order = [("qkv", q), ("qkv", kv), ("qkv", kv), ("proj", model.hidden), ("mlp up", f)]
-    if model.gated_mlp:
-        order.append(("mlp up", f))
-    return order + [("mlp down", model.hidden)]
+#: The routed experts' products: ``torch._grouped_mm``, never kept (module doc).
+ROUTED = ("expert up", "expert down")
 
 
-def kept(model: ModelSpec, t: int = 1, scaled_mm: bool = False) -> list[bool]:
-    """Whether each product of :func:`call_order` is kept: the odd ones, counting from 1; none
-    where the products run in FP8 (``scaled_mm``, module doc)."""
-    return [i % 2 == 0 and not scaled_mm for i in range(len(call_order(model, t)))]
+def call_order(model: ModelSpec, t: int = 1, moe: bool = False) -> list[tuple[str, float]]:
+    """The layer's ``aten.mm`` products in torchtitan's call order on one tensor-parallel rank, each as
+    (the model's fused product it belongs to: ``qkv``, ``proj``, ``mlp up``, ``mlp down``; in a
+    mixture-of-experts layer (``moe``) ``router``, ``shared expert up``, ``shared expert down`` in
+    place of the MLP's; its output width per token on this rank, a row-parallel product's being the
+    whole hidden). The routed experts' grouped products are not among them (:data:`ROUTED`)."""
+    q, kv = query_width_per_rank(model, t), kv_width_per_rank(model, t)
+    order: list[tuple[str, float]] = [("qkv", q), ("qkv", kv), ("qkv", kv), ("proj", model.hidden)]
+    if moe:
+        if flops.router_params(model):
+            order.append(("router", model.experts / t))    # the gate on the rank's T/t tokens
+        if not model.shared_experts:
+            return order
+        name, f = "shared expert", flops.expert_width(model) * model.shared_experts / t
+    else:
+        name, f = "mlp", model.ffn_hidden / t
+    order += [(f"{name} up", f)] * (2 if model.gated_mlp else 1)
+    return order + [(f"{name} down", model.hidden)]
 
 
-def recomputed_share(model: ModelSpec, t: int = 1, scaled_mm: bool = False) -> dict[str, float]:
+def _in_fp8(name: str) -> bool:
+    """Whether a product runs in FP8 when the run does: every linear but the router (``step.layers``)."""
+    return name != "router"
+
+
+def kept(model: ModelSpec, t: int = 1, scaled_mm: bool = False, moe: bool = False) -> list[bool]:
+    """Whether each product of :func:`call_order` is kept: the odd ``aten.mm`` ones, counting from 1;
+    where the products run in FP8 (``scaled_mm``, module doc) none but the 16-bit router counts."""
+    out, n = [], 0
+    for name, _ in call_order(model, t, moe):
+        counted = not (scaled_mm and _in_fp8(name))
+        n += counted
+        out.append(counted and n % 2 == 1)
+    return out
+
+
+def recomputed_share(model: ModelSpec, t: int = 1, scaled_mm: bool = False, moe: bool = False) -> dict[str, float]:
     """Per fused product of the model, the share of its forward run again in the backward: the
     recomputed parts' output width over the product's (a part's work is its width's share); all
-    of it where the products run in FP8 (``scaled_mm``, module doc)."""
+    of it where the products run in FP8 (``scaled_mm``, module doc), and all of the routed experts'."""
     total: dict[str, float] = {}
     again: dict[str, float] = {}
-    for (name, width), keep in zip(call_order(model, t), kept(model, t, scaled_mm)):
+    for (name, width), keep in zip(call_order(model, t, moe), kept(model, t, scaled_mm, moe)):
         total[name] = total.get(name, 0.0) + width
         again[name] = again.get(name, 0.0) + (0.0 if keep else width)
-    return {name: again[name] / total[name] for name in total}
+    share = {name: again[name] / total[name] for name in total}
+    return share | ({name: 1.0 for name in ROUTED} if moe else {})
 
 
-def recomputed_matmul_params(model: ModelSpec, scaled_mm: bool = False) -> float:
-    """Weights of a dense layer's products that run again in the backward, the full layer's (t = 1):
-    each part of :func:`call_order` not kept, its output width times its input's (h for the QKV and
-    MLP-up parts, the attention width for the output projection, the MLP width for the down
-    product). The recomputed forward's FLOPs are two a weight a token (:func:`.flops.recompute_flops`)."""
-    inputs = {"qkv": model.hidden, "proj": query_width_per_rank(model, 1), "mlp up": model.hidden,
-              "mlp down": model.ffn_hidden}
-    return float(sum(width * inputs[name]
-                     for (name, width), keep in zip(call_order(model, 1), kept(model, 1, scaled_mm)) if not keep))
+def recompute_flops(model: ModelSpec, batch: int, seq: int, scaled_mm: bool = False) -> float:
+    """Extra forward work per step of the products the policy runs again: two FLOPs a weight a
+    token of each part of :func:`call_order` not kept (its output width times its input's: h for
+    the QKV, MLP-up and router parts, the attention width for the output projection, the MLP width
+    for the down product), and of a mixture-of-experts layer's top_k routed experts."""
+    def weights(moe: bool) -> float:
+        fs = flops.expert_width(model) * model.shared_experts
+        inputs = {"qkv": model.hidden, "proj": query_width_per_rank(model, 1), "mlp up": model.hidden,
+                  "mlp down": model.ffn_hidden, "router": model.hidden, "shared expert up": model.hidden,
+                  "shared expert down": fs}
+        again = sum(width * inputs[name] for (name, width), keep
+                    in zip(call_order(model, 1, moe), kept(model, 1, scaled_mm, moe)) if not keep)
+        routed = model.top_k * (3 if model.gated_mlp else 2) * model.hidden * flops.expert_width(model)
+        return again + (routed if moe else 0.0)
+    n_moe = flops.moe_layer_count(model)
+    per_token = (model.layers - n_moe) * weights(False) + (n_moe * weights(True) if n_moe else 0.0)
+    return float(batch) * seq * 2.0 * per_token
 
 
-def kept_bytes(model: ModelSpec, t: int = 1, sequence_parallel: bool = False, scaled_mm: bool = False) -> float:
-    """Bytes a dense layer keeps per token on one tensor-parallel rank under the policy (module
-    doc): the block's input, the kept products' outputs (none where they run in FP8,
-    ``scaled_mm``), SDPA's output and log-sum-exp, and with sequence parallelism (t > 1) the two
-    reduce-scatters' outputs."""
+def kept_bytes(model: ModelSpec, t: int = 1, sequence_parallel: bool = False, scaled_mm: bool = False,
+               moe: bool = False, ep: int = 1) -> float:
+    """Bytes a layer keeps per token on one tensor-parallel rank under the policy (module doc): the
+    block's input, the kept products' outputs (none of the FP8 ones, ``scaled_mm``), SDPA's output
+    and log-sum-exp, with sequence parallelism (t > 1) the two reduce-scatters' outputs, and in a
+    mixture-of-experts layer (``moe``) with expert parallelism (``ep`` > 1) the all-to-alls'
+    dispatched and combined rows, top_k · 2h each a token of the rank's T/t (the routed rows'
+    capacity factor applied)."""
     h = model.hidden
     sp = t if sequence_parallel else 1
-    products = sum(width for (_, width), keep in zip(call_order(model, t), kept(model, t, scaled_mm)) if keep)
+    products = sum(width for (_, width), keep in zip(call_order(model, t, moe), kept(model, t, scaled_mm, moe)) if keep)
     attention = BF16_BYTES * query_width_per_rank(model, t) + FP32_BYTES * model.heads / t
     scattered = 2 * BF16_BYTES * h / t if sequence_parallel and t > 1 else 0.0
-    return BF16_BYTES * h / sp + BF16_BYTES * products + attention + scattered
+    exchanged = (2 * BF16_BYTES * h * model.top_k * (model.capacity_factor or 1.0) / t
+                 if moe and ep > 1 else 0.0)
+    return BF16_BYTES * h / sp + BF16_BYTES * products + attention + scattered + 2 * exchanged

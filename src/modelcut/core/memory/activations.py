@@ -26,7 +26,7 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
                            flash_attention: bool = True, moe: bool = False, etp: int | None = None,
                            recomputing: bool = False, cp_kind: str = "ring", fp8: bool = False,
                            recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
-                           selective: str = "attention", fp8_products: bool = False) -> float:
+                           selective: str = "attention", fp8_products: bool = False, ep: int = 1) -> float:
     """Bytes one transformer layer keeps for its backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 Table 2 generalized (module docstring). ``recompute``: none,
@@ -44,9 +44,10 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     megatron/core/tensor_parallel/random.py ``CheckpointWithoutOutput``; what a recomputed norm or
     activation feeds is refilled in the backward). ``selective``: the stack's selective policy,
     "attention" (Megatron-LM's, above) or "op", torchtitan's per-op policy, under which a dense
-    layer keeps :func:`..costs.op_sac.kept_bytes` a token (a mixture-of-experts layer is counted as
-    under the attention policy); ``fp8_products``: the linears run in FP8, whose products that
-    policy keeps none of (:mod:`..costs.op_sac`).
+    layer keeps :func:`..costs.op_sac.kept_bytes` a token (a mixture-of-experts layer its router's
+    and shared experts' kept products, no routed expert's, and with expert parallelism, ``ep``, the
+    all-to-alls' rows); ``fp8_products``: the linears run in FP8, whose products that policy keeps
+    none of (:mod:`..costs.op_sac`).
     """
     n = micro_batch * seq / cp            # tokens of the micro-batch on this rank
     h, q, a = model.hidden, model.q_dim, model.heads
@@ -54,8 +55,8 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     if recompute == "full" and not recomputing:
         return n * 2 * h / sp
     gathered = cp_kept_extra_bytes(model, micro_batch=micro_batch, seq=seq, t=t, cp=cp, cp_kind=cp_kind)
-    if recompute == "selective" and selective == "op" and not recomputing and not moe:
-        return n * op_sac.kept_bytes(model, t, sequence_parallel, scaled_mm=fp8_products) + gathered
+    if recompute == "selective" and selective == "op" and not recomputing:
+        return n * op_sac.kept_bytes(model, t, sequence_parallel, scaled_mm=fp8_products, moe=moe, ep=ep) + gathered
     kv_heads_per_rank = max(model.kv_heads / t, 1)
     replicated = 8 * h + (2 * h if model.dropout else 0)
     # Q, K, V (K and V replicated when t exceeds the KV heads) and the attention output

@@ -186,7 +186,7 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     modules = named or (tr.selective_modules if recompute == tr.recompute else DEFAULT_RECOMPUTE_MODULES)
     akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
                fp8=options.fp8 is not None and options.fp8.saves_fp8_inputs, recompute_modules=modules,
-               selective=options.selective, fp8_products=options.fp8 is not None)
+               selective=options.selective, fp8_products=options.fp8 is not None, ep=lay.ep)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw),
@@ -204,6 +204,8 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     elif recompute == "selective" and options.selective == "op":
         # the per-op policy's layer being recomputed holds what it did not keep again
         work_d = layer_activation_bytes(model, **dict(akw, recomputing=True)) - unit[0]
+        work_m = (layer_activation_bytes(model, moe=True, **dict(akw, recomputing=True)) - unit[1]
+                  if model.is_moe else 0.0)
     loss_work = loss_transient_bytes(model, micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp,
                                      cross_entropy=ce)
     for d in range(plan.p):
@@ -212,10 +214,8 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
             peaks[d] += loss_work
         if any(st.layers for st in mine):
             peaks[d] += transient
-            if recompute == "full":
-                peaks[d] += work_m if any(st.moe_layers for st in mine) else work_d
-            elif any(st.dense_layers for st in mine):
-                peaks[d] += work_d
+            peaks[d] += max(work_m if any(st.moe_layers for st in mine) else 0.0,
+                            work_d if any(st.dense_layers for st in mine) else 0.0)
     return peaks, share
 
 

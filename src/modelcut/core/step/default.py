@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import plan as plans
-from ..costs import comm, flops
+from ..costs import comm, flops, op_sac
 from ..costs import fp8 as fp8_mod
 from ..costs.kernels import Efficiency, mfu_peak
 from ..plan import PipelinePlan
@@ -132,7 +132,9 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, T: fl
         bd = DefaultBreakdown(**{k: (v if k == "optimizer_s" else f * v) for k, v in bd.as_dict().items()})
         notes.append(f"{f} pipeline schedule runs a step, each of {plan.m} micro-batches (local batch "
                      f"{tr.local_batch}): each fills and drains the pipeline and reduces its gradients")
-    F = flops.reported_flops(run.model, tr, framework.selective, tr.precision == "fp8")   # the stack's recomputed work
+    op = tr.recompute == "selective" and framework.selective == "op"     # torchtitan's per-op policy
+    F = flops.reported_flops(run.model, tr, op_sac.recompute_flops(run.model, tr.global_batch, tr.seq_len,
+                                                                   tr.precision == "fp8") if op else None)
     n = run.layout.gpus
     work = flops.causal_model_flops(run.model, tr.global_batch, tr.seq_len)
     return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * mfu_peak(hw, tr)),

@@ -40,9 +40,9 @@ its forward's bytes again; ``full``, the layer's whole forward, its tensor-paral
 included. Under torchtitan's per-op policy (``LayerSetup.selective = "op"``, :mod:`..costs.op_sac`)
 selective recomputation runs again every memory-bound kernel, the sequence-parallel all-gathers and,
 of a dense layer's products, k, wo and w3 (gated; the ungated MLP's down product in place of w3),
-or every one where they run in FP8 (off the policy's list):
-each fused product's :func:`..costs.op_sac.recomputed_share` of its forward; of a
-mixture-of-experts layer's products, half.
+or every one where they run in FP8 (off the policy's list); of a mixture-of-experts layer's, the
+routed experts' and every second of the others in call order (router and shared experts counted):
+each fused product's :func:`..costs.op_sac.recomputed_share` of its forward.
 
 **Tensor-parallel communication** per layer (Shoeybi et al. 2019, Fig. 3): two all-reduces
 of T·h·2 bytes in the forward (after attention and after the MLP), two in the backward; with
@@ -380,7 +380,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     fwd_g = bwd_g = wgrad = 0.0
     shared_f = shared_b = 0.0
     f8 = setup.fp8
-    again = op_sac.recomputed_share(model, t, scaled_mm=f8 is not None) if setup.selective == "op" and not moe else {}
+    again = op_sac.recomputed_share(model, t, scaled_mm=f8 is not None, moe=moe) if setup.selective == "op" else {}
     per_linear = []
     inputs = fused_inputs = grads = weights = op_again = 0.0
     for m_, n_, k_, c_, name in linears:
@@ -393,7 +393,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
             f_, dg = _overlapped(name, m_, n_, k_, t, hw, eff, dt, dg, setup.tp_overlap_fp8_ring)
         per_linear.append((c_ * dg, c_ * wg))
         fwd_g += c_ * f_
-        op_again += c_ * f_ * again.get(name, 0.5)
+        op_again += c_ * f_ * (again[name] if again else 0.0)
         bwd_g += c_ * (dg + wg)
         wgrad += c_ * wg
         if name.startswith("shared expert"):
