@@ -27,9 +27,8 @@ the MLP's down product.
 torchtitan's save list does not name, from December 2024 through v0.2.2 (``_save_list`` in
 torchtitan/parallelisms/parallelize_llama.py @e846b69, which saved ``aten.abs`` too;
 ``_op_sac_save_list`` in models/llama3/infra/parallelize.py of v0.1.0 to v0.2.2): only ``aten.mm`` is
-counted and kept. So an
-FP8 layer keeps none of its products' outputs and runs every product again in the backward; its
-scales (the saved ``aten.max``) are a few bytes. Under torch.compile the policy's
+counted and kept. So an FP8 layer keeps none of its products' outputs and runs every product again
+in the backward; its scales (the saved ``aten.max``) are a few bytes. Under torch.compile the policy's
 ``PREFER_RECOMPUTE`` is a must (torch 2.13 torch/_functorch/partitioners.py ``must_recompute``), so
 the compiled stack recomputes them as the eager one does. (torchtitan's main branch since March 2026,
 pytorch/torchtitan#2357, saves every product on PyTorch's compute-intensive op list, ``_scaled_mm``
