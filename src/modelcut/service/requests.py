@@ -360,10 +360,10 @@ class TrainingIn(Strict):
                                                             "per pipeline schedule run (torch.distributed."
                                                             "pipelining's local batch; default: the whole step's, "
                                                             "one run)")
-    cross_entropy: Optional[CrossEntropy] = Field(None, description="the loss's kernel: fp32-passes (Megatron-core's "
-                                                  "unfused vocab-parallel cross-entropy), fused (one kernel, Transformer Engine's), "
-                                                  "mcore-fused (Megatron-core's native fusion), torch, torch-fp32, torch-compiled or flash-attn "
-                                                  "(default: the stack's)")
+    cross_entropy: Optional[CrossEntropy] = Field(None, description="the loss's kernel, one of "
+                                                  f"{', '.join(CROSS_ENTROPY_KINDS)} (core/costs/loss.py: fp32-passes "
+                                                  "Megatron-core's unfused vocab-parallel cross-entropy, fused Transformer "
+                                                  "Engine's one kernel; default: the stack's)")
     recompute_modules: Optional[list[RecomputeModule]] = Field(
         None, description="with recompute selective: the modules recomputed, Megatron-core's --recompute-modules "
                           "(core_attn, layernorm, moe_act; default: the stack's selective policy)")

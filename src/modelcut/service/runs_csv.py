@@ -12,6 +12,7 @@ from .. import catalog
 from ..analysis.measured import Measured
 from ..core import plan as plans
 from ..core.errors import ModelcutError
+from ..core.specs import CROSS_ENTROPY_KINDS
 from .inputs import parse_overlap
 from .limits import Limits
 from .requests import HardwareIn, LayoutIn, TrainingIn, value_kind
@@ -46,7 +47,7 @@ CSV_COLUMNS: dict[str, str] = {
     "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
     "precision": "the matrix products' precision: bf16, fp16 or fp8 (default bf16)",
     "fp8_recipe": "with fp8: delayed, current, blockwise, mxfp8, (torchao) rowwise or rowwise_with_gw_hp (default: the stack's)",
-    "cross_entropy": "the loss's kernel: fp32-passes, fused, mcore-fused, torch, torch-fp32, torch-compiled or flash-attn (default: the framework's)",
+    "cross_entropy": f"the loss's kernel: {', '.join(CROSS_ENTROPY_KINDS)} (default: the framework's)",
     "framework": "a preset or another name for one, e.g. torchtitan (modelcut list frameworks; default megatron-core)",
     "overlap": "overrides, e.g. grad_reduce=off;tp_comm=on",
     "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them",

@@ -53,14 +53,22 @@ def norm_params(model: ModelSpec) -> int:
     return (2 if model.norm == "layernorm" else 1) * model.hidden
 
 
+def mlp_inputs(model: ModelSpec) -> int:
+    """An MLP's input projections: gate and up when gated (SwiGLU), else one."""
+    return 2 if model.gated_mlp else 1
+
+
+def mlp_weights(model: ModelSpec, width: int) -> int:
+    """Matrix weights of one MLP of inner width ``width``: its input projections and the output
+    one, (inputs + 1)·h·f (3·h·f gated, 2·h·f otherwise)."""
+    return (mlp_inputs(model) + 1) * model.hidden * width
+
+
 def mlp_params(model: ModelSpec, width: int) -> int:
-    """One MLP of inner width ``width``: gated (SwiGLU: gate, up, down) 3·h·f, else 2·h·f;
-    biases f per input projection plus h on the output."""
-    h = model.hidden
-    n_in = 2 if model.gated_mlp else 1
-    weights = (n_in + 1) * h * width
-    biases = (n_in * width + h) if model.bias else 0
-    return weights + biases
+    """One MLP of inner width ``width``: :func:`mlp_weights`, biases f per input projection plus h
+    on the output."""
+    biases = (mlp_inputs(model) * width + model.hidden) if model.bias else 0
+    return mlp_weights(model, width) + biases
 
 
 def attention_params(model: ModelSpec) -> int:
@@ -171,12 +179,10 @@ def layer_matmul_params(model: ModelSpec, moe: bool) -> int:
     """Weights of one layer's matrix products that one token passes through: attention
     projections, the MLP (top_k routed + shared experts and the router in an MoE layer)."""
     h, q, kv = model.hidden, model.q_dim, model.kv_dim
-    n_mat = 3 if model.gated_mlp else 2
     attn = 2 * h * q + 2 * h * kv
     if moe:
-        return (attn + (model.top_k + model.shared_experts) * n_mat * h * expert_width(model)
-                + router_params(model))
-    return attn + n_mat * h * model.ffn_hidden
+        return attn + (model.top_k + model.shared_experts) * mlp_weights(model, expert_width(model)) + router_params(model)
+    return attn + mlp_weights(model, model.ffn_hidden)
 
 
 def _layer_forward_flops_per_token(model: ModelSpec, seq: int, moe: bool) -> float:

@@ -157,6 +157,14 @@ TORCHAO_COMPILED = {"current": {"input": (6.0, 0.0), "grad": (0.0, 6.0), "weight
 ROWWISE_RESCALE = 4.0
 
 
+def linear_in_fp8(name: str) -> bool:
+    """Whether a layer's linear product (named as ``step.layers`` names them: ``qkv``, ``proj``,
+    ``mlp up``, ``router``, ``expert up``, …) runs in FP8 when the run does: every one but the
+    MoE router's gate (module doc, "Which products"); whether the routed experts do is the stack's
+    (:attr:`Fp8.routed_experts_fp8`)."""
+    return name != "router"
+
+
 @dataclass(frozen=True)
 class Fp8:
     """A run's FP8: the recipe and what the stack and the accelerator make of it (module doc)."""

@@ -133,7 +133,7 @@ def mlp_gemms(model: ModelSpec, rows: float, width: int, split: int, name: str, 
         raise ModelcutError(f"{split} ranks cannot split an MLP of width {width}")
     w = width // split
     h = model.hidden
-    up = Gemm(f"{name} up", rows, (2 if model.gated_mlp else 1) * w, h, count)
+    up = Gemm(f"{name} up", rows, flops.mlp_inputs(model) * w, h, count)
     down = Gemm(f"{name} down", rows, h, w, count)
     return up, down
 

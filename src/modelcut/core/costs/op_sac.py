@@ -56,6 +56,7 @@ from __future__ import annotations
 from ..specs import ModelSpec
 from ..units import BF16_BYTES, FP32_BYTES
 from . import flops
+from .fp8 import linear_in_fp8
 from .context import kv_width_per_rank, query_width_per_rank
 
 #: The routed experts' products: ``torch._grouped_mm``, never kept (module doc).
@@ -78,13 +79,8 @@ def call_order(model: ModelSpec, t: int = 1, moe: bool = False) -> list[tuple[st
         name, f = "shared expert", flops.expert_width(model) * model.shared_experts / t
     else:
         name, f = "mlp", model.ffn_hidden / t
-    order += [(f"{name} up", f)] * (2 if model.gated_mlp else 1)
+    order += [(f"{name} up", f)] * flops.mlp_inputs(model)
     return order + [(f"{name} down", model.hidden)]
-
-
-def _in_fp8(name: str) -> bool:
-    """Whether a product runs in FP8 when the run does: every linear but the router (``step.layers``)."""
-    return name != "router"
 
 
 def kept(model: ModelSpec, t: int = 1, scaled_mm: bool = False, moe: bool = False) -> list[bool]:
@@ -92,7 +88,7 @@ def kept(model: ModelSpec, t: int = 1, scaled_mm: bool = False, moe: bool = Fals
     where the products run in FP8 (``scaled_mm``, module doc) none but the 16-bit router counts."""
     out, n = [], 0
     for name, _ in call_order(model, t, moe):
-        counted = not (scaled_mm and _in_fp8(name))
+        counted = not (scaled_mm and linear_in_fp8(name))
         n += counted
         out.append(counted and n % 2 == 1)
     return out
@@ -123,7 +119,7 @@ def recompute_flops(model: ModelSpec, batch: int, seq: int, scaled_mm: bool = Fa
                   "shared expert down": fs}
         again = sum(width * inputs[name] for (name, width), keep
                     in zip(call_order(model, 1, moe), kept(model, 1, scaled_mm, moe)) if not keep)
-        routed = model.top_k * (3 if model.gated_mlp else 2) * model.hidden * flops.expert_width(model)
+        routed = model.top_k * flops.mlp_weights(model, flops.expert_width(model))
         return again + (routed if moe else 0.0)
     n_moe = flops.moe_layer_count(model)
     per_token = (model.layers - n_moe) * weights(False) + (n_moe * weights(True) if n_moe else 0.0)

@@ -19,7 +19,7 @@ from ..specs import DEFAULT_RECOMPUTE_MODULES, Hardware, Run, recompute_variant
 from ..step.frameworks import Framework
 from ..step.zero3 import deepspeed_resident_numel
 from ..units import GRAD_BYTES, GiB, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
-from .activations import (LOSS_BYTES, cp_transient_bytes, embedding_activation_bytes, layer_activation_bytes,
+from .activations import (LOGIT_BYTES, LOSS_BYTES, cp_transient_bytes, embedding_activation_bytes, layer_activation_bytes,
                           loss_activation_bytes, loss_transient_bytes)
 
 
@@ -398,7 +398,7 @@ def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False
             ("fp8 weight and its transpose (Hopper)" if f8.transposes else "fp8 weight")
             + (" replacing the bf16 copy" if f8.param_gather else " beside the bf16 copy")),
            "activations_bytes": f"{half} (fp32 log-sum-exp; "
-           + (f"the loss keeps {half} logits)" if LOSS_BYTES[cross_entropy or options.cross_entropy][0] < 4
+           + (f"the loss keeps {half} logits)" if LOSS_BYTES[cross_entropy or options.cross_entropy][0] < LOGIT_BYTES
               else "the loss keeps fp32 logits)")
            + ("" if f8 is None else "; linear inputs in fp8" if f8.saves_fp8_inputs
               else f"; linear inputs in {half} (torchao saves them unquantized)")}

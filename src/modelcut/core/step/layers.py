@@ -384,7 +384,8 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     per_linear = []
     inputs = fused_inputs = grads = weights = op_again = 0.0
     for m_, n_, k_, c_, name in linears:
-        in_fp8 = f8 is not None and name != "router" and (f8.routed_experts_fp8 or not name.startswith("expert "))
+        in_fp8 = (f8 is not None and fp8_mod.linear_in_fp8(name)
+                  and (f8.routed_experts_fp8 or not name.startswith("expert ")))
         dt = "fp8" if in_fp8 else "bf16"
         f_, dg, wg = gemm_fwd_bwd(m_, n_, k_, hw, eff, dt)
         if in_fp8 and f8.weight_grad_16bit:      # the weight gradient's product on the 16-bit operands

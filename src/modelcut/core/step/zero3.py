@@ -100,8 +100,8 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
 
 
 def _on_stream(pt: PassTime, tp_overlap: bool) -> tuple[float, float, float]:
-    """What one pass puts on the compute stream: (compute, exposed tp, :func:`.exposure.exposed_tp`,
-    cp) seconds."""
+    """What one pass puts on the compute stream, (compute, exposed tp, cp) seconds: the exposed tp
+    as :func:`.exposure.exposed_tp` leaves it."""
     return pt.compute, exposed_tp(pt.tp, pt.gemm, tp_overlap), pt.cp
 
 
