@@ -92,6 +92,57 @@ def test_palm_formula_and_causal_halving():
     assert full - causal == pytest.approx(tokens * 6 * 126 * s * 16384)
 
 
+def test_torchtitan_count_by_hand():
+    """torchtitan v0.2.0 ``get_dense_model_nparams_and_flops``: 6·(nparams − nparams_embedding) +
+    12·l·h·q·t a token, the input embedding left out and the (untied) output layer kept."""
+    m = catalog.model("llama3-8b")
+    N = flops.param_count(m)
+    s, B = 8192, 16
+    per_token = 6 * (N - 128000 * 4096) + 12 * 32 * 32 * 128 * s      # vocabulary 128,000, 32 heads of 128
+    assert flops.model_flops(m, Training(s, B), "non-embedding") == pytest.approx(B * s * per_token, rel=1e-12)
+    halved = flops.model_flops(m, Training(s, B), "non-embedding-causal")
+    assert B * s * per_token - halved == pytest.approx(B * s * 6 * 32 * s * 4096, rel=1e-12)
+    tied = replace(m, tied_embeddings=True)   # a tied head goes with the input embedding
+    assert flops.model_flops(tied, Training(s, B), "non-embedding") == pytest.approx(
+        B * s * (per_token - 6 * 128000 * 4096), rel=1e-12)
+
+
+def test_sources_count_as_their_conventions():
+    """Each catalog run whose TFLOP/s is marked with a named convention prints, over its tokens/s,
+    that convention's FLOPs a token (NeMo 24.07: ``megatron``; Megatron-Bridge 25.11:
+    ``non-embedding-causal``), within 1 %; and the marks cover both summaries."""
+    seen = set()
+    for r in catalog.published_runs():
+        conv, tps = r.flop_convention, r.published_tokens_per_s
+        if conv in (None, "source") or r.published_tflops is None or tps is None:
+            continue
+        tr = r.run.training
+        per_token = flops.model_flops(r.run.model, tr, conv) / (tr.global_batch * tr.seq_len)
+        assert per_token == pytest.approx(r.published_tflops * 1e12 / tps, rel=0.01), r.id
+        seen.add((r.id.split("-")[0], conv))
+    assert {("nemo2407", "megatron"), ("mbridge2511", "non-embedding-causal")} <= seen
+
+
+@settings(max_examples=50)
+@given(gpt_shapes, st.sampled_from([1, 8, 64]), st.floats(0.01, 100.0))
+def test_model_tflops_per_gpu_orders_the_conventions(shape, gpus, step):
+    l, d_head, a, V, s, B = shape
+    m = replace(gpt(l, d_head * a, a, V, s), tied_embeddings=False, learned_positions=False)
+    tr = Training(s, B)
+    tf = flops.model_tflops_per_gpu(m, tr, gpus, step)
+    assert set(tf) == set(flops.CONVENTIONS)
+    for c, x in tf.items():
+        assert x * gpus * step * 1e12 == pytest.approx(flops.model_flops(m, tr, c), rel=1e-12)
+    assert tf["non-embedding-causal"] < tf["non-embedding"] < tf["palm"]
+    assert tf["palm-causal"] < tf["palm"]
+    assert tf["palm"] - tf["non-embedding"] == pytest.approx(6 * V * d_head * a * B * s / (gpus * step * 1e12), rel=1e-9)
+
+
+def test_model_tflops_needs_gpus_and_time():
+    with pytest.raises(ModelcutError, match="positive step time"):
+        flops.model_tflops_per_gpu(catalog.model("llama3-8b"), Training(2048, 8), 8, 0.0)
+
+
 @settings(max_examples=50)
 @given(gpt_shapes)
 def test_recomputation_only_adds_work(shape):

@@ -11,6 +11,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from ..core.costs.flops import CONVENTIONS
 from ..core.errors import ModelcutError
 from ..core.sim import registry
 from ..core.specs import Run
@@ -70,9 +71,10 @@ class PublishedRun:
 PRECISIONS = ("bf16", "fp16", "fp8")
 #: What a run's published TFLOP/s (or MFU) counts, where it is not modelcut's own count
 #: (:func:`modelcut.analysis.measured.counted_flops`): a core convention's model FLOPs without
-#: recomputation ("megatron", "palm", "palm-causal"), or "source", the source's own count, which
-#: modelcut does not reproduce (the notes say what it is): such a run compares by step time only.
-FLOP_CONVENTIONS = ("megatron", "palm", "palm-causal", "source")
+#: recomputation (:data:`modelcut.core.costs.flops.CONVENTIONS`), or "source", the source's own
+#: count, which modelcut does not reproduce (the notes say what it is): such a run compares by step
+#: time only.
+FLOP_CONVENTIONS = CONVENTIONS + ("source",)
 _RUN_KEYS = ("id", "family", "set", "model", "gpu", "gpus", "gpus_per_node", "layout", "training",
              "published_tflops", "published_step_time_s", "published_mfu", "published_pct_peak",
              "published_hfu", "published_tokens_per_s", "script", "source", "notes", "precision",

@@ -11,6 +11,15 @@ Conventions (``CONVENTIONS``):
 * ``"palm"``: Chowdhery et al. 2022 (PaLM, arXiv 2204.02311) Appendix B, model FLOPs per token
   6N + 12·l·s·d (N all parameters, d = heads · head_dim, attention not causal-masked);
   ``"palm-causal"`` halves the attention term (6·l·s·d).
+* ``"non-embedding"``: 6·N' + 12·l·s·d with N' the parameters less the input embedding and
+  learned positions (the output layer counted unless tied to the input embedding): the count
+  torchtitan logs (v0.2.0 torchtitan/models/utils.py ``get_dense_model_nparams_and_flops``:
+  ``6 * (nparams - nparams_embedding) + 12 * l * h * q * t``, "we follow the convention and do not
+  account for sparsity in causal attention"); ``"non-embedding-causal"`` halves the attention term,
+  as Megatron-Bridge 25.11's performance summary counts (its TFLOP/s over tokens/s,
+  shared/reference/published-runs-dev2.md: within 0.7 % on its Llama and Qwen3 rows). NeMo 24.07's
+  summary counts ``"megatron"``'s model FLOPs (within 0.12 % on all twelve of its rows):
+  tests/test_flops.py ``test_sources_count_as_their_conventions``.
 
 All counts are multiply-adds × 2 for matrix products only (norms, softmax, activations are
 ignored, as in both papers). ``tokens`` = global batch × sequence length.
@@ -21,7 +30,7 @@ from __future__ import annotations
 from ..errors import ModelcutError
 from ..specs import ModelSpec, Training
 
-CONVENTIONS = ("megatron", "palm", "palm-causal")
+CONVENTIONS = ("megatron", "palm", "palm-causal", "non-embedding", "non-embedding-causal")
 
 
 # ---------------------------------------------------------------- closed forms of the papers
@@ -282,13 +291,39 @@ def palm_model_flops(model: ModelSpec, batch: int, seq: int, causal: bool = Fals
                       model.q_dim, causal)
 
 
+def input_embedding_params(model: ModelSpec) -> int:
+    """The input embedding V·h and learned positions max_seq·h: what the ``"non-embedding"``
+    convention leaves out of N (an output head tied to the input embedding goes with it)."""
+    return model.vocab * model.hidden + (model.max_seq * model.hidden if model.learned_positions else 0)
+
+
+def non_embedding_model_flops(model: ModelSpec, batch: int, seq: int, causal: bool = False) -> float:
+    """torchtitan's model FLOPs per step (module doc, ``"non-embedding"``): tokens · (6N' + 12·l·s·d),
+    N' = :func:`param_count` (active experts) less :func:`input_embedding_params`; with ``causal``
+    the attention term halved (Megatron-Bridge 25.11's count)."""
+    n = param_count(model, active=True) - input_embedding_params(model)
+    return palm_flops(_tokens(batch, seq), n, model.layers, seq, model.q_dim, causal)
+
+
 def model_flops(model: ModelSpec, training: Training, convention: str) -> float:
     """Model FLOPs per step (no recomputation) under a named convention."""
     if convention == "megatron":
         return megatron_model_flops(model, training.global_batch, training.seq_len)
     if convention in ("palm", "palm-causal"):
         return palm_model_flops(model, training.global_batch, training.seq_len, convention == "palm-causal")
+    if convention in ("non-embedding", "non-embedding-causal"):
+        return non_embedding_model_flops(model, training.global_batch, training.seq_len,
+                                         convention == "non-embedding-causal")
     raise ModelcutError(f"unknown FLOP convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
+
+
+def model_tflops_per_gpu(model: ModelSpec, training: Training, gpus: int, step_s: float) -> dict[str, float]:
+    """Model TFLOP/s per GPU of a step of ``step_s`` seconds on ``gpus`` GPUs under each of
+    :data:`CONVENTIONS` (:func:`model_flops`: no recomputation), to set beside a log or a table
+    that counts one of them: model FLOPs over gpus · step time."""
+    if gpus < 1 or not step_s > 0:
+        raise ModelcutError(f"model TFLOP/s needs at least one GPU and a positive step time, got {gpus}, {step_s}")
+    return {c: model_flops(model, training, c) / (gpus * step_s) / 1e12 for c in CONVENTIONS}
 
 
 def executed_flops(model: ModelSpec, training: Training, convention: str,
