@@ -163,6 +163,27 @@ def test_tokens_per_second_per_gpu_is_a_measured_figure(tmp_path):
         read_runs_csv(p)
 
 
+def test_tflops_in_a_named_convention(tmp_path):
+    """tflops_per_gpu with flop_convention (torchtitan's log: non-embedding) is that convention's
+    model FLOPs over gpus · TFLOP/s; without it, modelcut's own count; a bad convention is one line."""
+    from modelcut.analysis.measured import measured_step_time
+    from modelcut.core.costs import flops
+    p = tmp_path / "tf.csv"
+    p.write_text("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,recompute,framework,tflops_per_gpu,flop_convention\n"
+                 "titan,llama3-8b,h100,1,1,8,8192,64,1,full,torchtitan,400,non-embedding\n"
+                 "own,llama3-8b,h100,1,1,8,8192,64,1,full,torchtitan,400,\n")
+    got = {m.id: m for m in read_runs_csv(p)}
+    run = got["titan"].run
+    assert measured_step_time(got["titan"]) == pytest.approx(
+        flops.model_flops(run.model, run.training, "non-embedding") / (8 * 400e12), rel=1e-12)
+    # the own count adds full recomputation's forward: the same TFLOP/s is a longer step
+    assert measured_step_time(got["own"]) > 1.3 * measured_step_time(got["titan"])
+    p.write_text("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,tflops_per_gpu,flop_convention\n"
+                 "x,llama3-8b,h100,1,1,8,8192,64,1,400,chinchilla\n")
+    with pytest.raises(ModelcutError, match="flop_convention must be one of"):
+        read_runs_csv(p)
+
+
 def test_recomputation_as_llm_foundry_writes_it(tmp_path):
     """activation_checkpointing true/false (llm-foundry) and any case read as full/none, in a CSV
     row and in a RUN.toml alike."""

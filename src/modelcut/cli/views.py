@@ -64,6 +64,10 @@ def show_prediction(result: PredictResult) -> None:
     con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}  ({counts_tflops})")
     con.print(f"MFU              {pred.mfu * 100:.1f} %  ({counts_mfu})")
     con.print(f"tokens/s per GPU {result.tokens_per_s_per_gpu:,.0f}  (global batch · sequence over step time · GPUs)")
+    model_tf = result.model_tflops_per_gpu
+    con.print(f"model TFLOP/s    {model_tf['non-embedding']:.1f} as torchtitan counts (6·(N − embedding) + 12·l·s·d a "
+              f"token), {model_tf['megatron']:.1f} as NeMo, {model_tf['non-embedding-causal']:.1f} as Megatron-Bridge "
+              f"(attention halved); no recomputation (--json: model_tflops_per_gpu)")
     table = Table("Term", "Seconds", "Share")
     for k, x in pred.breakdown.as_dict().items():
         table.add_row(k.removesuffix("_s"), f"{x:.4f}", f"{x / pred.step_time_s * 100:.1f} %")

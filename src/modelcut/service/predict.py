@@ -140,6 +140,14 @@ class PredictResult:
         step time · GPUs."""
         return self.run.tokens_per_s_per_gpu(self.prediction.step_time_s)
 
+    @property
+    def model_tflops_per_gpu(self) -> dict[str, float]:
+        """Model TFLOP/s per GPU under each FLOP convention, no recomputation
+        (:func:`..core.costs.flops.model_tflops_per_gpu`): the figure to set beside a stack's own log
+        (torchtitan's ``non-embedding``, NeMo's ``megatron``, Megatron-Bridge's ``non-embedding-causal``)."""
+        return flops.model_tflops_per_gpu(self.run.model, self.run.training, self.run.layout.gpus,
+                                          self.prediction.step_time_s)
+
     def timed_layout(self) -> dict[str, Any]:
         """The layout as it was timed: what the run left open filled as its stack runs it
         (:meth:`..core.step.frameworks.Framework.resolve`: ZeRO stage, sequence parallelism, the
@@ -157,6 +165,7 @@ class PredictResult:
     def as_dict(self) -> dict[str, Any]:
         d = self.prediction.as_dict()
         d["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
+        d["model_tflops_per_gpu"] = self.model_tflops_per_gpu
         d["layout"] = self.timed_layout()
         d["memory"] = self.memory
         if self.published is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import catalog
 from ..analysis.measured import Measured
 from ..core import plan as plans
+from ..core.costs import flops
 from ..core.errors import ModelcutError
 from ..core.specs import CROSS_ENTROPY_KINDS
 from .inputs import parse_overlap
@@ -50,7 +51,10 @@ CSV_COLUMNS: dict[str, str] = {
     "cross_entropy": f"the loss's kernel: {', '.join(CROSS_ENTROPY_KINDS)} (default: the framework's)",
     "framework": "a preset or another name for one, e.g. torchtitan (modelcut list frameworks; default megatron-core)",
     "overlap": "overrides, e.g. grad_reduce=off;tp_comm=on",
-    "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them",
+    "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them, or as flop_convention says",
+    "flop_convention": "what tflops_per_gpu counts, with no recomputation: "
+                       f"{', '.join(flops.CONVENTIONS)} (non-embedding: torchtitan's log; megatron: NeMo's; "
+                       "non-embedding-causal: Megatron-Bridge's; default: modelcut's own count)",
     "tokens_per_s_per_gpu": "measured tokens per second per GPU, as torchtitan, llm-foundry and NeMo print "
                             "them (the step time is global_batch·seq_len over gpus·this)",
     "step_time_s": "measured seconds per step (used when given)",
@@ -167,8 +171,13 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
         tflops, tps, step = figures.values()
         if step is None and tps is not None:
             step = run.step_time_s(tps)
+        conv = row.get("flop_convention", "").strip() or None
+        if conv is not None and conv not in flops.CONVENTIONS:
+            raise ModelcutError(f"{where}: flop_convention must be one of {', '.join(flops.CONVENTIONS)}, got {conv!r}")
+        counted = flops.model_flops(run.model, run.training, conv) if conv is not None else None
         group = row.get("group", "").strip() or (fw or catalog.default_framework())
-        out.append(Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, str(p)))
+        out.append(Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, str(p),
+                            counted))
     if not out:
         raise ModelcutError(f"{p}: no runs")
     return out

@@ -121,6 +121,10 @@ class PredictResponse(BaseModel):
     tflops_per_gpu: float
     mfu: float
     tokens_per_s_per_gpu: float = Field(description="tokens a step over step time · GPUs")
+    model_tflops_per_gpu: dict[str, float] = Field(description="model TFLOP/s per GPU under each FLOP convention, "
+                                                               "no recomputation: megatron (NeMo's), palm, "
+                                                               "palm-causal, non-embedding (torchtitan's), "
+                                                               "non-embedding-causal (Megatron-Bridge's)")
     breakdown: dict[str, float]
     flops_per_step: float
     microbatches: int
