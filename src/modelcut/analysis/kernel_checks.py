@@ -173,7 +173,8 @@ def layer_check_rows(check: LayerCheck) -> list[LayerRow]:
     rows = []
     for c in check.configs:
         run = fw.resolve(replace(meas.run, layout=replace(meas.run.layout, sequence_parallel=c.sequence_parallel),
-                                 training=replace(meas.run.training, recompute=c.recompute, recompute_modules=None)))
+                                 training=replace(meas.run.training, recompute=c.recompute, recompute_modules=None,
+                                                  recompute_layers=None)))
         L = run.layout
         bw = comm.group_bandwidths(L, meas.hw, run.gpus_per_node or meas.hw.per_node, fw.multi_nic_rings)
         layer = kernels(run, meas.hw, eff, fw, bw).dense

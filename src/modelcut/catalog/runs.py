@@ -171,6 +171,7 @@ class RunSettings:
     overlap: dict[str, bool] = field(default_factory=dict)   # overlap overrides of the preset, as --overlap
     cross_entropy: str | None = None                         # the loss's kernel where the run's configuration chose it
     recompute_modules: tuple[str, ...] | None = None         # selective recomputation's modules, where named
+    recompute_layers: int | None = None                      # full recomputation of each chunk's first N layers
 
     def overlap_text(self) -> str | None:
         """The overrides as ``--overlap`` writes them (``tp_comm=on``), None without any."""
@@ -195,7 +196,8 @@ def run_settings() -> dict[str, RunSettings]:
                                row.get("vpp"), row.get("recompute"), row.get("source", ""), row.get("schedule"),
                                row.get("sequence_parallel"),
                                overlap_table(row.get("overlap"), f"runs_dev.toml {rid!r}"), row.get("cross_entropy"),
-                               tuple(row["recompute_modules"]) if row.get("recompute_modules") is not None else None)
+                               tuple(row["recompute_modules"]) if row.get("recompute_modules") is not None else None,
+                               row.get("recompute_layers"))
     return out
 
 
@@ -208,7 +210,8 @@ def apply_settings(run: Run, st: RunSettings | None) -> Run:
         run = replace(run, training=replace(run.training, micro_batch=st.micro_batch))
     if st.recompute is not None:
         run = replace(run, training=replace(run.training, recompute=st.recompute,
-                                            recompute_modules=st.recompute_modules))
+                                            recompute_modules=st.recompute_modules,
+                                            recompute_layers=st.recompute_layers))
     if st.vpp is not None:
         run = run.with_layout(vpp=st.vpp if st.vpp > 1 else None)
     if st.schedule is not None:

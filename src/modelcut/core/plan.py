@@ -155,6 +155,17 @@ class Stage:
     def dense_layers(self) -> int:
         return self.layers - self.moe_layers
 
+    def recomputed(self, model: ModelSpec, training: Training) -> tuple[int, int]:
+        """(dense, MoE) layers of this stage a micro-batch recomputes in full: all of them under
+        full recomputation, the first ``recompute_layers`` with Megatron-core's block method
+        (:class:`.specs.Training`), none otherwise. The one rule the step time, the memory and the
+        FLOP count read."""
+        if training.recompute != "full":
+            return 0, 0
+        n = self.layers if training.recompute_layers is None else min(training.recompute_layers, self.layers)
+        moe = flops.moe_layers_in(model, self.first_layer, n)
+        return n - moe, moe
+
 
 @dataclass(frozen=True)
 class PipelinePlan:
@@ -203,15 +214,23 @@ class PipelinePlan:
         """The op lists (built once per plan shape and cached)."""
         return _build(self.name, self.p, self.m, self.v, self.group)
 
-    def in_flight(self, cached: bool = True) -> tuple[tuple[tuple[int, ...], np.ndarray], ...]:
+    def recomputed_layers(self, model: ModelSpec, training: Training) -> tuple[float, float]:
+        """(dense, MoE) layers one micro-batch recomputes on its way through the pipeline (one
+        model copy's stages: :meth:`Stage.recomputed`)."""
+        per = [st.recomputed(model, training) for st in self.stages]
+        return sum(d for d, _ in per) / self.copies, sum(e for _, e in per) / self.copies
+
+    def in_flight(self, cached: bool = True, basis: tuple[tuple[float, ...], ...] | None = None
+                  ) -> tuple[tuple[tuple[int, ...], np.ndarray], ...]:
         """Per device: its stages and, per in-flight candidate (:mod:`.sim.inflight`), the held
-        micro-batches weighted into counts of (dense layers, MoE layers, embeddings, losses), so
-        that a device's activation peak is one matrix product. ``cached=False`` rebuilds the
-        full schedule (a benchmark's baseline)."""
+        micro-batches weighted into counts of (dense layers, MoE layers, embeddings, losses), or
+        of ``basis``'s columns (one row a stage), so that a device's activation peak is one matrix
+        product. ``cached=False`` rebuilds the full schedule (a benchmark's baseline)."""
+        key = self._basis_key if basis is None else tuple(tuple(row) for row in basis)
         if cached:
             m = self.spec.equivalent_microbatches(self.p, self.m, self.group)
-            return _coefficients(self.name, self.p, m, self.v, self.group, self._basis_key)
-        return _coefficients_of(profile_uncached(self.name, self.p, self.m, self.v, self.group), self._basis_key)
+            return _coefficients(self.name, self.p, m, self.v, self.group, key)
+        return _coefficients_of(profile_uncached(self.name, self.p, self.m, self.v, self.group), key)
 
     @property
     def _basis_key(self) -> tuple[tuple[int, int, bool, bool], ...]:
@@ -227,7 +246,7 @@ def _coefficients_of(prof, basis_key) -> tuple[tuple[tuple[int, ...], np.ndarray
     out = []
     for stages, cands in prof:
         basis = np.array([basis_key[s] for s in stages], dtype=float)
-        coef = cands @ basis if len(stages) else np.zeros((0, 4))
+        coef = cands @ basis if len(stages) else np.zeros((0, len(basis_key[0]) if basis_key else 4))
         out.append((stages, np.unique(coef, axis=0)))
     return tuple(out)
 

@@ -337,7 +337,11 @@ class Training:
     the training stack's, ``Framework.cross_entropy``), a model-configuration switch in Megatron-core
     (``cross_entropy_loss_fusion``); ``recompute_modules``, with selective recomputation, the modules
     recomputed (:data:`RECOMPUTE_MODULES`, Megatron-core's ``--recompute-modules``; None: the stack's
-    selective policy, the attention core or its per-op one)."""
+    selective policy, the attention core or its per-op one); ``recompute_layers``, with full
+    recomputation, how many layers of each pipeline chunk are recomputed, its first ones
+    (Megatron-core's ``--recompute-method block --recompute-num-layers N``: TransformerBlock
+    ``_checkpointed_forward`` checkpoints layer l of a chunk when l < N and runs the rest whole;
+    None: every layer), the rest keeping all they save (:meth:`.plan.Stage.recomputed`)."""
 
     seq_len: int
     global_batch: int
@@ -348,6 +352,7 @@ class Training:
     local_batch: int | None = None
     cross_entropy: str | None = None
     recompute_modules: tuple[str, ...] | None = None
+    recompute_layers: int | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
@@ -374,6 +379,14 @@ class Training:
                                     f"({self.micro_batch})")
         if self.recompute not in RECOMPUTE_LEVELS:
             raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
+        if self.recompute_layers is not None:
+            if isinstance(self.recompute_layers, bool) or not isinstance(self.recompute_layers, int) \
+                    or self.recompute_layers < 1:
+                raise ModelcutError(f"recompute_layers must be a whole number of layers, at least 1, "
+                                    f"got {self.recompute_layers!r}")
+            if self.recompute != "full":
+                raise ModelcutError(f"recompute_layers needs recompute = \"full\" (the layers recomputed whole), "
+                                    f"got {self.recompute!r}")
         if self.precision not in PRECISIONS:
             raise ModelcutError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.fp8_recipe is not None:

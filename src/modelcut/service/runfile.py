@@ -40,6 +40,9 @@ micro_batch = 1
 recompute = "full"       # none | selective | full (true / false: llm-foundry's activation_checkpointing)
 # recompute_modules = ["layernorm", "moe_act"]   # with selective: Megatron-core's --recompute-modules
 #                        # (core_attn, layernorm, moe_act; default: the stack's selective policy)
+# recompute_layers = 5   # with full: the first 5 layers of each pipeline chunk recomputed, the rest
+#                        # kept whole (Megatron-core's --recompute-method block --recompute-num-layers 5;
+#                        # default: every layer)
 # precision = "fp8"      # bf16 (default) | fp16 | fp8: the matrix products' precision (or as the
 #                        # stacks write it: amp_bf16, bf16-mixed, bfloat16, amp_fp8)
 # fp8_recipe = "delayed" # with fp8: delayed | current (tensorwise) | blockwise | mxfp8 (default: the stack's)

@@ -276,6 +276,14 @@ def recompute_flops(model: ModelSpec, batch: int, seq: int, recompute: str,
     raise ModelcutError(f"recompute must be none, selective or full, got {recompute!r}")
 
 
+def recomputed_layers_flops(model: ModelSpec, batch: int, seq: int, dense: float, moe: float) -> float:
+    """The forward FLOPs per step of ``dense`` dense and ``moe`` MoE layers a micro-batch runs again
+    (Megatron-core's block method recomputes some layers whole: :meth:`..plan.Stage.recomputed`),
+    counted as :func:`recompute_flops` counts full recomputation's."""
+    return _tokens(batch, seq) * (dense * _layer_forward_flops_per_token(model, seq, False)
+                                  + moe * _layer_forward_flops_per_token(model, seq, True))
+
+
 def megatron_flops(model: ModelSpec, batch: int, seq: int, recompute: str = "full") -> float:
     """Eq. 3 of Narayanan et al. 2021 generalised: model FLOPs plus the recomputation's.
 

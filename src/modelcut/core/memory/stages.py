@@ -191,10 +191,23 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw),
                      loss_activation_bytes(model, cross_entropy=ce, **kw)])
-    coefs = plan.in_flight(cached)
+    # the block method (recompute_layers): a stage's first layers keep their input, the rest all
+    partial = recompute == "full" and tr.recompute == "full" and tr.recompute_layers is not None
+    if partial:
+        whole = dict(akw, recompute="none")
+        unit = np.array([unit[0], layer_activation_bytes(model, **whole), unit[1],
+                         layer_activation_bytes(model, moe=True, **whole) if model.is_moe else 0.0, unit[2], unit[3]])
+        split = {st.index: st.recomputed(model, tr) for st in plan.stages}
+        rows = {st.index: (split[st.index][0], st.dense_layers - split[st.index][0], split[st.index][1],
+                           st.moe_layers - split[st.index][1], float(st.embedding), float(st.loss))
+                for st in plan.stages}
+        coefs = plan.in_flight(cached, tuple(rows[st.index] for st in plan.stages))
+        share = np.array([sum(float(np.dot(rows[st.index], unit)) for st in plan.on_device(d)) for d in range(plan.p)])
+    else:
+        coefs = plan.in_flight(cached)
+        share = np.array([sum(st.dense_layers * unit[0] + st.moe_layers * unit[1] + (unit[2] if st.embedding else 0.0)
+                              + (unit[3] if st.loss else 0.0) for st in plan.on_device(d)) for d in range(plan.p)])
     peaks = np.array([float((c @ unit).max()) if len(c) else 0.0 for _, c in coefs])
-    share = np.array([sum(st.dense_layers * unit[0] + st.moe_layers * unit[1] + (unit[2] if st.embedding else 0.0)
-                          + (unit[3] if st.loss else 0.0) for st in plan.on_device(d)) for d in range(plan.p)])
     transient = cp_transient_bytes(model, micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp,
                                    cp_kind=lay.cp_form, cp_impl=options.cp_impl)
     work_d = work_m = 0.0
@@ -214,8 +227,10 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
             peaks[d] += loss_work
         if any(st.layers for st in mine):
             peaks[d] += transient
-            peaks[d] += max(work_m if any(st.moe_layers for st in mine) else 0.0,
-                            work_d if any(st.dense_layers for st in mine) else 0.0)
+            # the layer being recomputed: a device's recomputed layers (all, or the block method's)
+            rec = [split[st.index] for st in mine] if partial else [(st.dense_layers, st.moe_layers) for st in mine]
+            peaks[d] += max(work_m if any(r_m for _, r_m in rec) else 0.0,
+                            work_d if any(r_d for r_d, _ in rec) else 0.0)
     return peaks, share
 
 

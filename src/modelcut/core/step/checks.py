@@ -24,6 +24,9 @@ def check_run(run: Run) -> None:
         raise ModelcutError(f"tp ({L.tp}) must divide ffn_hidden ({m.ffn_hidden})")
     if L.pp > m.layers:
         raise ModelcutError(f"pp ({L.pp}) exceeds the layers ({m.layers})")
+    if T.recompute_layers is not None and T.recompute_layers > m.layers:
+        raise ModelcutError(f"recompute_layers ({T.recompute_layers}) exceeds the model's layers ({m.layers}); "
+                            "leave it out to recompute every layer")
     check_moe_layout(m, L)
     if L.pp == 1:   # no pipeline: a model runs every layer on each device, whatever chunks it names
         plans.resolve(m, L, T, v=1, schedule=None)

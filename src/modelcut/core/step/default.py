@@ -133,8 +133,14 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, T: fl
         notes.append(f"{f} pipeline schedule runs a step, each of {plan.m} micro-batches (local batch "
                      f"{tr.local_batch}): each fills and drains the pipeline and reduces its gradients")
     op = tr.recompute == "selective" and framework.selective == "op"     # torchtitan's per-op policy
-    F = flops.reported_flops(run.model, tr, op_sac.recompute_flops(run.model, tr.global_batch, tr.seq_len,
-                                                                   tr.precision == "fp8") if op else None)
+    if op:
+        recomputed = op_sac.recompute_flops(run.model, tr.global_batch, tr.seq_len, tr.precision == "fp8")
+    elif tr.recompute_layers is not None:    # Megatron-core's block method: some layers recomputed
+        recomputed = flops.recomputed_layers_flops(run.model, tr.global_batch, tr.seq_len,
+                                                   *plan.recomputed_layers(run.model, tr))
+    else:
+        recomputed = None
+    F = flops.reported_flops(run.model, tr, recomputed)
     n = run.layout.gpus
     work = flops.causal_model_flops(run.model, tr.global_batch, tr.seq_len)
     return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * mfu_peak(hw, tr)),
@@ -160,6 +166,11 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
     if eager:
         notes.append("Megatron-core runs eagerly: " + ", ".join(MCORE_EAGER_PATHS[e] for e in eager)
                      + (f" (YaRN attention factor {run.model.rope_mscale:.4g})" if "rope" in eager else ""))
+    if run.training.recompute_layers is not None:
+        d, e = plan.recomputed_layers(run.model, run.training)
+        notes.append(f"full recomputation of the first {run.training.recompute_layers} layers of each pipeline chunk "
+                     f"(Megatron-core's --recompute-method block): {d + e:g} of {run.model.layers} layers a "
+                     "micro-batch, the rest kept whole")
     mods = run.training.recompute_modules
     if mods:
         idle = [] if run.model.is_moe else [m for m in mods if m != "core_attn"]

@@ -6,7 +6,7 @@ of every pass (:func:`.data_parallel.pass_gathers`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
@@ -154,6 +154,7 @@ class UnitCosts:
     emb: tuple[Terms, Terms]
     loss: tuple[Terms, Terms]
     cost: Callable[[PassTime], tuple[float, float, float]]
+    kept: dict[bool, tuple[Terms, Terms, float] | None] | None = None   # layers not recomputed (block method)
 
 
 def unit_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, k: Kernels) -> UnitCosts:
@@ -165,15 +166,27 @@ def unit_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, k:
     def cost(pt: PassTime) -> tuple[float, float, float]:
         return pt.compute, exposed_tp(pt.tp, pt.gemm, ov.tp_comm), pt.cp
 
-    def layer_cost(lt: LayerTime, is_moe: bool):
+    def layer_cost(lt: LayerTime, is_moe: bool, recompute: str):
         fc = cost(lt.fwd)
         bc = tuple(x + y for x, y in zip(cost(lt.bwd), cost(lt.recompute)))
-        a_f, a_b = moe_a2a(lt, a2a, run.training.recompute, framework, hw) if is_moe else (0.0, 0.0)
+        a_f, a_b = moe_a2a(lt, a2a, recompute, framework, hw) if is_moe else (0.0, 0.0)
         return fc + (a_f,), bc + (a_b,), lt.wgrad
 
-    return UnitCosts({False: layer_cost(k.dense, False), True: layer_cost(k.moe, True) if k.moe is not None else None},
+    def costs(recompute: str, take: Callable[[LayerTime], LayerTime]):
+        return {False: layer_cost(take(k.dense), False, recompute),
+                True: layer_cost(take(k.moe), True, recompute) if k.moe is not None else None}
+
+    partial = run.training.recompute_layers is not None
+    return UnitCosts(costs(run.training.recompute, lambda lt: lt),
                      (cost(k.emb[0]) + (0.0,), cost(k.emb[1]) + (0.0,)),
-                     (cost(k.loss[0]) + (0.0,), cost(k.loss[1]) + (0.0,)), cost)
+                     (cost(k.loss[0]) + (0.0,), cost(k.loss[1]) + (0.0,)), cost,
+                     costs("none", not_recomputed) if partial else None)
+
+
+def not_recomputed(lt: LayerTime) -> LayerTime:
+    """A layer of a fully recomputing run that the block method leaves whole
+    (:class:`..specs.Training` ``recompute_layers``): its passes without the recomputed forward."""
+    return replace(lt, recompute=PassTime())
 
 
 def send_time(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float]) -> float:
@@ -207,8 +220,14 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         fsum, bsum, w = [0.0] * 4, [0.0] * 4, 0.0
         f_units: list[float] = []
         b_units: list[float] = []
-        for cnt, is_moe in ((st.dense_layers, False), (st.moe_layers, True)):
-            lc = layer_costs[is_moe]
+        if uc.kept is None:
+            kinds = ((st.dense_layers, False, layer_costs), (st.moe_layers, True, layer_costs))
+        else:      # the block method: the stage's first layers recomputed, the rest whole
+            r_d, r_m = st.recomputed(run.model, run.training)
+            kinds = ((r_d, False, layer_costs), (st.dense_layers - r_d, False, uc.kept),
+                     (r_m, True, layer_costs), (st.moe_layers - r_m, True, uc.kept))
+        for cnt, is_moe, table in kinds:
+            lc = table[is_moe]
             if cnt == 0 or lc is None:
                 continue
             fc, bc, wg = lc

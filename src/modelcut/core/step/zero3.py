@@ -20,7 +20,8 @@ from .timeline import stream_segments
 from .result import DefaultBreakdown
 from ..costs import fp8 as fp8_mod
 from .data_parallel import dp_collective, fsdp2_copies, run_residency
-from .stage_costs import Kernels, a2a_time, moe_a2a
+from .stage_costs import Kernels, a2a_time, moe_a2a, not_recomputed
+from ..plan import Stage
 
 
 def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernels, m: int,
@@ -74,9 +75,15 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     def exposed(pt: PassTime) -> float:
         return sum(_on_stream(pt, ov.tp_comm))
 
+    whole_model = Stage(index=0, device=0, layers=model.layers, slots=model.layers, first_layer=0,
+                        moe_layers=n_moe, embedding=True, loss=True)     # no pipeline: one stage
+    rec_d, rec_m = whole_model.recomputed(model, run.training)
     if fw.zero3_runtime == "deepspeed-0.3":
         if model.is_moe:
             raise ModelcutError("the DeepSpeed v0.3 ZeRO-3 replay covers dense models only")
+        if run.training.recompute_layers is not None:
+            raise ModelcutError("recompute_layers is Megatron-core's block method; the DeepSpeed v0.3 ZeRO-3 "
+                                "replay recomputes every layer or none (leave recompute_layers out)")
         res = _deepspeed_replay(run, fw.overlap.param_gather, dense, emb, loss, m, gather, rs, exposed)
         T_c, compute_total = res.step_s, res.compute_s
         a2a_total = 0.0
@@ -86,14 +93,16 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
                                                        (p_dense, p_moe, p_emb, p_out),
                                                        moe_a2a(moe_lt, a2a_time(run, hw, eff, fw), run.training.recompute,
                                                                fw, hw) if moe_lt is not None else (0.0, 0.0),
-                                                       gather_layer, (copy_out, copy_in, layer_b), resid, timeline)
+                                                       gather_layer, (copy_out, copy_in, layer_b), resid, timeline,
+                                                       moe_a2a(moe_lt, a2a_time(run, hw, eff, fw), "none", fw, hw)
+                                                       if moe_lt is not None else (0.0, 0.0))
         notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
         if copy_out(p_dense) > 0:
             notes.append("ZeRO-3: FSDP2's all-gather copy-out and reduce-scatter copy-in on the compute stream")
     P_dev = sum(a + b for a, b in mods)
     opt = mem_time(optimizer_step_bytes(P_dev, L.shard_ranks, grads_sharded=True), hw, eff)
     T = T_c + opt
-    tp_s, cp_s = _stream_comm(model, dense, moe_lt, emb, loss, m, ov.tp_comm)
+    tp_s, cp_s = _stream_comm(model, dense, moe_lt, emb, loss, m, ov.tp_comm, (rec_d, rec_m))
     bd = DefaultBreakdown(compute_s=compute_total - tp_s - cp_s, tp_s=tp_s, cp_s=cp_s, p2p_s=0.0, bubble_s=0.0,
                           dp_s=T - compute_total - a2a_total - opt, a2a_s=a2a_total, optimizer_s=opt)
     return T, bd
@@ -106,14 +115,17 @@ def _on_stream(pt: PassTime, tp_overlap: bool) -> tuple[float, float, float]:
 
 
 def _stream_comm(model: ModelSpec, dense: LayerTime, moe_lt: LayerTime | None, emb: tuple[PassTime, PassTime],
-                 loss: tuple[PassTime, PassTime], m: int, tp_overlap: bool) -> tuple[float, float]:
+                 loss: tuple[PassTime, PassTime], m: int, tp_overlap: bool,
+                 recomputed: tuple[int, int]) -> tuple[float, float]:
     """The tensor- and context-parallel seconds the compute stream carries (:func:`_on_stream`),
     which the stream's units count with their compute: every micro-batch, the embedding's and the
-    loss's two passes and each layer's forward, recomputed forward and backward. What the breakdown
+    loss's two passes and each layer's forward and backward, and the recomputed forward of the
+    (dense, MoE) layers ``recomputed`` (:meth:`..plan.Stage.recomputed`). What the breakdown
     reports as tp and cp, not compute."""
     n_moe = flops.moe_layer_count(model)
-    counted = [(p, 1) for p in (*emb, *loss)] + [(p, n) for lt, n in ((dense, model.layers - n_moe), (moe_lt, n_moe))
-                                                  if lt is not None and n for p in (lt.fwd, lt.recompute, lt.bwd)]
+    counted = [(p, 1) for p in (*emb, *loss)] + [
+        (p, n) for lt, n, r in ((dense, model.layers - n_moe, recomputed[0]), (moe_lt, n_moe, recomputed[1]))
+        if lt is not None and n for p, n in ((lt.fwd, n), (lt.bwd, n), (lt.recompute, r))]
     parts = [tuple(n * x for x in _on_stream(p, tp_overlap)[1:]) for p, n in counted]
     return m * sum(tp for tp, _ in parts), m * sum(cp for _, cp in parts)
 
@@ -123,7 +135,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
                    sizes: tuple[float, float, float, float],
                    a2a: tuple[float, float] = (0.0, 0.0), gather_layer=None,
                    copies=None, resid: Residency | None = None,
-                   timeline: list | None = None) -> tuple[float, float, float]:
+                   timeline: list | None = None, a2a_kept: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
     reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`),
@@ -138,6 +150,9 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     each gather and before each reduce-scatter (:mod:`..costs.residency`; None: none), counted in
     the step but not in the compute seconds. ``resid``: the run's residency (:func:`.data_parallel.run_residency`;
     None: found here). ``timeline``: where to put the two streams' segments (:func:`.timeline.stream_segments`).
+    With Megatron-core's block method (``recompute_layers``) only the first layers are recomputed;
+    the others' backward runs without the recomputed forward (:func:`.stage_costs.not_recomputed`)
+    and its all-to-all as ``a2a_kept`` (:func:`.stage_costs.moe_a2a` without recomputation).
     Returns (seconds to the end of the last collective, compute seconds, all-to-all seconds)."""
     p_dense, p_moe, p_emb, p_out = sizes
     gather_layer = gather_layer or gather          # a layer's weights (FP8 where gathered so)
@@ -150,6 +165,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     reshard = res.gathers_each_pass
     once = res.grads == "per-step"      # accumulated unsharded, reduce-scattered in the last backward only
     copy_out, copy_in, layer_b = copies or (lambda params, per=0.0: 0.0, lambda params: 0.0, BF16_BYTES)
+    n_rec = run.training.recompute_layers if run.training.recompute == "full" else None
     tasks: list[tuple[float, float, bool]] = []
     after: list[tuple[int, float]] = []
     labels: list[tuple[str, str]] = []     # (name, kind) of each task, for a timeline
@@ -186,7 +202,10 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
         for i in reversed(range(model.layers)):
             is_moe = flops.is_moe_layer(model, i)
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
-            x = a2a[1] if is_moe else 0.0
+            whole = n_rec is not None and i >= n_rec         # the block method leaves it whole
+            if whole:
+                lt = not_recomputed(lt)
+            x = (a2a_kept[1] if whole else a2a[1]) if is_moe else 0.0
             a2a_total += x
             # One gather serves the recomputed forward and the backward that follows it
             # (DeepSpeed keeps weights reused within stage3_max_reuse_distance; FSDP recomputes
