@@ -158,8 +158,9 @@ class Stage:
     def recomputed(self, model: ModelSpec, training: Training) -> tuple[int, int]:
         """(dense, MoE) layers of this stage a micro-batch recomputes in full: all of them under
         full recomputation, the first ``recompute_layers`` with Megatron-core's block method
-        (:class:`.specs.Training`), none otherwise. The one rule the step time, the memory and the
-        FLOP count read."""
+        (:class:`.specs.Training`; Megatron-LM core_r0.11.0 transformer_block.py
+        ``_checkpointed_forward``: ``layer_idx < recompute_num_layers``), none otherwise. The one
+        rule the step time, the memory and the FLOP count read."""
         if training.recompute != "full":
             return 0, 0
         n = self.layers if training.recompute_layers is None else min(training.recompute_layers, self.layers)
