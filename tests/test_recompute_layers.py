@@ -52,6 +52,10 @@ def test_the_first_layers_of_each_chunk():
     dsv3 = catalog.model("deepseek-v3")          # three dense layers first
     first = Stage(index=0, device=0, layers=8, slots=8, first_layer=0, moe_layers=5, embedding=True, loss=False)
     assert first.recomputed(dsv3, replace(full, recompute_layers=4)) == (3, 1)
+    for stage, model in ((st, MIXTRAL), (first, dsv3)):       # layer by layer, the same rule
+        for tr in (full, replace(full, recompute_layers=3), Training(4096, 8)):
+            layers = range(stage.first_layer, stage.first_layer + stage.layers)
+            assert sum(stage.recomputes(tr, i) for i in layers) == sum(stage.recomputed(model, tr))
 
 
 @pytest.mark.parametrize("layout", [dict(), dict(pp=4, dp=2), dict(pp=4, dp=2, vpp=2), dict(zero=3)])

@@ -167,6 +167,12 @@ class Stage:
         moe = flops.moe_layers_in(model, self.first_layer, n)
         return n - moe, moe
 
+    def recomputes(self, training: Training, layer: int) -> bool:
+        """Whether this stage recomputes the model's layer ``layer`` in full: the rule of
+        :meth:`recomputed`, layer by layer (ZeRO-3's units)."""
+        return training.recompute == "full" and (training.recompute_layers is None
+                                                 or layer - self.first_layer < training.recompute_layers)
+
 
 @dataclass(frozen=True)
 class PipelinePlan:

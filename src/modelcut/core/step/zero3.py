@@ -95,7 +95,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
                                                                fw, hw) if moe_lt is not None else (0.0, 0.0),
                                                        gather_layer, (copy_out, copy_in, layer_b), resid, timeline,
                                                        moe_a2a(moe_lt, a2a_time(run, hw, eff, fw), "none", fw, hw)
-                                                       if moe_lt is not None else (0.0, 0.0))
+                                                       if moe_lt is not None else (0.0, 0.0), whole_model)
         notes.append("ZeRO-3: compute stream waiting on a prefetching all-gather stream")
         if copy_out(p_dense) > 0:
             notes.append("ZeRO-3: FSDP2's all-gather copy-out and reduce-scatter copy-in on the compute stream")
@@ -135,7 +135,8 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
                    sizes: tuple[float, float, float, float],
                    a2a: tuple[float, float] = (0.0, 0.0), gather_layer=None,
                    copies=None, resid: Residency | None = None,
-                   timeline: list | None = None, a2a_kept: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float, float]:
+                   timeline: list | None = None, a2a_kept: tuple[float, float] = (0.0, 0.0),
+                   stage: Stage | None = None) -> tuple[float, float, float]:
     """FSDP-style units (the embedding, each layer, the output layer and final norm): a compute
     stream waiting on one communication stream that prefetches the next unit's weights and
     reduce-scatters each unit's gradients after its backward (:func:`.exposure.prefetch_timeline`),
@@ -150,9 +151,10 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     each gather and before each reduce-scatter (:mod:`..costs.residency`; None: none), counted in
     the step but not in the compute seconds. ``resid``: the run's residency (:func:`.data_parallel.run_residency`;
     None: found here). ``timeline``: where to put the two streams' segments (:func:`.timeline.stream_segments`).
-    With Megatron-core's block method (``recompute_layers``) only the first layers are recomputed;
-    the others' backward runs without the recomputed forward (:func:`.stage_costs.not_recomputed`)
-    and its all-to-all as ``a2a_kept`` (:func:`.stage_costs.moe_a2a` without recomputation).
+    With Megatron-core's block method (``recompute_layers``) only the layers ``stage`` (the whole
+    model's) recomputes are (:meth:`..plan.Stage.recomputes`); the others' backward runs without
+    the recomputed forward (:func:`.stage_costs.not_recomputed`) and its all-to-all as ``a2a_kept``
+    (:func:`.stage_costs.moe_a2a` without recomputation).
     Returns (seconds to the end of the last collective, compute seconds, all-to-all seconds)."""
     p_dense, p_moe, p_emb, p_out = sizes
     gather_layer = gather_layer or gather          # a layer's weights (FP8 where gathered so)
@@ -165,7 +167,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     reshard = res.gathers_each_pass
     once = res.grads == "per-step"      # accumulated unsharded, reduce-scattered in the last backward only
     copy_out, copy_in, layer_b = copies or (lambda params, per=0.0: 0.0, lambda params: 0.0, BF16_BYTES)
-    n_rec = run.training.recompute_layers if run.training.recompute == "full" else None
+    partial = run.training.recompute_layers is not None and stage is not None
     tasks: list[tuple[float, float, bool]] = []
     after: list[tuple[int, float]] = []
     labels: list[tuple[str, str]] = []     # (name, kind) of each task, for a timeline
@@ -202,7 +204,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
         for i in reversed(range(model.layers)):
             is_moe = flops.is_moe_layer(model, i)
             lt, pp_ = (moe_lt, p_moe) if is_moe else (dense, p_dense)
-            whole = n_rec is not None and i >= n_rec         # the block method leaves it whole
+            whole = partial and not stage.recomputes(run.training, i)    # the block method leaves it whole
             if whole:
                 lt = not_recomputed(lt)
             x = (a2a_kept[1] if whole else a2a[1]) if is_moe else 0.0
