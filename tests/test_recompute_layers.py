@@ -157,3 +157,15 @@ def test_a_run_file_a_csv_row_and_the_api_name_it(tmp_path):
         assert ok.status_code == 200 and any("first 3 layers" in n for n in ok.json()["notes"])
         body["training"]["recompute_layers"] = 0
         assert client.post("/api/predict", json=body).status_code == 422
+
+
+def test_a_measured_tflops_counts_the_layers_recomputed():
+    """A measured TFLOP/s in modelcut's own count (a runs CSV row without flop_convention) counts
+    the block method's recomputed layers only, as predict's TFLOP/s does: the prediction's own
+    TFLOP/s, taken as measured, gives back its step time."""
+    from modelcut.analysis.measured import Measured, measured_step_time
+
+    r = _run(n=2, pp=4, dp=2)
+    p = _time(r)
+    meas = Measured("x", "g", r, H100, "megatron-core", tflops=p.tflops_per_gpu)
+    assert measured_step_time(meas) == pytest.approx(p.step_time_s, rel=1e-12)

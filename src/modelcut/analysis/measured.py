@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import catalog
-from ..core.costs.flops import model_flops, reported_flops
+from ..core.costs.flops import model_flops
+from ..core.step.default import default_plan, reported_step_flops
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware, Run
 
@@ -42,8 +43,9 @@ class Measured:
 def counted_flops(run: Run) -> float:
     """FLOPs per step as modelcut reports TFLOP/s (the seed's count): Narayanan et al. 2021
     eq. 3 with full recomputation, PaLM's 6N + 12·l·s·d otherwise (plus the recomputed
-    attention core with selective recomputation)."""
-    return reported_flops(run.model, run.training)
+    attention core with selective recomputation, and only the layers Megatron-core's block
+    method recomputes: :func:`..core.step.default.reported_step_flops`)."""
+    return reported_step_flops(run, default_plan(run))
 
 
 def published_flops(pr: catalog.PublishedRun) -> float | None:

@@ -271,15 +271,14 @@ def recompute_flops(model: ModelSpec, batch: int, seq: int, recompute: str,
         return tokens * model.layers * 4.0 * seq * model.q_dim
     if recompute == "full":
         moe = moe_layer_count(model)
-        return tokens * ((model.layers - moe) * _layer_forward_flops_per_token(model, seq, False)
-                         + moe * _layer_forward_flops_per_token(model, seq, True))
+        return recomputed_layers_flops(model, batch, seq, model.layers - moe, moe)
     raise ModelcutError(f"recompute must be none, selective or full, got {recompute!r}")
 
 
 def recomputed_layers_flops(model: ModelSpec, batch: int, seq: int, dense: float, moe: float) -> float:
     """The forward FLOPs per step of ``dense`` dense and ``moe`` MoE layers a micro-batch runs again
-    (Megatron-core's block method recomputes some layers whole: :meth:`..plan.Stage.recomputed`),
-    counted as :func:`recompute_flops` counts full recomputation's."""
+    (full recomputation all of them; Megatron-core's block method some, whole:
+    :meth:`..plan.Stage.recomputed`)."""
     return _tokens(batch, seq) * (dense * _layer_forward_flops_per_token(model, seq, False)
                                   + moe * _layer_forward_flops_per_token(model, seq, True))
 

@@ -117,6 +117,22 @@ def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: 
     return bd
 
 
+def reported_step_flops(run: Run, plan: PipelinePlan, selective: str = "attention") -> float:
+    """FLOPs per step behind the reported TFLOP/s per GPU (:func:`..costs.flops.reported_flops`),
+    the recomputed work as the stack recomputes it: torchtitan's per-op policy (``selective``
+    "op": :func:`..costs.op_sac.recompute_flops`), Megatron-core's block method (the layers
+    ``plan`` recomputes, :meth:`..plan.PipelinePlan.recomputed_layers`), else the level's count."""
+    tr = run.training
+    if tr.recompute == "selective" and selective == "op":
+        recomputed = op_sac.recompute_flops(run.model, tr.global_batch, tr.seq_len, tr.precision == "fp8")
+    elif tr.recompute_layers is not None:
+        recomputed = flops.recomputed_layers_flops(run.model, tr.global_batch, tr.seq_len,
+                                                   *plan.recomputed_layers(run.model, tr))
+    else:
+        recomputed = None
+    return flops.reported_flops(run.model, tr, recomputed)
+
+
 def _finish(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, T: float, bd: DefaultBreakdown,
             plan: PipelinePlan, notes: list[str], stage_layers: tuple[int, ...],
             segments: tuple[list, list] | None = None) -> Prediction:
@@ -132,15 +148,7 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, T: fl
         bd = DefaultBreakdown(**{k: (v if k == "optimizer_s" else f * v) for k, v in bd.as_dict().items()})
         notes.append(f"{f} pipeline schedule runs a step, each of {plan.m} micro-batches (local batch "
                      f"{tr.local_batch}): each fills and drains the pipeline and reduces its gradients")
-    op = tr.recompute == "selective" and framework.selective == "op"     # torchtitan's per-op policy
-    if op:
-        recomputed = op_sac.recompute_flops(run.model, tr.global_batch, tr.seq_len, tr.precision == "fp8")
-    elif tr.recompute_layers is not None:    # Megatron-core's block method: some layers recomputed
-        recomputed = flops.recomputed_layers_flops(run.model, tr.global_batch, tr.seq_len,
-                                                   *plan.recomputed_layers(run.model, tr))
-    else:
-        recomputed = None
-    F = flops.reported_flops(run.model, tr, recomputed)
+    F = reported_step_flops(run, plan, framework.selective)
     n = run.layout.gpus
     work = flops.causal_model_flops(run.model, tr.global_batch, tr.seq_len)
     return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * mfu_peak(hw, tr)),
