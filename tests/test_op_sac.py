@@ -73,7 +73,7 @@ def test_an_moe_block_counts_its_router_and_shared_experts():
     assert [n for n, _ in op_sac.call_order(mix, moe=True)] == ["qkv", "qkv", "qkv", "proj", "router"]
     assert op_sac.kept(mix, moe=True) == [True, False, True, False, True]
     assert op_sac.kept_bytes(mix, moe=True) == 26_768
-    assert op_sac.kept_bytes(mix, moe=True, ep=8) == 26_768 + 2 * 2 * 2 * 2 * 4096
+    assert op_sac.kept_bytes(mix, moe=True, ep=8) == 26_768 + 2 * 2 * 2 * 4096   # dispatched + combined, 2 B, top 2
     assert op_sac.recomputed_share(mix, moe=True)["expert up"] == op_sac.recomputed_share(mix, moe=True)["expert down"] == 1.0
     dsv3 = catalog.model("deepseek-v3")
     names = [n for n, _ in op_sac.call_order(dsv3, moe=True)]

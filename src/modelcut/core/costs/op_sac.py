@@ -58,6 +58,7 @@ from ..units import BF16_BYTES, FP32_BYTES
 from . import flops
 from .fp8 import linear_in_fp8
 from .context import kv_width_per_rank, query_width_per_rank
+from .moe import routed_rows
 
 #: The routed experts' products: ``torch._grouped_mm``, never kept (module doc).
 ROUTED = ("expert up", "expert down")
@@ -132,13 +133,13 @@ def kept_bytes(model: ModelSpec, t: int = 1, sequence_parallel: bool = False, sc
     block's input, the kept products' outputs (none of the FP8 ones, ``scaled_mm``), SDPA's output
     and log-sum-exp, with sequence parallelism (t > 1) the two reduce-scatters' outputs, and in a
     mixture-of-experts layer (``moe``) with expert parallelism (``ep`` > 1) the all-to-alls'
-    dispatched and combined rows, top_k · 2h each a token of the rank's T/t (the routed rows'
-    capacity factor applied)."""
+    dispatched and combined rows, 2h each, :func:`.moe.routed_rows` of them a token of the rank's
+    T/t (top_k, times the capacity factor where the model has one)."""
     h = model.hidden
     sp = t if sequence_parallel else 1
     products = sum(width for (_, width), keep in zip(call_order(model, t, moe), kept(model, t, scaled_mm, moe)) if keep)
     attention = BF16_BYTES * query_width_per_rank(model, t) + FP32_BYTES * model.heads / t
     scattered = 2 * BF16_BYTES * h / t if sequence_parallel and t > 1 else 0.0
-    exchanged = (2 * BF16_BYTES * h * model.top_k * (model.capacity_factor or 1.0) / t
-                 if moe and ep > 1 else 0.0)
-    return BF16_BYTES * h / sp + BF16_BYTES * products + attention + scattered + 2 * exchanged
+    # the dispatched and the combined rows, 2h bytes each, as many as the rank's experts receive
+    exchanged = 2 * BF16_BYTES * h * routed_rows(model, 1.0 / t) if moe and ep > 1 else 0.0
+    return BF16_BYTES * h / sp + BF16_BYTES * products + attention + scattered + exchanged
