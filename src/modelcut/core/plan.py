@@ -161,17 +161,20 @@ class Stage:
         (:class:`.specs.Training`; Megatron-LM core_r0.11.0 transformer_block.py
         ``_checkpointed_forward``: ``layer_idx < recompute_num_layers``), none otherwise. The one
         rule the step time, the memory and the FLOP count read."""
-        if training.recompute != "full":
-            return 0, 0
-        n = self.layers if training.recompute_layers is None else min(training.recompute_layers, self.layers)
+        n = self._recomputed_count(training)
         moe = flops.moe_layers_in(model, self.first_layer, n)
         return n - moe, moe
 
     def recomputes(self, training: Training, layer: int) -> bool:
         """Whether this stage recomputes the model's layer ``layer`` in full: the rule of
         :meth:`recomputed`, layer by layer (ZeRO-3's units)."""
-        return training.recompute == "full" and (training.recompute_layers is None
-                                                 or layer - self.first_layer < training.recompute_layers)
+        return layer - self.first_layer < self._recomputed_count(training)
+
+    def _recomputed_count(self, training: Training) -> int:
+        """How many of the stage's first layers are recomputed in full (:meth:`recomputed`)."""
+        if training.recompute != "full":
+            return 0
+        return self.layers if training.recompute_layers is None else min(training.recompute_layers, self.layers)
 
 
 @dataclass(frozen=True)

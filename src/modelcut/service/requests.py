@@ -367,7 +367,7 @@ class TrainingIn(Strict):
     recompute_modules: Optional[list[RecomputeModule]] = Field(
         None, description="with recompute selective: the modules recomputed, Megatron-core's --recompute-modules "
                           "(core_attn, layernorm, moe_act; default: the stack's selective policy)")
-    recompute_layers: Optional[Annotated[int, Field(ge=1, le=100_000)]] = Field(
+    recompute_layers: Optional[Layers] = Field(
         None, description="with recompute full: the layers of each pipeline chunk recomputed, its first ones, "
                           "Megatron-core's --recompute-method block --recompute-num-layers (default: every layer)")
 

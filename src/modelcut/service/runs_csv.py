@@ -55,8 +55,9 @@ CSV_COLUMNS: dict[str, str] = {
     "overlap": "overrides, e.g. grad_reduce=off;tp_comm=on",
     "tflops_per_gpu": "measured TFLOP/s per GPU, counted as modelcut counts them, or as flop_convention says",
     "flop_convention": "what tflops_per_gpu counts, with no recomputation: "
-                       f"{', '.join(flops.CONVENTIONS)} (non-embedding: torchtitan's log; megatron: NeMo's; "
-                       "non-embedding-causal: Megatron-Bridge's; default: modelcut's own count)",
+                       f"{', '.join(flops.CONVENTIONS)} ("
+                       + "; ".join(f"{c}: {who}" for c, who in flops.COUNTED_BY.items())
+                       + "; default: modelcut's own count)",
     "tokens_per_s_per_gpu": "measured tokens per second per GPU, as torchtitan, llm-foundry and NeMo print "
                             "them (the step time is global_batch·seq_len over gpus·this)",
     "step_time_s": "measured seconds per step (used when given)",

@@ -13,6 +13,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, Field, RootModel
 
+from ..core.costs.flops import CONVENTIONS, COUNTED_BY
 from ..service.limits import DEFAULT
 from ..service.requests import (CheckIn, ExploreInput, LayoutIn, MeshInput, ModelChoice, ModelSpecIn,  # noqa: F401
                                 OverlapIn, PredictInput, SimulateInput, TrainingIn)
@@ -122,9 +123,9 @@ class PredictResponse(BaseModel):
     mfu: float
     tokens_per_s_per_gpu: float = Field(description="tokens a step over step time · GPUs")
     model_tflops_per_gpu: dict[str, float] = Field(description="model TFLOP/s per GPU under each FLOP convention, "
-                                                               "no recomputation: megatron (NeMo's), palm, "
-                                                               "palm-causal, non-embedding (torchtitan's), "
-                                                               "non-embedding-causal (Megatron-Bridge's)")
+                                                               "no recomputation: " + ", ".join(
+                                                                   f"{c} ({COUNTED_BY[c]})" if c in COUNTED_BY else c
+                                                                   for c in CONVENTIONS))
     breakdown: dict[str, float]
     flops_per_step: float
     microbatches: int

@@ -31,6 +31,10 @@ from ..errors import ModelcutError
 from ..specs import ModelSpec, Training
 
 CONVENTIONS = ("megatron", "palm", "palm-causal", "non-embedding", "non-embedding-causal")
+#: Whose published TFLOP/s each convention reproduces, where one does (module doc; checked by
+#: tests/test_flops.py ``test_sources_count_as_their_conventions``).
+COUNTED_BY = {"non-embedding": "torchtitan's log", "megatron": "NeMo 24.07's summary",
+              "non-embedding-causal": "Megatron-Bridge 25.11's summary"}
 
 
 # ---------------------------------------------------------------- closed forms of the papers
