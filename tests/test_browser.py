@@ -580,3 +580,26 @@ def test_the_picked_layouts_step_downloads_as_a_trace(server, page):
     assert tracks == [f"pipeline rank {d}" for d in range(ans["layouts"][k]["pp"])]
     assert dl.value.suggested_filename == f"modelcut-step-layout-{k + 1}.json"
     assert not page.errors
+
+
+def test_a_block_method_layout_shows_its_layers_and_keeps_them_in_its_trace(server, page):
+    """A layout recomputing some layers of each chunk (the explorer's ``blocks``) reads ``blocks N``
+    in the table, and the step its trace button asks the server for is that layout's, N layers and
+    all: the trace ends at the step time the table ranks it by (every layer recomputed would not)."""
+    body = {"model": "llama3-8b", "gpu": "a100-sxm4-40gb", "gpus": 8, "seq": 32768, "global_batch_tokens": 1048576,
+            "top": 5}
+    page.goto(server + "/explorer?model=llama3-8b&gpu=a100-sxm4-40gb&gpus=8&seq=32768&tokens=1048576&top=5")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    ans = api(server, "/api/explore", body)
+    k = next(i for i, x in enumerate(ans["layouts"]) if x["recompute"] == "blocks")
+    x = ans["layouts"][k]
+    row = page.locator("[data-testid=layouts] tbody tr").nth(k)
+    assert f"blocks {x['recompute_layers']}" in row.inner_text()
+    row.click()
+    page.wait_for_selector("[data-testid=trace]")
+    with page.expect_download() as dl:
+        page.click("[data-testid=trace]")
+    trace = json.loads(Path(dl.value.path()).read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(x["step_time_s"] * 1e6, rel=1e-9)
+    assert not page.errors

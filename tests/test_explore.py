@@ -12,7 +12,7 @@ from modelcut import catalog
 from modelcut.cli import main
 from modelcut.core.errors import ModelcutError
 from modelcut.core.explore import Space, explore as _explore, frugal, structures, vpp_choices, why
-from modelcut.service.explore import predictor
+from modelcut.service.explore import predictor, timed_by
 from modelcut.service.inputs import parse_tokens
 from modelcut.core.memory import peak_bytes, stage_memory
 from modelcut.core.costs.mesh import Mesh, group_crosses_nodes
@@ -23,8 +23,9 @@ H100 = catalog.hardware("h100")
 
 
 def explore(model, hw, **kw):
-    """The explorer ranking by the seed model (fast; the default model's ranking is the CLI's)."""
-    return _explore(model, hw, predictor("seed", hw), **kw)
+    """The explorer ranking by the seed model (fast; the default model's ranking is the CLI's), over
+    the layouts it can time."""
+    return _explore(model, hw, predictor("seed", hw), **dict(kw, space=timed_by(kw.get("space", Space()), "seed")))
 
 
 LLAMA8 = catalog.model("llama3-8b")

@@ -17,7 +17,7 @@ from rich.table import Table
 from .. import catalog
 from ..core.costs.context import CP_KINDS
 from ..core.errors import ModelcutError
-from ..core.explore import DEFAULT_SCHEDULES, RECOMPUTE_ORDER, Evaluated, why
+from ..core.explore import DEFAULT_SCHEDULES, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
 from ..export import chrome_trace
 from ..export import emit as emitter
@@ -27,7 +27,7 @@ from ..service.predict import SEED_HAS_NO_TIMELINE
 from ..service.requests import CheckIn, ExploreInput
 from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, ExploreResult, PrecisionSearches, catalog_request,
                                catalog_summary, check_row, fastest, gpu_counts, gpu_pareto, precision_requests,
-                               run_explore, run_explore_each, run_explore_range, why_text)
+                               run_explore, run_explore_each, run_explore_range, searched_recomputes, why_text)
 from .app import app
 from .common import check_writable, limit_option, limits, parse, write_trace
 
@@ -84,10 +84,16 @@ def _shape_head(moe: bool) -> str:
 SHORT = {"allgather": "gather", "selective": "select", "layernorm+moe_act": "norm+act"}
 
 
+def _recompute(e: Evaluated) -> str:
+    """The variant, with the layers a chunk recomputes under the block method."""
+    n = e.run.training.recompute_layers
+    return SHORT.get(e.recompute, e.recompute) + (f" {n}" if n is not None else "")
+
+
 def _knobs(e: Evaluated) -> list[str]:
     s = e.structure
     return [_shape(e), SHORT.get(s.cp_kind, s.cp_kind) if s.cp > 1 else "—", str(s.vpp), str(s.micro_batch),
-            s.schedule, SHORT.get(e.recompute, e.recompute), str(e.zero)]
+            s.schedule, _recompute(e), str(e.zero)]
 
 
 def _describe(e: Evaluated) -> str:
@@ -96,7 +102,9 @@ def _describe(e: Evaluated) -> str:
     ep = f", ep {s.ep}" if s.ep > 1 else ""
     dp = f"dp {s.dp}" + (f" (ZeRO sharded over {s.dp_shard}, replicated {s.dp // s.dp_shard}×)" if s.dp_shard else "")
     return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}, {dp}, {s.schedule} v {s.vpp}, micro-batch {s.micro_batch}, "
-            f"recompute {e.recompute}, ZeRO-{e.zero}")
+            f"recompute {e.recompute}" + (f" ({e.run.training.recompute_layers} layers a chunk)"
+                                          if e.run.training.recompute_layers is not None else "")
+            + f", ZeRO-{e.zero}")
 
 
 def _gpus(text: str) -> tuple[int, int | None]:
@@ -462,4 +470,4 @@ def show(res: ExploreResult) -> None:
               f"{'reshards' if options.reshard_after_forward else 'keeps weights'} (with a pipeline: "
               f"{'as without' if options.reshard_with_pipeline is None else ('reshards' if options.reshard_with_pipeline else 'keeps them')}), "
               f"buffers allowance {options.buffer_fixed_bytes / 2**30:.0f} GiB + {options.fragmentation:.0%}; "
-              f"recomputation variants {', '.join(RECOMPUTE_ORDER)}[/dim]")
+              f"recomputation variants {', '.join(searched_recomputes(req))}[/dim]")

@@ -32,21 +32,33 @@ DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
 #: ``moe_act``, the attention core kept: Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/
 #: workload_base_configs.py ``GPT_OSS_120B_H100_BF16_BASE_CONFIG``), memory-bound work only. A
 #: variant is a level or the modules of selective recomputation joined by ``+``
-#: (:func:`recompute_variant`).
-ExploreRecompute = Literal["none", "layernorm+moe_act", "selective", "full"]
+#: (:func:`recompute_variant`). ``blocks``, between selective and full, is full recomputation of
+#: the fewest layers of each pipeline chunk that fit (:data:`BLOCKS`).
+ExploreRecompute = Literal["none", "layernorm+moe_act", "selective", "blocks", "full"]
 RECOMPUTE_VARIANTS: tuple[str, ...] = get_args(ExploreRecompute)
+#: The explorer's variant of Megatron-core's block method (``--recompute-granularity full
+#: --recompute-method block --recompute-num-layers N``; Megatron-LM core_r0.11.0
+#: megatron/core/transformer/transformer_block.py ``_checkpointed_forward``, ``layer_idx <
+#: recompute_num_layers``): the first N layers of each chunk recomputed whole (:class:`Training`
+#: ``recompute_layers``), N the fewest with which the layout fits, found per layout; Megatron-Bridge
+#: v0.2.0 runs Llama 3 8B on H100 so (scripts/performance/configs/llama3/workload_base_configs.py,
+#: ``recompute_num_layers=5``).
+BLOCKS = "blocks"
 
 
 def recompute_variant(label: str) -> tuple[str, tuple[str, ...] | None]:
     """A recomputation variant's level and modules: a level names itself (its modules left to the
-    run, None); ``"a+b"`` is selective recomputation of modules a and b."""
+    run, None); ``"a+b"`` is selective recomputation of modules a and b; ``blocks`` is full
+    recomputation (of the run's ``recompute_layers``, :data:`BLOCKS`)."""
     if label in RECOMPUTE_LEVELS:
         return label, None
+    if label == BLOCKS:
+        return "full", None
     mods = tuple(label.split("+"))
     bad = [m for m in mods if m not in RECOMPUTE_MODULES]
     if bad:
-        raise ModelcutError(f"recompute variant {label!r}: use a level ({', '.join(RECOMPUTE_LEVELS)}) or "
-                            f"modules joined by + ({', '.join(RECOMPUTE_MODULES)})")
+        raise ModelcutError(f"recompute variant {label!r}: use a level ({', '.join(RECOMPUTE_LEVELS)}), "
+                            f"{BLOCKS}, or modules joined by + ({', '.join(RECOMPUTE_MODULES)})")
     return "selective", mods
 
 

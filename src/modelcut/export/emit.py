@@ -10,7 +10,8 @@ Megatron-LM flags (megatron/training/arguments.py): ``--tensor-model-parallel-si
 sharding: dp/dp_shard replicas of the sharded states), Megatron-FSDP's ``--use-megatron-fsdp
 --data-parallel-sharding-strategy optim_grads|optim_grads_params`` (ZeRO-2/3),
 ``--recompute-granularity selective|full`` (full: ``--recompute-method uniform
---recompute-num-layers 1``; selective of named modules: ``--recompute-modules``), and for an uneven split ``--pipeline-model-parallel-layout``
+--recompute-num-layers 1``, or ``--recompute-method block --recompute-num-layers N`` for the first N
+layers of each chunk; selective of named modules: ``--recompute-modules``), and for an uneven split ``--pipeline-model-parallel-layout``
 ("E" embedding, "t" a transformer layer, "L" the loss, "|" between virtual stages in
 pipeline order; docs/source/user-guide/features/pipeline_parallel_layout.md).
 
@@ -133,6 +134,9 @@ def megatron_args(e: Evaluated) -> str:
         lines.append("--recompute-granularity selective")
         if tr.recompute_modules:
             lines.append("--recompute-modules " + " ".join(tr.recompute_modules))
+    elif tr.recompute_layers is not None:
+        lines += ["--recompute-granularity full", "--recompute-method block",
+                  f"--recompute-num-layers {tr.recompute_layers}"]
     elif tr.recompute == "full":
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     precision, f8 = _precision(e)
@@ -200,6 +204,10 @@ def torchtitan_toml(e: Evaluated) -> str:
         if tr.recompute_modules:
             out.append(f"# recompute_modules {', '.join(tr.recompute_modules)}: torchtitan names no modules; "
                        "its op-level policy is the nearest")
+    if tr.recompute_layers is not None:
+        out.append(f"# recompute_layers {tr.recompute_layers} (the first layers of each chunk): torchtitan "
+                   "recomputes every layer, or every k-th (selective_ac_option = k); every layer is the nearest "
+                   "that fits")
     out += ["", "[training]", f"local_batch_size = {tr.global_batch // s.dp}",
             f"global_batch_size = {tr.global_batch}", f"seq_len = {tr.seq_len}"]
     precision, f8 = _precision(e)
@@ -256,6 +264,9 @@ def nemo_overrides(e: Evaluated) -> str:
         lines.append("model.config.recompute_granularity=selective")
         if tr.recompute_modules:
             lines.append(f"model.config.recompute_modules=[{','.join(tr.recompute_modules)}]")
+    elif tr.recompute_layers is not None:
+        lines += ["model.config.recompute_granularity=full", "model.config.recompute_method=block",
+                  f"model.config.recompute_num_layers={tr.recompute_layers}"]
     elif tr.recompute == "full":
         lines += ["model.config.recompute_granularity=full", "model.config.recompute_method=uniform",
                   "model.config.recompute_num_layers=1"]

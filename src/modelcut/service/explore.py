@@ -36,7 +36,7 @@ from ..core.explore.space import ZERO_ORDER, recompute_choices, tp_ok
 from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions, stack_options
 from ..core.costs import fp8 as fp8_mod
-from ..core.specs import Hardware, ModelSpec, Run, Training, recipe_among
+from ..core.specs import BLOCKS, Hardware, ModelSpec, Run, Training, recipe_among
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.frameworks import Framework
@@ -323,7 +323,7 @@ def check_problems(check: dict[str, Any], model: ModelSpec, gpus: int, seq: int)
     rc = check.get("recompute")
     if rc is not None and not model.is_moe and rc not in recompute_choices(model, Space()):
         out.append(f"recompute {rc} names modules of a mixture-of-experts layer; on a dense model it "
-                   "recomputes nothing (use none, selective or full)")
+                   "recomputes nothing (use none, selective, blocks or full)")
     ep = check.get("ep")
     if ep is not None and ep > 1 and not model.is_moe:
         out.append(f"ep {ep:,} needs a mixture-of-experts model; {model.name} is dense")
@@ -339,7 +339,7 @@ def _check_text(check: dict[str, Any]) -> str:
 def count_layouts(req: ExploreRequest, cap: int, ops_cap: int | None = None) -> tuple[int, bool, int]:
     """(layouts the space holds, whether it holds more than ``cap``, the pipeline ops its shapes
     would simulate: each p·v·m·3), counting structures no further than the caps allow."""
-    space = req.space
+    space = timed_by(req.space, req.mode)
     variants = len(recompute_choices(req.model, space)) * len(
         [z for z in ZERO_ORDER if z in space.zeros])
     gb = req.global_batch_tokens // req.seq
@@ -375,12 +375,31 @@ def _within_limits(req: ExploreRequest) -> None:
         if problems:
             raise ModelcutError(f"check {_check_text(req.check)} cannot be a layout of {req.gpus:,} GPUs: "
                                 + "; ".join(problems))
+        if req.check.get("recompute") == BLOCKS and req.mode != "default":
+            raise ModelcutError(f"check recompute={BLOCKS}: the seed model recomputes every layer or none; "
+                                "some layers a chunk (the block method) is the default model's (--mode default)")
     n, more, ops = count_layouts(req, lim.max_layouts, lim.max_search_ops)
     lim.check_layouts(n, more)
     if ops > lim.max_search_ops:
         raise lim.refuse("max_search_ops", f"the explorer's shapes would simulate over {ops:,} pipeline ops "
                                            f"(their p·v·m·3, m up to {gb:,} micro-batches): use longer sequences, "
                                            "fewer tokens or fewer schedules")
+
+
+def timed_by(space: Space, mode: str) -> Space:
+    """The space the step model of ``mode`` can time: the seed model recomputes every layer or none,
+    so it is searched without :data:`..core.specs.BLOCKS` (some layers recomputed whole)."""
+    if mode == "default" or BLOCKS not in space.recomputes:
+        return space
+    return replace(space, recomputes=tuple(r for r in space.recomputes if r != BLOCKS))
+
+
+def searched_recomputes(req: ExploreRequest) -> list[str]:
+    """The recomputation variants the request's search tries, least recomputed first: those its
+    step model times (:func:`timed_by`) that the model has and its stack offers."""
+    fw = stack(req)
+    offered = catalog.capabilities(fw.name).recompute if fw is not None else None
+    return [r for r in recompute_choices(req.model, timed_by(req.space, req.mode)) if offered is None or r in offered]
 
 
 def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None = None,
@@ -403,6 +422,7 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
     space = req.space
     if fw is not None and fw.default_etp is not None:
         space = replace(space, default_etp=fw.default_etp)     # the experts as the stack cuts them by default
+    space = timed_by(space, req.mode)
     if space.hybrid_shard and (req.mode != "default" or (caps is not None and not caps.hybrid_shard)):
         # the seed model has no ZeRO to shard; a stack without hybrid sharding is not offered it
         space = replace(space, hybrid_shard=False)
@@ -540,8 +560,8 @@ def gpu_pareto(results: list[ExploreResult]) -> list[ExploreResult]:
 
 
 #: Layouts a published run's search may hold: the catalog's own problems are searched whole (the
-#: largest, Megatron-Bridge's Qwen3 235B on 256 GPUs with its expert grid, holds 216,768: `modelcut explore
-#: --run mbridge2511-qwen3-235b-a22b-256` prints 46,068 layouts the stack runs and 170,700 it cannot).
+#: largest, Megatron-Bridge's Qwen3 235B on 256 GPUs with its expert grid, holds 287,430: `modelcut explore
+#: --run mbridge2511-qwen3-235b-a22b-256` prints 61,905 layouts the stack runs and 225,525 it cannot).
 CATALOG_MAX_LAYOUTS = 1_000_000
 
 

@@ -49,8 +49,9 @@ class Limits:
     #: Ops one simulation may hold (p·v·m·kinds; a prediction's pipeline counts too): about
     #: 200 bytes and 4 µs each (``simulate -p 128 -m 2048 -v 4`` holds 2,097,152).
     max_ops: int = 4_194_304
-    #: Candidate layouts (structures × recomputation × ZeRO stage) one explorer search may cover;
-    #: Llama 3 405B on 8,192 GPUs covers about 19,000.
+    #: Candidate layouts (structures × recomputation × ZeRO stage) one explorer search may cover,
+    #: counted before the stack's rules: Llama 3 405B on 8,192 H100s (8K sequences, 16M tokens)
+    #: covers about 56,000.
     max_layouts: int = 200_000
     #: Pipeline ops one explorer search may simulate, counted before it starts as each shape's
     #: p·v·m·3 (the search predicts each fitting shape's step once or a few times): about 0.5 µs
@@ -134,4 +135,4 @@ class Limits:
 #: The command line's limits (and the Python entry points' default).
 DEFAULT = Limits()
 #: The web app's: one request answers in seconds, within a few hundred megabytes.
-WEB = Limits(max_ops=1_000_000, max_layouts=50_000, max_search_ops=200_000_000, flags=False)
+WEB = Limits(max_ops=1_000_000, max_layouts=100_000, max_search_ops=200_000_000, flags=False)

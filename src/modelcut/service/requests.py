@@ -450,8 +450,10 @@ class CheckIn(Strict):
     cp_kind: Optional[CpKind] = None
     schedule: Optional[ScheduleName] = None
     recompute: Optional[ExploreRecompute] = Field(
-        None, description="a recomputation variant: none, selective, full, or layernorm+moe_act (selective "
-                          "recomputation of those modules, on a mixture-of-experts model)")
+        None, description="a recomputation variant: none, selective, full, layernorm+moe_act (selective "
+                          "recomputation of those modules, on a mixture-of-experts model), or blocks (full "
+                          "recomputation of the fewest layers of each pipeline chunk that fit, Megatron-core's "
+                          "block method)")
 
 
 class ExploreInput(ModelChoice):

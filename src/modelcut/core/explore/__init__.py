@@ -14,7 +14,9 @@ v = 2 and m ≥ 2p, the DualPipe repository's rules); recomputation none/selecti
 for a mixture-of-experts model selective recomputation of ``layernorm+moe_act`` (the MoE
 layer's pre-MLP norm and the experts' activation, Megatron-core's ``--recompute-modules`` as
 Megatron-Bridge's MoE recipes name them; :data:`..specs.RECOMPUTE_VARIANTS`) where the stack's
-rules offer it; ZeRO stage 0–3. Sequence parallelism is on whenever t > 1 (same traffic, t times fewer norm and
+rules offer it, and ``blocks``: full recomputation of the fewest layers of each chunk with which
+the layout fits (Megatron-core's block method, :data:`..specs.BLOCKS`; the fewest found by
+bisection, :meth:`.search._Search.fewest_blocks`); ZeRO stage 0–3. Sequence parallelism is on whenever t > 1 (same traffic, t times fewer norm and
 dropout activations; Korthikanti et al. 2022 §4.2.2). Every layout uses exactly N GPUs:
 t·c·p·d = N. With c > 1 both forms of context parallelism are tried (``Space.cp_kinds``: the
 all-gather of Llama 3 and ring attention; :mod:`.context`). For a mixture-of-experts model,
@@ -37,7 +39,9 @@ dropped. Of the variants that fit only the cheapest are predicted: more recomput
 more sharding only adds work or traffic, so a variant is dropped when one with no more of
 either fits (for each recomputation variant, the least ZeRO stage that fits, kept only if
 it shards less than every variant redoing no more of its work needs: the module list and the
-attention core are not compared, each redoing work the other does not). In-flight activation
+attention core are not compared, each redoing work the other does not, nor either with
+``blocks``, which redoes more than none and less than full). A ``blocks`` candidate is bounded
+with one layer a chunk recomputed, the least it can redo. In-flight activation
 profiles are cached per (schedule, p, equivalent m, v) and the step-time model caches its
 pipeline simulations. ``prune=False`` predicts every variant that fits and
 ``cached=False`` recomputes every variant's memory from the full schedule (the

@@ -14,7 +14,7 @@ from ..errors import ModelcutError
 from ..memory import DEFAULT_OPTIONS, MemoryOptions, StageMemory, memory_plan, peak_bytes, stage_memory, variant_peaks
 from ..plan import PipelinePlan
 from ..sim import registry
-from ..specs import DEFAULT_RECOMPUTE_MODULES, Hardware, ModelSpec, Run, recompute_variant
+from ..specs import BLOCKS, DEFAULT_RECOMPUTE_MODULES, Hardware, ModelSpec, Run, recompute_variant
 from .rules import Capabilities, Violation, violations
 from .space import RECOMPUTE_ORDER, ZERO_ORDER, Space, Structure, make_run, recompute_choices, structures
 from .why import MEMORY_TERMS
@@ -74,6 +74,7 @@ class Evaluated:
                "sequence_parallel": self.run.layout.sequence_parallel,
                "recompute": self.recompute, "recompute_modules": (list(self.run.training.recompute_modules)
                                                                   if self.run.training.recompute_modules else None),
+               "recompute_layers": self.run.training.recompute_layers,
                "zero": self.zero, "schedule": s.schedule,
                "step_time_s": None, "tflops_per_gpu": None, "mfu": None, "feasible": self.feasible,
                "memory": mem, "breakdown": None}
@@ -250,10 +251,48 @@ class _Search:
         return kept
 
     # memory, once per structure
-    def run_of(self, s: Structure, r: str, z: int) -> Run:
+    def run_of(self, s: Structure, r: str, z: int, layers: int = 1) -> Run:
+        """The layout's run; under :data:`..specs.BLOCKS` with ``layers`` recomputed a chunk (one, the
+        least recomputation, where a lower bound asks before the layout's memory is known)."""
         return make_run(self.model, self.hw.name, s, self.seq, self.gb, r, z, self.gpus_per_node,
                         sequence_parallel=self.sp_ok, precision=self.space.precision,
-                        fp8_recipe=self.space.fp8_recipe, order=self.space.order)
+                        fp8_recipe=self.space.fp8_recipe, order=self.space.order, recompute_layers=layers)
+
+    def _peak(self, run: Run, plan: PipelinePlan, r: str, z: int) -> float:
+        if self.cached:
+            return variant_peaks(run, plan, [(r, z)], options=self.options)[(r, z)]
+        return peak_bytes(stage_memory(run, options=self.options, plan=plan, cached=False))
+
+    def fewest_blocks(self, s: Structure, z: int, plan: PipelinePlan) -> tuple[int, float] | None:
+        """:data:`..specs.BLOCKS` at ZeRO stage z: the fewest layers a chunk recomputes whole with
+        which the layout fits, and its peak bytes (the most short of a whole chunk, and its peak,
+        where none fits), by bisection: fewer recomputed layers never need less memory
+        (``tests/test_recompute_layers.py``). None where every chunk holds one layer (the variant
+        is full recomputation)."""
+        most = max(st.layers for st in plan.stages) - 1
+        if most < 1:
+            return None
+        limit = self.ex.limit_bytes
+
+        def peak(n: int) -> float:
+            self.ex.memory_evaluations += 1
+            return self._peak(self.run_of(s, BLOCKS, z, n), plan, BLOCKS, z)
+
+        hi, at_hi = most, peak(most)           # the fewest layers known to fit
+        if at_hi > limit or most == 1:
+            return most, at_hi
+        at_one = peak(1)
+        if at_one <= limit:
+            return 1, at_one
+        lo = 1                                 # the most layers known not to fit
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            at_mid = peak(mid)
+            if at_mid <= limit:
+                hi, at_hi = mid, at_mid
+            else:
+                lo = mid
+        return hi, at_hi
 
     def plan_of(self, s: Structure, variants) -> PipelinePlan:
         if s not in self.plans:
@@ -267,13 +306,22 @@ class _Search:
             return self.memory[s]
         ex, options = self.ex, self.options
         plan = self.plan_of(s, variants)
-        if self.cached:
-            peaks = variant_peaks(self.run_of(s, *variants[0]), plan, variants, options=options)
+        plain = [(r, z) for r, z in variants if r != BLOCKS]
+        if not plain:
+            peaks = {}
+        elif self.cached:
+            peaks = variant_peaks(self.run_of(s, *plain[0]), plan, plain, options=options)
         else:
             peaks = {(r, z): peak_bytes(stage_memory(self.run_of(s, r, z), options=options, plan=plan, cached=False))
-                     for r, z in variants}
-        ex.memory_evaluations += len(variants)
-        evs = [Evaluated(s, r, z, self.run_of(s, r, z), pk, pk <= ex.limit_bytes, options=options, plan=plan)
+                     for r, z in plain}
+        ex.memory_evaluations += len(plain)
+        layers: dict[int, int] = {}
+        for r, z in variants:
+            found = self.fewest_blocks(s, z, plan) if r == BLOCKS else None
+            if found is not None:
+                layers[z], peaks[(r, z)] = found
+        evs = [Evaluated(s, r, z, self.run_of(s, r, z, layers.get(z, 1) if r == BLOCKS else 1), pk,
+                         pk <= ex.limit_bytes, options=options, plan=plan)
                for (r, z), pk in peaks.items()]
         feas = [e for e in evs if e.feasible]
         if not feas:
@@ -424,7 +472,11 @@ def _recomputed(variant: str) -> frozenset[str] | None:
 
 
 def no_more_recomputed(a: str, b: str) -> bool:
-    """Variant a redoes no more than variant b (a subset of its work), so it is never slower."""
+    """Variant a redoes no more than variant b (a subset of its work), so it is never slower.
+    :data:`..specs.BLOCKS` (some layers whole) redoes more than none and less than full, and is not
+    compared with a module list or the attention core."""
+    if BLOCKS in (a, b) and a != b:
+        return a == "none" or b == "full"
     ra, rb = _recomputed(a), _recomputed(b)
     return rb is None or (ra is not None and ra <= rb)
 

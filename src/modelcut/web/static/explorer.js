@@ -226,7 +226,7 @@
     }
     const best = ans.layouts[0];
     el.append(h('strong', {text: `Best: ${layoutName(best)}, ${scheduleName(best)}, micro-batch ${best.micro_batch}, `
-      + `recompute ${best.recompute}, ZeRO ${best.zero}`}),
+      + `recompute ${recomputeName(best)}, ZeRO ${best.zero}`}),
       ` — ${seconds(best.step_time_s)} per step, ${fmt(best.tflops_per_gpu, 0)} TFLOP/s per GPU, `
       + `MFU ${fixed(best.mfu * 100, 1)} %.`);
     if (ans.why) {
@@ -268,7 +268,7 @@
         h('td', {class: 'left', text: x.schedule}),
         h('td', {text: String(x.vpp)}),
         h('td', {text: String(x.micro_batch)}),
-        h('td', {class: 'left', text: x.recompute}),
+        h('td', {class: 'left', text: recomputeName(x)}),
         h('td', {text: String(x.zero)}),
         h('td', {text: seconds(x.step_time_s)}),
         h('td', {text: fmt(x.tflops_per_gpu, 0)}),
@@ -348,6 +348,11 @@
     }
   }
 
+  /** A layout's recomputation, with the layers a chunk recomputes under the block method. */
+  function recomputeName(x) {
+    return x.recompute_layers ? `${x.recompute} ${x.recompute_layers}` : x.recompute;
+  }
+
   /** The POST /api/predict body of a ranked layout: the search's model and stack, the layout's knobs. */
   function predictBody(body, ans, x) {
     const out = {gpu: ans.hardware.name, framework: ans.framework, mode: ans.mode};
@@ -358,8 +363,10 @@
     if (x.cp > 1) layout.cp_kind = x.cp_kind;
     if (x.dp_shard) layout.dp_shard = x.dp_shard;
     const training = {seq_len: ans.seq, global_batch: ans.global_batch, micro_batch: x.micro_batch,
-                      recompute: x.recompute_modules ? 'selective' : x.recompute, precision: ans.precision};
+                      recompute: x.recompute_modules ? 'selective' : x.recompute_layers ? 'full' : x.recompute,
+                      precision: ans.precision};
     if (x.recompute_modules) training.recompute_modules = x.recompute_modules;
+    if (x.recompute_layers) training.recompute_layers = x.recompute_layers;
     if (ans.fp8_recipe) training.fp8_recipe = ans.fp8_recipe;
     return Object.assign(out, {layout, training});
   }

@@ -1,0 +1,135 @@
+"""The explorer's block-method variant (``blocks``): full recomputation of the fewest layers of each
+pipeline chunk with which a layout fits (Megatron-core's --recompute-method block
+--recompute-num-layers N), found per layout by bisection on the memory model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from modelcut import catalog
+from modelcut.cli import main
+from modelcut.core.errors import ModelcutError
+from modelcut.core.explore import Space, explore, make_run
+from modelcut.core.explore.space import Structure
+from modelcut.core.memory import memory_plan, peak_bytes, stage_memory, variant_peaks
+from modelcut.core.specs import BLOCKS, RECOMPUTE_VARIANTS
+from modelcut.export.emit import megatron_args, nemo_overrides, torchtitan_toml
+from modelcut.service.explore import predictor, timed_by
+
+A100_40 = catalog.hardware("a100-sxm4-40gb")
+LLAMA1 = catalog.model("llama3.2-1b")
+LLAMA8 = catalog.model("llama3-8b")
+
+
+@dataclass
+class _Flat:
+    """A stand-in step time (every layout 1 s): the memory search alone is under test."""
+
+    step_time_s: float = 1.0
+
+
+def _memory_only(model, hw, margin: float, **kw):
+    return explore(model, hw, lambda run, h: _Flat(), margin=margin, prune=False, keep=10_000, **kw)
+
+
+def test_the_variant_sits_between_selective_and_full():
+    assert RECOMPUTE_VARIANTS.index("selective") < RECOMPUTE_VARIANTS.index(BLOCKS) < RECOMPUTE_VARIANTS.index("full")
+    s = Structure(tp=1, cp=1, pp=2, dp=4, micro_batch=1, schedule="1f1b", vpp=1)
+    run = make_run(LLAMA8, "h100", s, 4096, 64, BLOCKS, 1, recompute_layers=3)
+    assert (run.training.recompute, run.training.recompute_layers) == ("full", 3)
+    assert make_run(LLAMA8, "h100", s, 4096, 64, "full", 1, recompute_layers=3).training.recompute_layers is None
+
+
+@settings(max_examples=12, deadline=None)
+@given(margin=st.floats(0.0, 0.6), seq=st.sampled_from([8192, 16384]), gpus=st.sampled_from([1, 2]))
+def test_it_finds_the_fewest_layers_that_fit(margin, seq, gpus):
+    """Each blocks layout that fits does so with its N layers a chunk recomputed and not with N − 1
+    (N is 1, or N − 1 does not fit), N short of a whole chunk; its peak is stage_memory's for its run."""
+    ex = _memory_only(LLAMA1, A100_40, margin, gpus=gpus, seq=seq, global_batch_tokens=8 * seq,
+                      space=Space(micro_batches=(1,), schedules=("1f1b",)))
+    for e in ex.layouts:          # every variant that fits (prune=False)
+        if e.recompute != BLOCKS:
+            continue
+        n = e.run.training.recompute_layers
+        assert 1 <= n < max(s.layers for s in e.plan.stages)
+        assert e.peak_bytes == pytest.approx(peak_bytes(stage_memory(e.run, plan=e.plan, cached=False)))
+        assert e.peak_bytes <= ex.limit_bytes
+        if n > 1:
+            fewer = make_run(LLAMA1, A100_40.name, e.structure, seq, 8, BLOCKS, e.zero, recompute_layers=n - 1)
+            assert peak_bytes(stage_memory(fewer, plan=e.plan)) > ex.limit_bytes
+
+
+@lru_cache(maxsize=None)
+def _tight():
+    """Llama 3 8B on 8 A100-40GB at 32K tokens: nothing fits without recomputation; the default model
+    on Megatron-core's stack."""
+    fw = catalog.framework("megatron-core")
+    return explore(LLAMA8, A100_40, predictor("default", A100_40, fw), gpus=8, seq=32768,
+                   global_batch_tokens=32 * 32768, capabilities=catalog.capabilities("megatron-core"),
+                   space=Space(micro_batches=(1,), schedules=("1f1b",)), prune=False, keep=10_000)
+
+
+def test_a_tight_layout_recomputes_only_what_it_must_and_is_faster_for_it():
+    """Where a layout fits with some layers whole, the explorer ranks it above the same layout with
+    every layer recomputed (the block method redoes a subset of full recomputation's work)."""
+    ex = _tight()
+    best = ex.layouts[0]
+    assert best.recompute == BLOCKS and best.run.training.recompute_layers is not None
+    full = {(e.structure, e.zero): e for e in ex.layouts if e.recompute == "full"}
+    pairs = [(e, full[(e.structure, e.zero)]) for e in ex.layouts
+             if e.recompute == BLOCKS and (e.structure, e.zero) in full]
+    assert pairs
+    for b, f in pairs:
+        assert b.step_time_s < f.step_time_s and b.peak_bytes >= f.peak_bytes
+
+
+def test_the_layout_reports_and_emits_its_layers():
+    e = _tight().layouts[0]
+    n = e.run.training.recompute_layers
+    d = e.as_dict()
+    assert d["recompute"] == BLOCKS and d["recompute_layers"] == n
+    assert f"--recompute-granularity full\n--recompute-method block\n--recompute-num-layers {n}" in megatron_args(e)
+    assert f"model.config.recompute_method=block\nmodel.config.recompute_num_layers={n}" in nemo_overrides(e)
+    assert f"# recompute_layers {n}" in torchtitan_toml(e)
+
+
+def test_only_megatron_stacks_offer_it():
+    for name in ("megatron-2022", "megatron-core", "nemo", "megatron-bridge"):
+        assert BLOCKS in catalog.capabilities(name).recompute
+    for name in ("megatron-2021", "fsdp", "fsdp-compile", "llm-foundry", "deepspeed-zero3", "nemo-automodel"):
+        assert BLOCKS not in catalog.capabilities(name).recompute
+
+
+def test_the_seed_model_is_not_asked_to_time_it(capsys):
+    """The seed model recomputes every layer or none: a seed search leaves the variant out."""
+    assert BLOCKS not in timed_by(Space(), "seed").recomputes and BLOCKS in timed_by(Space(), "default").recomputes
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--seq", "32768",
+                 "--global-batch-tokens", "1M", "--mode", "seed", "--json"]) == 0
+    import json
+    layouts = json.loads(capsys.readouterr().out)["layouts"]
+    assert layouts and all(x["recompute"] != BLOCKS for x in layouts)
+
+
+def test_a_seed_check_of_it_is_one_line(capsys):
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--seq", "32768",
+                 "--global-batch-tokens", "1M", "--mode", "seed", "--check", "recompute=blocks"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "seed model recomputes every layer or none" in err
+
+
+def test_the_shared_path_refuses_it_without_its_layers():
+    s = Structure(tp=1, cp=1, pp=2, dp=4, micro_batch=1, schedule="1f1b", vpp=1)
+    run = make_run(LLAMA8, "h100", s, 4096, 64, "none", 1)
+    with pytest.raises(ModelcutError, match="recompute_layers"):
+        variant_peaks(run, memory_plan(run), [(BLOCKS, 1)])
+
+
+def test_the_cli_table_names_the_layers(capsys):
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--seq", "32768",
+                 "--global-batch-tokens", "1M", "--top", "3"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "blocks " in out and "layers a chunk)" in out
