@@ -133,3 +133,17 @@ def test_the_cli_table_names_the_layers(capsys):
                  "--global-batch-tokens", "1M", "--top", "3"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "blocks " in out and "layers a chunk)" in out
+
+
+def test_predict_notes_a_stack_without_the_block_method_in_its_own_words(tmp_path, capsys):
+    """recompute_layers on torchtitan's stack: the prediction says the stack cannot run it, and the
+    rule's source is printed as written (its ``[activation_checkpoint]`` is text, not markup)."""
+    run = tmp_path / "run.toml"
+    run.write_text('[model]\nname = "llama3-8b"\n[hardware]\ngpu = "h100-sxm5-80gb"\ngpus = 8\n[layout]\ntp = 1\n'
+                   'pp = 1\ndp = 8\n[training]\nseq_len = 8192\nglobal_batch = 64\nmicro_batch = 1\n'
+                   'recompute = "full"\nrecompute_layers = 5\n')
+    assert main(["predict", str(run), "--framework", "fsdp"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "fsdp cannot run it: blocks recomputation" in out and "torchtitan [activation_checkpoint] mode" in out
+    assert main(["predict", str(run), "--framework", "megatron-core"]) == 0
+    assert "cannot run it" not in capsys.readouterr().out

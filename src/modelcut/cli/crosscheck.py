@@ -99,7 +99,7 @@ def crosscheck(
         else:
             con.print(f"  order               differs: {d['first_difference']}")
         if d["note"]:
-            con.print(f"  note: {d['note']}")
+            con.print(f"  note: {d['note']}", markup=False)
         if d["declared_difference"]:
             con.print(f"  torch's declared pipeline_order departs from what it executes: {d['declared_difference']}")
         if d["measured_makespan_s"] is None:

@@ -103,7 +103,7 @@ def simulate(
     con.print(f"bubble (closed form) {_fmt(result.closed_form_bubble)}")
     con.print("peak activations     " + ", ".join(f"d{d}: {float(x):g}" for d, x in enumerate(m.peak_activations)))
     for note in sim.notes:
-        con.print(f"note: {note}", soft_wrap=True)
+        con.print(f"note: {note}", soft_wrap=True, markup=False)
     # Fit the terminal; written to a file or a pipe, allow at least 100 characters.
     width = con.width if con.is_terminal else max(con.width, 100)
     text = timeline_text.render(result.trace, max_width=width)

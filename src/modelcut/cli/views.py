@@ -72,10 +72,10 @@ def show_prediction(result: PredictResult) -> None:
     for k, x in pred.breakdown.as_dict().items():
         table.add_row(k.removesuffix("_s"), f"{x:.4f}", f"{x / pred.step_time_s * 100:.1f} %")
     con.print(table)
-    for n in pred.notes:
-        con.print(f"note: {n}")
+    for n in pred.notes:      # the notes quote sources, whose brackets are not markup ([activation_checkpoint])
+        con.print(f"note: {n}", markup=False)
     for line in extra_lines(result):
-        con.print(line)
+        con.print(line, markup=False)
     mem = result.memory
     if "error" not in mem:
         worst = max(mem["stages"], key=lambda x: x["total_bytes"])
