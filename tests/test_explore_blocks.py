@@ -98,7 +98,7 @@ def test_the_layout_reports_and_emits_its_layers():
 
 
 def test_only_megatron_stacks_offer_it():
-    for name in ("megatron-2022", "megatron-core", "nemo", "megatron-bridge"):
+    for name in ("megatron-2022", "megatron-core", "nemo", "nemo-24.07", "megatron-bridge"):
         assert BLOCKS in catalog.capabilities(name).recompute
     for name in ("megatron-2021", "fsdp", "fsdp-compile", "llm-foundry", "deepspeed-zero3", "nemo-automodel"):
         assert BLOCKS not in catalog.capabilities(name).recompute

@@ -89,7 +89,7 @@ def test_megatron_stacks_offer_it_and_the_fsdp_stacks_refuse_it():
     assert fs.rule_rejections.get("recompute", 0) > 0
     for name in ("megatron-core", "nemo", "megatron-bridge"):
         assert MODULES in catalog.capabilities(name).recompute
-    for name in ("fsdp", "fsdp-compile", "deepspeed-zero3", "megatron-2022", "nemo-automodel"):
+    for name in ("fsdp", "fsdp-compile", "deepspeed-zero3", "megatron-2022", "nemo-24.07", "nemo-automodel"):
         assert MODULES not in catalog.capabilities(name).recompute
 
 

@@ -262,3 +262,22 @@ def test_nemo_automodel_runs_no_tensor_parallelism_on_moe_models():
     assert catalog.capabilities("fsdp").moe_tensor_parallel
     ex = run_explore(catalog_request("automodel-qwen3-30b-a3b-8", top=3))
     assert ex.layouts and all(e.run.layout.tp == 1 for e in ex.layouts)
+
+
+def test_nemo_24_07_is_nemo_with_the_layouts_its_megatron_core_ran(capsys):
+    """The NeMo 24.07 rows' preset times as nemo does (the same step, the same memory) and offers the
+    explorer only what core_r0.8.0 had: ZeRO-0/1 (no FSDP), no --recompute-modules."""
+    from modelcut.service.explore import catalog_request, run_explore
+    old, new = catalog.capabilities("nemo-24.07"), catalog.capabilities("nemo")
+    assert old.zero == old.zero_with_pipeline == (0, 1) and 3 in new.zero
+    assert "layernorm+moe_act" not in old.recompute and "layernorm+moe_act" in new.recompute
+    steps = []
+    for fw in ("nemo-24.07", "nemo"):
+        assert main(["predict", "--run", "nemo2407-llama3-70b-64", "--framework", fw, "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        steps.append((d["step_time_s"], d["memory"]["peak_bytes"]))
+    assert steps[0] == steps[1]
+    assert all(s.framework == "nemo-24.07" for rid, s in catalog.run_settings().items() if rid.startswith("nemo2407-"))
+    ex = run_explore(catalog_request("nemo2407-llama3-70b-64")).exploration
+    assert ex.layouts and all(e.zero <= 1 for e in ex.layouts)
+    assert ex.rule_rejections.get("zero", 0) > 0
