@@ -263,12 +263,14 @@ class _Search:
             return variant_peaks(run, plan, [(r, z)], options=self.options)[(r, z)]
         return peak_bytes(stage_memory(run, options=self.options, plan=plan, cached=False))
 
-    def fewest_blocks(self, s: Structure, z: int, plan: PipelinePlan) -> tuple[int, float] | None:
+    def fewest_blocks(self, s: Structure, z: int, plan: PipelinePlan,
+                      known: dict[tuple[str, int], float]) -> tuple[int, float] | None:
         """:data:`..specs.BLOCKS` at ZeRO stage z: the fewest layers a chunk recomputes whole with
         which the layout fits, and its peak bytes (the most short of a whole chunk, and its peak,
         where none fits), by bisection: fewer recomputed layers never need less memory
-        (``tests/test_recompute_layers.py``). None where every chunk holds one layer (the variant
-        is full recomputation)."""
+        (``tests/test_recompute_layers.py``), so where no recomputation fits (``known`` peaks) one
+        layer does, and where full recomputation does not, no fewer do. None where every chunk
+        holds one layer (the variant is full recomputation)."""
         most = max(st.layers for st in plan.stages) - 1
         if most < 1:
             return None
@@ -278,6 +280,10 @@ class _Search:
             self.ex.memory_evaluations += 1
             return self._peak(self.run_of(s, BLOCKS, z, n), plan, BLOCKS, z)
 
+        if known.get(("none", z), float("inf")) <= limit:
+            return 1, peak(1)
+        if known.get(("full", z), 0.0) > limit:
+            return most, peak(most)
         hi, at_hi = most, peak(most)           # the fewest layers known to fit
         if at_hi > limit or most == 1:
             return most, at_hi
@@ -317,7 +323,7 @@ class _Search:
         ex.memory_evaluations += len(plain)
         layers: dict[int, int] = {}
         for r, z in variants:
-            found = self.fewest_blocks(s, z, plan) if r == BLOCKS else None
+            found = self.fewest_blocks(s, z, plan, peaks) if r == BLOCKS else None
             if found is not None:
                 layers[z], peaks[(r, z)] = found
         evs = [Evaluated(s, r, z, self.run_of(s, r, z, layers.get(z, 1) if r == BLOCKS else 1), pk,
