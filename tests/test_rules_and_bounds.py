@@ -266,10 +266,11 @@ def test_nemo_automodel_runs_no_tensor_parallelism_on_moe_models():
 
 def test_nemo_24_07_is_nemo_with_the_layouts_its_megatron_core_ran(capsys):
     """The NeMo 24.07 rows' preset times as nemo does (the same step, the same memory) and offers the
-    explorer only what core_r0.8.0 had: ZeRO-0/1 (no FSDP), no --recompute-modules."""
+    explorer only what core_r0.8.0 had: ZeRO-0/1 (no FSDP), even pipeline splits, no --recompute-modules."""
     from modelcut.service.explore import catalog_request, run_explore
     old, new = catalog.capabilities("nemo-24.07"), catalog.capabilities("nemo")
     assert old.zero == old.zero_with_pipeline == (0, 1) and 3 in new.zero
+    assert old.interleave == "layers" and new.interleave == "layers+2"
     assert "layernorm+moe_act" not in old.recompute and "layernorm+moe_act" in new.recompute
     steps = []
     for fw in ("nemo-24.07", "nemo"):
