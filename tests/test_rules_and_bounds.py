@@ -271,6 +271,7 @@ def test_nemo_24_07_is_nemo_with_the_layouts_its_megatron_core_ran(capsys):
     old, new = catalog.capabilities("nemo-24.07"), catalog.capabilities("nemo")
     assert old.zero == old.zero_with_pipeline == (0, 1) and 3 in new.zero
     assert old.interleave == "layers" and new.interleave == "layers+2"
+    assert old.cp_kinds == ("ring",) and "allgather" in new.cp_kinds
     assert "layernorm+moe_act" not in old.recompute and "layernorm+moe_act" in new.recompute
     steps = []
     for fw in ("nemo-24.07", "nemo"):
