@@ -207,11 +207,12 @@ def test_fsdp_without_a_zero_stage_shards_the_weights_and_the_optimizer():
 
 @pytest.mark.parametrize("name", catalog.framework_names())
 def test_a_layout_without_sequence_parallelism_said_runs_as_the_stack_does(name):
-    """``sequence_parallel`` left out (None) with tp > 1 is the stack's: on under Megatron-core, NeMo,
-    Megatron-Bridge and torchtitan's presets, off under Megatron-LM of 2021-2022, DeepSpeed and
+    """``sequence_parallel`` left out (None) with tp > 1 is the stack's: on under Megatron-core, NeMo
+    (both presets), Megatron-Bridge and torchtitan's presets, off under Megatron-LM of 2021-2022, DeepSpeed and
     AutoModel; time and memory read the same."""
     fw = catalog.framework(name)
-    on = name in ("megatron-core", "nemo", "megatron-bridge", "fsdp", "fsdp-compile", "llm-foundry", "llama3")
+    on = name in ("megatron-core", "nemo", "nemo-24.07", "megatron-bridge", "fsdp", "fsdp-compile", "llm-foundry",
+                  "llama3")
     assert fw.sequence_parallel is on
     r = _open(run(0, pp=1, tp=4))
     r = replace(r, layout=replace(r.layout, sequence_parallel=None))
