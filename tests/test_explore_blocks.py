@@ -45,15 +45,16 @@ def test_the_variant_sits_between_selective_and_full():
 
 
 @settings(max_examples=12, deadline=None)
-@given(margin=st.floats(0.0, 0.6), seq=st.sampled_from([8192, 16384]), gpus=st.sampled_from([1, 2]))
-def test_it_finds_the_fewest_layers_that_fit(margin, seq, gpus):
+@given(margin=st.floats(0.0, 0.3), seq=st.sampled_from([8192, 16384]))
+def test_it_finds_the_fewest_layers_that_fit(margin, seq):
     """Each blocks layout that fits does so with its N layers a chunk recomputed and not with N − 1
-    (N is 1, or N − 1 does not fit), N short of a whole chunk; its peak is stage_memory's for its run."""
-    ex = _memory_only(LLAMA1, A100_40, margin, gpus=gpus, seq=seq, global_batch_tokens=8 * seq,
+    (N is 1, or N − 1 does not fit), N short of a whole chunk; its peak is stage_memory's for its run.
+    Llama 3.2 1B on two A100-40GB at these margins holds such layouts (at least one each)."""
+    ex = _memory_only(LLAMA1, A100_40, margin, gpus=2, seq=seq, global_batch_tokens=8 * seq,
                       space=Space(micro_batches=(1,), schedules=("1f1b",)))
-    for e in ex.layouts:          # every variant that fits (prune=False)
-        if e.recompute != BLOCKS:
-            continue
+    blocks = [e for e in ex.layouts if e.recompute == BLOCKS]      # every variant that fits (prune=False)
+    assert blocks
+    for e in blocks:
         n = e.run.training.recompute_layers
         assert 1 <= n < max(s.layers for s in e.plan.stages)
         assert e.peak_bytes == pytest.approx(peak_bytes(stage_memory(e.run, plan=e.plan, cached=False)))

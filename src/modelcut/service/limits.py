@@ -51,7 +51,7 @@ class Limits:
     max_ops: int = 4_194_304
     #: Candidate layouts (structures × recomputation × ZeRO stage) one explorer search may cover,
     #: counted before the stack's rules: Llama 3 405B on 8,192 H100s (8K sequences, 16M tokens)
-    #: covers about 56,000.
+    #: covers more than 50,000 (``--max-layouts 50000`` refuses it).
     max_layouts: int = 200_000
     #: Pipeline ops one explorer search may simulate, counted before it starts as each shape's
     #: p·v·m·3 (the search predicts each fitting shape's step once or a few times): about 0.5 µs

@@ -259,6 +259,7 @@ class _Search:
                         fp8_recipe=self.space.fp8_recipe, order=self.space.order, recompute_layers=layers)
 
     def _peak(self, run: Run, plan: PipelinePlan, r: str, z: int) -> float:
+        """One variant's peak bytes: the shared fast path, or from the full schedule (``cached=False``)."""
         if self.cached:
             return variant_peaks(run, plan, [(r, z)], options=self.options)[(r, z)]
         return peak_bytes(stage_memory(run, options=self.options, plan=plan, cached=False))
@@ -313,13 +314,10 @@ class _Search:
         ex, options = self.ex, self.options
         plan = self.plan_of(s, variants)
         plain = [(r, z) for r, z in variants if r != BLOCKS]
-        if not plain:
-            peaks = {}
-        elif self.cached:
+        if self.cached and plain:
             peaks = variant_peaks(self.run_of(s, *plain[0]), plan, plain, options=options)
         else:
-            peaks = {(r, z): peak_bytes(stage_memory(self.run_of(s, r, z), options=options, plan=plan, cached=False))
-                     for r, z in plain}
+            peaks = {(r, z): self._peak(self.run_of(s, r, z), plan, r, z) for r, z in plain}
         ex.memory_evaluations += len(plain)
         layers: dict[int, int] = {}
         for r, z in variants:

@@ -192,7 +192,8 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw),
                      loss_activation_bytes(model, cross_entropy=ce, **kw)])
-    # the block method (recompute_layers): a stage's first layers keep their input, the rest all
+    # each stage's counts of the units: (dense, MoE layers, embedding, loss); with the block method
+    # (recompute_layers) a stage's first layers keep their input, the rest all they save
     partial = recompute == "full" and tr.recompute == "full" and tr.recompute_layers is not None
     if partial:
         whole = dict(akw, recompute="none")
@@ -203,11 +204,11 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
                            st.moe_layers - split[st.index][1], float(st.embedding), float(st.loss))
                 for st in plan.stages}
         coefs = plan.in_flight(cached, tuple(rows[st.index] for st in plan.stages))
-        share = np.array([sum(float(np.dot(rows[st.index], unit)) for st in plan.on_device(d)) for d in range(plan.p)])
     else:
+        rows = {st.index: (st.dense_layers, st.moe_layers, float(st.embedding), float(st.loss)) for st in plan.stages}
         coefs = plan.in_flight(cached)
-        share = np.array([sum(st.dense_layers * unit[0] + st.moe_layers * unit[1] + (unit[2] if st.embedding else 0.0)
-                              + (unit[3] if st.loss else 0.0) for st in plan.on_device(d)) for d in range(plan.p)])
+    share = np.array([sum(sum(n * u for n, u in zip(rows[st.index], unit)) for st in plan.on_device(d))
+                      for d in range(plan.p)])
     peaks = np.array([float((c @ unit).max()) if len(c) else 0.0 for _, c in coefs])
     transient = cp_transient_bytes(model, micro_batch=tr.micro_batch, seq=tr.seq_len, t=lay.tp, cp=lay.cp,
                                    cp_kind=lay.cp_form, cp_impl=options.cp_impl)

@@ -196,7 +196,7 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
     k = kernels(run, hw, eff, framework, bw)
     if L.zero == 3 and L.pp == 1:
         streams: list | None = [] if timeline else None
-        T, bd = zero3_step(run, hw, eff, framework, k, plan.m, bw, notes, streams)
+        T, bd = zero3_step(run, hw, eff, framework, k, plan, bw, notes, streams)
         segs = None
         if streams:      # DeepSpeed v0.3's replay keeps none
             segs = (streams, [optimizer_segment("compute", T - bd.optimizer_s, bd.optimizer_s)])

@@ -21,18 +21,23 @@ from .result import DefaultBreakdown
 from ..costs import fp8 as fp8_mod
 from .data_parallel import dp_collective, fsdp2_copies, run_residency
 from .stage_costs import Kernels, a2a_time, moe_a2a, not_recomputed
-from ..plan import Stage
+from ..plan import PipelinePlan, Stage
 
 
-def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernels, m: int,
+def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernels, plan: PipelinePlan,
                bw: dict[str, float], notes: list[str],
                timeline: list | None = None) -> tuple[float, DefaultBreakdown]:
     """ZeRO-3 / FSDP without a pipeline: a compute stream of modules, each waiting for its
     weights' all-gather on one communication stream that prefetches the next module's
     (``param_gather``) and reduce-scatters each module's gradients after its backward, every
-    micro-batch (DeepSpeed ZeRO-3 always; FSDP unless ``no_sync`` is used). ``timeline``, when
-    given, receives the two streams' :class:`.timeline.Segment` s (not DeepSpeed v0.3's replay)."""
+    micro-batch (DeepSpeed ZeRO-3 always; FSDP unless ``no_sync`` is used). ``plan``: the run's,
+    one stage holding every layer (its ``m`` micro-batches; which layers it recomputes,
+    :meth:`..plan.Stage.recomputed`). ``timeline``, when given, receives the two streams'
+    :class:`.timeline.Segment` s (not DeepSpeed v0.3's replay)."""
     model, L = run.model, run.layout
+    if len(plan.stages) != 1:
+        raise ModelcutError(f"ZeRO-3's units run without a pipeline; this plan has {len(plan.stages)} stages")
+    m, whole_model = plan.m, plan.stages[0]
     t = L.tp
     ov = fw.overlap
     grad_b, grad_e = fw.grad_bytes, fw.expert_grad_b
@@ -75,8 +80,6 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     def exposed(pt: PassTime) -> float:
         return sum(_on_stream(pt, ov.tp_comm))
 
-    whole_model = Stage(index=0, device=0, layers=model.layers, slots=model.layers, first_layer=0,
-                        moe_layers=n_moe, embedding=True, loss=True)     # no pipeline: one stage
     rec_d, rec_m = whole_model.recomputed(model, run.training)
     if fw.zero3_runtime == "deepspeed-0.3":
         if model.is_moe:
