@@ -7,7 +7,7 @@ from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 
-from ..core.costs import comm
+from ..core.costs import comm, kernels
 from ..core.specs import Hardware, Layout
 from .kernels import tables_for
 from .names import NameIndex
@@ -24,6 +24,11 @@ def _hardware_index() -> NameIndex[Hardware]:
         row["aliases"] = tuple(row.get("aliases", ()))
         row["fp8_recipes"] = tuple(row.get("fp8_recipes", ()))
         row.pop("net_half_device", None)
+        row.pop("sustained_power_w", None)
+        if "sustained_from" in row:   # a power-capped variant: the measured share of its die, held to its cap
+            ref = by_name[row.pop("sustained_from")]
+            row["sustained_frac"] = kernels.power_capped_share(
+                ref["sustained_frac"], ref["sustained_power_w"], row.pop("power_cap_w"))
         hw = Hardware(**row)
         built[hw.name] = replace(hw, kernels=tables_for(hw.arch, by_name))
     for row in rows:

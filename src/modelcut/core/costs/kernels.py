@@ -159,6 +159,23 @@ def product_tflops(m: int, n: int, k: int, hw: Hardware, batch: int = 1, dtype: 
     return burst_tflops(m, n, k, hw, batch, dtype) * hw.sustained_frac
 
 
+def power_capped_share(share: float, measured_w: float, cap_w: float) -> float:
+    """The sustained matmul share of a device held to ``cap_w`` watts, from the share ``share``
+    measured on the same die drawing ``measured_w`` watts:
+
+        share · min(1, (cap_w / measured_w))^(1/3)
+
+    A saturated matrix product is power-bound (the device's draw sits at its limit while its clock
+    settles below the boost clock), and CMOS dynamic power is P = α·C·V²·f with the supply voltage
+    scaled in proportion to the clock over the DVFS range, so P ∝ f³ and the settled clock goes as
+    the cube root of the power the device may draw. Static and memory power are left out, so this is
+    the smallest slowdown a cap can cost: with a static share, or a voltage already at its floor
+    (P ∝ f), the clock falls further. A cap at or above the measured draw changes nothing."""
+    if not (0 < share <= 1) or measured_w <= 0 or cap_w <= 0:
+        raise ModelcutError(f"power_capped_share needs a share in (0, 1] and positive watts, got {share}, {measured_w}, {cap_w}")
+    return share * min(1.0, cap_w / measured_w) ** (1.0 / 3.0)
+
+
 def gemm_time(m: int, n: int, k: int, hw: Hardware, eff: Efficiency, batch: int = 1, dtype: str = "bf16") -> float:
     """Seconds for C[m×n] = A[m×k]·B[k×n], ``batch`` copies (module doc); ``dtype`` "fp8":
     FP8 operands (1 byte each) and a 16-bit output, at the FP8 table's rate."""

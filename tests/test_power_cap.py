@@ -1,0 +1,95 @@
+"""A power-capped variant of an accelerator: its sustained matmul share is the measured share of
+its die held to its cap (``kernels.power_capped_share``), its memory and bandwidth its own."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from typer.testing import CliRunner
+
+from modelcut import catalog
+from modelcut.cli import app
+from modelcut.core.costs.kernels import fused_tflops, hbm_bandwidth, power_capped_share, product_tflops
+from modelcut.core.errors import ModelcutError
+
+H100 = catalog.hardware("h100")
+CAPPED = catalog.hardware("h100-96gb")
+
+
+@settings(max_examples=80, deadline=None)
+@given(share=st.floats(0.05, 1.0), measured=st.floats(100, 1500), cap=st.floats(50, 2000), more=st.floats(0, 500))
+def test_a_cap_never_raises_the_share_and_a_higher_cap_never_lowers_it(share, measured, cap, more):
+    s = power_capped_share(share, measured, cap)
+    assert 0 < s <= share * (1 + 1e-12)
+    assert power_capped_share(share, measured, cap + more) >= s * (1 - 1e-12)
+    if cap >= measured:
+        assert s == pytest.approx(share)
+
+
+def test_the_share_goes_as_the_cube_root_of_the_power():
+    """Half the power, 0.794 of the clock (2^(-1/3)); an eighth of the power, half the clock."""
+    assert power_capped_share(0.9, 600, 300) == pytest.approx(0.9 * 0.5 ** (1 / 3))
+    assert power_capped_share(0.9, 800, 100) == pytest.approx(0.45)
+
+
+@pytest.mark.parametrize("args", [(0.0, 685, 500), (1.2, 685, 500), (0.9, 0, 500), (0.9, 685, -1)])
+def test_impossible_inputs_are_refused(args):
+    with pytest.raises(ModelcutError):
+        power_capped_share(*args)
+
+
+def test_the_500_w_h100_is_the_h100_sxm_held_to_500_w():
+    """Its share is derived, not written: the H100 SXM's measured 0.888 at ~685 W, held to 500 W."""
+    assert CAPPED.name == "h100-sxm5-96gb-500w"
+    assert CAPPED.sustained_frac == pytest.approx(H100.sustained_frac * (500 / 685) ** (1 / 3))
+    assert CAPPED.sustained_frac == pytest.approx(0.7995, abs=1e-4)
+    assert CAPPED.peak_flops_16 == H100.peak_flops_16 and CAPPED.arch == H100.arch
+    assert CAPPED.mem_bytes == 96e9 and CAPPED.mem_bw == 2.4e12
+    for g in ("h100-96gb", "H100 96GB", "grand-teton-h100", "h100-96gb-500w"):
+        assert catalog.hardware(g).name == CAPPED.name
+
+
+def test_its_kernels_run_at_its_clock_and_its_memory_at_its_bandwidth():
+    ratio = CAPPED.sustained_frac / H100.sustained_frac
+    assert product_tflops(8192, 8192, 8192, CAPPED) == pytest.approx(ratio * product_tflops(8192, 8192, 8192, H100))
+    capped, full = fused_tflops("flash2", CAPPED, True, 128, 8192), fused_tflops("flash2", H100, True, 128, 8192)
+    assert capped[0] == pytest.approx(ratio * full[0]) and capped[1] == pytest.approx(ratio * full[1])
+    assert hbm_bandwidth(CAPPED) / hbm_bandwidth(H100) == pytest.approx(2.4 / 3.35)
+
+
+RUN = """[model]
+name = "llama3-8b"
+[hardware]
+gpu = "{gpu}"
+gpus = 8
+[layout]
+dp = 8
+zero = 3
+[training]
+seq_len = 8192
+micro_batch = 1
+global_batch = 8
+[settings]
+framework = "fsdp-compile"
+"""
+
+
+def _predict(tmp_path, gpu: str) -> dict:
+    f = tmp_path / f"{gpu}.toml"
+    f.write_text(RUN.format(gpu=gpu))
+    r = CliRunner().invoke(app, ["predict", str(f), "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_a_step_on_the_capped_part_is_slower_and_has_more_room(tmp_path):
+    """The same run on the 500 W, 96 GB part: slower than on the 700 W H100 by no more than its
+    products' clock and its memory's bandwidth allow, with 96 GB to fit in."""
+    full, capped = _predict(tmp_path, "h100"), _predict(tmp_path, "h100-96gb")
+    slower = capped["step_time_s"] / full["step_time_s"]
+    assert 1.0 < slower <= max(H100.sustained_frac / CAPPED.sustained_frac, 3.35 / 2.4) + 1e-9
+    assert capped["memory"]["capacity_bytes"] > full["memory"]["capacity_bytes"]
+    assert math.isclose(capped["mfu"] * slower, full["mfu"], rel_tol=1e-6)
