@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from typer.testing import CliRunner
 
 from modelcut import catalog
-from modelcut.cli import app
+from modelcut.cli import app, main
 from modelcut.core.costs.kernels import fused_tflops, hbm_bandwidth, power_capped_share, product_tflops
 from modelcut.core.errors import ModelcutError
 
@@ -93,3 +93,49 @@ def test_a_step_on_the_capped_part_is_slower_and_has_more_room(tmp_path):
     assert 1.0 < slower <= max(H100.sustained_frac / CAPPED.sustained_frac, 3.35 / 2.4) + 1e-9
     assert capped["memory"]["capacity_bytes"] > full["memory"]["capacity_bytes"]
     assert math.isclose(capped["mfu"] * slower, full["mfu"], rel_tol=1e-6)
+
+
+def test_any_gpu_with_a_measured_draw_can_be_held_to_a_lower_limit():
+    """``<gpu>@<watts>w``: the catalog GPU with its sustained share held to that limit, nothing
+    else changed; at or above the draw its share was measured at, the share is unchanged."""
+    for name, base in (("h100@500w", H100), ("H100 @ 600 W", H100), ("b200@800w", catalog.hardware("b200")),
+                       ("h100-96gb@400w", CAPPED)):
+        hw = catalog.hardware(name)
+        assert hw.sustained_frac == pytest.approx(
+            power_capped_share(base.sustained_frac, base.sustained_power_w, hw.power_w))
+        assert (hw.mem_bytes, hw.mem_bw, hw.peak_flops_16, hw.link_bw) == (
+            base.mem_bytes, base.mem_bw, base.peak_flops_16, base.link_bw)
+        assert catalog.hardware(hw.name) == hw          # its name resolves again (a run keeps it)
+    assert catalog.hardware("h100@500w").sustained_frac == pytest.approx(CAPPED.sustained_frac)
+    assert catalog.hardware("h100@690w").sustained_frac == H100.sustained_frac
+
+
+@pytest.mark.parametrize("name, says", [
+    ("h100@900w", "above its 700 W limit"),
+    ("a100@300w", "no power draw is known"),          # the A100 PCIe's 300 W rate contradicts the cube law
+    ("gh200@500w", "no power draw is known"),
+    ("h100@0w", "positive number of watts"),
+    ("a200@300w", "unknown GPU 'a200'"),
+])
+def test_a_cap_that_cannot_be_derived_is_one_line(tmp_path, capsys, name, says):
+    with pytest.raises(ModelcutError, match=says):
+        catalog.hardware(name)
+    f = tmp_path / "run.toml"
+    f.write_text(RUN.format(gpu=name))
+    for argv in (["predict", str(f)], ["explore", "--model", "llama3-8b", "--gpu", name, "--gpus", "8",
+                                       "--seq", "4096", "--global-batch-tokens", "1M"]):
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("modelcut: error: ")
+        assert says in err
+
+
+def test_the_api_takes_a_capped_gpu_and_refuses_a_bad_cap():
+    from fastapi.testclient import TestClient
+    from modelcut.web.app import create_app
+    c = TestClient(create_app())
+    body = {"model": "llama3-8b", "gpus": 8, "seq": 4096, "global_batch_tokens": 1048576}
+    ok = c.post("/api/explore", json={**body, "gpu": "h100@500w"})
+    assert ok.status_code == 200, ok.text
+    bad = c.post("/api/explore", json={**body, "gpu": "h100@900w"})
+    assert bad.status_code == 422 and "above its 700 W limit" in bad.text

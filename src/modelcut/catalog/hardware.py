@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import replace
 from functools import lru_cache
@@ -24,11 +25,11 @@ def _hardware_index() -> NameIndex[Hardware]:
         row["aliases"] = tuple(row.get("aliases", ()))
         row["fp8_recipes"] = tuple(row.get("fp8_recipes", ()))
         row.pop("net_half_device", None)
-        row.pop("sustained_power_w", None)
         if "sustained_from" in row:   # a power-capped variant: the measured share of its die, held to its cap
             ref = by_name[row.pop("sustained_from")]
             row["sustained_frac"] = kernels.power_capped_share(
-                ref["sustained_frac"], ref["sustained_power_w"], row.pop("power_cap_w"))
+                ref["sustained_frac"], ref["sustained_power_w"], row["power_w"])
+            row["sustained_power_w"] = min(row["power_w"], ref["sustained_power_w"])
         hw = Hardware(**row)
         built[hw.name] = replace(hw, kernels=tables_for(hw.arch, by_name))
     for row in rows:
@@ -48,13 +49,28 @@ def _two_node_busbw(dev: Hardware) -> float:
     return comm.achievable(comm.collective_bandwidth(lay, ("cp", "dp"), dev, g), dev)
 
 
+#: ``<gpu>@<watts>w``: a catalog accelerator held to a power limit (``h100@500w``, ``a100 @ 300 W``)
+_CAPPED = re.compile(r"^(?P<gpu>.*?)\s*@\s*(?P<watts>[0-9]+(?:\.[0-9]+)?)\s*w$", re.IGNORECASE)
+
+
 def hardware(name_or_alias: str) -> Hardware:
-    """A catalog accelerator by name or alias (case-insensitive)."""
-    return _hardware_index().get(name_or_alias)
+    """A catalog accelerator by name or alias (case-insensitive); ``<gpu>@<watts>w`` gives it held
+    to that power limit (:func:`..core.costs.kernels.held_to`)."""
+    m = _CAPPED.match(name_or_alias.strip()) if isinstance(name_or_alias, str) else None
+    if m is None:
+        return _hardware_index().get(name_or_alias)
+    return kernels.held_to(_hardware_index().get(m["gpu"]), float(m["watts"]))
 
 
 def all_hardware() -> list[Hardware]:
     return list(_hardware_index().items)
+
+
+def cappable_keys() -> tuple[str, ...]:
+    """The names and aliases (lower case) of the GPUs a power cap can hold (``<gpu>@<watts>w``):
+    those whose sustained share has a measured draw."""
+    return tuple(k.lower() for h in all_hardware() if h.sustained_power_w is not None and h.power_w is not None
+                 for k in (h.name, *h.aliases))
 
 
 def hardware_keys() -> tuple[str, ...]:

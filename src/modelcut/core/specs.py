@@ -472,6 +472,8 @@ class Hardware:
     fp8_recipes: tuple[str, ...] = ()   # FP8 recipes its tensor cores run (none: no FP8)
     sustained_frac: float = 1.0   # measured sustained / burst matmul throughput (power-limited clocks)
     fp8_ceiling: float | None = None   # its own measured maximum achievable FP8 matmul (burst, FLOP/s)
+    power_w: float | None = None       # the power limit it runs at (W): the datasheet's, or a cap
+    sustained_power_w: float | None = None   # the draw (W) at which ``sustained_frac`` holds; None: unknown
     kernels: Any = field(default=None, compare=False, repr=False)   # KernelTables, the catalog attaches them
 
     def as_dict(self) -> dict:

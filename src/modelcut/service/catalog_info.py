@@ -42,7 +42,7 @@ def listing() -> dict[str, Any]:
 
 #: What ``modelcut list KIND`` lists, with a line on each.
 KINDS = {"models": "the catalog's models: shape, parameters (total and active), source",
-         "hardware": "the accelerators: peaks, memory, bandwidths, FP8 recipes, source",
+         "hardware": "the accelerators: peaks, memory, bandwidths, power limit (Cap: a GPU name with @<watts>w holds it to a lower one), FP8 recipes, source",
          "frameworks": "the training-stack presets: other names, kernels, overlaps, sharding, source",
          "schedules": "the pipeline schedules of the registry",
          "runs": "the published runs: layout, batch, precision, the published figure, source"}
@@ -61,6 +61,7 @@ def _hardware() -> list[dict[str, Any]]:
              "peak_tflops_8": (h.peak_flops_8 / 1e12) if h.fp8_recipes else None,
              "memory_gb": h.mem_bytes / 1e9, "memory_gib": h.mem_bytes / 2**30, "memory_tb_s": h.mem_bw / 1e12,
              "link_gb_s": h.link_bw / 1e9, "net_gb_s": h.net_bw / 1e9, "per_node": h.per_node,
+             "power_w": h.power_w, "power_cap": h.sustained_power_w is not None and h.power_w is not None,
              "fp8_recipes": list(h.fp8_recipes), "source": h.source} for h in catalog.all_hardware()]
 
 

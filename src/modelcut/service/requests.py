@@ -34,7 +34,14 @@ from .limits import DEFAULT, LimitError, Limits
 
 ScheduleName = Literal[registry.names()]  # type: ignore[valid-type]
 ModelName = Literal[catalog.model_keys()]  # type: ignore[valid-type]
-GpuName = Literal[catalog.hardware_keys()]  # type: ignore[valid-type]
+
+
+#: a catalog name or alias, or one of a GPU whose sustained share has a measured draw with
+#: ``@<watts>w``: held to that power limit (catalog.hardware); a cap above the GPU's limit is refused
+#: by the service, as a rule between the two parts the schema cannot state
+_CAPPABLE = "|".join(re.escape(k) for k in catalog.cappable_keys())
+GpuName = Union[Literal[catalog.hardware_keys()],  # type: ignore[valid-type]
+                Annotated[str, Field(pattern=rf"(?i)^({_CAPPABLE})\s*@\s*[1-9][0-9]{{0,3}}(\.[0-9]{{1,3}})?\s*w$")]]
 FrameworkName = Literal[catalog.framework_names()]  # type: ignore[valid-type]
 ModeName = Literal[tuple(MODES)]  # type: ignore[valid-type]
 CpKind = Literal[CP_KINDS]  # type: ignore[valid-type]
@@ -608,6 +615,15 @@ def _known(field: str) -> tuple[str, tuple[str, ...]] | None:
     return None
 
 
+def _cap_problem(name: str) -> str | None:
+    """Why ``<gpu>@<watts>w`` names no GPU, in the catalog's words (None: it does)."""
+    try:
+        catalog.hardware(name)
+    except ModelcutError as exc:
+        return str(exc)
+    return None
+
+
 def _branch(part: str) -> bool:
     """A union branch's tag pydantic puts in an error's location (not a field name)."""
     return part in ("int", "str", "float", "bool", "list", "dict") or "[" in part or part.startswith(
@@ -648,6 +664,8 @@ def one_line(exc: ValidationError | list[dict], where: str = "", names: dict[str
         elif known is not None:
             what, choices = known
             line = f"unknown {what} {_shown(err.get('input'))}; choose one of {', '.join(choices)}"
+            if what == "GPU" and "@" in str(err.get("input")):   # a power cap: the catalog says what is wrong
+                line = _cap_problem(str(err.get("input"))) or line
             if raw not in ("gpu", "model", "framework", "schedule", "mode"):   # say where, unless it is plain
                 line = f"{field}: {line}"
         else:

@@ -15,7 +15,7 @@ tied_embeddings = true
 #                        # moe_every (experts in every k-th layer past them; Llama 4 Maverick: 2)
 # attention_chunk = 8192 # with chunked_layers: layers attending only within blocks of this many tokens
 [hardware]
-gpu = "a100-sxm4-80gb"   # a catalog name or alias
+gpu = "a100-sxm4-80gb"   # a catalog name or alias; "h100@500w": held to a 500 W power limit
 gpus = 64                # must equal tp·cp·pp·dp (a [layout] without dp takes gpus/(tp·cp·pp))
 gpus_per_node = 8        # default: the hardware's
 [layout]                 # tp, cp, pp, dp, vpp, sequence_parallel, zero, schedule, ep, etp, cp_kind, order, dp_shard

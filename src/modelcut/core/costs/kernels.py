@@ -35,7 +35,7 @@ relative to the benchmark's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ..errors import ModelcutError
@@ -174,6 +174,23 @@ def power_capped_share(share: float, measured_w: float, cap_w: float) -> float:
     if not (0 < share <= 1) or measured_w <= 0 or cap_w <= 0:
         raise ModelcutError(f"power_capped_share needs a share in (0, 1] and positive watts, got {share}, {measured_w}, {cap_w}")
     return share * min(1.0, cap_w / measured_w) ** (1.0 / 3.0)
+
+
+def held_to(hw: Hardware, cap_w: float) -> Hardware:
+    """``hw`` held to a power limit of ``cap_w`` watts (``nvidia-smi -pl``): its sustained matmul
+    share by :func:`power_capped_share` from the draw it was measured at, everything else its own.
+    A cap needs that draw (``hw.sustained_power_w``) and may not exceed the device's limit."""
+    if isinstance(cap_w, bool) or not isinstance(cap_w, (int, float)) or not math.isfinite(cap_w) or cap_w <= 0:
+        raise ModelcutError(f"a power cap must be a positive number of watts, got {cap_w!r}")
+    if hw.sustained_power_w is None or hw.power_w is None:
+        raise ModelcutError(f"{hw.name}: no power draw is known for its sustained matmul share, so a power "
+                            "cap cannot be applied to it")
+    if cap_w > hw.power_w:
+        raise ModelcutError(f"{hw.name}: a power cap of {cap_w:g} W is above its {hw.power_w:g} W limit")
+    return replace(hw, name=f"{hw.name}@{cap_w:g}w", aliases=(), power_w=float(cap_w),
+                   sustained_frac=power_capped_share(hw.sustained_frac, hw.sustained_power_w, cap_w),
+                   sustained_power_w=min(float(cap_w), hw.sustained_power_w),
+                   source=f"{hw.source}; held to {cap_w:g} W (its sustained matmul share by kernels.power_capped_share)")
 
 
 def gemm_time(m: int, n: int, k: int, hw: Hardware, eff: Efficiency, batch: int = 1, dtype: str = "bf16") -> float:
