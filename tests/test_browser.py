@@ -360,6 +360,32 @@ def test_explorer_takes_the_stack_and_the_precision_and_refuses_fp8_on_an_a100(s
     assert not page.errors
 
 
+def test_the_explorer_holds_the_gpu_to_a_power_limit_and_keeps_it_in_its_link(server, page):
+    """A power limit goes to the API as ``<gpu>@<watts>w``, the answer names the held GPU, the link
+    keeps it and a reload restores the field; a GPU without a measured draw offers no limit, and a
+    limit above the datasheet's is one line."""
+    page.goto(server + "/explorer?model=gpt-1.7b&gpu=h100-sxm5-80gb&gpus=8&seq=2048&tokens=131072&top=5")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    assert not page.is_disabled("#watts") and page.get_attribute("#watts", "placeholder").startswith("700")
+    page.fill("#watts", "500")
+    with page.expect_request("**/api/explore/stream") as req:
+        page.click("#go")
+    assert req.value.post_data_json["gpu"] == "h100-sxm5-80gb@500w"
+    page.wait_for_function("() => document.getElementById('title').textContent.includes('@500w')")
+    assert "gpu=h100-sxm5-80gb%40500w" in page.url
+    page.reload()
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    assert page.input_value("#gpu") == "h100-sxm5-80gb" and page.input_value("#watts") == "500"
+    page.fill("#watts", "900")
+    page.click("#go")
+    page.wait_for_selector("[data-testid=error]:not(:empty)")
+    err = page.inner_text("[data-testid=error]")
+    assert "above its 700 W limit" in err and "\n" not in err.strip()
+    page.select_option("#gpu", "a100-sxm4-80gb")
+    assert page.is_disabled("#watts") and page.input_value("#watts") == ""
+    assert page.errors and all("status of 422" in e for e in page.errors)   # the refused request's own line
+
+
 def test_a_link_may_name_the_stack_as_its_users_do(server, page):
     """framework=torchtitan in a link selects the preset it names (fsdp-compile), whose FP8 library's
     recipes (torchao's) the recipe select then offers; the search runs on that preset."""

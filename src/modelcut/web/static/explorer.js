@@ -34,8 +34,27 @@
   }
   function scheduleName(x) { return x.vpp > 1 ? `${x.schedule}, v = ${x.vpp}` : x.schedule; }
 
+  /** The GPU as the API takes it: a catalog name, held to the power limit field's watts where set. */
+  function gpuName() {
+    const w = $('watts').value.trim();
+    if (!w || $('watts').disabled) return $('gpu').value;
+    const x = Number(w);
+    if (!Number.isFinite(x) || x <= 0) throw new Error('Power limit: a positive number of watts');
+    return `${$('gpu').value}@${x}w`;
+  }
+
+  /** The power limit field for the chosen GPU: its datasheet limit as the hint, off where no cap can be derived. */
+  function fitWatts() {
+    const hw = hardware[$('gpu').value] || {};
+    const capped = hw.power_w != null && hw.sustained_power_w != null;
+    $('watts').disabled = !capped;
+    $('watts').max = capped ? String(hw.power_w) : '';
+    $('watts').placeholder = capped ? `${hw.power_w} (its limit)` : 'no cap';
+    if (!capped) $('watts').value = '';
+  }
+
   function readForm() {
-    const body = {gpu: $('gpu').value};
+    const body = {gpu: gpuName()};
     if ($('model').value === UPLOAD) body.hf_config = hfConfig;
     else body.model = $('model').value;
     const ints = {gpus: 'GPUs', seq: 'Sequence', top: 'Show top'};
@@ -494,7 +513,11 @@
       }
     } catch (e) { showError(`could not load the catalog: ${e.message}`); }
     if ([...$('model').options].some((o) => o.value === st.model)) $('model').value = st.model;
-    if ([...$('gpu').options].some((o) => o.value === st.gpu)) $('gpu').value = st.gpu;
+    const [gpu, cap] = String(st.gpu).split('@');   // a link may hold the GPU to a power limit: h100-sxm5-80gb@500w
+    if ([...$('gpu').options].some((o) => o.value === gpu)) $('gpu').value = gpu;
+    fitWatts();
+    if (cap && !$('watts').disabled) $('watts').value = cap.replace(/w$/i, '');
+    $('gpu').addEventListener('change', fitWatts);
     $('gpus').value = st.gpus; $('seq').value = st.seq; $('tokens').value = st.tokens; $('top').value = st.top;
     if ([...$('framework').options].some((o) => o.value === st.framework)) $('framework').value = st.framework;
     // the recipes the chosen stack's FP8 library runs (Transformer Engine's or torchao's), "the stack's" first
