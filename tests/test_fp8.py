@@ -505,3 +505,22 @@ def test_a_stack_whose_default_recipe_its_library_lacks_is_refused_when_it_is_bu
         replace(fw, fp8_default_recipe="delayed")
     with pytest.raises(ModelcutError, match="not transformer-engine's"):
         replace(catalog.framework("nemo"), fp8_default_recipe="rowwise")
+
+
+def test_a_stack_older_than_a_recipe_refuses_it_in_one_line(capsys):
+    """NeMo 24.07's Transformer Engine (7d576ed, 2024-06-13) has delayed scaling only: its preset
+    offers that recipe, takes it when a run names none, and refuses current scaling in one line,
+    where the nemo preset (NeMo 2.4) runs all four."""
+    assert catalog.framework("nemo-24.07").fp8_recipes == ("delayed",)
+    assert set(catalog.framework("nemo").fp8_recipes) == {"delayed", "current", "blockwise", "mxfp8"}
+    with pytest.raises(ModelcutError, match="predates it"):
+        fp8_mod.for_stack(Training(seq_len=4096, global_batch=8, precision="fp8", fp8_recipe="current"),
+                          catalog.hardware("h100"), catalog.framework("nemo-24.07"))
+    assert main(["predict", "--run", "nemo2407-llama3-8b-8", "--fp8-recipe", "current"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fp8_recipe current is not one nemo-24.07 runs" in err[0]
+    assert main(["predict", "--run", "nemo2407-llama3-8b-8", "--json"]) == 0
+    assert "delayed" in capsys.readouterr().out
+    from dataclasses import replace
+    with pytest.raises(ModelcutError, match="fp8_only must list recipes of transformer-engine"):
+        replace(catalog.framework("nemo"), fp8_only=("rowwise",))

@@ -238,10 +238,10 @@ def default_recipe(hw: Hardware, stack_default: str | None = None) -> str:
 
 def resolve(training: Training, hw: Hardware, *, norm_fused: bool = True, param_gather: bool = False,
             stack_default: str | None = None, library: str = "transformer-engine",
-            compiled: bool = True, stack: str | None = None) -> Fp8 | None:
+            compiled: bool = True, stack: str | None = None, only: tuple[str, ...] = ()) -> Fp8 | None:
     """The run's FP8, or None for a 16-bit run; a recipe the accelerator or the stack's FP8
-    library (:data:`LIBRARY_RECIPES`; ``stack`` names the stack in the error) cannot run is a
-    one-line error."""
+    library (:data:`LIBRARY_RECIPES`; ``stack`` names the stack in the error; ``only``: the library's
+    recipes the stack's release runs, empty for all) cannot run is a one-line error."""
     if training.precision != "fp8":
         return None
     if not hw.fp8_recipes:
@@ -260,6 +260,9 @@ def resolve(training: Training, hw: Hardware, *, norm_fused: bool = True, param_
         who = f"{stack} runs" if stack else "the stack runs"
         raise ModelcutError(f"fp8_recipe {recipe} is not {library}'s: {who} FP8 through {library}, whose "
                             f"recipes are {', '.join(LIBRARY_RECIPES[library])}")
+    if only and recipe not in only:
+        raise ModelcutError(f"fp8_recipe {recipe} is not one {stack or 'the stack'} runs: its {library} "
+                            f"predates it (it runs {', '.join(only)})")
     # torchao's rowwise recipes run wherever torch._scaled_mm has FP8 (torchtitan's float8 converter
     # checks compute capability 8.9: torchtitan/components/quantization/float8.py); the others as
     # Transformer Engine lists them for the accelerator
@@ -281,7 +284,7 @@ def for_stack(training: Training, hw: Hardware, stack) -> Fp8 | None:
     default = stack.fp8_default_recipe
     return resolve(training, hw, norm_fused=stack.fp8_norm_fused, param_gather=stack.fp8_param_gather,
                    stack_default=None if default == "auto" else default, library=stack.fp8_library,
-                   compiled=stack.torch_compile, stack=stack.name)
+                   compiled=stack.torch_compile, stack=stack.name, only=stack.fp8_only)
 
 
 def _quantize(f: Fp8) -> float:

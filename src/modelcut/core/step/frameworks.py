@@ -175,6 +175,8 @@ class Framework:
     the norm (Transformer Engine's LayerNormLinear, as Megatron-core builds its layers);
     ``fp8_param_gather``, weights kept and gathered in FP8; ``fp8_default_recipe``, the recipe
     when the run names none ("auto": Transformer Engine's choice for the accelerator);
+    ``fp8_only``: the recipes of its library the stack's release runs, where it predates some of
+    them (empty: all of them; NeMo 24.07's Transformer Engine has delayed scaling only);
     ``fp8_library``, what runs the FP8 linears and so which recipes exist and what their casts
     cost: "transformer-engine" (Megatron-core, NeMo, llm-foundry's ``amp_fp8``) or "torchao"
     (torchtitan, NeMo AutoModel: :data:`..costs.fp8.LIBRARY_RECIPES`), whose casts TorchInductor
@@ -241,6 +243,7 @@ class Framework:
     fp8_param_gather: bool = False
     fp8_default_recipe: str = "auto"
     fp8_library: str = "transformer-engine"
+    fp8_only: tuple[str, ...] = ()
     torch_compile: bool = False
     fp8_rs_overlap: str = "ring"
     reshard_with_pipeline: bool | None = None
@@ -279,6 +282,11 @@ class Framework:
         if self.fp8_default_recipe != "auto" and self.fp8_default_recipe not in self.fp8_recipes:
             raise ModelcutError(f"framework {self.name}: fp8_default_recipe {self.fp8_default_recipe} is not "
                                 f"{self.fp8_library}'s ({', '.join(self.fp8_recipes)})")
+        if isinstance(self.fp8_only, list):
+            object.__setattr__(self, "fp8_only", tuple(self.fp8_only))
+        if not isinstance(self.fp8_only, tuple) or not set(self.fp8_only) <= set(LIBRARY_RECIPES[self.fp8_library]):
+            raise ModelcutError(f"framework {self.name}: fp8_only must list recipes of {self.fp8_library} "
+                                f"({', '.join(LIBRARY_RECIPES[self.fp8_library])}), got {self.fp8_only!r}")
         if self.default_etp not in (None, 1):
             raise ModelcutError(f"framework {self.name}: default_etp must be 1 or left out (tp), got {self.default_etp!r}")
         if self.shared_expert_overlap and self.moe_dispatch not in DISPATCH_SMS:
@@ -287,8 +295,9 @@ class Framework:
 
     @property
     def fp8_recipes(self) -> tuple[str, ...]:
-        """The FP8 recipes this stack's FP8 library runs (:data:`..costs.fp8.LIBRARY_RECIPES`)."""
-        return LIBRARY_RECIPES[self.fp8_library]
+        """The FP8 recipes this stack runs: its FP8 library's (:data:`..costs.fp8.LIBRARY_RECIPES`),
+        those of ``fp8_only`` where its release predates some."""
+        return tuple(r for r in LIBRARY_RECIPES[self.fp8_library] if not self.fp8_only or r in self.fp8_only)
 
     @property
     def nccl_tuner(self) -> NcclTuner:
