@@ -512,6 +512,7 @@ def test_a_stack_older_than_a_recipe_refuses_it_in_one_line(capsys):
     offers that recipe, takes it when a run names none, and refuses current scaling in one line,
     where the nemo preset (NeMo 2.4) runs all four."""
     assert catalog.framework("nemo-24.07").fp8_recipes == ("delayed",)
+    assert catalog.framework("llm-foundry").fp8_recipes == ("delayed",)   # Composer's amp_fp8: DelayedScaling
     assert set(catalog.framework("nemo").fp8_recipes) == {"delayed", "current", "blockwise", "mxfp8"}
     with pytest.raises(ModelcutError, match="predates it"):
         fp8_mod.for_stack(Training(seq_len=4096, global_batch=8, precision="fp8", fp8_recipe="current"),
