@@ -257,6 +257,8 @@ class Framework:
     source: str = ""
 
     def __post_init__(self) -> None:
+        if isinstance(self.fp8_only, list):   # as a TOML row writes it
+            object.__setattr__(self, "fp8_only", tuple(self.fp8_only))
         choices = {"selective": ("attention", "op"), "moe_dispatch": ("all-to-all", "deepep"),
                    "cp_kind": ("ring", "allgather"), "cp_impl": CP_IMPLS, "nccl": tuple(NCCL_TUNERS), "zero3_runtime": ("unit", "deepspeed-0.3"),
                    "fp8_default_recipe": ("auto", *FP8_RECIPES), "fp8_rs_overlap": ("ring", "pipeline"),
@@ -282,8 +284,6 @@ class Framework:
         if self.fp8_default_recipe != "auto" and self.fp8_default_recipe not in self.fp8_recipes:
             raise ModelcutError(f"framework {self.name}: fp8_default_recipe {self.fp8_default_recipe} is not "
                                 f"{self.fp8_library}'s ({', '.join(self.fp8_recipes)})")
-        if isinstance(self.fp8_only, list):
-            object.__setattr__(self, "fp8_only", tuple(self.fp8_only))
         if not isinstance(self.fp8_only, tuple) or not set(self.fp8_only) <= set(LIBRARY_RECIPES[self.fp8_library]):
             raise ModelcutError(f"framework {self.name}: fp8_only must list recipes of {self.fp8_library} "
                                 f"({', '.join(LIBRARY_RECIPES[self.fp8_library])}), got {self.fp8_only!r}")
