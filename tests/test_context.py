@@ -256,3 +256,58 @@ def test_pytorch_context_parallelism_holds_fp32_accumulators(cp, t, b, seq_k, ki
     from modelcut.core.step.layers import LayerSetup
     with pytest.raises(ModelcutError, match="cp_impl must be one of"):
         LayerSetup(micro_batch=b, seq_len=seq, cp_impl="megatron")
+
+
+CP_RUN = """[model]
+name = "llama3-8b"
+[hardware]
+gpu = "h100"
+gpus = 32
+[layout]
+tp = 4
+cp = 8
+cp_kind = "{kind}"
+[training]
+seq_len = 131072
+global_batch = 8
+recompute = "full"
+[settings]
+framework = "nemo"
+"""
+
+
+@pytest.mark.parametrize("kind, ours", [("p2p", "ring"), ("P2P", "ring"), ("all_gather", "allgather"),
+                                        ("allgather", "allgather"), ("ring", "ring")])
+def test_the_stacks_names_for_the_forms_are_taken(tmp_path, capsys, kind, ours):
+    """Megatron-LM's --cp-comm-type p2p and allgather (and their spellings) are modelcut's ring and
+    allgather: the same prediction as modelcut's own name."""
+    import json
+    from modelcut.cli import main
+    out = {}
+    for k in (kind, ours):
+        f = tmp_path / f"{k}.toml"
+        f.write_text(CP_RUN.format(kind=k))
+        assert main(["predict", str(f), "--json"]) == 0
+        out[k] = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert out[kind] == out[ours]
+    assert context.cp_kind_name(kind) == ours
+
+
+@pytest.mark.parametrize("kind, says", [("a2a", "all-to-all context parallelism"),
+                                        ("a2a+p2p", "hierarchical context parallelism"),
+                                        ("ulysses", "DeepSpeed-Ulysses")])
+def test_forms_modelcut_does_not_time_are_refused_in_one_line(tmp_path, capsys, kind, says):
+    from fastapi.testclient import TestClient
+    from modelcut.cli import main
+    from modelcut.web.app import create_app
+    f = tmp_path / "run.toml"
+    f.write_text(CP_RUN.format(kind=kind))
+    for argv in (["predict", str(f)], ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32",
+                                       "--seq", "131072", "--global-batch-tokens", "1M", "--cp-kinds", kind]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err and "does not time" in err
+    r = TestClient(create_app()).post("/api/explore", json={"model": "llama3-8b", "gpu": "h100", "gpus": 32,
+                                                            "seq": 131072, "global_batch_tokens": 1048576,
+                                                            "cp_kinds": [kind]})
+    assert r.status_code == 422 and says in r.json()["detail"]

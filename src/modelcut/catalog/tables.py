@@ -3,6 +3,7 @@ missing fields are one-line errors."""
 
 from __future__ import annotations
 
+from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
 from ..core.specs import Layout, ModelSpec, Training
 
@@ -63,6 +64,11 @@ def layout_from_table(table: dict, where: str = "[layout]") -> Layout:
     for k in ("sequence_parallel",):
         if k in d and not isinstance(d[k], bool):
             raise ModelcutError(f"{where}: {k} must be true or false, got {d[k]!r}")
+    if isinstance(d.get("cp_kind"), str):   # as the stacks name it: Megatron-LM's --cp-comm-type p2p, allgather
+        try:
+            d["cp_kind"] = cp_kind_name(d["cp_kind"])
+        except ModelcutError as exc:
+            raise ModelcutError(f"{where}: {exc}") from None
     return Layout(**d)
 
 

@@ -73,6 +73,32 @@ BYTES = BF16_BYTES
 BWD_RATIO = 2.0
 CP_KINDS = ("ring", "allgather")
 
+#: The forms as the stacks name them: Megatron-LM's ``--cp-comm-type`` p2p (Transformer Engine's
+#: ring exchange) and allgather (megatron/training/arguments.py @d98e8a64dd: "p2p, a2a, allgather or
+#: a2a+p2p"; NeMo's ``cp_comm_type`` passes the same names), with the spellings users write.
+CP_KIND_NAMES = {"p2p": "ring", "ring": "ring", "allgather": "allgather", "all_gather": "allgather",
+                 "all-gather": "allgather"}
+
+#: Forms the stacks run that modelcut does not time, each with the reason as its error.
+UNTIMED_CP_KINDS = {
+    "a2a": "is Megatron-LM's all-to-all context parallelism (Ulysses: each rank gathers the whole "
+           "sequence for its share of the heads), which modelcut does not time; it times p2p (ring) and allgather",
+    "a2a+p2p": "is Megatron-LM's hierarchical context parallelism (all-to-all inside a group, ring "
+               "across groups), which modelcut does not time; it times p2p (ring) and allgather",
+    "ulysses": "is DeepSpeed-Ulysses's all-to-all sequence parallelism (each rank gathers the whole "
+               "sequence for its share of the heads), which modelcut does not time; it times p2p (ring) and allgather",
+}
+
+
+def cp_kind_name(name: str) -> str:
+    """A context-parallel form as the stacks name it (``p2p``, ``all_gather``) as modelcut's; a form
+    modelcut does not time (:data:`UNTIMED_CP_KINDS`) is a one-line error with the reason; a name it
+    does not know comes back lower-cased, for the caller's check."""
+    key = str(name).strip().lower()
+    if key in UNTIMED_CP_KINDS:
+        raise ModelcutError(f"cp_kind {name!r} {UNTIMED_CP_KINDS[key]}")
+    return CP_KIND_NAMES.get(key, key)
+
 
 def _pos_int(name: str, x) -> None:
     if isinstance(x, bool) or not isinstance(x, int) or x < 1:
