@@ -139,3 +139,18 @@ def test_the_api_takes_a_capped_gpu_and_refuses_a_bad_cap():
     assert ok.status_code == 200, ok.text
     bad = c.post("/api/explore", json={**body, "gpu": "h100@900w"})
     assert bad.status_code == 422 and "above its 700 W limit" in bad.text
+
+
+def test_the_emitted_launch_settings_say_the_cap_the_search_assumed(capsys):
+    """--emit on a capped GPU starts with the nvidia-smi command that holds the GPUs to the cap; the
+    torchtitan fragment stays valid TOML; an uncapped GPU gets no such line."""
+    import tomllib
+    argv = ["explore", "--model", "llama3-8b", "--gpus", "8", "--seq", "4096", "--global-batch-tokens", "1M"]
+    for emit in ("megatron", "torchtitan", "nemo"):
+        assert main([*argv, "--gpu", "h100@500w", "--emit", emit]) == 0
+        out = capsys.readouterr().out
+        assert "nvidia-smi -pl 500" in out
+        if emit == "torchtitan":
+            tomllib.loads(out[out.index("# the search held"):])
+    assert main([*argv, "--gpu", "h100", "--emit", "megatron"]) == 0
+    assert "nvidia-smi" not in capsys.readouterr().out

@@ -38,7 +38,8 @@ def _emit(res: ExploreResult | None, emit: str, pick: int) -> None:
     """Print the launch settings of the ``pick``-th ranked layout (``--emit``)."""
     if res is None:
         raise ModelcutError("no layout fits; nothing to emit")
-    print(emitter.EMITTERS[emit](res.picked(pick, "emit")))
+    note = emitter.power_note(res.request.hw)
+    print((note + "\n" if note else "") + emitter.EMITTERS[emit](res.picked(pick, "emit")))
 
 
 def _write_trace(res: ExploreResult | None, pick: int, path: Path) -> None:

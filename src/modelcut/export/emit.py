@@ -291,4 +291,13 @@ def nemo_overrides(e: Evaluated) -> str:
 
 
 #: The launch formats ``--emit`` knows, each a function of the chosen layout.
+def power_note(hw) -> str:
+    """The power limit a GPU held to one (``h100@500w``, :func:`..core.costs.kernels.held_to`) was
+    searched at, as the command that sets it; empty for a GPU at its own limit."""
+    if "@" not in hw.name or hw.power_w is None:
+        return ""
+    return (f"# the search held each GPU to {hw.power_w:g} W: set it on every node with "
+            f"nvidia-smi -pl {hw.power_w:g}")
+
+
 EMITTERS = {"megatron": megatron_args, "torchtitan": torchtitan_toml, "nemo": nemo_overrides}
