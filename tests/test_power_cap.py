@@ -47,7 +47,7 @@ def test_the_500_w_h100_is_the_h100_sxm_held_to_500_w():
     assert CAPPED.sustained_frac == pytest.approx(H100.sustained_frac * (500 / 685) ** (1 / 3))
     assert CAPPED.sustained_frac == pytest.approx(0.7995, abs=1e-4)
     assert CAPPED.peak_flops_16 == H100.peak_flops_16 and CAPPED.arch == H100.arch
-    assert CAPPED.mem_bytes == 96e9 and CAPPED.mem_bw == 2.4e12
+    assert CAPPED.mem_bytes == 94 * 2**30 and CAPPED.mem_bw == 2.4e12
     for g in ("h100-96gb", "H100 96GB", "grand-teton-h100", "h100-96gb-500w"):
         assert catalog.hardware(g).name == CAPPED.name
 
@@ -87,7 +87,7 @@ def _predict(tmp_path, gpu: str) -> dict:
 
 def test_a_step_on_the_capped_part_is_slower_and_has_more_room(tmp_path):
     """The same run on the 500 W, 96 GB part: slower than on the 700 W H100 by no more than its
-    products' clock and its memory's bandwidth allow, with 96 GB to fit in."""
+    products' clock and its memory's bandwidth allow, with 94 GiB to fit in."""
     full, capped = _predict(tmp_path, "h100"), _predict(tmp_path, "h100-96gb")
     slower = capped["step_time_s"] / full["step_time_s"]
     assert 1.0 < slower <= max(H100.sustained_frac / CAPPED.sustained_frac, 3.35 / 2.4) + 1e-9
