@@ -655,6 +655,8 @@ def one_line(exc: ValidationError | list[dict], where: str = "", names: dict[str
         raw = field
         if names and field in names:
             field = names[field]
+        elif names and field.split("[")[0] in names:   # an item of a list option: the flag with its item
+            field = names[field.split("[")[0]] + field[field.index("["):]
         ctx = err.get("ctx") or {}
         known = _known(raw) if err.get("type") == "literal_error" else None
         if isinstance(ctx.get("error"), LimitError):   # the cap's own line says it all
