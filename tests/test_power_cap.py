@@ -112,6 +112,8 @@ def test_any_gpu_with_a_measured_draw_can_be_held_to_a_lower_limit():
 
 @pytest.mark.parametrize("name, says", [
     ("h100@900w", "above its 700 W limit"),
+    ("h100@150w", "below its 200 W minimum"),
+    ("b200@100w", "below its 200 W minimum"),
     ("a100@300w", "no power draw is known"),          # the A100 PCIe's 300 W rate contradicts the cube law
     ("gh200@500w", "no power draw is known"),
     ("h100@0w", "positive number of watts"),

@@ -473,6 +473,7 @@ class Hardware:
     sustained_frac: float = 1.0   # measured sustained / burst matmul throughput (power-limited clocks)
     fp8_ceiling: float | None = None   # its own measured maximum achievable FP8 matmul (burst, FLOP/s)
     power_w: float | None = None       # the power limit it runs at (W): the datasheet's, or a cap
+    power_min_w: float | None = None   # the lowest power limit it takes (W); None: unknown
     sustained_power_w: float | None = None   # the draw (W) at which ``sustained_frac`` holds; None: unknown
     kernels: Any = field(default=None, compare=False, repr=False)   # KernelTables, the catalog attaches them
 

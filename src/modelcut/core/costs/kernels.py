@@ -179,7 +179,8 @@ def power_capped_share(share: float, measured_w: float, cap_w: float) -> float:
 def held_to(hw: Hardware, cap_w: float) -> Hardware:
     """``hw`` held to a power limit of ``cap_w`` watts (``nvidia-smi -pl``): its sustained matmul
     share by :func:`power_capped_share` from the draw it was measured at, everything else its own.
-    A cap needs that draw (``hw.sustained_power_w``) and may not exceed the device's limit."""
+    A cap needs that draw (``hw.sustained_power_w``) and lies within the limits the device takes
+    (``hw.power_min_w`` to ``hw.power_w``)."""
     if isinstance(cap_w, bool) or not isinstance(cap_w, (int, float)) or not math.isfinite(cap_w) or cap_w <= 0:
         raise ModelcutError(f"a power cap must be a positive number of watts, got {cap_w!r}")
     if hw.sustained_power_w is None or hw.power_w is None:
@@ -187,6 +188,9 @@ def held_to(hw: Hardware, cap_w: float) -> Hardware:
                             "cap cannot be applied to it")
     if cap_w > hw.power_w:
         raise ModelcutError(f"{hw.name}: a power cap of {cap_w:g} W is above its {hw.power_w:g} W limit")
+    if hw.power_min_w is None or cap_w < hw.power_min_w:
+        floor = "an unknown minimum" if hw.power_min_w is None else f"its {hw.power_min_w:g} W minimum"
+        raise ModelcutError(f"{hw.name}: a power cap of {cap_w:g} W is below {floor}")
     return replace(hw, name=f"{hw.name}@{cap_w:g}w", aliases=(), power_w=float(cap_w),
                    sustained_frac=power_capped_share(hw.sustained_frac, hw.sustained_power_w, cap_w),
                    sustained_power_w=min(float(cap_w), hw.sustained_power_w),
