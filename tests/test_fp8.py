@@ -521,7 +521,7 @@ def test_a_stack_older_than_a_recipe_refuses_it_in_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fp8_recipe current is not one nemo-24.07 runs" in err[0]
     assert main(["predict", "--run", "nemo2407-llama3-8b-8", "--json"]) == 0
-    assert "delayed" in capsys.readouterr().out
+    assert json.loads(capsys.readouterr().out)["memory"]["assumptions"]["fp8_recipe"] == "delayed"
     from dataclasses import replace
     with pytest.raises(ModelcutError, match="fp8_only must list recipes of transformer-engine"):
         replace(catalog.framework("nemo"), fp8_only=("rowwise",))

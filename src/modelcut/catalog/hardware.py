@@ -9,6 +9,7 @@ from functools import lru_cache
 from importlib import resources
 
 from ..core.costs import comm, kernels
+from ..core.errors import ModelcutError
 from ..core.specs import Hardware, Layout
 from .kernels import tables_for
 from .names import NameIndex
@@ -25,12 +26,15 @@ def _hardware_index() -> NameIndex[Hardware]:
         row["aliases"] = tuple(row.get("aliases", ()))
         row["fp8_recipes"] = tuple(row.get("fp8_recipes", ()))
         row.pop("net_half_device", None)
-        if "sustained_from" in row:   # a power-capped variant: the measured share of its die, held to its cap
-            ref = by_name[row.pop("sustained_from")]
-            row["sustained_frac"] = kernels.power_capped_share(
-                ref["sustained_frac"], ref["sustained_power_w"], row["power_w"])
-            row["sustained_power_w"] = min(row["power_w"], ref["sustained_power_w"])
+        src = row.pop("sustained_from", None)   # a power-capped variant: its die's measured share, held to its limit
+        if src is not None and src not in by_name:
+            raise ModelcutError(f"hardware.toml {row['name']!r}: sustained_from names no row ({src!r})")
+        ref = by_name[src] if src is not None else None
+        if ref is not None:
+            row.update(sustained_frac=ref["sustained_frac"], sustained_power_w=ref["sustained_power_w"])
         hw = Hardware(**row)
+        if ref is not None:
+            hw = kernels.at_power(hw, hw.power_w)
         built[hw.name] = replace(hw, kernels=tables_for(hw.arch, by_name))
     for row in rows:
         hw = built[row["name"]]
@@ -69,8 +73,7 @@ def all_hardware() -> list[Hardware]:
 def cappable_keys() -> tuple[str, ...]:
     """The names and aliases (lower case) of the GPUs a power cap can hold (``<gpu>@<watts>w``):
     those whose sustained share has a measured draw."""
-    return tuple(k.lower() for h in all_hardware() if h.sustained_power_w is not None and h.power_w is not None
-                 for k in (h.name, *h.aliases))
+    return tuple(k.lower() for h in all_hardware() if h.cappable for k in (h.name, *h.aliases))
 
 
 def hardware_keys() -> tuple[str, ...]:

@@ -477,9 +477,16 @@ class Hardware:
     sustained_power_w: float | None = None   # the draw (W) at which ``sustained_frac`` holds; None: unknown
     kernels: Any = field(default=None, compare=False, repr=False)   # KernelTables, the catalog attaches them
 
+    @property
+    def cappable(self) -> bool:
+        """Whether a lower power limit can be derived for it (``<gpu>@<watts>w``,
+        :func:`.costs.kernels.held_to`): the draw behind its sustained share and its limits known."""
+        return None not in (self.sustained_power_w, self.power_w, self.power_min_w)
+
     def as_dict(self) -> dict:
-        """The figures as JSON, without the kernel tables."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "kernels"}
+        """The figures as JSON, without the kernel tables; ``cappable`` beside them."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "kernels"},
+                "cappable": self.cappable}
 
     def __post_init__(self) -> None:
         for k in ("link_busbw_frac", "net_busbw_frac", "mem_bw_frac", "sustained_frac"):

@@ -61,7 +61,7 @@ def _hardware() -> list[dict[str, Any]]:
              "peak_tflops_8": (h.peak_flops_8 / 1e12) if h.fp8_recipes else None,
              "memory_gb": h.mem_bytes / 1e9, "memory_gib": h.mem_bytes / 2**30, "memory_tb_s": h.mem_bw / 1e12,
              "link_gb_s": h.link_bw / 1e9, "net_gb_s": h.net_bw / 1e9, "per_node": h.per_node,
-             "power_w": h.power_w, "power_cap": h.sustained_power_w is not None and h.power_w is not None,
+             "power_w": h.power_w, "power_cap": h.cappable,
              "fp8_recipes": list(h.fp8_recipes), "source": h.source} for h in catalog.all_hardware()]
 
 

@@ -166,7 +166,8 @@ def power_capped_share(share: float, measured_w: float, cap_w: float) -> float:
         share · min(1, (cap_w / measured_w))^(1/3)
 
     A saturated matrix product is power-bound (the device's draw sits at its limit while its clock
-    settles below the boost clock), and CMOS dynamic power is P = α·C·V²·f with the supply voltage
+    settles below the boost clock), and CMOS dynamic power is P = α·C·V²·f (Weste and Harris, *CMOS
+    VLSI Design*, power chapter) with the supply voltage
     scaled in proportion to the clock over the DVFS range, so P ∝ f³ and the settled clock goes as
     the cube root of the power the device may draw. Static and memory power are left out, so this is
     the smallest slowdown a cap can cost: with a static share, or a voltage already at its floor
@@ -176,24 +177,29 @@ def power_capped_share(share: float, measured_w: float, cap_w: float) -> float:
     return share * min(1.0, cap_w / measured_w) ** (1.0 / 3.0)
 
 
+def at_power(hw: Hardware, cap_w: float) -> Hardware:
+    """``hw`` at a power limit of ``cap_w`` watts: its sustained matmul share by
+    :func:`power_capped_share` from the draw it was measured at (``hw.sustained_power_w``), which
+    the cap then bounds; its name and other figures its own (a capped catalog row keeps its own)."""
+    return replace(hw, power_w=float(cap_w),
+                   sustained_frac=power_capped_share(hw.sustained_frac, hw.sustained_power_w, cap_w),
+                   sustained_power_w=min(float(cap_w), hw.sustained_power_w))
+
+
 def held_to(hw: Hardware, cap_w: float) -> Hardware:
-    """``hw`` held to a power limit of ``cap_w`` watts (``nvidia-smi -pl``): its sustained matmul
-    share by :func:`power_capped_share` from the draw it was measured at, everything else its own.
-    A cap needs that draw (``hw.sustained_power_w``) and lies within the limits the device takes
-    (``hw.power_min_w`` to ``hw.power_w``)."""
+    """``hw`` held to a power limit of ``cap_w`` watts (``nvidia-smi -pl``) and named so
+    (``<name>@<watts>w``): :func:`at_power`. A cap needs the draw behind the sustained share and lies
+    within the limits the device takes (``hw.power_min_w`` to ``hw.power_w``: ``hw.cappable``)."""
     if isinstance(cap_w, bool) or not isinstance(cap_w, (int, float)) or not math.isfinite(cap_w) or cap_w <= 0:
         raise ModelcutError(f"a power cap must be a positive number of watts, got {cap_w!r}")
-    if hw.sustained_power_w is None or hw.power_w is None:
+    if not hw.cappable:
         raise ModelcutError(f"{hw.name}: no power draw is known for its sustained matmul share, so a power "
                             "cap cannot be applied to it")
     if cap_w > hw.power_w:
         raise ModelcutError(f"{hw.name}: a power cap of {cap_w:g} W is above its {hw.power_w:g} W limit")
-    if hw.power_min_w is None or cap_w < hw.power_min_w:
-        floor = "an unknown minimum" if hw.power_min_w is None else f"its {hw.power_min_w:g} W minimum"
-        raise ModelcutError(f"{hw.name}: a power cap of {cap_w:g} W is below {floor}")
-    return replace(hw, name=f"{hw.name}@{cap_w:g}w", aliases=(), power_w=float(cap_w),
-                   sustained_frac=power_capped_share(hw.sustained_frac, hw.sustained_power_w, cap_w),
-                   sustained_power_w=min(float(cap_w), hw.sustained_power_w),
+    if cap_w < hw.power_min_w:
+        raise ModelcutError(f"{hw.name}: a power cap of {cap_w:g} W is below its {hw.power_min_w:g} W minimum")
+    return replace(at_power(hw, cap_w), name=f"{hw.name}@{cap_w:g}w", aliases=(),
                    source=f"{hw.source}; held to {cap_w:g} W (its sustained matmul share by kernels.power_capped_share)")
 
 

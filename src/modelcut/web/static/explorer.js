@@ -46,10 +46,10 @@
   /** The power limit field for the chosen GPU: its datasheet limit as the hint and its range, off where no cap can be derived. */
   function fitWatts() {
     const hw = hardware[$('gpu').value] || {};
-    const capped = hw.power_w != null && hw.sustained_power_w != null;
+    const capped = Boolean(hw.cappable);   // the server's word (Hardware.cappable)
     $('watts').disabled = !capped;
     $('watts').max = capped ? String(hw.power_w) : '';
-    $('watts').min = capped && hw.power_min_w != null ? String(hw.power_min_w) : '1';
+    $('watts').min = capped ? String(hw.power_min_w) : '1';
     $('watts').placeholder = capped ? `${hw.power_w} (its limit)` : 'no cap';
     if (!capped) $('watts').value = '';
   }
