@@ -293,9 +293,7 @@ def test_the_stacks_names_for_the_forms_are_taken(tmp_path, capsys, kind, ours):
     assert context.cp_kind_name(kind) == ours
 
 
-@pytest.mark.parametrize("kind, says", [("a2a", "all-to-all context parallelism"),
-                                        ("a2a+p2p", "hierarchical context parallelism"),
-                                        ("ulysses", "DeepSpeed-Ulysses")])
+@pytest.mark.parametrize("kind, says", [("a2a+p2p", "hierarchical context parallelism")])
 def test_forms_modelcut_does_not_time_are_refused_in_one_line(tmp_path, capsys, kind, says):
     from fastapi.testclient import TestClient
     from modelcut.cli import main

@@ -165,7 +165,7 @@ def explore(
     eps: Optional[str] = typer.Option(None, "--eps", help="expert-parallel sizes to try (MoE models; default: "
                                                           "every divisor of the experts that divides dp)"),
     cp_kinds: str = typer.Option(",".join(CP_KINDS), "--cp-kinds",
-                                 help="context-parallel forms to try when cp > 1: ring, allgather"),
+                                 help="context-parallel forms to try when cp > 1: ring, allgather, a2a (each where the stack runs it; a2a where cp divides the heads)"),
     pareto_within: float = typer.Option(PARETO_WITHIN, "--pareto-within",
                                         help="time every layout within this fraction of the best (the Pareto set)"),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="time every layout that fits (no lower bound)"),

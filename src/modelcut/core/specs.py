@@ -204,7 +204,7 @@ class Layout:
     tp (Korthikanti et al. 2022); None leaves it to the stack as well (``Framework.resolve``) and
     otherwise means off. ``order`` is the rank order, innermost first (default
     :data:`DEFAULT_ORDER`).
-    ``cp_kind`` is context parallelism's form, "ring" or "allgather"; None leaves it to the
+    ``cp_kind`` is context parallelism's form, "ring", "allgather" or "a2a"; None leaves it to the
     training stack (the default model's framework preset) and otherwise means the all-gather
     form (:attr:`cp_form`).
     ``dp_shard`` is hybrid sharding: ZeRO's sharded states split over dp_shard·cp ranks and
@@ -241,8 +241,8 @@ class Layout:
             raise ModelcutError(f"sequence_parallel must be true or false, got {self.sequence_parallel!r}")
         if self.zero not in (None, 0, 1, 2, 3):
             raise ModelcutError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.cp_kind not in (None, "ring", "allgather"):
-            raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {self.cp_kind!r}")
+        if self.cp_kind not in (None, "ring", "allgather", "a2a"):
+            raise ModelcutError(f"cp_kind must be 'ring', 'allgather' or 'a2a', got {self.cp_kind!r}")
 
     @property
     def gpus(self) -> int:

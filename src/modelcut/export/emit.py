@@ -60,7 +60,10 @@ from ..core.costs.fp8 import ROWWISE
 from ..core.explore import Evaluated
 from ..core.sim import registry
 
-_CP_KIND = {"allgather": "allgather", "ring": "p2p"}
+#: modelcut's context-parallel forms by Megatron-LM's --cp-comm-type names (NeMo's cp_comm_type spells
+#: the all-gather form all_gather: Megatron-core transformer_config.py, Transformer Engine).
+_CP_KIND = {"allgather": "allgather", "ring": "p2p", "a2a": "a2a"}
+_NEMO_CP_KIND = {"allgather": "all_gather", "ring": "p2p", "a2a": "a2a"}
 #: modelcut's FP8 recipes by Megatron-core's (and NeMo's) names: current scaling is "tensorwise".
 _MCORE_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 
@@ -175,7 +178,10 @@ def torchtitan_toml(e: Evaluated) -> str:
     if s.ep > 1:
         # torchtitan's default expert tensor parallelism is 1; modelcut's layout says which it timed
         out += [f"expert_parallel_degree = {s.ep}", f"expert_tensor_parallel_degree = {s.expert_tp}"]
-    if s.cp > 1:
+    if s.cp > 1 and lay.cp_form == "a2a":
+        out.append("# the layout's all-to-all (Ulysses) context parallelism: torchtitan rotates K and V "
+                   "(allgather or alltoall) and has no head-cut form")
+    elif s.cp > 1:
         rotate = "allgather" if lay.cp_form == "allgather" else "alltoall"
         out.append(f"context_parallel_rotate_method = {_toml_str(rotate)}")
     out.append(f"pipeline_parallel_degree = {s.pp}")
@@ -251,7 +257,7 @@ def nemo_overrides(e: Evaluated) -> str:
         lines += ["trainer.strategy.account_for_embedding_in_pipeline_split=true",
                   "trainer.strategy.account_for_loss_in_pipeline_split=true"]
     if s.cp > 1:
-        lines.append(f"model.config.cp_comm_type={'all_gather' if lay.cp_form == 'allgather' else 'p2p'}")
+        lines.append(f"model.config.cp_comm_type={_NEMO_CP_KIND[lay.cp_form]}")
     if e.zero == 1:
         lines.append("optim.config.use_distributed_optimizer=true")
     elif e.zero in (2, 3):

@@ -24,9 +24,10 @@ pp = 8
 dp = 1
 # ep = 8                 # expert parallelism (an MoE model; divides the experts and dp)
 # etp = 1                # expert tensor parallelism (default tp)
-# cp_kind = "ring"       # or "allgather": context parallelism's form (with cp > 1; default: the
-#                        # framework's, ring for megatron-core/nemo, all-gather otherwise; Megatron-LM's
-#                        # --cp-comm-type names p2p and allgather are taken too, its a2a is not timed)
+# cp_kind = "ring"       # or "allgather" or "a2a" (all-to-all, Ulysses): context parallelism's form (with
+#                        # cp > 1; default: the framework's, ring for megatron-core/nemo, all-gather
+#                        # otherwise; Megatron-LM's --cp-comm-type names p2p, allgather and a2a are taken
+#                        # too, its a2a+p2p is not timed)
 # zero = 3               # ZeRO stage 0-3 (default: the framework's, 3 for the FSDP presets and
 #                        # deepspeed-zero3, at least 1 with Megatron's distributed optimizer)
 # dp_shard = 8           # hybrid sharding (zero >= 1): ZeRO's states split over dp_shard·cp ranks and

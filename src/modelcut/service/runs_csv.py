@@ -34,7 +34,7 @@ CSV_COLUMNS: dict[str, str] = {
     "tp": "tensor-parallel size", "cp": "context-parallel size (default 1)", "pp": "pipeline stages",
     "dp": "data-parallel size", "vpp": "interleaved chunks per device (default 1)",
     "ep": "expert-parallel size (an MoE model; default 1)", "etp": "expert tensor-parallel size (default tp)",
-    "cp_kind": "with cp > 1: ring or allgather (default: the stack's)",
+    "cp_kind": "with cp > 1: ring, allgather or a2a (default: the stack's)",
     "schedule": "a pipeline schedule of the registry (modelcut list schedules; default: 1F1B, interleaved with vpp > 1)",
     "order": "rank order, innermost first, e.g. tp;cp;pp;dp (default: Megatron-core's, tp;cp;ep;dp;pp)",
     "sequence_parallel": "true/false (default: the stack's, on with tp > 1 under Megatron-core and torchtitan)", "zero": "ZeRO stage 0-3 (default: the stack's, 3 under FSDP)",

@@ -31,8 +31,23 @@ Two forms, chosen per run (``Layout.cp_kind``):
   ``gather_along_first_dim`` on k and v again in its backward
   (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @9c61cd7e5e0c).
 
-Both put the same (cp − 1) · block bytes on the wire in the forward and compute the same
-attention: they agree on FLOPs and differ in what is exposed and in memory.
+* ``"a2a"`` (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv 2309.14509 §3.1; Megatron-LM's
+  ``--cp-comm-type a2a``, Transformer Engine's ``AttnFuncWithCPAndQKVOA2A``): an all-to-all
+  trades the sequence cut for a head cut before the attention, so each rank holds the whole
+  sequence's Q, K and V for heads/(t·cp) of the heads, runs one ordinary causal attention over the
+  whole sequence, and a second all-to-all trades the output back. Each rank sends (cp − 1)/cp of
+  its b·(s/cp)·(q_t + 2·kv_t)·2 bytes of Q, K, V and of its b·(s/cp)·q_t·2 bytes of output; the
+  backward sends dO one way and dQ, dK, dV the other, as many bytes, one all-to-all a tensor
+  (:func:`a2a_tensors`). None of it overlaps the attention: Transformer Engine's
+  ``flash_attn_a2a_communicate`` makes the compute stream wait for every exchange
+  (TransformerEngine v2.18 ``context_parallel.py``), and the reorders around them are
+  memory-bound copies (:func:`a2a_copy_bytes`). The heads must split: heads/t and kv heads/t
+  each a multiple of cp (:func:`heads_split_problem`).
+
+The first two put the same (cp − 1) · block bytes on the wire in the forward and compute the same
+attention; the all-to-all computes it too, at the whole sequence's length on fewer heads, and
+moves Q and the output instead of passing K and V round. All three agree on FLOPs and differ in
+what is exposed and in memory.
 
 Here kv_t = kv_heads·head_dim/t, the K (or V) width on one tensor-parallel rank; with more ranks
 than KV heads each rank keeps one head (Megatron-LM replicates KV heads), kv_t = head_dim.
@@ -71,22 +86,19 @@ BYTES = BF16_BYTES
 #: Backward attention work over forward (Narayanan et al. 2021 §5.1: the backward pass is twice
 #: the forward's matrix products).
 BWD_RATIO = 2.0
-CP_KINDS = ("ring", "allgather")
+CP_KINDS = ("ring", "allgather", "a2a")
 
 #: The forms as the stacks name them: Megatron-LM's ``--cp-comm-type`` p2p (Transformer Engine's
 #: ring exchange) and allgather (megatron/training/arguments.py @d98e8a64dd: "p2p, a2a, allgather or
 #: a2a+p2p"; NeMo's ``cp_comm_type`` passes the same names), with the spellings users write.
 CP_KIND_NAMES = {"p2p": "ring", "ring": "ring", "allgather": "allgather", "all_gather": "allgather",
-                 "all-gather": "allgather"}
+                 "all-gather": "allgather", "a2a": "a2a", "all-to-all": "a2a", "alltoall": "a2a",
+                 "ulysses": "a2a"}
 
 #: Forms the stacks run that modelcut does not time, each with the reason as its error.
 UNTIMED_CP_KINDS = {
-    "a2a": "is Megatron-LM's all-to-all context parallelism (Ulysses: each rank gathers the whole "
-           "sequence for its share of the heads), which modelcut does not time; it times p2p (ring) and allgather",
     "a2a+p2p": "is Megatron-LM's hierarchical context parallelism (all-to-all inside a group, ring "
-               "across groups), which modelcut does not time; it times p2p (ring) and allgather",
-    "ulysses": "is DeepSpeed-Ulysses's all-to-all sequence parallelism (each rank gathers the whole "
-               "sequence for its share of the heads), which modelcut does not time; it times p2p (ring) and allgather",
+               "across groups), which modelcut does not time; it times p2p (ring), allgather and a2a",
 }
 
 
@@ -205,6 +217,67 @@ def query_width_per_rank(model: ModelSpec, t: int = 1) -> int:
     run's check has t divide the heads)."""
     _pos_int("t", t)
     return model.heads // t * model.d_head
+
+
+def heads_split_problem(model: ModelSpec, t: int, cp: int) -> str | None:
+    """Why the all-to-all form cannot cut this model's heads over cp ranks, or None: each rank
+    takes heads/(t·cp) query heads and kv_heads/(t·cp) K and V heads, so both per-tensor-parallel
+    counts must be multiples of cp (DeepSpeed-Ulysses: "the number of attention heads ... must be
+    divisible by the sequence parallel size", Jacobs et al. 2023 §3.1; Transformer Engine asserts
+    the same of Q's and K's head counts before its all-to-all)."""
+    _pos_int("t", t)
+    _pos_int("cp", cp)
+    q_heads, kv_heads = model.heads // t, max(model.kv_heads // t, 1)
+    if q_heads % cp:
+        return f"the a2a form of context parallelism needs cp ({cp}) to divide the heads per tensor-parallel rank ({q_heads})"
+    if kv_heads % cp:
+        return (f"the a2a form of context parallelism needs cp ({cp}) to divide the KV heads per tensor-parallel rank "
+                f"({kv_heads}); use ring or allgather")
+    return None
+
+
+#: Bytes a 16-bit element each reorder around Transformer Engine's all-to-alls moves (TransformerEngine
+#: v2.18 ``context_parallel.py`` ``flash_attn_a2a_communicate``): towards the head cut (Q, K, V; dO)
+#: one ``movedim(...).contiguous()`` copy before the send, read 2 + write 2, and after the receive
+#: another with the ``index_select`` that undoes the load-balanced chunk order, 4 + 4; towards the
+#: sequence cut (the output; dQ, dK, dV) the reverse, ``reorder_seq_chunks_for_a2a_after_attn``'s
+#: copy and select before, one copy after.
+A2A_COPY_BYTES = {"to_heads": (2 * BYTES, 4 * BYTES), "to_sequence": (4 * BYTES, 2 * BYTES)}
+
+
+def a2a_tensors(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int = 1
+                ) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], tuple[tuple[float, ...], tuple[float, ...]]]:
+    """The bytes one rank holds of each tensor the all-to-all form exchanges, per layer and
+    micro-batch, 16-bit, in the order it sends them (one ``all_to_all_single`` a tensor:
+    TransformerEngine v2.18 ``AttnFuncWithCPAndQKVOA2A``): forward ((Q, K, V), (O,)), backward
+    ((dO,), (dQ, dK, dV)), with Q, O, dO, dQ b·(s/cp)·q_t·2 bytes and K, V, dK, dV
+    b·(s/cp)·kv_t·2. Each all-to-all sends (cp − 1)/cp of its tensor (:func:`.comm.all_to_all`).
+    The backward exchanges no output: the forward keeps its head-cut output for it (v2.8 on)."""
+    _pos_int("micro_batch", micro_batch)
+    _pos_int("cp", cp)
+    rows = micro_batch * seq / cp
+    q, kv = rows * query_width_per_rank(model, t) * BYTES, rows * kv_width_per_rank(model, t) * BYTES
+    return ((q, kv, kv), (q,)), ((q,), (q, kv, kv))
+
+
+def a2a_copy_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int = 1) -> tuple[float, float]:
+    """(forward, backward) bytes of the all-to-all form's reorders on the compute stream, per layer
+    and micro-batch (:data:`A2A_COPY_BYTES` an element): of each exchange, the first tensor's
+    reorder before its send and the last one's after its receive. The reorders between run on
+    Transformer Engine's ``cp_stream`` while the next tensor is in flight, so the exchange hides
+    them (``flash_attn_a2a_communicate``). Zero without context parallelism."""
+    if cp <= 1:
+        return 0.0, 0.0
+    fwd, bwd = a2a_tensors(model, micro_batch, seq, cp, t)
+
+    def pass_bytes(sets, directions) -> float:
+        total = 0.0
+        for tensors, way in zip(sets, directions):
+            pre, post = A2A_COPY_BYTES[way]
+            total += (tensors[0] * pre + tensors[-1] * post) / BYTES
+        return total
+
+    return pass_bytes(fwd, ("to_heads", "to_sequence")), pass_bytes(bwd, ("to_heads", "to_sequence"))
 
 
 def attention_flops_per_pair(model: ModelSpec, t: int = 1) -> float:
@@ -369,8 +442,8 @@ def torch_exposed(kind: str, step_fwd_s: tuple[float, ...], step_bwd_s: tuple[fl
     same way again, and passes the dK, dV accumulated so far to the next rank after every step
     (always ``_AllToAllRotater``), waiting for the previous rank's after the next step's attention:
     Σ_{k≥1} max(0, grad hop − step k), and the last one, sent after the last step, in full."""
-    if kind not in CP_KINDS:
-        raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {kind!r}")
+    if kind not in ("ring", "allgather"):
+        raise ModelcutError(f"cp_kind {kind!r}: PyTorch's context parallelism, which this stack runs, rotates K and V as a ring or an all-gather only")
     cp = len(step_fwd_s)
     if cp <= 1:
         return 0.0, 0.0
@@ -392,7 +465,7 @@ def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind:
     ``attention_flops_per_s``: the rate the attention kernel reaches on one rank; ``alpha``: the
     latency of one ring step or point-to-point send."""
     if kind not in CP_KINDS:
-        raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {kind!r}")
+        raise ModelcutError(f"cp_kind must be one of {', '.join(CP_KINDS)}, got {kind!r}")
     _pos_int("cp", cp)
     if not attention_flops_per_s > 0:
         raise ModelcutError(f"attention FLOP rate must be positive, got {attention_flops_per_s}")
@@ -406,6 +479,22 @@ def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind:
     flops_fwd = max(pairs) * per_pair
     flops_bwd = bwd_ratio * flops_fwd
     kv_local = blk
+
+    if kind == "a2a":
+        # every rank runs the whole sequence's causal attention on its heads: the mean work
+        flops_fwd = sum(pairs) / cp * per_pair
+        att_f = flops_fwd / attention_flops_per_s
+        fwd, bwd = a2a_tensors(model, micro_batch, seq, cp, t)
+        c_f = sum(comm.all_to_all(cp, x, bw, alpha) for xs in fwd for x in xs)
+        c_b = sum(comm.all_to_all(cp, x, bw, alpha) for xs in bwd for x in xs)
+        w_f = sum(comm.wire_bytes("all-to-all", cp, x) for xs in fwd for x in xs)
+        w_b = sum(comm.wire_bytes("all-to-all", cp, x) for xs in bwd for x in xs)
+        qkv, out = sum(fwd[0]), sum(fwd[1])
+        return CPAttention(
+            kind=kind, cp=cp, flops_fwd=flops_fwd, flops_bwd=bwd_ratio * flops_fwd, attention_fwd_s=att_f,
+            attention_bwd_s=bwd_ratio * att_f, comm_fwd_s=c_f, comm_bwd_s=c_b, exposed_fwd_s=c_f,
+            exposed_bwd_s=c_b, wire_fwd_bytes=w_f, wire_bwd_bytes=w_b, kv_kept_bytes=kv_local,
+            transient_fwd_bytes=qkv if cp > 1 else 0.0, transient_bwd_bytes=qkv + out if cp > 1 else 0.0)
 
     if kind == "allgather":
         att_f = flops_fwd / attention_flops_per_s

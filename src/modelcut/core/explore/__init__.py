@@ -18,8 +18,9 @@ rules offer it, and ``blocks``: full recomputation of the fewest layers of each 
 the layout fits (Megatron-core's block method, :data:`..specs.BLOCKS`; the fewest found by
 bisection, :meth:`.search._Search.fewest_blocks`); ZeRO stage 0–3. Sequence parallelism is on whenever t > 1 (same traffic, t times fewer norm and
 dropout activations; Korthikanti et al. 2022 §4.2.2). Every layout uses exactly N GPUs:
-t·c·p·d = N. With c > 1 both forms of context parallelism are tried (``Space.cp_kinds``: the
-all-gather of Llama 3 and ring attention; :mod:`.context`). For a mixture-of-experts model,
+t·c·p·d = N. With c > 1 every form of context parallelism is tried (``Space.cp_kinds``: the
+all-gather of Llama 3, ring attention, and the all-to-all of DeepSpeed-Ulysses where c divides the
+heads; :mod:`.context`). For a mixture-of-experts model,
 expert parallelism e runs over the divisors of the experts that divide d (the ep group is
 carved from the data-parallel ranks, :mod:`.mesh`; ``Space.eps`` narrows it), expert tensor
 parallelism equal to t. Every layout takes the default rank order, Megatron-core's

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..costs.context import CP_KINDS
 from ..errors import ModelcutError
 from ..sim import registry
 from ..specs import RECOMPUTE_VARIANTS, ModelSpec
@@ -68,8 +69,8 @@ class Capabilities:
             if r not in RECOMPUTE_VARIANTS:
                 raise ModelcutError(f"{where}: recompute variants are {', '.join(RECOMPUTE_VARIANTS)}, got {r!r}")
         for k in self.cp_kinds:
-            if k not in ("ring", "allgather"):
-                raise ModelcutError(f"{where}: cp_kinds are ring and allgather, got {k!r}")
+            if k not in CP_KINDS:
+                raise ModelcutError(f"{where}: cp_kinds are {', '.join(CP_KINDS)}, got {k!r}")
 
     def source(self, name: str) -> str:
         return self.sources.get(name, "")

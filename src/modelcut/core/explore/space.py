@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..costs import flops
-from ..costs.context import CP_KINDS
+from ..costs.context import CP_KINDS, heads_split_problem
 from ..costs.mesh import Mesh, group_crosses_nodes, members_in_node
 from ..sim import registry
 from ..specs import BLOCKS, DEFAULT_ORDER, RECOMPUTE_VARIANTS, Layout, ModelSpec, Run, Training, recompute_variant
@@ -148,7 +148,8 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                 d = gpus // (t * c * p)
                 if global_batch % d:
                     continue
-                kinds = space.cp_kinds if c > 1 else ("allgather",)
+                kinds = (tuple(k for k in space.cp_kinds if k != "a2a" or heads_split_problem(model, t, c) is None)
+                         if c > 1 else ("allgather",))
                 shard = node_shard(t, c, p, d, gpus_per_node, space.order) if space.hybrid_shard else None
                 for e, et in ep_choices(model, d, space, t):
                     shards = (None, shard) if shard is not None and e == 1 else (None,)

@@ -102,14 +102,16 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
 
 def _cp_check(cp: int, cp_kind: str) -> None:
     if cp_kind not in context.CP_KINDS:
-        raise ModelcutError(f"cp_kind must be 'ring' or 'allgather', got {cp_kind!r}")
+        raise ModelcutError(f"cp_kind must be one of {', '.join(context.CP_KINDS)}, got {cp_kind!r}")
 
 
 def cp_kept_extra_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int = 1, cp: int = 1,
                         cp_kind: str = "ring") -> float:
     """K and V one layer keeps for its backward beyond the rank's own, per micro-batch,
-    ``kv_kept_bytes`` − block (:func:`.context.cp_attention`): none for either form (the
-    all-gather form gathers K and V again in the backward, the ring passes them round again)."""
+    ``kv_kept_bytes`` − block (:func:`.context.cp_attention`): none for any form (the
+    all-gather form gathers K and V again in the backward, the ring passes them round again, and
+    the all-to-all form keeps the whole sequence's K and V of its kv_heads/(t·cp) heads, as many
+    bytes as its own positions' of kv_heads/t)."""
     _cp_check(cp, cp_kind)
     return 0.0
 
@@ -120,7 +122,8 @@ def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int =
     keeps. Transformer Engine's (``cp_impl``): max(forward, backward) of
     ``CPAttention.transient_*_bytes`` — ring: 4 blocks in the backward (K, V, dK, dV of this step
     and the next); all-gather: the whole sequence's K, V gathered again and its dK, dV until
-    reduce-scattered, 2·cp blocks.
+    reduce-scattered, 2·cp blocks; all-to-all: the exchanged copies of the rank's Q, K, V and, in
+    the backward, of its dO with them (:func:`.context.a2a_tensors`).
 
     PyTorch's SDPA context parallelism ("torch-sdpa", torch 2.13 ``_context_parallel/
     _attention.py``): the K, V it rotates (the all-gather rotation's whole-sequence buffer, cp
@@ -138,6 +141,9 @@ def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int =
         rotated = cp * blk if cp_kind == "allgather" else 2 * blk
         fp32_q = FP32_BYTES * micro_batch * seq / cp * context.query_width_per_rank(model, t)
         return rotated + max(2 * fp32_q, fp32_q + 6 * blk)
+    if cp_kind == "a2a":
+        (qkv, out), _ = context.a2a_tensors(model, micro_batch, seq, cp, t)
+        return sum(qkv) + sum(out)                          # the backward's dO and dQ, dK, dV
     return 4 * blk if cp_kind == "ring" else 2 * cp * blk   # ring: 2 blocks forward, 4 backward
 
 

@@ -4,6 +4,7 @@ line naming the problem."""
 from __future__ import annotations
 
 from .. import plan as plans
+from ..costs.context import heads_split_problem
 from ..costs.moe import check_moe_layout
 from ..errors import ModelcutError
 from ..sim import registry
@@ -20,6 +21,8 @@ def check_run(run: Run) -> None:
         raise ModelcutError(f"tp ({L.tp}) must divide the attention heads ({m.heads})")
     if m.kv_heads % L.tp and L.tp % m.kv_heads:
         raise ModelcutError(f"tp ({L.tp}) and kv_heads ({m.kv_heads}) must divide one another")
+    if L.cp > 1 and L.cp_kind == "a2a" and (why := heads_split_problem(m, L.tp, L.cp)) is not None:
+        raise ModelcutError(why)
     if m.ffn_hidden % L.tp:
         raise ModelcutError(f"tp ({L.tp}) must divide ffn_hidden ({m.ffn_hidden})")
     if L.pp > m.layers:

@@ -62,7 +62,12 @@ reduce-scatter on fewer SMs), each timed at its own shape.
 §3.3.2): K and V of the whole sequence gathered in the forward, their gradients
 gathered again and reduce-scattered in the backward, (cp − 1)/cp · s·2·(kv/t)·2 bytes each, per layer; ring form
 (Liu et al. 2023): what the ring leaves exposed, :func:`.context.cp_attention` with the
-attention kernel's own rate (its FLOPs over the time :func:`.kernels.attention_time` gives).
+attention kernel's own rate (its FLOPs over the time :func:`.kernels.attention_time` gives);
+all-to-all form (Jacobs et al. 2023): the attention kernel over the whole sequence on
+heads/(t·cp) heads, and the all-to-alls of Q, K, V and of the output in the forward, of dO and of
+dQ, dK, dV in the backward, one a tensor, exposed (:func:`.context.a2a_tensors`), timed as the
+layer's other collectives, and the reorders around them as memory-bound bytes
+(:func:`.context.a2a_copy_bytes`).
 Ring costs from :mod:`.comm` at η_net of the link each group uses. The ring's merges of its
 steps' results are memory-bound bytes (:func:`.context.ring_merge_bytes`). A stack that runs
 PyTorch's SDPA context parallelism (``LayerSetup.cp_impl`` "torch-sdpa") instead attends step by
@@ -506,6 +511,9 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
     kv_bytes = b * s * 2 * context.kv_width_per_rank(model, t) * BYTES    # K and V of the whole sequence
     if setup.cp_impl == "torch-sdpa":
         return _torch_cp_comm(model, setup, hw, eff, att, kv_bytes)
+    if setup.cp_kind == "a2a":   # Q, K, V there and the output back; dO there and dQ, dK, dV back
+        return tuple(sum(comm.collective("all-to-all", cp, x, setup.cp_bw, hw, inside=setup.cp_inside, net=eff.net)
+                         for xs in sets for x in xs) for sets in context.a2a_tensors(model, b, s, cp, t))
     if setup.cp_kind == "ring":
         ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=setup.cp_bw * eff.net,
                                     attention_flops_per_s=_cp_step_rate(model, setup, eff, hw, att), t=t)
@@ -568,8 +576,12 @@ def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effi
     (:func:`..costs.flops.attention_layer_kinds`; the stage costs time an average layer, and a
     stage's own mix differs by at most one layer's)."""
     s, cp = setup.seq_len, setup.cp
-    args = (setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head, True,
-            model.dropout, hw, eff)
+    if setup.cp_kind == "a2a" and cp > 1:   # the whole sequence on heads/(t·cp) heads (..costs.context)
+        args = (setup.attention, setup.micro_batch, model.heads // (setup.tp * cp), s, s, model.d_head, True,
+                model.dropout, hw, eff)
+    else:                                   # the rank's s/cp queries against the whole sequence's keys
+        args = (setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head, True,
+                model.dropout, hw, eff)
     kinds = flops.attention_layer_kinds(model)
     if len(kinds) == 1 and kinds[0][1] is None and kinds[0][2] is None:
         return attention_time(*args)
@@ -594,6 +606,9 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     elif setup.cp_kind == "ring" and cp > 1:     # the ring's merges of its per-step results
         merge_f, merge_b = context.ring_merge_bytes(model, setup.micro_batch, s, cp, setup.tp)
         mem_f, mem_b = mem_f + merge_f, mem_b + merge_b
+    elif setup.cp_kind == "a2a" and cp > 1:      # the reorders around the all-to-alls
+        copy_f, copy_b = context.a2a_copy_bytes(model, setup.micro_batch, s, cp, setup.tp)
+        mem_f, mem_b = mem_f + copy_f, mem_b + copy_b
     if moe:
         perm_f, perm_b = moe_mod.permute_bytes(model, setup.micro_batch * s // cp, ep=ep, tp=setup.tp,
                                                etp=setup.etp, dispatch=setup.moe_dispatch)

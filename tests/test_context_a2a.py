@@ -1,0 +1,170 @@
+"""All-to-all (Ulysses) context parallelism, ``cp_kind = "a2a"`` (core/costs/context.py): the same
+attention work as the other forms, four exposed all-to-alls a pass with the bytes each tensor has,
+the reorders around them, the heads' split refused in one line where it cannot be made, and the
+stacks that run it (Megatron-core's family) told from those that do not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from modelcut.catalog import model as catalog_model
+from modelcut.core.costs import comm, context
+from modelcut.core.errors import ModelcutError
+from modelcut.core.memory import activations
+
+RUN = """[model]
+name = "{model}"
+[hardware]
+gpu = "h100"
+gpus = {gpus}
+[layout]
+tp = {tp}
+cp = {cp}
+dp = {dp}
+cp_kind = "{kind}"
+[training]
+seq_len = 131072
+global_batch = {dp}
+recompute = "full"
+[settings]
+framework = "{framework}"
+"""
+
+
+def _predict(tmp_path, capsys, **kw):
+    from modelcut.cli import main
+    args = dict(model="llama3-8b", gpus=16, tp=1, cp=8, dp=2, kind="a2a", framework="megatron-core") | kw
+    f = tmp_path / "run.toml"
+    f.write_text(RUN.format(**args))
+    rc = main(["predict", str(f), "--json"])
+    out = capsys.readouterr()
+    return rc, (json.loads(out.out) if rc == 0 else out.err)
+
+
+@pytest.mark.parametrize("name", ["a2a", "ulysses", "all-to-all", "A2A"])
+def test_the_names_of_the_all_to_all_form(name):
+    assert context.cp_kind_name(name) == "a2a"
+
+
+def test_a2a_predicts_and_its_names_agree(tmp_path, capsys):
+    rc, a = _predict(tmp_path, capsys)
+    assert rc == 0 and a["layout"]["cp_kind"] == "a2a" and a["breakdown"]["cp_s"] > 0
+    rc, u = _predict(tmp_path, capsys, kind="ulysses")
+    assert rc == 0 and u["step_time_s"] == a["step_time_s"]
+    rc, r = _predict(tmp_path, capsys, kind="ring")
+    assert rc == 0 and r["step_time_s"] != a["step_time_s"]
+    # the same work, counted the same way, whatever the form
+    assert r["flops_per_step"] == a["flops_per_step"] and r["mfu"] == pytest.approx(a["mfu"] * a["step_time_s"] / r["step_time_s"])
+
+
+@pytest.mark.parametrize("model, tp, cp, says", [("llama3-8b", 4, 8, "KV heads per tensor-parallel rank (2)"),
+                                                 ("llama3-8b", 1, 16, "KV heads per tensor-parallel rank (8)"),
+                                                 ("gpt3-175b", 8, 8, "heads per tensor-parallel rank (12)")])
+def test_heads_that_do_not_split_are_refused_in_one_line(tmp_path, capsys, model, tp, cp, says):
+    rc, err = _predict(tmp_path, capsys, model=model, tp=tp, cp=cp, dp=1, gpus=tp * cp)
+    assert rc == 2 and err.count("\n") == 1 and says in err and "a2a" in err and "Traceback" not in err
+
+
+def test_a_stack_on_pytorchs_context_parallelism_refuses_it(tmp_path, capsys):
+    rc, err = _predict(tmp_path, capsys, framework="fsdp-compile")
+    assert rc == 2 and err.count("\n") == 1 and "ring or an all-gather" in err
+
+
+def test_nemo_2407_cannot_run_it_and_says_so(tmp_path, capsys):
+    rc, out = _predict(tmp_path, capsys, framework="nemo-24.07")
+    assert rc == 0 and any("a2a form of context parallelism" in n for n in out["notes"])
+
+
+def test_the_forward_exchanges_each_tensor_once():
+    """Q, K, V then the output forward; dO then dQ, dK, dV backward; each rank's share of each."""
+    m = catalog_model("llama3-8b")
+    b, s, cp, t = 1, 131072, 8, 1
+    rows = b * s / cp
+    q, kv = rows * m.heads * m.d_head * 2, rows * m.kv_heads * m.d_head * 2
+    fwd, bwd = context.a2a_tensors(m, b, s, cp, t)
+    assert fwd == ((q, kv, kv), (q,)) and bwd == ((q,), (q, kv, kv))
+    att = context.cp_attention(m, micro_batch=b, seq=s, cp=cp, kind="a2a", bw=1e11, attention_flops_per_s=1e15, t=t)
+    assert att.wire_fwd_bytes == pytest.approx((cp - 1) / cp * (2 * q + 2 * kv))
+    assert att.exposed_fwd_s == pytest.approx(sum(comm.all_to_all(cp, x, 1e11) for x in (q, kv, kv, q)))
+    assert att.exposed_bwd_s == pytest.approx(att.exposed_fwd_s)
+    # reorders: Q's copy before, V's copy and select after; the output's copy and select before, copy after
+    f, bk = context.a2a_copy_bytes(m, b, s, cp, t)
+    assert f == pytest.approx(2 * q + 4 * kv + 4 * q + 2 * q)
+    assert bk == pytest.approx(2 * q + 4 * q + 4 * q + 2 * kv)
+    assert context.a2a_copy_bytes(m, b, s, 1, t) == (0.0, 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cp=st.sampled_from([1, 2, 4, 8]), t=st.sampled_from([1, 2, 4, 8]), s_blocks=st.integers(1, 64),
+       b=st.integers(1, 4))
+def test_every_form_does_the_same_work_and_a2a_none_unevenly(cp, t, s_blocks, b):
+    """The all-to-all form computes the whole causal attention split evenly: its rank's work is the
+    mean of the balanced split's, which is every rank's; so the three forms agree on FLOPs."""
+    m = catalog_model("llama3-70b")
+    s = 2 * cp * 64 * s_blocks
+    forms = {k: context.cp_attention(m, micro_batch=b, seq=s, cp=cp, kind=k, bw=1e11, attention_flops_per_s=1e15, t=t)
+             for k in context.CP_KINDS}
+    total = b * context.attention_flops_per_pair(m, t) * s * (s + 1) / 2
+    for a in forms.values():
+        assert a.flops_fwd * cp == pytest.approx(total)
+        assert a.kv_kept_bytes == pytest.approx(forms["ring"].kv_kept_bytes)
+
+
+def test_memory_keeps_as_much_as_the_other_forms():
+    m = catalog_model("llama3-8b")
+    kw = dict(micro_batch=1, seq=131072, t=1, cp=8)
+    kept = {k: activations.layer_activation_bytes(m, cp_kind=k, **kw) for k in context.CP_KINDS}
+    assert kept["a2a"] == kept["ring"] == kept["allgather"]
+    (qkv, out), _ = context.a2a_tensors(m, 1, 131072, 8, 1)
+    assert activations.cp_transient_bytes(m, cp_kind="a2a", **kw) == pytest.approx(sum(qkv) + sum(out))
+
+
+def test_heads_split_problem():
+    m = catalog_model("llama3-70b")       # 64 heads, 8 KV heads
+    assert context.heads_split_problem(m, 1, 8) is None
+    assert "KV heads" in context.heads_split_problem(m, 2, 8)
+    with pytest.raises(ModelcutError):
+        context.heads_split_problem(m, 0, 8)
+
+
+def test_the_explorer_tries_a2a_only_where_the_heads_split():
+    from modelcut.core.explore import space
+    from modelcut.core.explore.space import Space
+    m = catalog_model("llama3-8b")
+    seen = [x for x in space.structures(m, 32, 131072, 8, 8, Space(cp_kinds=("a2a",))) if x.cp > 1]
+    assert seen and all(context.heads_split_problem(m, x.tp, x.cp) is None for x in seen)
+    assert {(x.tp, x.cp) for x in seen} >= {(1, 8), (2, 4), (4, 2), (1, 2)}
+
+
+def test_explore_emits_the_form_for_megatron_and_nemo(capsys):
+    from modelcut.cli import main
+    base = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "16", "--seq", "131072",
+            "--global-batch-tokens", "256K", "--cp-kinds", "a2a", "--top", "1", "--framework", "megatron-core"]
+    assert main(base + ["--emit", "megatron"]) == 0
+    out = capsys.readouterr().out
+    assert "--context-parallel-size" in out and "--cp-comm-type a2a" in out
+    assert main(base + ["--emit", "nemo"]) == 0
+    out = capsys.readouterr().out
+    assert "context_parallel_size" in out and "cp_comm_type=a2a" in out
+
+
+def test_the_api_takes_the_form_and_refuses_heads_that_do_not_split():
+    from fastapi.testclient import TestClient
+    from modelcut.web.app import create_app
+    client = TestClient(create_app())
+    body = {"model": "llama3-8b", "gpu": "h100", "framework": "megatron-core",
+            "layout": {"tp": 1, "cp": 8, "dp": 1, "cp_kind": "ulysses"},
+            "training": {"seq_len": 131072, "global_batch": 1, "micro_batch": 1, "recompute": "full"}}
+    r = client.post("/api/predict", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["layout"]["cp_kind"] == "a2a"
+    r = client.post("/api/predict", json={**body, "layout": {**body["layout"], "tp": 4, "cp": 2}})
+    assert r.status_code == 200, r.text
+    r = client.post("/api/predict", json={**body, "layout": {**body["layout"], "tp": 2, "cp": 8}})
+    assert r.status_code == 422 and "KV heads" in r.json()["detail"]
+    r = client.post("/api/explore", json={"model": "llama3-8b", "gpu": "h100", "gpus": 16, "seq": 131072,
+                                          "global_batch_tokens": 262144, "cp_kinds": ["a2a"], "top": 3})
+    assert r.status_code == 200 and {x["cp_kind"] for x in r.json()["layouts"] if x["cp"] > 1} == {"a2a"}
