@@ -168,3 +168,16 @@ def test_the_api_takes_the_form_and_refuses_heads_that_do_not_split():
     r = client.post("/api/explore", json={"model": "llama3-8b", "gpu": "h100", "gpus": 16, "seq": 131072,
                                           "global_batch_tokens": 262144, "cp_kinds": ["a2a"], "top": 3})
     assert r.status_code == 200 and {x["cp_kind"] for x in r.json()["layouts"] if x["cp"] > 1} == {"a2a"}
+
+
+def test_the_seed_mode_times_the_exchanges_too(tmp_path):
+    """The deck's seed model adds the all-to-all form's exposed exchanges, not the all-gather's."""
+    from modelcut.service.predict import PredictRequest, predict
+    from modelcut.service.runfile import load_run
+    steps = {}
+    for kind in ("allgather", "a2a"):
+        f = tmp_path / f"{kind}.toml"
+        f.write_text(RUN.format(model="llama3-8b", gpus=16, tp=1, cp=8, dp=2, kind=kind, framework="megatron-core")
+                     .split("[settings]")[0])
+        steps[kind] = predict(PredictRequest(run=load_run(f), mode="seed")).prediction.breakdown.cp_s
+    assert 0 < steps["a2a"] != steps["allgather"]

@@ -20,7 +20,8 @@ docs/systems-model.md):
   reduce-scattered backward, (cp − 1)/cp · s·2·(kv_dim/t)·2 bytes each per layer per micro-batch
   (a third time in the recomputed forward); ring form: what the ring leaves exposed,
   :func:`.context.cp_attention` with the attention computed at η·peak (its forward again
-  with full recomputation);
+  with full recomputation); all-to-all form: its exchanges of Q, K, V and the output, of dO and
+  dQ, dK, dV, exposed, as :func:`.context.cp_attention` times them (again with full recomputation);
 * expert all-to-all (MoE layers): dispatch and combine over the ep group, T·top_k·h·2 bytes
   per GPU with T = b·(s/cp)/t (Megatron-LM's MoE needs sequence parallelism with t > 1), the
   node-mates' share over the node's links and the rest over the network at once
@@ -132,15 +133,15 @@ def seed_plan(run: Run) -> tuple[PipelinePlan, list[str]]:
 
 def _cp_layer(run: Run, hw: Hardware, eta: float, gpn: int) -> float:
     """Context-parallel time per layer per micro-batch: the all-gather form's exposed gathers and
-    reduce-scatters, or what the ring form leaves exposed (its forward again with full
-    recomputation)."""
+    reduce-scatters, or what the ring form leaves exposed, or the all-to-all form's exchanges
+    (each with its forward again under full recomputation)."""
     model, L, tr = run.model, run.layout, run.training
     b, s, t, cp = tr.micro_batch, tr.seq_len, L.tp, L.cp
     if cp == 1:
         return 0.0
     cp_bw = comm.group_bandwidth(L, "cp", hw, gpn)
-    if L.cp_form == "ring":
-        att = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=cp_bw,
+    if L.cp_form in ("ring", "a2a"):
+        att = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind=L.cp_form, bw=cp_bw,
                                    attention_flops_per_s=eta * hw.peak_flops_16, t=t)
         return att.exposed_s + (att.exposed_fwd_s if tr.recompute == "full" else 0.0)
     kv_bytes = b * s * 2 * context.kv_width_per_rank(model, t) * BF16_BYTES   # K and V of the whole sequence
