@@ -29,8 +29,11 @@
   }
   /** dp, with the shard group where ZeRO's states are sharded within it and replicated across (hybrid sharding). */
   function dpName(x) { return x.dp_shard ? `${x.dp}[${x.dp_shard}]` : `${x.dp}`; }
+  /** Context parallelism's form as the page names it (the API's cp_kind: ring, allgather, a2a). */
+  const CP_FORM = {ring: 'ring', allgather: 'all-gather', a2a: 'all-to-all'};
+  function cpForm(x) { return CP_FORM[x.cp_kind] || x.cp_kind; }
   function layoutName(x) {
-    return `tp ${x.tp} · cp ${x.cp} · pp ${x.pp} · dp ${dpName(x)}` + expertsName(x);
+    return `tp ${x.tp} · cp ${x.cp}` + (x.cp > 1 ? ` (${cpForm(x)})` : '') + ` · pp ${x.pp} · dp ${dpName(x)}` + expertsName(x);
   }
   function scheduleName(x) { return x.vpp > 1 ? `${x.schedule}, v = ${x.vpp}` : x.schedule; }
 
@@ -269,7 +272,9 @@
   function renderTable(ans) {
     const table = $('layouts');
     table.textContent = '';
-    const head = h('tr', {}, [['#'], ['tp·cp·pp·dp', 'tensor · context · pipeline · data parallel'], ['Schedule'], ['v', 'chunks per device'],
+    const head = h('tr', {}, [['#'], ['tp·cp·pp·dp', "tensor · context · pipeline · data parallel; with cp > 1, "
+        + "context parallelism's form: ring (Megatron-LM's p2p), all-gather or all-to-all (Ulysses)"],
+      ['Schedule'], ['v', 'chunks per device'],
       ['b', 'micro-batch, sequences'], ['Recompute'], ['ZeRO'], ['Step'], ['TFLOP/s', 'per GPU'], ['Time per step'],
       ['Memory', 'the fullest device against the memory limit']]
       .map(([t, title]) => h('th', {scope: 'col', text: t, title,
@@ -284,7 +289,8 @@
       const tr = h('tr', {'data-rank': x.rank, tabindex: 0, onclick: () => pick(i),
                          onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { pick(i); e.preventDefault(); } }}, [
         h('td', {text: String(x.rank)}),
-        h('td', {class: 'left', text: `${x.tp}·${x.cp}·${x.pp}·${dpName(x)}` + expertsName(x)}),
+        h('td', {class: 'left'}, [`${x.tp}·${x.cp}·${x.pp}·${dpName(x)}` + expertsName(x)].concat(x.cp > 1
+          ? [h('br'), h('span', {class: 'small muted', 'data-testid': 'cp-form', text: cpForm(x)})] : [])),
         h('td', {class: 'left', text: x.schedule}),
         h('td', {text: String(x.vpp)}),
         h('td', {text: String(x.micro_batch)}),
