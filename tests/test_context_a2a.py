@@ -181,3 +181,12 @@ def test_the_seed_mode_times_the_exchanges_too(tmp_path):
                      .split("[settings]")[0])
         steps[kind] = predict(PredictRequest(run=load_run(f), mode="seed")).prediction.breakdown.cp_s
     assert 0 < steps["a2a"] != steps["allgather"]
+
+
+def test_explore_check_says_why_an_a2a_layout_cannot_be(capsys):
+    from modelcut.cli import main
+    argv = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "131072",
+            "--global-batch-tokens", "1M", "--top", "3", "--check", "tp=4,cp=8,pp=1,dp=1,cp_kind=a2a"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "KV heads per tensor-parallel rank (2)" in err

@@ -36,6 +36,7 @@ from ..core.explore.space import ZERO_ORDER, recompute_choices, tp_ok
 from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions, stack_options
 from ..core.costs import fp8 as fp8_mod
+from ..core.costs.context import heads_split_problem
 from ..core.specs import BLOCKS, Hardware, ModelSpec, Run, Training, recipe_among
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
@@ -317,6 +318,10 @@ def check_problems(check: dict[str, Any], model: ModelSpec, gpus: int, seq: int)
     cp = check.get("cp")
     if cp is not None and cp > 1 and seq % (2 * cp):
         out.append(f"cp {cp:,} does not split the {seq:,}-token sequence into 2·cp equal pieces")
+    if cp is not None and cp > 1 and check.get("cp_kind") == "a2a" and tp is not None and tp_ok(model, tp):
+        why = heads_split_problem(model, tp, cp)
+        if why is not None:
+            out.append(why)
     pp = check.get("pp")
     if pp is not None and pp > model.layers:
         out.append(f"pp {pp:,} is more stages than the model's {model.layers} layers")
