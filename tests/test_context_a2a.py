@@ -190,3 +190,21 @@ def test_explore_check_says_why_an_a2a_layout_cannot_be(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "KV heads per tensor-parallel rank (2)" in err
+
+
+def test_across_nodes_the_node_mates_share_goes_over_the_links():
+    """A cp group of 16 over two nodes: each tensor's all-to-all sends 7/16 over NVLink and 8/16 over
+    the network at once (comm.all_to_all_two_level, as the MoE dispatch), not 15/16 over the network."""
+    from modelcut.catalog import hardware, profile_for
+    from modelcut.core.step import layers
+    m, hw = catalog_model("llama2-7b"), hardware("h100")
+    eff = profile_for(hw).efficiency
+    setup = layers.LayerSetup(micro_batch=1, seq_len=131072, cp=16, cp_kind="a2a", cp_bw=hw.net_bw,
+                              cp_inside=False, cp_local=8)
+    f, b = layers._cp_comm(m, setup, hw, eff, None)
+    link, net = (comm.achievable(x, hw) * eff.net for x in (hw.link_bw, hw.net_bw))
+    fwd, bwd = context.a2a_tensors(m, 1, 131072, 16, 1)
+    assert f == pytest.approx(sum(comm.all_to_all_two_level(16, x, 8, link, net) for xs in fwd for x in xs))
+    assert b == pytest.approx(f)
+    flat = sum(comm.all_to_all(16, x, net) for xs in fwd for x in xs)
+    assert f < 0.6 * flat

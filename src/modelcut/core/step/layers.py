@@ -189,8 +189,9 @@ class LayerSetup:
     and its sequence-parallel form (``LinearWithGradAccumulationAndAsyncCommunication``);
     ``tp_bw``/``cp_bw``: link bandwidth (bytes/s each way) of the tp and cp groups, and
     ``tp_inside``/``cp_inside`` whether each stays inside one node (then its collectives are timed
-    from the measured curves, :func:`..costs.comm.collective`);
-    ``cp_kind``: context parallelism's form, "allgather" or "ring"; ``etp``: expert tensor
+    from the measured curves, :func:`..costs.comm.collective`); ``cp_local``: the cp group's
+    members in one node (an all-to-all across nodes sends the node-mates' share over the links);
+    ``cp_kind``: context parallelism's form, "allgather", "ring" or "a2a"; ``etp``: expert tensor
     parallelism (default tp); ``fused_elementwise``: norms, activation, rotary embedding and
     bias-dropout-residual run as fused kernels (Megatron-LM, Transformer Engine, compiled
     code); off, as PyTorch's eager ops (:data:`EAGER_RMSNORM_FWD` and the rest);
@@ -217,6 +218,7 @@ class LayerSetup:
     fused_elementwise: bool = True
     tp_inside: bool = True
     cp_inside: bool = True
+    cp_local: int = 1
     selective: str = "attention"
     fp8: Fp8 | None = None           # the run's FP8 (:mod:`..costs.fp8`), None for 16-bit products
     weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
@@ -512,8 +514,15 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
     if setup.cp_impl == "torch-sdpa":
         return _torch_cp_comm(model, setup, hw, eff, att, kv_bytes)
     if setup.cp_kind == "a2a":   # Q, K, V there and the output back; dO there and dQ, dK, dV back
-        return tuple(sum(comm.collective("all-to-all", cp, x, setup.cp_bw, hw, inside=setup.cp_inside, net=eff.net)
-                         for xs in sets for x in xs) for sets in context.a2a_tensors(model, b, s, cp, t))
+        if setup.cp_inside:      # the measured all-to-all curve of the node
+            def one(x: float) -> float:
+                return comm.collective("all-to-all", cp, x, setup.cp_bw, hw, inside=True, net=eff.net)
+        else:                    # the node-mates' share over the links, the rest over the network, as MoE's
+            link, net = (comm.achievable(bw, hw) * eff.net for bw in (hw.link_bw, hw.net_bw))
+
+            def one(x: float) -> float:
+                return comm.all_to_all_two_level(cp, x, setup.cp_local, link, net)
+        return tuple(sum(one(x) for xs in sets for x in xs) for sets in context.a2a_tensors(model, b, s, cp, t))
     if setup.cp_kind == "ring":
         ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=setup.cp_bw * eff.net,
                                     attention_flops_per_s=_cp_step_rate(model, setup, eff, hw, att), t=t)
