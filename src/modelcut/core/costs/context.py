@@ -31,7 +31,7 @@ Two forms, chosen per run (``Layout.cp_kind``):
   ``gather_along_first_dim`` on k and v again in its backward
   (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @9c61cd7e5e0c).
 
-* ``"a2a"`` (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv 2309.14509 §3.1; Megatron-LM's
+* ``"a2a"`` (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv 2309.14509; Megatron-LM's
   ``--cp-comm-type a2a``, Transformer Engine's ``AttnFuncWithCPAndQKVOA2A``): an all-to-all
   trades the sequence cut for a head cut before the attention, so each rank holds the whole
   sequence's Q, K and V for heads/(t·cp) of the heads, runs one ordinary causal attention over the
@@ -222,9 +222,10 @@ def query_width_per_rank(model: ModelSpec, t: int = 1) -> int:
 def heads_split_problem(model: ModelSpec, t: int, cp: int) -> str | None:
     """Why the all-to-all form cannot cut this model's heads over cp ranks, or None: each rank
     takes heads/(t·cp) query heads and kv_heads/(t·cp) K and V heads, so both per-tensor-parallel
-    counts must be multiples of cp (DeepSpeed-Ulysses: "the number of attention heads ... must be
-    divisible by the sequence parallel size", Jacobs et al. 2023 §3.1; Transformer Engine asserts
-    the same of Q's and K's head counts before its all-to-all)."""
+    counts must be multiples of cp (TransformerEngine v2.18 ``context_parallel.py``
+    ``AttnFuncWithCPAndQKVOA2A.forward``: "cp_comm_type='a2a' requires num_heads % cp_size == 0 for
+    Q, K, V"; DeepSpeed v0.19.5 ``deepspeed/sequence/layer.py`` asserts "Number of heads ... must be
+    divisible by the sequence parallel size" on its even path)."""
     _pos_int("t", t)
     _pos_int("cp", cp)
     q_heads, kv_heads = model.heads // t, max(model.kv_heads // t, 1)
