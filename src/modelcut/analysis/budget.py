@@ -49,9 +49,10 @@ def alternatives(run: Run, fw_overlap: dict[str, bool]) -> list[tuple[str, str, 
     for rc in RECOMPUTE_LEVELS:
         if rc != tr.recompute:
             out.append(("recompute", rc, replace(run, training=replace(tr, recompute=rc, recompute_modules=None,
-                                                                       recompute_layers=None)), {}))
-    if tr.recompute_layers is not None:      # the block method's few layers against every layer
-        out.append(("recompute", "full, every layer", replace(run, training=replace(tr, recompute_layers=None)), {}))
+                                                                       recompute_layers=None, recompute_every=None)), {}))
+    if tr.partial_recompute:      # some layers (the block method's, every k-th) against every layer
+        out.append(("recompute", "full, every layer",
+                    replace(run, training=replace(tr, recompute_layers=None, recompute_every=None)), {}))
     if L.pp > 1:
         v = L.vpp or 1
         for nv in (v - 1, v + 1):

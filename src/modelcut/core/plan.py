@@ -150,6 +150,7 @@ class Stage:
     moe_layers: int
     embedding: bool
     loss: bool
+    rank_first: int = 0  # the layers its device holds in the stages before it (its first layer's rank-local index)
 
     @property
     def dense_layers(self) -> int:
@@ -159,15 +160,23 @@ class Stage:
         """(dense, MoE) layers of this stage a micro-batch recomputes in full: all of them under
         full recomputation, the first ``recompute_layers`` with Megatron-core's block method
         (:class:`.specs.Training`; Megatron-LM core_r0.11.0 transformer_block.py
-        ``_checkpointed_forward``: ``layer_idx < recompute_num_layers``), none otherwise. The one
-        rule the step time, the memory and the FLOP count read."""
-        n = self._recomputed_count(training)
-        moe = flops.moe_layers_in(model, self.first_layer, n)
-        return n - moe, moe
+        ``_checkpointed_forward``: ``layer_idx < recompute_num_layers``), every ``recompute_every``-th
+        of its device's layers with torchtitan's per-layer rule (the device's layers counted from 1
+        across its stages in order: ``rank_first``), none otherwise. The one rule the step time,
+        the memory and the FLOP count read."""
+        if training.recompute_every is None:
+            n = self._recomputed_count(training)
+            moe = flops.moe_layers_in(model, self.first_layer, n)
+            return n - moe, moe
+        mine = [i for i in range(self.first_layer, self.first_layer + self.layers) if self.recomputes(training, i)]
+        moe = sum(flops.is_moe_layer(model, i) for i in mine)
+        return len(mine) - moe, moe
 
     def recomputes(self, training: Training, layer: int) -> bool:
         """Whether this stage recomputes the model's layer ``layer`` in full: the rule of
         :meth:`recomputed`, layer by layer (ZeRO-3's units)."""
+        if training.recompute == "full" and training.recompute_every is not None:
+            return (self.rank_first + layer - self.first_layer + 1) % training.recompute_every == 0
         return layer - self.first_layer < self._recomputed_count(training)
 
     def _recomputed_count(self, training: Training) -> int:
@@ -310,11 +319,12 @@ def resolve(model: ModelSpec, layout: Layout, training: Training, *, v: int, sch
     m = microbatches(layout, training)
     spec.validate(p, m, v, group)
     lay, slots = _copy_split(model, spec, p, v, balance, stage_layers, first_layers, last_layers)
-    stages, per_copy = [], len(lay)
+    stages, per_copy, held = [], len(lay), {}
     for s in range(p * v):
         c = s % per_copy
-        start = sum(lay[:c])
-        stages.append(Stage(index=s, device=spec.device_of(s, p), layers=lay[c], slots=slots[c], first_layer=start,
+        start, device = sum(lay[:c]), spec.device_of(s, p)
+        stages.append(Stage(index=s, device=device, layers=lay[c], slots=slots[c], first_layer=start,
                             moe_layers=flops.moe_layers_in(model, start, lay[c]),
-                            embedding=c == 0, loss=c == per_copy - 1))
+                            embedding=c == 0, loss=c == per_copy - 1, rank_first=held.get(device, 0)))
+        held[device] = held.get(device, 0) + lay[c]
     return PipelinePlan(spec, p, v, m, group if spec.grouped else None, tuple(stages))

@@ -44,6 +44,10 @@ RECOMPUTE_VARIANTS: tuple[str, ...] = get_args(ExploreRecompute)
 #: v0.2.0 runs Llama 3 8B on H100 so (scripts/performance/configs/llama3/workload_base_configs.py,
 #: ``recompute_num_layers=5``).
 BLOCKS = "blocks"
+#: The rule name of torchtitan's per-layer selective checkpointing (:class:`Training`
+#: ``recompute_every``): every k-th layer of a rank recomputed whole. A stack's capability
+#: (``framework_rules.toml``), not one of the explorer's variants.
+EVERY = "every"
 
 
 def recompute_variant(label: str) -> tuple[str, tuple[str, ...] | None]:
@@ -353,7 +357,13 @@ class Training:
     recomputation, how many layers of each pipeline chunk are recomputed, its first ones
     (Megatron-core's ``--recompute-method block --recompute-num-layers N``: TransformerBlock
     ``_checkpointed_forward`` checkpoints layer l of a chunk when l < N and runs the rest whole;
-    None: every layer), the rest keeping all they save (:meth:`.plan.Stage.recomputed`)."""
+    None: every layer), the rest keeping all they save (:meth:`.plan.Stage.recomputed`);
+    ``recompute_every``, with full recomputation, k: every k-th layer a rank holds is recomputed
+    whole, counting the rank's layers from 1 in order, the rest kept as without recomputation
+    (torchtitan's per-layer selective checkpointing, ``activation_checkpoint.mode = "selective"``
+    with ``selective_ac_option = "k"``: v0.2.0 torchtitan/distributed/activation_checkpoint.py
+    ``_apply_layer_sac``, a module-global count of the blocks wrapped, checkpointing block n when
+    n % k == 0; job_config.py's default option is "2")."""
 
     seq_len: int
     global_batch: int
@@ -365,6 +375,7 @@ class Training:
     cross_entropy: str | None = None
     recompute_modules: tuple[str, ...] | None = None
     recompute_layers: int | None = None
+    recompute_every: int | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
@@ -399,6 +410,17 @@ class Training:
             if self.recompute != "full":
                 raise ModelcutError(f"recompute_layers needs recompute = \"full\" (the layers recomputed whole), "
                                     f"got {self.recompute!r}")
+        if self.recompute_every is not None:
+            if isinstance(self.recompute_every, bool) or not isinstance(self.recompute_every, int) \
+                    or self.recompute_every < 1:
+                raise ModelcutError(f"recompute_every must be a whole number of layers, at least 1, "
+                                    f"got {self.recompute_every!r}")
+            if self.recompute != "full":
+                raise ModelcutError(f"recompute_every needs recompute = \"full\" (every k-th layer recomputed "
+                                    f"whole), got {self.recompute!r}")
+            if self.recompute_layers is not None:
+                raise ModelcutError("recompute_layers (the first layers of each chunk) and recompute_every "
+                                    "(every k-th layer) are two rules; give one")
         if self.precision not in PRECISIONS:
             raise ModelcutError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.fp8_recipe is not None:
@@ -412,6 +434,12 @@ class Training:
         """Tokens a step trains on: global_batch · seq_len (throughput in tokens/s per GPU is this
         over step time · GPUs)."""
         return self.global_batch * self.seq_len
+
+    @property
+    def partial_recompute(self) -> bool:
+        """Whether full recomputation covers only some layers (``recompute_layers`` or
+        ``recompute_every``), the rest kept whole: :meth:`.plan.Stage.recomputes` says which."""
+        return self.recompute == "full" and (self.recompute_layers is not None or self.recompute_every is not None)
 
     @property
     def selective_modules(self) -> tuple[str, ...]:

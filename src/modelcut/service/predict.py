@@ -24,7 +24,7 @@ from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.explore.rules import violations
 from ..core.memory import memory_report
-from ..core.specs import BLOCKS, PRECISIONS, Hardware, Run, fp8_recipe_name, precision_name, recipe_among
+from ..core.specs import BLOCKS, EVERY, PRECISIONS, Hardware, Run, fp8_recipe_name, precision_name, recipe_among
 from ..core.step import MODES, predict as step_predict
 from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
@@ -244,7 +244,8 @@ def stack_violations(run: Run, fw: Framework, pred: Prediction) -> list:
     return violations(catalog.capabilities(fw.name), run.model, tp=L.tp, cp=L.cp, pp=L.pp, dp=L.dp, ep=L.ep,
                       vpp=pred.vpp, schedule=pred.schedule, cp_kind=L.cp_kind if L.cp > 1 else None,
                       seq=run.training.seq_len, sequence_parallel=L.sequence_parallel, zero=L.zero,
-                      recompute=BLOCKS if run.training.recompute_layers is not None else run.training.recompute,
+                      recompute=(BLOCKS if run.training.recompute_layers is not None
+                                 else EVERY if run.training.partial_recompute else run.training.recompute),
                       dp_shard=L.dp_shard)
 
 

@@ -378,6 +378,10 @@ class TrainingIn(Strict):
     recompute_layers: Optional[Layers] = Field(
         None, description="with recompute full: the layers of each pipeline chunk recomputed, its first ones, "
                           "Megatron-core's --recompute-method block --recompute-num-layers (default: every layer)")
+    recompute_every: Optional[Layers] = Field(
+        None, description="with recompute full: k, every k-th layer of each pipeline rank recomputed whole, the "
+                          "rest kept, torchtitan's per-layer selective checkpointing (selective_ac_option = \"k\"; "
+                          "default: every layer)")
 
 
 class HardwareIn(Strict):

@@ -45,6 +45,8 @@ recompute = "full"       # none | selective | full (true / false: llm-foundry's 
 # recompute_layers = 5   # with full: the first 5 layers of each pipeline chunk recomputed, the rest
 #                        # kept whole (Megatron-core's --recompute-method block --recompute-num-layers 5;
 #                        # default: every layer)
+# recompute_every = 2    # with full: every 2nd layer of each pipeline rank recomputed, the rest kept
+#                        # whole (torchtitan's per-layer selective checkpointing, selective_ac_option = "2")
 # precision = "fp8"      # bf16 (default) | fp16 | fp8: the matrix products' precision (or as the
 #                        # stacks write it: amp_bf16, bf16-mixed, bfloat16, amp_fp8)
 # fp8_recipe = "delayed" # with fp8: delayed | current (tensorwise) | blockwise | mxfp8 (default: the stack's)

@@ -47,6 +47,8 @@ CSV_COLUMNS: dict[str, str] = {
                          "moe_act; default: the stack's selective policy)",
     "recompute_layers": "with full: the first N layers of each pipeline chunk recomputed, the rest kept whole "
                         "(Megatron-core's --recompute-method block --recompute-num-layers N; default: every layer)",
+    "recompute_every": "with full: k, every k-th layer of each pipeline rank recomputed, the rest kept whole "
+                       "(torchtitan's selective_ac_option = \"k\"; default: every layer)",
     "local_batch": "with a pipeline: sequences per data-parallel rank per schedule run (default: one run a step)",
     "precision": "the matrix products' precision: bf16, fp16 or fp8 (default bf16)",
     "fp8_recipe": "with fp8: delayed, current, blockwise, mxfp8, (torchao) rowwise or rowwise_with_gw_hp (default: the stack's)",

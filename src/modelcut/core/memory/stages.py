@@ -194,7 +194,7 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
                      loss_activation_bytes(model, cross_entropy=ce, **kw)])
     # each stage's counts of the units: (dense, MoE layers, embedding, loss); with the block method
     # (recompute_layers) a stage's first layers keep their input, the rest all they save
-    partial = recompute == "full" and tr.recompute == "full" and tr.recompute_layers is not None
+    partial = recompute == "full" and tr.partial_recompute
     if partial:
         whole = dict(akw, recompute="none")
         unit = np.array([unit[0], layer_activation_bytes(model, **whole), unit[1],

@@ -30,6 +30,9 @@ def check_run(run: Run) -> None:
     if T.recompute_layers is not None and T.recompute_layers > m.layers:
         raise ModelcutError(f"recompute_layers ({T.recompute_layers}) exceeds the model's layers ({m.layers}); "
                             "leave it out to recompute every layer")
+    if T.recompute_every is not None and T.recompute_every > m.layers:
+        raise ModelcutError(f"recompute_every ({T.recompute_every}) exceeds the model's layers ({m.layers}): no "
+                            "layer would be recomputed; use recompute = \"none\"")
     check_moe_layout(m, L)
     if L.pp == 1:   # no pipeline: a model runs every layer on each device, whatever chunks it names
         plans.resolve(m, L, T, v=1, schedule=None)

@@ -125,7 +125,7 @@ def reported_step_flops(run: Run, plan: PipelinePlan, selective: str = "attentio
     tr = run.training
     if tr.recompute == "selective" and selective == "op":
         recomputed = op_sac.recompute_flops(run.model, tr.global_batch, tr.seq_len, tr.precision == "fp8")
-    elif tr.recompute_layers is not None:
+    elif tr.partial_recompute:
         recomputed = flops.recomputed_layers_flops(run.model, tr.global_batch, tr.seq_len,
                                                    *plan.recomputed_layers(run.model, tr))
     else:
@@ -179,6 +179,12 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
         notes.append(f"full recomputation of the first {run.training.recompute_layers} layers of each pipeline chunk "
                      f"(Megatron-core's --recompute-method block): {d + e:g} of {run.model.layers} layers a "
                      "micro-batch, the rest kept whole")
+    elif run.training.partial_recompute:
+        d, e = plan.recomputed_layers(run.model, run.training)
+        notes.append(f"full recomputation of one layer in {run.training.recompute_every} on each pipeline rank "
+                     f"(torchtitan's per-layer selective checkpointing, selective_ac_option "
+                     f"\"{run.training.recompute_every}\"): {d + e:g} of {run.model.layers} layers a micro-batch, "
+                     "the rest kept whole")
     mods = run.training.recompute_modules
     if mods:
         idle = [] if run.model.is_moe else [m for m in mods if m != "core_attn"]

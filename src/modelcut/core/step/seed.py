@@ -197,9 +197,9 @@ def predict(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) 
     if run.training.precision == "fp8":
         raise ModelcutError("the seed model times 16-bit products only; FP8 is the default model's "
                             "(--mode default)")
-    if run.training.recompute_layers is not None:
-        raise ModelcutError("the seed model recomputes every layer or none; recompute_layers (some layers) "
-                            "is the default model's (--mode default)")
+    if run.training.partial_recompute:
+        raise ModelcutError("the seed model recomputes every layer or none; recompute_layers and recompute_every "
+                            "(some layers) are the default model's (--mode default)")
     model, L, tr = run.model, run.layout, run.training
     n = L.gpus
     plan, notes = seed_plan(run)

@@ -177,7 +177,7 @@ def unit_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, k:
         return {False: layer_cost(take(k.dense), False, recompute),
                 True: layer_cost(take(k.moe), True, recompute) if k.moe is not None else None}
 
-    partial = run.training.recompute_layers is not None
+    partial = run.training.partial_recompute
     return UnitCosts(costs(run.training.recompute, lambda lt: lt),
                      (cost(k.emb[0]) + (0.0,), cost(k.emb[1]) + (0.0,)),
                      (cost(k.loss[0]) + (0.0,), cost(k.loss[1]) + (0.0,)), cost,

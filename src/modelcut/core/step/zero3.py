@@ -84,9 +84,9 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     if fw.zero3_runtime == "deepspeed-0.3":
         if model.is_moe:
             raise ModelcutError("the DeepSpeed v0.3 ZeRO-3 replay covers dense models only")
-        if run.training.recompute_layers is not None:
-            raise ModelcutError("recompute_layers is Megatron-core's block method; the DeepSpeed v0.3 ZeRO-3 "
-                                "replay recomputes every layer or none (leave recompute_layers out)")
+        if run.training.partial_recompute:
+            raise ModelcutError("the DeepSpeed v0.3 ZeRO-3 replay recomputes every layer or none (leave "
+                                "recompute_layers and recompute_every out)")
         res = _deepspeed_replay(run, fw.overlap.param_gather, dense, emb, loss, m, gather, rs, exposed)
         T_c, compute_total = res.step_s, res.compute_s
         a2a_total = 0.0
@@ -170,7 +170,7 @@ def _unit_prefetch(run: Run, fw: Framework, dense: LayerTime, moe_lt: LayerTime 
     reshard = res.gathers_each_pass
     once = res.grads == "per-step"      # accumulated unsharded, reduce-scattered in the last backward only
     copy_out, copy_in, layer_b = copies or (lambda params, per=0.0: 0.0, lambda params: 0.0, BF16_BYTES)
-    partial = run.training.recompute_layers is not None and stage is not None
+    partial = run.training.partial_recompute and stage is not None
     tasks: list[tuple[float, float, bool]] = []
     after: list[tuple[int, float]] = []
     labels: list[tuple[str, str]] = []     # (name, kind) of each task, for a timeline
