@@ -127,3 +127,11 @@ def test_the_api_takes_it():
         "training": {"seq_len": 4096, "global_batch": 8, "recompute": "full", "recompute_every": 2}})
     assert r.status_code == 200, r.text
     assert any("one layer in 2" in n for n in r.json()["notes"])
+
+
+def test_a_runs_csv_row_names_it(tmp_path):
+    from modelcut.service.runs_csv import read_runs_csv
+    csv = tmp_path / "r.csv"
+    csv.write_text("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,recompute,recompute_every,step_time_s\n"
+                   "a,llama3-8b,h100,1,1,8,4096,8,1,full,2,1.0\n")
+    assert read_runs_csv(csv)[0].run.training.recompute_every == 2
