@@ -154,20 +154,20 @@ def test_explore_emits_the_form_for_megatron_and_nemo(capsys):
 def test_the_api_takes_the_form_and_refuses_heads_that_do_not_split():
     from fastapi.testclient import TestClient
     from modelcut.web.app import create_app
-    client = TestClient(create_app())
     body = {"model": "llama3-8b", "gpu": "h100", "framework": "megatron-core",
             "layout": {"tp": 1, "cp": 8, "dp": 1, "cp_kind": "ulysses"},
             "training": {"seq_len": 131072, "global_batch": 1, "micro_batch": 1, "recompute": "full"}}
-    r = client.post("/api/predict", json=body)
-    assert r.status_code == 200, r.text
-    assert r.json()["layout"]["cp_kind"] == "a2a"
-    r = client.post("/api/predict", json={**body, "layout": {**body["layout"], "tp": 4, "cp": 2}})
-    assert r.status_code == 200, r.text
-    r = client.post("/api/predict", json={**body, "layout": {**body["layout"], "tp": 2, "cp": 8}})
-    assert r.status_code == 422 and "KV heads" in r.json()["detail"]
-    r = client.post("/api/explore", json={"model": "llama3-8b", "gpu": "h100", "gpus": 16, "seq": 131072,
-                                          "global_batch_tokens": 262144, "cp_kinds": ["a2a"], "top": 3})
-    assert r.status_code == 200 and {x["cp_kind"] for x in r.json()["layouts"] if x["cp"] > 1} == {"a2a"}
+    with TestClient(create_app()) as client:      # the lifespan closes the search workers
+        r = client.post("/api/predict", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["layout"]["cp_kind"] == "a2a"
+        r = client.post("/api/predict", json={**body, "layout": {**body["layout"], "tp": 4, "cp": 2}})
+        assert r.status_code == 200, r.text
+        r = client.post("/api/predict", json={**body, "layout": {**body["layout"], "tp": 2, "cp": 8}})
+        assert r.status_code == 422 and "KV heads" in r.json()["detail"]
+        r = client.post("/api/explore", json={"model": "llama3-8b", "gpu": "h100", "gpus": 16, "seq": 131072,
+                                              "global_batch_tokens": 262144, "cp_kinds": ["a2a"], "top": 3})
+        assert r.status_code == 200 and {x["cp_kind"] for x in r.json()["layouts"] if x["cp"] > 1} == {"a2a"}
 
 
 def test_the_seed_mode_times_the_exchanges_too(tmp_path):

@@ -122,9 +122,10 @@ def test_runs_that_cannot_take_it_are_one_line(tmp_path, capsys):
 def test_the_api_takes_it():
     from fastapi.testclient import TestClient
     from modelcut.web.app import create_app
-    r = TestClient(create_app()).post("/api/predict", json={
-        "model": "llama3-8b", "gpu": "h100", "framework": "fsdp-compile", "layout": {"dp": 8, "zero": 3},
-        "training": {"seq_len": 4096, "global_batch": 8, "recompute": "full", "recompute_every": 2}})
+    with TestClient(create_app()) as client:
+        r = client.post("/api/predict", json={
+            "model": "llama3-8b", "gpu": "h100", "framework": "fsdp-compile", "layout": {"dp": 8, "zero": 3},
+            "training": {"seq_len": 4096, "global_batch": 8, "recompute": "full", "recompute_every": 2}})
     assert r.status_code == 200, r.text
     assert any("one layer in 2" in n for n in r.json()["notes"])
 
