@@ -402,25 +402,18 @@ class Training:
                                     f"({self.micro_batch})")
         if self.recompute not in RECOMPUTE_LEVELS:
             raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
-        if self.recompute_layers is not None:
-            if isinstance(self.recompute_layers, bool) or not isinstance(self.recompute_layers, int) \
-                    or self.recompute_layers < 1:
-                raise ModelcutError(f"recompute_layers must be a whole number of layers, at least 1, "
-                                    f"got {self.recompute_layers!r}")
+        for name, what in (("recompute_layers", "the layers recomputed whole"),
+                           ("recompute_every", "every k-th layer recomputed whole")):   # the partial rules
+            n = getattr(self, name)
+            if n is None:
+                continue
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ModelcutError(f"{name} must be a whole number of layers, at least 1, got {n!r}")
             if self.recompute != "full":
-                raise ModelcutError(f"recompute_layers needs recompute = \"full\" (the layers recomputed whole), "
-                                    f"got {self.recompute!r}")
-        if self.recompute_every is not None:
-            if isinstance(self.recompute_every, bool) or not isinstance(self.recompute_every, int) \
-                    or self.recompute_every < 1:
-                raise ModelcutError(f"recompute_every must be a whole number of layers, at least 1, "
-                                    f"got {self.recompute_every!r}")
-            if self.recompute != "full":
-                raise ModelcutError(f"recompute_every needs recompute = \"full\" (every k-th layer recomputed "
-                                    f"whole), got {self.recompute!r}")
-            if self.recompute_layers is not None:
-                raise ModelcutError("recompute_layers (the first layers of each chunk) and recompute_every "
-                                    "(every k-th layer) are two rules; give one")
+                raise ModelcutError(f"{name} needs recompute = \"full\" ({what}), got {self.recompute!r}")
+        if self.recompute_layers is not None and self.recompute_every is not None:
+            raise ModelcutError("recompute_layers (the first layers of each chunk) and recompute_every "
+                                "(every k-th layer) are two rules; give one")
         if self.precision not in PRECISIONS:
             raise ModelcutError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.fp8_recipe is not None:
