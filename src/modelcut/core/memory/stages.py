@@ -192,8 +192,9 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw),
                      loss_activation_bytes(model, cross_entropy=ce, **kw)])
-    # each stage's counts of the units: (dense, MoE layers, embedding, loss); with the block method
-    # (recompute_layers) a stage's first layers keep their input, the rest all they save
+    # each stage's counts of the units: (dense, MoE layers, embedding, loss); with a partial rule
+    # (recompute_layers: a stage's first layers; recompute_every: every k-th of its rank's) the layers
+    # the plan recomputes keep their input, the rest all they save
     partial = recompute == "full" and tr.partial_recompute
     if partial:
         whole = dict(akw, recompute="none")
