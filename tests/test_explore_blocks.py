@@ -39,9 +39,9 @@ def _memory_only(model, hw, margin: float, **kw):
 def test_the_variant_sits_between_selective_and_full():
     assert RECOMPUTE_VARIANTS.index("selective") < RECOMPUTE_VARIANTS.index(BLOCKS) < RECOMPUTE_VARIANTS.index("full")
     s = Structure(tp=1, cp=1, pp=2, dp=4, micro_batch=1, schedule="1f1b", vpp=1)
-    run = make_run(LLAMA8, "h100", s, 4096, 64, BLOCKS, 1, recompute_layers=3)
+    run = make_run(LLAMA8, "h100", s, 4096, 64, BLOCKS, 1, count=3)
     assert (run.training.recompute, run.training.recompute_layers) == ("full", 3)
-    assert make_run(LLAMA8, "h100", s, 4096, 64, "full", 1, recompute_layers=3).training.recompute_layers is None
+    assert make_run(LLAMA8, "h100", s, 4096, 64, "full", 1, count=3).training.recompute_layers is None
 
 
 @settings(max_examples=12, deadline=None)
@@ -60,7 +60,7 @@ def test_it_finds_the_fewest_layers_that_fit(margin, seq):
         assert e.peak_bytes == pytest.approx(peak_bytes(stage_memory(e.run, plan=e.plan, cached=False)))
         assert e.peak_bytes <= ex.limit_bytes
         if n > 1:
-            fewer = make_run(LLAMA1, A100_40.name, e.structure, seq, 8, BLOCKS, e.zero, recompute_layers=n - 1)
+            fewer = make_run(LLAMA1, A100_40.name, e.structure, seq, 8, BLOCKS, e.zero, count=n - 1)
             assert peak_bytes(stage_memory(fewer, plan=e.plan)) > ex.limit_bytes
 
 

@@ -86,8 +86,9 @@ SHORT = {"allgather": "gather", "selective": "select", "layernorm+moe_act": "nor
 
 
 def _recompute(e: Evaluated) -> str:
-    """The variant, with the layers a chunk recomputes under the block method."""
-    n = e.run.training.recompute_layers
+    """The variant, with the layers a chunk recomputes under the block method, or k of one layer in k."""
+    tr = e.run.training
+    n = tr.recompute_layers if tr.recompute_layers is not None else tr.recompute_every
     return SHORT.get(e.recompute, e.recompute) + (f" {n}" if n is not None else "")
 
 
@@ -104,7 +105,9 @@ def _describe(e: Evaluated) -> str:
     dp = f"dp {s.dp}" + (f" (ZeRO sharded over {s.dp_shard}, replicated {s.dp // s.dp_shard}×)" if s.dp_shard else "")
     return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}, {dp}, {s.schedule} v {s.vpp}, micro-batch {s.micro_batch}, "
             f"recompute {e.recompute}" + (f" ({e.run.training.recompute_layers} layers a chunk)"
-                                          if e.run.training.recompute_layers is not None else "")
+                                          if e.run.training.recompute_layers is not None else
+                                          f" (one layer in {e.run.training.recompute_every} on each rank)"
+                                          if e.run.training.recompute_every is not None else "")
             + f", ZeRO-{e.zero}")
 
 

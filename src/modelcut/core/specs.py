@@ -33,8 +33,9 @@ DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
 #: workload_base_configs.py ``GPT_OSS_120B_H100_BF16_BASE_CONFIG``), memory-bound work only. A
 #: variant is a level or the modules of selective recomputation joined by ``+``
 #: (:func:`recompute_variant`). ``blocks``, between selective and full, is full recomputation of
-#: the fewest layers of each pipeline chunk that fit (:data:`BLOCKS`).
-ExploreRecompute = Literal["none", "layernorm+moe_act", "selective", "blocks", "full"]
+#: the fewest layers of each pipeline chunk that fit (:data:`BLOCKS`); ``every``, full
+#: recomputation of one layer in k on each rank, k the most that fits (:data:`EVERY`).
+ExploreRecompute = Literal["none", "layernorm+moe_act", "selective", "every", "blocks", "full"]
 RECOMPUTE_VARIANTS: tuple[str, ...] = get_args(ExploreRecompute)
 #: The explorer's variant of Megatron-core's block method (``--recompute-granularity full
 #: --recompute-method block --recompute-num-layers N``; Megatron-LM core_r0.11.0
@@ -44,26 +45,38 @@ RECOMPUTE_VARIANTS: tuple[str, ...] = get_args(ExploreRecompute)
 #: v0.2.0 runs Llama 3 8B on H100 so (scripts/performance/configs/llama3/workload_base_configs.py,
 #: ``recompute_num_layers=5``).
 BLOCKS = "blocks"
-#: The rule name of torchtitan's per-layer selective checkpointing (:class:`Training`
-#: ``recompute_every``): every k-th layer of a rank recomputed whole. A stack's capability
-#: (``framework_rules.toml``), not one of the explorer's variants.
+#: The explorer's variant of torchtitan's per-layer selective checkpointing (``[activation_checkpoint]
+#: mode = "selective"``, ``selective_ac_option = "k"``; :class:`Training` ``recompute_every``):
+#: every k-th layer of a rank recomputed whole, k the most with which the layout fits, found per
+#: layout.
 EVERY = "every"
+#: The variants that recompute some layers whole, each with its count (:func:`partial_training`).
+PARTIAL = (BLOCKS, EVERY)
 
 
 def recompute_variant(label: str) -> tuple[str, tuple[str, ...] | None]:
     """A recomputation variant's level and modules: a level names itself (its modules left to the
     run, None); ``"a+b"`` is selective recomputation of modules a and b; ``blocks`` is full
-    recomputation (of the run's ``recompute_layers``, :data:`BLOCKS`)."""
+    recomputation (of the run's ``recompute_layers``, :data:`BLOCKS`), and so is ``every`` (of
+    one layer in the run's ``recompute_every``, :data:`EVERY`)."""
     if label in RECOMPUTE_LEVELS:
         return label, None
-    if label == BLOCKS:
+    if label in (BLOCKS, EVERY):
         return "full", None
     mods = tuple(label.split("+"))
     bad = [m for m in mods if m not in RECOMPUTE_MODULES]
     if bad:
         raise ModelcutError(f"recompute variant {label!r}: use a level ({', '.join(RECOMPUTE_LEVELS)}), "
-                            f"{BLOCKS}, or modules joined by + ({', '.join(RECOMPUTE_MODULES)})")
+                            f"{BLOCKS}, {EVERY}, or modules joined by + ({', '.join(RECOMPUTE_MODULES)})")
     return "selective", mods
+
+
+def partial_training(variant: str, count: int) -> dict[str, int | None]:
+    """The :class:`Training` fields of a partial variant with its count: :data:`BLOCKS` recomputes
+    the first ``count`` layers of each chunk (``recompute_layers``), :data:`EVERY` one layer in
+    ``count`` on each rank (``recompute_every``); any other variant neither."""
+    return {"recompute_layers": count if variant == BLOCKS else None,
+            "recompute_every": count if variant == EVERY else None}
 
 
 def _positive(obj, *names: str) -> None:

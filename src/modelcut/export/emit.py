@@ -140,6 +140,9 @@ def megatron_args(e: Evaluated) -> str:
     elif tr.recompute_layers is not None:
         lines += ["--recompute-granularity full", "--recompute-method block",
                   f"--recompute-num-layers {tr.recompute_layers}"]
+    elif tr.recompute_every is not None:
+        lines.append(f"# one layer in {tr.recompute_every} recomputed whole (torchtitan's per-layer rule): Megatron-LM "
+                     "has the block and uniform methods only")
     elif tr.recompute == "full":
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     precision, f8 = _precision(e)
@@ -204,7 +207,11 @@ def torchtitan_toml(e: Evaluated) -> str:
                 names += ["norm", "output"]
             parts.append("  [" + ", ".join(_toml_str(x) for x in names) + "],")
         out += ["module_fqns_per_model_part = ["] + parts + ["]"]
-    out += ["", "[activation_checkpoint]", f"mode = {_toml_str(tr.recompute)}"]
+    if tr.recompute_every is not None:      # torchtitan's per-layer rule: one block in k checkpointed whole
+        out += ["", "[activation_checkpoint]", 'mode = "selective"',
+                f"selective_ac_option = {_toml_str(str(tr.recompute_every))}"]
+    else:
+        out += ["", "[activation_checkpoint]", f"mode = {_toml_str(tr.recompute)}"]
     if tr.recompute == "selective":
         out.append('selective_ac_option = "op"')
         if tr.recompute_modules:
@@ -273,6 +280,9 @@ def nemo_overrides(e: Evaluated) -> str:
     elif tr.recompute_layers is not None:
         lines += ["model.config.recompute_granularity=full", "model.config.recompute_method=block",
                   f"model.config.recompute_num_layers={tr.recompute_layers}"]
+    elif tr.recompute_every is not None:
+        lines.append(f"# one layer in {tr.recompute_every} recomputed whole (torchtitan's per-layer rule): NeMo's "
+                     "Megatron-core has the block and uniform methods only")
     elif tr.recompute == "full":
         lines += ["model.config.recompute_granularity=full", "model.config.recompute_method=uniform",
                   "model.config.recompute_num_layers=1"]

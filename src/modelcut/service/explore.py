@@ -37,7 +37,7 @@ from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions, stack_options
 from ..core.costs import fp8 as fp8_mod
 from ..core.costs.context import heads_split_problem
-from ..core.specs import BLOCKS, Hardware, ModelSpec, Run, Training, recipe_among
+from ..core.specs import PARTIAL, Hardware, ModelSpec, Run, Training, recipe_among
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.frameworks import Framework
@@ -328,7 +328,7 @@ def check_problems(check: dict[str, Any], model: ModelSpec, gpus: int, seq: int)
     rc = check.get("recompute")
     if rc is not None and not model.is_moe and rc not in recompute_choices(model, Space()):
         out.append(f"recompute {rc} names modules of a mixture-of-experts layer; on a dense model it "
-                   "recomputes nothing (use none, selective, blocks or full)")
+                   "recomputes nothing (use none, selective, every, blocks or full)")
     ep = check.get("ep")
     if ep is not None and ep > 1 and not model.is_moe:
         out.append(f"ep {ep:,} needs a mixture-of-experts model; {model.name} is dense")
@@ -380,9 +380,10 @@ def _within_limits(req: ExploreRequest) -> None:
         if problems:
             raise ModelcutError(f"check {_check_text(req.check)} cannot be a layout of {req.gpus:,} GPUs: "
                                 + "; ".join(problems))
-        if req.check.get("recompute") == BLOCKS and req.mode != "default":
-            raise ModelcutError(f"check recompute={BLOCKS}: the seed model recomputes every layer or none; "
-                                "some layers a chunk (the block method) is the default model's (--mode default)")
+        if req.check.get("recompute") in PARTIAL and req.mode != "default":
+            raise ModelcutError(f"check recompute={req.check['recompute']}: the seed model recomputes every layer "
+                                "or none; some layers (the block method, one layer in k) are the default model's "
+                                "(--mode default)")
     n, more, ops = count_layouts(req, lim.max_layouts, lim.max_search_ops)
     lim.check_layouts(n, more)
     if ops > lim.max_search_ops:
@@ -393,10 +394,10 @@ def _within_limits(req: ExploreRequest) -> None:
 
 def timed_by(space: Space, mode: str) -> Space:
     """The space the step model of ``mode`` can time: the seed model recomputes every layer or none,
-    so it is searched without :data:`..core.specs.BLOCKS` (some layers recomputed whole)."""
-    if mode == "default" or BLOCKS not in space.recomputes:
+    so it is searched without :data:`..core.specs.PARTIAL` (some layers recomputed whole)."""
+    if mode == "default" or not set(PARTIAL) & set(space.recomputes):
         return space
-    return replace(space, recomputes=tuple(r for r in space.recomputes if r != BLOCKS))
+    return replace(space, recomputes=tuple(r for r in space.recomputes if r not in PARTIAL))
 
 
 def searched_recomputes(req: ExploreRequest) -> list[str]:

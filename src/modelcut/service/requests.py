@@ -465,7 +465,8 @@ class CheckIn(Strict):
         None, description="a recomputation variant: none, selective, full, layernorm+moe_act (selective "
                           "recomputation of those modules, on a mixture-of-experts model), or blocks (full "
                           "recomputation of the fewest layers of each pipeline chunk that fit, Megatron-core's "
-                          "block method)")
+                          "block method), or every (full recomputation of one layer in k on each rank, k the most "
+                          "that fits, torchtitan's per-layer selective checkpointing)")
 
 
 class ExploreInput(ModelChoice):

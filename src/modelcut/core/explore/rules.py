@@ -11,7 +11,7 @@ from typing import Any
 from ..costs.context import CP_KINDS
 from ..errors import ModelcutError
 from ..sim import registry
-from ..specs import EVERY, RECOMPUTE_VARIANTS, ModelSpec
+from ..specs import RECOMPUTE_VARIANTS, ModelSpec
 
 #: How chunks may split the layers (``Capabilities.interleave``).
 INTERLEAVE = ("layers", "layers+2", "any")
@@ -66,9 +66,8 @@ class Capabilities:
         if self.interleave not in INTERLEAVE:
             raise ModelcutError(f"{where}: interleave must be one of {', '.join(INTERLEAVE)}, got {self.interleave!r}")
         for r in self.recompute:
-            if r not in (*RECOMPUTE_VARIANTS, EVERY):
-                raise ModelcutError(f"{where}: recompute variants are {', '.join((*RECOMPUTE_VARIANTS, EVERY))}, "
-                                    f"got {r!r}")
+            if r not in RECOMPUTE_VARIANTS:
+                raise ModelcutError(f"{where}: recompute variants are {', '.join(RECOMPUTE_VARIANTS)}, got {r!r}")
         for k in self.cp_kinds:
             if k not in CP_KINDS:
                 raise ModelcutError(f"{where}: cp_kinds are {', '.join(CP_KINDS)}, got {k!r}")

@@ -14,7 +14,7 @@ from ..errors import ModelcutError
 from ..memory import DEFAULT_OPTIONS, MemoryOptions, StageMemory, memory_plan, peak_bytes, stage_memory, variant_peaks
 from ..plan import PipelinePlan
 from ..sim import registry
-from ..specs import BLOCKS, DEFAULT_RECOMPUTE_MODULES, Hardware, ModelSpec, Run, recompute_variant
+from ..specs import BLOCKS, DEFAULT_RECOMPUTE_MODULES, EVERY, PARTIAL, Hardware, ModelSpec, Run, recompute_variant
 from .rules import Capabilities, Violation, violations
 from .space import RECOMPUTE_ORDER, ZERO_ORDER, Space, Structure, make_run, recompute_choices, structures
 from .why import MEMORY_TERMS
@@ -75,6 +75,7 @@ class Evaluated:
                "recompute": self.recompute, "recompute_modules": (list(self.run.training.recompute_modules)
                                                                   if self.run.training.recompute_modules else None),
                "recompute_layers": self.run.training.recompute_layers,
+               "recompute_every": self.run.training.recompute_every,
                "zero": self.zero, "schedule": s.schedule,
                "step_time_s": None, "tflops_per_gpu": None, "mfu": None, "feasible": self.feasible,
                "memory": mem, "breakdown": None}
@@ -251,12 +252,16 @@ class _Search:
         return kept
 
     # memory, once per structure
-    def run_of(self, s: Structure, r: str, z: int, layers: int = 1) -> Run:
-        """The layout's run; under :data:`..specs.BLOCKS` with ``layers`` recomputed a chunk (one, the
-        least recomputation, where a lower bound asks before the layout's memory is known)."""
+    def run_of(self, s: Structure, r: str, z: int, count: int | None = None) -> Run:
+        """The layout's run; under :data:`..specs.BLOCKS` with ``count`` layers recomputed a chunk,
+        under :data:`..specs.EVERY` one layer in ``count`` on each rank. Without a count, the least
+        recomputation, where a lower bound asks before the layout's memory is known: one layer a
+        chunk, or one in as many as the model has (at most one on a rank)."""
+        if count is None:
+            count = self.model.layers if r == EVERY else 1
         return make_run(self.model, self.hw.name, s, self.seq, self.gb, r, z, self.gpus_per_node,
                         sequence_parallel=self.sp_ok, precision=self.space.precision,
-                        fp8_recipe=self.space.fp8_recipe, order=self.space.order, recompute_layers=layers)
+                        fp8_recipe=self.space.fp8_recipe, order=self.space.order, count=count)
 
     def _peak(self, run: Run, plan: PipelinePlan, r: str, z: int) -> float:
         """One variant's peak bytes: the shared fast path, or from the full schedule (``cached=False``)."""
@@ -301,6 +306,48 @@ class _Search:
                 lo = mid
         return hi, at_hi
 
+    def most_every(self, s: Structure, z: int, plan: PipelinePlan,
+                   known: dict[tuple[str, int], float]) -> tuple[int, float] | None:
+        """:data:`..specs.EVERY` at ZeRO stage z: the most k (one layer in k recomputed whole on each
+        rank) with which the layout fits, and its peak bytes (k = 2, the most recomputation short
+        of full, and its peak, where none fits), by bisection over 2 … the most layers a rank holds:
+        a larger k recomputes no more layers of a rank (⌊n/k⌋), so where no recomputation fits
+        (``known`` peaks) the largest k does, and where full recomputation does not, no k does.
+        Without a pipeline that count is the whole rule, so the k found is the most that fits;
+        with one, a stage's own count of multiples of k need not fall with k, and the k found fits
+        but may not be the most. None where no rank holds two layers (the variant is full or none)."""
+        held: dict[int, int] = {}
+        for st in plan.stages:
+            held[st.device] = held.get(st.device, 0) + st.layers
+        most = max(held.values())
+        if most < 2:
+            return None
+        limit = self.ex.limit_bytes
+
+        def peak(k: int) -> float:
+            self.ex.memory_evaluations += 1
+            return self._peak(self.run_of(s, EVERY, z, k), plan, EVERY, z)
+
+        if known.get(("none", z), float("inf")) <= limit:
+            return most, peak(most)
+        if known.get(("full", z), 0.0) > limit:
+            return 2, peak(2)
+        lo, at_lo = 2, peak(2)                 # the largest k known to fit
+        if at_lo > limit or most == 2:
+            return lo, at_lo
+        at_most = peak(most)
+        if at_most <= limit:
+            return most, at_most
+        hi = most                              # the smallest k known not to fit
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            at_mid = peak(mid)
+            if at_mid <= limit:
+                lo, at_lo = mid, at_mid
+            else:
+                hi = mid
+        return lo, at_lo
+
     def plan_of(self, s: Structure, variants) -> PipelinePlan:
         if s not in self.plans:
             self.plans[s] = memory_plan(self.run_of(s, *variants[0]), self.options, vpp=s.vpp, schedule=s.schedule)
@@ -313,18 +360,19 @@ class _Search:
             return self.memory[s]
         ex, options = self.ex, self.options
         plan = self.plan_of(s, variants)
-        plain = [(r, z) for r, z in variants if r != BLOCKS]
+        plain = [(r, z) for r, z in variants if r not in PARTIAL]
         if self.cached and plain:
             peaks = variant_peaks(self.run_of(s, *plain[0]), plan, plain, options=options)
         else:
             peaks = {(r, z): self._peak(self.run_of(s, r, z), plan, r, z) for r, z in plain}
         ex.memory_evaluations += len(plain)
-        layers: dict[int, int] = {}
+        counts: dict[tuple[str, int], int] = {}
         for r, z in variants:
-            found = self.fewest_blocks(s, z, plan, peaks) if r == BLOCKS else None
+            found = (self.fewest_blocks(s, z, plan, peaks) if r == BLOCKS
+                     else self.most_every(s, z, plan, peaks) if r == EVERY else None)
             if found is not None:
-                layers[z], peaks[(r, z)] = found
-        evs = [Evaluated(s, r, z, self.run_of(s, r, z, layers.get(z, 1) if r == BLOCKS else 1), pk,
+                counts[(r, z)], peaks[(r, z)] = found
+        evs = [Evaluated(s, r, z, self.run_of(s, r, z, counts.get((r, z))), pk,
                          pk <= ex.limit_bytes, options=options, plan=plan)
                for (r, z), pk in peaks.items()]
         feas = [e for e in evs if e.feasible]
@@ -477,9 +525,9 @@ def _recomputed(variant: str) -> frozenset[str] | None:
 
 def no_more_recomputed(a: str, b: str) -> bool:
     """Variant a redoes no more than variant b (a subset of its work), so it is never slower.
-    :data:`..specs.BLOCKS` (some layers whole) redoes more than none and less than full, and is not
-    compared with a module list or the attention core."""
-    if BLOCKS in (a, b) and a != b:
+    :data:`..specs.BLOCKS` and :data:`..specs.EVERY` (some layers whole) redo more than none and
+    less than full, and are not compared with a module list, the attention core or each other."""
+    if (a in PARTIAL or b in PARTIAL) and a != b:
         return a == "none" or b == "full"
     ra, rb = _recomputed(a), _recomputed(b)
     return rb is None or (ra is not None and ra <= rb)

@@ -10,7 +10,7 @@ from ..costs import flops
 from ..costs.context import CP_KINDS, heads_split_problem
 from ..costs.mesh import Mesh, group_crosses_nodes, members_in_node
 from ..sim import registry
-from ..specs import BLOCKS, DEFAULT_ORDER, RECOMPUTE_VARIANTS, Layout, ModelSpec, Run, Training, recompute_variant
+from ..specs import DEFAULT_ORDER, RECOMPUTE_VARIANTS, Layout, ModelSpec, Run, Training, partial_training, recompute_variant
 
 RECOMPUTE_ORDER = RECOMPUTE_VARIANTS   # the explorer tries them least recomputed first
 ZERO_ORDER = (0, 1, 2, 3)
@@ -169,18 +169,18 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
              gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
              fp8_recipe: str | None = None, order: tuple[str, ...] = DEFAULT_ORDER,
-             recompute_layers: int = 1) -> Run:
+             count: int = 1) -> Run:
     """The run of one layout under a recomputation variant (:func:`..specs.recompute_variant`):
     sequence parallelism with t > 1 (where the stack has it,
     ``sequence_parallel``); the rank order ``order``, by default the layouts' default,
     Megatron-core's (ep next to tp and cp, the pipeline outermost: :data:`..specs.DEFAULT_ORDER`);
-    under :data:`..specs.BLOCKS` the first ``recompute_layers`` of each chunk recomputed whole."""
+    under :data:`..specs.BLOCKS` the first ``count`` layers of each chunk recomputed whole, under
+    :data:`..specs.EVERY` one layer in ``count`` on each rank (:func:`..specs.partial_training`)."""
     lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, etp=s.etp, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
                  schedule=s.schedule, cp_kind=s.cp_kind, order=order, dp_shard=s.dp_shard)
     level, modules = recompute_variant(recompute)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=level, recompute_modules=modules, precision=precision,
-                                         fp8_recipe=fp8_recipe,
-                                         recompute_layers=recompute_layers if recompute == BLOCKS else None),
+                                         fp8_recipe=fp8_recipe, **partial_training(recompute, count)),
                gpus_per_node=gpus_per_node)

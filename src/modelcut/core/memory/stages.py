@@ -16,7 +16,7 @@ from ..costs.residency import Residency, residency_under
 from ..errors import ModelcutError
 from ..plan import PipelinePlan
 from ..sim import registry
-from ..specs import BLOCKS, DEFAULT_RECOMPUTE_MODULES, Hardware, Run, recompute_variant
+from ..specs import BLOCKS, DEFAULT_RECOMPUTE_MODULES, EVERY, Hardware, Run, recompute_variant
 from ..step.frameworks import Framework
 from ..step.zero3 import deepspeed_resident_numel
 from ..units import GRAD_BYTES, GiB, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
@@ -334,9 +334,12 @@ def variant_peaks(run: Run, plan: PipelinePlan, variants: list[tuple[str, int]],
     """Peak device bytes of the run under each (recompute, zero) variant, sharing the pipeline,
     activation and parameter work between variants (the explorer's fast path; the same numbers
     as :func:`stage_memory`). A :data:`..specs.BLOCKS` variant recomputes the run's own
-    ``recompute_layers``."""
+    ``recompute_layers``, an :data:`..specs.EVERY` variant its ``recompute_every``."""
     if run.training.recompute_layers is None and any(r == BLOCKS for r, _ in variants):
         raise ModelcutError(f"the {BLOCKS} variant needs the run's recompute_layers (how many layers a chunk "
+                            "recomputes whole)")
+    if run.training.recompute_every is None and any(r == EVERY for r, _ in variants):
+        raise ModelcutError(f"the {EVERY} variant needs the run's recompute_every (one layer in how many a rank "
                             "recomputes whole)")
     params = _device_params(run, plan)
     # each variant's own modules: none from the run the variants share

@@ -374,9 +374,10 @@
     }
   }
 
-  /** A layout's recomputation, with the layers a chunk recomputes under the block method. */
+  /** A layout's recomputation, with the layers a chunk recomputes under the block method, or k of one layer in k. */
   function recomputeName(x) {
-    return x.recompute_layers ? `${x.recompute} ${x.recompute_layers}` : x.recompute;
+    const n = x.recompute_layers || x.recompute_every;
+    return n ? `${x.recompute} ${n}` : x.recompute;
   }
 
   /** The POST /api/predict body of a ranked layout: the search's model and stack, the layout's knobs. */
@@ -389,10 +390,11 @@
     if (x.cp > 1) layout.cp_kind = x.cp_kind;
     if (x.dp_shard) layout.dp_shard = x.dp_shard;
     const training = {seq_len: ans.seq, global_batch: ans.global_batch, micro_batch: x.micro_batch,
-                      recompute: x.recompute_modules ? 'selective' : x.recompute_layers ? 'full' : x.recompute,
+                      recompute: x.recompute_modules ? 'selective' : (x.recompute_layers || x.recompute_every) ? 'full' : x.recompute,
                       precision: ans.precision};
     if (x.recompute_modules) training.recompute_modules = x.recompute_modules;
     if (x.recompute_layers) training.recompute_layers = x.recompute_layers;
+    if (x.recompute_every) training.recompute_every = x.recompute_every;
     if (ans.fp8_recipe) training.fp8_recipe = ans.fp8_recipe;
     return Object.assign(out, {layout, training});
   }

@@ -1,0 +1,123 @@
+"""The explorer's per-layer variant (``every``): torchtitan's selective checkpointing of one block in
+k on each rank (``selective_ac_option = "k"``), k the most with which a layout fits, found per
+layout by bisection on the memory model; searched where the stack offers it (the FSDP presets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from modelcut import catalog
+from modelcut.cli import main
+from modelcut.core.errors import ModelcutError
+from modelcut.core.explore import Space, explore, make_run
+from modelcut.core.explore.search import no_more_recomputed
+from modelcut.core.explore.space import Structure
+from modelcut.core.memory import memory_plan, peak_bytes, stage_memory, variant_peaks
+from modelcut.core.specs import BLOCKS, EVERY, RECOMPUTE_VARIANTS
+from modelcut.export.emit import torchtitan_toml
+from modelcut.service.explore import predictor, timed_by
+
+A100_40 = catalog.hardware("a100-sxm4-40gb")
+LLAMA1 = catalog.model("llama3.2-1b")
+LLAMA8 = catalog.model("llama3-8b")
+
+
+@dataclass
+class _Flat:
+    step_time_s: float = 1.0
+
+
+def test_the_variant_sits_between_selective_and_full_and_makes_its_run():
+    assert RECOMPUTE_VARIANTS.index("selective") < RECOMPUTE_VARIANTS.index(EVERY) < RECOMPUTE_VARIANTS.index("full")
+    s = Structure(tp=1, cp=1, pp=1, dp=8, micro_batch=1, schedule="1f1b", vpp=1)
+    run = make_run(LLAMA8, "h100", s, 4096, 64, EVERY, 3, count=4)
+    assert (run.training.recompute, run.training.recompute_every, run.training.recompute_layers) == ("full", 4, None)
+    assert make_run(LLAMA8, "h100", s, 4096, 64, "full", 3, count=4).training.recompute_every is None
+    # compared with none and full only: it redoes more than none and less than full
+    assert no_more_recomputed("none", EVERY) and no_more_recomputed(EVERY, "full")
+    assert not no_more_recomputed(EVERY, BLOCKS) and not no_more_recomputed(BLOCKS, EVERY)
+    assert not no_more_recomputed(EVERY, "selective") and not no_more_recomputed("selective", EVERY)
+
+
+@settings(max_examples=10, deadline=None)
+@given(margin=st.floats(0.0, 0.3), seq=st.sampled_from([8192, 16384]))
+def test_it_finds_the_most_k_that_fits_without_a_pipeline(margin, seq):
+    """Each every layout without a pipeline that fits does so with one layer in k recomputed and not
+    with one in k + 1 (or k is the most a rank's layers allow); its peak is stage_memory's for its run."""
+    caps = catalog.capabilities("fsdp-compile")
+    ex = explore(LLAMA1, A100_40, lambda run, h: _Flat(), margin=margin, prune=False, keep=10_000, gpus=2, seq=seq,
+                 global_batch_tokens=8 * seq, capabilities=caps,
+                 space=Space(micro_batches=(1,), schedules=("1f1b",)))
+    every = [e for e in ex.layouts if e.recompute == EVERY and e.structure.pp == 1]
+    assert every
+    for e in every:
+        k = e.run.training.recompute_every
+        assert 2 <= k <= LLAMA1.layers
+        assert e.peak_bytes == pytest.approx(peak_bytes(stage_memory(e.run, plan=e.plan, cached=False)))
+        assert e.peak_bytes <= ex.limit_bytes
+        if k < LLAMA1.layers:
+            more = make_run(LLAMA1, A100_40.name, e.structure, seq, 8, EVERY, e.zero, count=k + 1)
+            assert peak_bytes(stage_memory(more, plan=e.plan)) > ex.limit_bytes
+
+
+@lru_cache(maxsize=None)
+def _tight():
+    """Llama 3 8B on 8 A100-40GB at 16K tokens under fsdp-compile: nothing fits without recomputation."""
+    fw = catalog.framework("fsdp-compile")
+    return explore(LLAMA8, A100_40, predictor("default", A100_40, fw), gpus=8, seq=16384,
+                   global_batch_tokens=8 * 16384, capabilities=catalog.capabilities("fsdp-compile"),
+                   space=Space(micro_batches=(1,), schedules=("1f1b",)), prune=False, keep=10_000)
+
+
+def test_a_layout_that_fits_with_some_layers_whole_beats_full_recomputation():
+    ex = _tight()
+    full = {(e.structure, e.zero): e for e in ex.layouts if e.recompute == "full"}
+    pairs = [(e, full[(e.structure, e.zero)]) for e in ex.layouts
+             if e.recompute == EVERY and (e.structure, e.zero) in full]
+    assert pairs
+    for ev, f in pairs:
+        assert ev.step_time_s < f.step_time_s and ev.peak_bytes >= f.peak_bytes
+
+
+def test_the_layout_reports_and_emits_its_k():
+    e = next(e for e in _tight().layouts if e.recompute == EVERY)
+    k = e.run.training.recompute_every
+    d = e.as_dict()
+    assert d["recompute"] == EVERY and d["recompute_every"] == k and d["recompute_layers"] is None
+    assert f'[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "{k}"' in torchtitan_toml(e)
+
+
+def test_only_the_fsdp_presets_offer_it():
+    for name in ("fsdp", "fsdp-compile"):
+        assert EVERY in catalog.capabilities(name).recompute
+    for name in ("megatron-2022", "megatron-core", "nemo", "megatron-bridge", "deepspeed-zero3", "llm-foundry",
+                 "nemo-automodel"):
+        assert EVERY not in catalog.capabilities(name).recompute
+
+
+def test_the_seed_model_leaves_it_out_and_a_seed_check_of_it_is_one_line(capsys):
+    assert EVERY not in timed_by(Space(), "seed").recomputes and EVERY in timed_by(Space(), "default").recomputes
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--seq", "16384",
+                 "--global-batch-tokens", "128K", "--mode", "seed", "--check", "recompute=every"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "seed model recomputes every layer or none" in err
+
+
+def test_the_shared_path_refuses_it_without_its_k():
+    s = Structure(tp=1, cp=1, pp=1, dp=8, micro_batch=1, schedule="1f1b", vpp=1)
+    run = make_run(LLAMA8, "h100", s, 4096, 64, "none", 3)
+    with pytest.raises(ModelcutError, match="recompute_every"):
+        variant_peaks(run, memory_plan(run), [(EVERY, 3)])
+
+
+def test_the_cli_names_k(capsys):
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "16384",
+                 "--global-batch-tokens", "256K", "--framework", "torchtitan", "--top", "3",
+                 "--check", "tp=1,cp=1,pp=1,dp=8,recompute=every"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "recomputation variants none, selective, every, full" in out
+    assert "recompute=every: best such layout ranks" in out and "differ in" in out
