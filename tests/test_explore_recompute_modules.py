@@ -13,7 +13,7 @@ from modelcut.core.errors import ModelcutError
 from modelcut.core.explore import Space, explore, make_run
 from modelcut.core.explore.space import Structure, recompute_choices
 from modelcut.core.memory import memory_plan, peak_bytes, stage_memory, variant_peaks
-from modelcut.core.specs import BLOCKS, RECOMPUTE_LEVELS, RECOMPUTE_VARIANTS, recompute_variant
+from modelcut.core.specs import PARTIAL, RECOMPUTE_LEVELS, RECOMPUTE_VARIANTS, recompute_variant
 from modelcut.export.emit import megatron_args, nemo_overrides, torchtitan_toml
 from modelcut.service.explore import predictor, timed_by
 from modelcut.service.requests import CheckIn
@@ -24,7 +24,7 @@ QWEN = catalog.model("qwen3-30b-a3b")
 LLAMA = catalog.model("llama3-8b")
 MODULES = "layernorm+moe_act"
 #: The variants whose peaks one shared run gives (blocks takes its layers from its own run).
-SHARED = tuple(r for r in RECOMPUTE_VARIANTS if r != BLOCKS)
+SHARED = tuple(r for r in RECOMPUTE_VARIANTS if r not in PARTIAL)   # the partial variants make their own runs
 
 
 def test_a_variant_is_a_level_or_selective_modules():
@@ -57,8 +57,8 @@ def test_only_moe_models_try_the_module_list():
 def test_the_fast_path_counts_what_predict_counts(model, pp, ep, b, order, zero):
     """Every variant's peak on the explorer's shared path equals stage_memory's for the run the
     variant makes, whichever variant the shared run was made from; the module list keeps no more
-    than no recomputation and no less than full recomputation (blocks, whose layers each layout
-    finds, has its own run: tests/test_explore_blocks.py)."""
+    than no recomputation and no less than full recomputation (blocks and every, whose count each
+    layout finds, have their own runs: tests/test_explore_blocks.py, tests/test_explore_every.py)."""
     s = Structure(tp=1, cp=1, pp=pp, dp=64 // pp, micro_batch=b, schedule="1f1b", vpp=1, ep=ep)
     variants = [(r, zero) for r in order]
     base = make_run(model, "h100", s, 4096, 64 // pp * b * 4, order[0], zero)
