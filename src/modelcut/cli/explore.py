@@ -19,6 +19,7 @@ from ..core.costs.context import CP_KINDS
 from ..core.errors import ModelcutError
 from ..core.explore import DEFAULT_SCHEDULES, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
+from ..core.explore.why import recompute_label
 from ..export import chrome_trace
 from ..export import emit as emitter
 from ..service import inputs
@@ -86,10 +87,12 @@ SHORT = {"allgather": "gather", "selective": "select", "layernorm+moe_act": "nor
 
 
 def _recompute(e: Evaluated) -> str:
-    """The variant, with the layers a chunk recomputes under the block method, or k of one layer in k."""
+    """The variant, with the layers a chunk recomputes under the block method, or k of one layer in k
+    (:func:`..core.explore.why.recompute_label`), its name shortened for the table."""
     tr = e.run.training
-    n = tr.recompute_layers if tr.recompute_layers is not None else tr.recompute_every
-    return SHORT.get(e.recompute, e.recompute) + (f" {n}" if n is not None else "")
+    label = recompute_label({"recompute": e.recompute, "recompute_layers": tr.recompute_layers,
+                             "recompute_every": tr.recompute_every})
+    return label.replace(e.recompute, SHORT.get(e.recompute, e.recompute), 1)
 
 
 def _knobs(e: Evaluated) -> list[str]:

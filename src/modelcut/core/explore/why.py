@@ -9,10 +9,19 @@ BREAKDOWN_TERMS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "a2
 MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes")
 
 
+def recompute_label(d: dict[str, Any]) -> str:
+    """A layout's recomputation as its knobs name it: the variant, with its count where it has one
+    (``blocks 14``: the first 14 layers of each chunk; ``every 2``: one layer in 2 on each rank)."""
+    n = d.get("recompute_layers") or d.get("recompute_every")
+    return f"{d['recompute']} {n}" if n else d["recompute"]
+
+
 def why(best, other) -> dict[str, Any]:
-    """Why ``best`` beats ``other``: the knobs that differ, and the time and memory terms in
-    order of how much they differ (other − best)."""
+    """Why ``best`` beats ``other``: the knobs that differ (the recomputation with its count,
+    :func:`recompute_label`), and the time and memory terms in order of how much they differ
+    (other − best)."""
     a, b = best.as_dict(), other.as_dict()
+    a["recompute"], b["recompute"] = recompute_label(a), recompute_label(b)
     knobs = {k: (a[k], b[k]) for k in ("tp", "cp", "ep", "etp", "cp_kind", "pp", "dp", "dp_shard", "vpp", "micro_batch",
                                         "recompute", "zero", "schedule") if a[k] != b[k]
              and not (k == "cp_kind" and None in (a[k], b[k]))}     # a form only where both split the sequence
