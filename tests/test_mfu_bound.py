@@ -34,14 +34,21 @@ def runs(draw):
     recompute = draw(st.sampled_from(("none", "selective", "full")))
     # selective by module where the stack runs it (else refused in one line)
     modules = draw(st.sampled_from((None, ("layernorm", "moe_act")))) if recompute == "selective" else None
+    # with full recomputation, every layer, the first of each chunk (block method) or one in k (torchtitan's)
+    partial = draw(st.sampled_from((None, "layers", "every"))) if recompute == "full" else None
+    count = draw(st.integers(1, 8))
+    # context parallelism's form: the stack's, or each of the three (a2a where the heads split, else refused)
+    cp_kind = draw(st.sampled_from((None, "ring", "allgather", "a2a"))) if cp > 1 else None
     assume(seq % (2 * cp) == 0)
     # expert parallelism out of the data-parallel ranks on a mixture-of-experts model; any ZeRO stage
     ep = draw(st.sampled_from([e for e in (1, 2, 8) if dp % e == 0 and model.experts % e == 0])) if model.is_moe else 1
     zero = draw(st.sampled_from((None, 0, 1, 2, 3)))
-    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero, sequence_parallel=tp > 1)
+    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero, sequence_parallel=tp > 1, cp_kind=cp_kind)
     precision = draw(st.sampled_from(("bf16", "fp8")))   # fp8 where the accelerator runs it (else refused)
     return Run(model, gpu, layout, Training(seq_len=seq, global_batch=dp * m * b, micro_batch=b,
-                                            recompute=recompute, recompute_modules=modules, precision=precision)
+                                            recompute=recompute, recompute_modules=modules, precision=precision,
+                                            recompute_layers=count if partial == "layers" else None,
+                                            recompute_every=count if partial == "every" else None)
                ), draw(st.sampled_from(FRAMEWORKS))
 
 
