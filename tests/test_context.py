@@ -293,19 +293,22 @@ def test_the_stacks_names_for_the_forms_are_taken(tmp_path, capsys, kind, ours):
     assert context.cp_kind_name(kind) == ours
 
 
-@pytest.mark.parametrize("kind, says", [("a2a+p2p", "hierarchical context parallelism")])
-def test_forms_modelcut_does_not_time_are_refused_in_one_line(tmp_path, capsys, kind, says):
+def test_the_hierarchical_form_needs_its_group_and_the_explorer_does_not_search_it(tmp_path, capsys):
+    """a2a+p2p is timed with its all-to-all groups' size (tests/test_context_a2a.py); without cp_a2a a
+    run is one line naming it, and a search naming the form is one line saying the explorer does not
+    search it (it would have to choose cp_a2a)."""
     from fastapi.testclient import TestClient
     from modelcut.cli import main
     from modelcut.web.app import create_app
     f = tmp_path / "run.toml"
-    f.write_text(CP_RUN.format(kind=kind))
-    for argv in (["predict", str(f)], ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32",
-                                       "--seq", "131072", "--global-batch-tokens", "1M", "--cp-kinds", kind]):
+    f.write_text(CP_RUN.format(kind="a2a+p2p"))
+    for argv, says in ((["predict", str(f)], "needs cp_a2a"),
+                       (["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "131072",
+                         "--global-batch-tokens", "1M", "--cp-kinds", "a2a+p2p"], "does not search the a2a+p2p form")):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and says in err and "does not time" in err
-    r = TestClient(create_app()).post("/api/explore", json={"model": "llama3-8b", "gpu": "h100", "gpus": 32,
-                                                            "seq": 131072, "global_batch_tokens": 1048576,
-                                                            "cp_kinds": [kind]})
-    assert r.status_code == 422 and says in r.json()["detail"]
+        assert err.count("\n") == 1 and says in err
+    with TestClient(create_app()) as client:
+        r = client.post("/api/explore", json={"model": "llama3-8b", "gpu": "h100", "gpus": 32, "seq": 131072,
+                                              "global_batch_tokens": 1048576, "cp_kinds": ["a2a+p2p"]})
+    assert r.status_code == 422 and "does not search the a2a+p2p form" in r.json()["detail"]

@@ -102,11 +102,14 @@ def test_the_forward_exchanges_each_tensor_once():
        b=st.integers(1, 4))
 def test_every_form_does_the_same_work_and_a2a_none_unevenly(cp, t, s_blocks, b):
     """The all-to-all form computes the whole causal attention split evenly: its rank's work is the
-    mean of the balanced split's, which is every rank's; so the three forms agree on FLOPs."""
+    mean of the balanced split's, which is every rank's; so every form (the hierarchical one with
+    all-to-all groups of 2) agrees on FLOPs."""
     m = catalog_model("llama3-70b")
     s = 2 * cp * 64 * s_blocks
-    forms = {k: context.cp_attention(m, micro_batch=b, seq=s, cp=cp, kind=k, bw=1e11, attention_flops_per_s=1e15, t=t)
-             for k in context.CP_KINDS}
+    forms = {k: context.cp_attention(m, micro_batch=b, seq=s, cp=cp, kind=k, bw=1e11, attention_flops_per_s=1e15, t=t,
+                                     a2a=2 if k == "a2a+p2p" else 1)
+             for k in context.CP_KINDS       # the hierarchical form: groups of 2, where they split the heads
+             if k != "a2a+p2p" or (cp >= 4 and context.heads_split_problem(m, t, 2, k) is None)}
     total = b * context.attention_flops_per_pair(m, t) * s * (s + 1) / 2
     for a in forms.values():
         assert a.flops_fwd * cp == pytest.approx(total)
@@ -208,3 +211,95 @@ def test_across_nodes_the_node_mates_share_goes_over_the_links():
     assert b == pytest.approx(f)
     flat = sum(comm.all_to_all(16, x, net) for xs in fwd for x in xs)
     assert f < 0.6 * flat
+
+
+# ---------------------------------------------------------------- the hierarchical form (a2a+p2p)
+
+H_RUN = RUN.replace('cp_kind = "{kind}"', 'cp_kind = "a2a+p2p"\ncp_a2a = {a}')
+
+
+def _predict_h(tmp_path, capsys, **kw):
+    from modelcut.cli import main
+    args = dict(model="llama3-8b", gpus=16, tp=1, cp=16, dp=1, a=4, framework="megatron-core") | kw
+    f = tmp_path / "h.toml"
+    f.write_text(H_RUN.format(**args))
+    rc = main(["predict", str(f), "--json"])
+    out = capsys.readouterr()
+    return rc, (json.loads(out.out) if rc == 0 else out.err)
+
+
+@pytest.mark.parametrize("kw, says", [(dict(cp_kind="a2a+p2p", cp=8), "needs cp_a2a"),
+                                      (dict(cp_kind="a2a+p2p", cp=8, cp_a2a=8), "between 1 and cp"),
+                                      (dict(cp_kind="a2a+p2p", cp=8, cp_a2a=3), "between 1 and cp"),
+                                      (dict(cp_kind="ring", cp=8, cp_a2a=2), "cp_a2a is the all-to-all groups' size"),
+                                      (dict(cp=8, cp_a2a=2), "cp_a2a is the all-to-all groups' size")])
+def test_the_layout_names_its_groups(kw, says):
+    from modelcut.core.specs import Layout
+    with pytest.raises(ModelcutError, match=says):
+        Layout(**kw)
+    assert Layout(cp=8, cp_kind="a2a+p2p", cp_a2a=2).cp_ring == 4 and Layout(cp=8).cp_ring == 8
+
+
+def test_the_hierarchical_form_is_an_all_to_all_then_a_ring():
+    """Its exchanges are the all-to-all form's tensors over a ranks; its ring is the ring form's over
+    cp/a ranks on heads/(t·a) heads; it does the same work."""
+    m = catalog_model("llama3-70b")
+    b, s, cp, a, t, bw = 1, 131072, 16, 4, 2, 1e11
+    h = context.cp_attention(m, micro_batch=b, seq=s, cp=cp, kind="a2a+p2p", a2a=a, bw=bw, attention_flops_per_s=1e15, t=t)
+    ring = context.cp_attention(m, micro_batch=b, seq=s, cp=cp // a, kind="ring", bw=bw, attention_flops_per_s=1e15,
+                                t=t * a)
+    fwd, bwd = context.a2a_tensors(m, b, s, cp, t)
+    assert h.exposed_fwd_s == pytest.approx(ring.exposed_fwd_s + sum(comm.all_to_all(a, x, bw) for xs in fwd for x in xs))
+    assert h.exposed_bwd_s == pytest.approx(ring.exposed_bwd_s + sum(comm.all_to_all(a, x, bw) for xs in bwd for x in xs))
+    total = b * context.attention_flops_per_pair(m, t) * s * (s + 1) / 2
+    assert h.flops_fwd * cp == pytest.approx(total)
+    with pytest.raises(ModelcutError, match="between 1 and cp"):
+        context.cp_attention(m, micro_batch=b, seq=s, cp=cp, kind="a2a+p2p", a2a=cp, bw=bw, attention_flops_per_s=1e15)
+
+
+def test_it_predicts_and_sits_among_the_forms(tmp_path, capsys):
+    rc, h = _predict_h(tmp_path, capsys)
+    assert rc == 0 and h["layout"]["cp_kind"] == "a2a+p2p" and h["layout"]["cp_a2a"] == 4
+    assert h["breakdown"]["cp_s"] > 0 and not any(n.startswith("stack rule") for n in h["notes"])
+    rc, r = _predict(tmp_path, capsys, cp=16, dp=1, kind="ring")
+    assert rc == 0 and r["flops_per_step"] == h["flops_per_step"] and r["step_time_s"] != h["step_time_s"]
+    rc, n = _predict_h(tmp_path, capsys, framework="nemo-24.07")
+    assert rc == 0 and any("a2a+p2p form of context parallelism" in x for x in n["notes"])
+    rc, err = _predict_h(tmp_path, capsys, framework="fsdp-compile")
+    assert rc == 2 and err.count("\n") == 1
+
+
+def test_its_groups_must_split_the_heads(tmp_path, capsys):
+    rc, err = _predict_h(tmp_path, capsys, tp=4, cp=4, gpus=16, a=2)      # 2 KV heads a rank: 2 splits
+    assert rc == 0
+    rc, err = _predict_h(tmp_path, capsys, tp=4, cp=8, gpus=32, a=4)      # but not over 4
+    assert rc == 2 and err.count("\n") == 1 and "cp_a2a (4) to divide the KV heads per tensor-parallel rank (2)" in err
+
+
+def test_its_memory_holds_the_exchanges_and_the_rings_blocks():
+    m = catalog_model("llama3-8b")
+    kw = dict(micro_batch=1, seq=131072, t=1, cp=16)
+    (qkv, out), _ = context.a2a_tensors(m, 1, 131072, 16, 1)
+    blk = context.block_bytes(m, 1, 131072, 16, 1)
+    assert activations.cp_transient_bytes(m, cp_kind="a2a+p2p", **kw) == pytest.approx(sum(qkv) + sum(out) + 4 * blk)
+    assert activations.layer_activation_bytes(m, cp_kind="a2a+p2p", **kw) == \
+        activations.layer_activation_bytes(m, cp_kind="ring", **kw)
+
+
+def test_the_api_and_the_csv_name_its_groups(tmp_path):
+    from fastapi.testclient import TestClient
+    from modelcut.service.runs_csv import read_runs_csv
+    from modelcut.web.app import create_app
+    body = {"model": "llama3-8b", "gpu": "h100", "framework": "megatron-core",
+            "layout": {"tp": 1, "cp": 16, "dp": 1, "cp_kind": "hierarchical", "cp_a2a": 8},
+            "training": {"seq_len": 131072, "global_batch": 1, "micro_batch": 1, "recompute": "full"}}
+    with TestClient(create_app()) as client:
+        r = client.post("/api/predict", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["layout"]["cp_kind"] == "a2a+p2p" and r.json()["layout"]["cp_a2a"] == 8
+        r = client.post("/api/predict", json={**body, "layout": {**body["layout"], "cp_a2a": 16}})
+        assert r.status_code == 422 and "cp_a2a" in r.json()["detail"]
+    csv = tmp_path / "r.csv"
+    csv.write_text("id,model,gpu,tp,pp,cp,dp,cp_kind,cp_a2a,seq_len,global_batch,micro_batch,step_time_s\n"
+                   "a,llama3-8b,h100,1,1,16,1,a2a+p2p,4,131072,1,1,30\n")
+    assert read_runs_csv(csv)[0].run.layout.cp_a2a == 4

@@ -37,13 +37,17 @@ def runs(draw):
     # with full recomputation, every layer, the first of each chunk (block method) or one in k (torchtitan's)
     partial = draw(st.sampled_from((None, "layers", "every"))) if recompute == "full" else None
     count = draw(st.integers(1, 8))
-    # context parallelism's form: the stack's, or each of the three (a2a where the heads split, else refused)
-    cp_kind = draw(st.sampled_from((None, "ring", "allgather", "a2a"))) if cp > 1 else None
+    # context parallelism's form: the stack's, or each of the four (a2a and a2a+p2p where the heads split, else
+    # refused)
+    cp_kind = draw(st.sampled_from((None, "ring", "allgather", "a2a") + (("a2a+p2p",) if cp >= 4 else ()))) \
+        if cp > 1 else None
+    cp_a2a = 2 if cp_kind == "a2a+p2p" else None     # the hierarchical form's all-to-all groups
     assume(seq % (2 * cp) == 0)
     # expert parallelism out of the data-parallel ranks on a mixture-of-experts model; any ZeRO stage
     ep = draw(st.sampled_from([e for e in (1, 2, 8) if dp % e == 0 and model.experts % e == 0])) if model.is_moe else 1
     zero = draw(st.sampled_from((None, 0, 1, 2, 3)))
-    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero, sequence_parallel=tp > 1, cp_kind=cp_kind)
+    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero, sequence_parallel=tp > 1, cp_kind=cp_kind,
+                    cp_a2a=cp_a2a)
     precision = draw(st.sampled_from(("bf16", "fp8")))   # fp8 where the accelerator runs it (else refused)
     return Run(model, gpu, layout, Training(seq_len=seq, global_batch=dp * m * b, micro_batch=b,
                                             recompute=recompute, recompute_modules=modules, precision=precision,

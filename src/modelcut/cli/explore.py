@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .. import catalog
-from ..core.costs.context import CP_KINDS
+from ..core.costs.context import EXPLORED_CP_KINDS
 from ..core.errors import ModelcutError
 from ..core.explore import DEFAULT_SCHEDULES, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
@@ -170,7 +170,7 @@ def explore(
                                         "in place of the published layout, e.g. zero=1)"),
     eps: Optional[str] = typer.Option(None, "--eps", help="expert-parallel sizes to try (MoE models; default: "
                                                           "every divisor of the experts that divides dp)"),
-    cp_kinds: str = typer.Option(",".join(CP_KINDS), "--cp-kinds",
+    cp_kinds: str = typer.Option(",".join(EXPLORED_CP_KINDS), "--cp-kinds",
                                  help="context-parallel forms to try when cp > 1: ring, allgather, a2a (each where the stack runs it; a2a where cp divides the heads)"),
     pareto_within: float = typer.Option(PARETO_WITHIN, "--pareto-within",
                                         help="time every layout within this fraction of the best (the Pareto set)"),

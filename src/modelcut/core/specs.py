@@ -221,9 +221,11 @@ class Layout:
     tp (Korthikanti et al. 2022); None leaves it to the stack as well (``Framework.resolve``) and
     otherwise means off. ``order`` is the rank order, innermost first (default
     :data:`DEFAULT_ORDER`).
-    ``cp_kind`` is context parallelism's form, "ring", "allgather" or "a2a"; None leaves it to the
-    training stack (the default model's framework preset) and otherwise means the all-gather
-    form (:attr:`cp_form`).
+    ``cp_kind`` is context parallelism's form, "ring", "allgather", "a2a" or "a2a+p2p"; None leaves
+    it to the training stack (the default model's framework preset) and otherwise means the
+    all-gather form (:attr:`cp_form`). ``cp_a2a``, with "a2a+p2p" (hierarchical), is the size of
+    its all-to-all groups, adjacent cp ranks, the ring running across the cp/cp_a2a such groups
+    (Megatron-LM's ``--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a``).
     ``dp_shard`` is hybrid sharding: ZeRO's sharded states split over dp_shard·cp ranks and
     replicated across dp/dp_shard such groups (PyTorch FSDP's ``HYBRID_SHARD`` and FSDP2's 2-D
     mesh, torchtitan's ``data_parallel_shard_degree`` beside ``data_parallel_replicate_degree``;
@@ -245,6 +247,7 @@ class Layout:
     cp_kind: str | None = None
     order: tuple[str, ...] = DEFAULT_ORDER
     dp_shard: int | None = None
+    cp_a2a: int | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "dp_shard")
@@ -258,8 +261,17 @@ class Layout:
             raise ModelcutError(f"sequence_parallel must be true or false, got {self.sequence_parallel!r}")
         if self.zero not in (None, 0, 1, 2, 3):
             raise ModelcutError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.cp_kind not in (None, "ring", "allgather", "a2a"):
-            raise ModelcutError(f"cp_kind must be 'ring', 'allgather' or 'a2a', got {self.cp_kind!r}")
+        if self.cp_kind not in (None, "ring", "allgather", "a2a", "a2a+p2p"):
+            raise ModelcutError(f"cp_kind must be 'ring', 'allgather', 'a2a' or 'a2a+p2p', got {self.cp_kind!r}")
+        if self.cp_a2a is not None and self.cp_kind != "a2a+p2p":
+            raise ModelcutError("cp_a2a is the all-to-all groups' size of cp_kind \"a2a+p2p\" (hierarchical); "
+                                "name that form or leave cp_a2a out")
+        if self.cp_kind == "a2a+p2p":
+            _positive(self, "cp_a2a")
+            if self.cp_a2a is None or not 1 < self.cp_a2a < self.cp or self.cp % self.cp_a2a:
+                raise ModelcutError(f"cp_kind \"a2a+p2p\" needs cp_a2a, its all-to-all groups' size, between 1 and "
+                                    f"cp ({self.cp}) and dividing it (Megatron-LM's --hierarchical-context-parallel-sizes "
+                                    f"A {self.cp}/A), got {self.cp_a2a!r}")
 
     @property
     def gpus(self) -> int:
@@ -285,6 +297,11 @@ class Layout:
     def zero_stage(self) -> int:
         """``zero``, or no sharding when the layout leaves it open and no stack chooses."""
         return 0 if self.zero is None else self.zero
+
+    @property
+    def cp_ring(self) -> int:
+        """The ranks context parallelism's ring runs over: cp, or cp/cp_a2a in the hierarchical form."""
+        return self.cp // self.cp_a2a if self.cp_a2a else self.cp
 
     @property
     def cp_form(self) -> str:

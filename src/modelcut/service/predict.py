@@ -158,7 +158,7 @@ class PredictResult:
         return {"tp": L.tp, "cp": L.cp, "pp": L.pp, "dp": L.dp, "ep": L.ep,
                 "etp": (L.etp or L.tp) if L.ep > 1 else None, "vpp": p.vpp, "schedule": p.schedule,
                 "zero": L.zero_stage, "sequence_parallel": bool(L.sequence_parallel),
-                "cp_kind": L.cp_form if L.cp > 1 else None, "order": list(L.order),
+                "cp_kind": L.cp_form if L.cp > 1 else None, "cp_a2a": L.cp_a2a, "order": list(L.order),
                 "dp_shard": L.dp_shard if L.hybrid else None,
                 "framework": self.framework.name if self.framework is not None else None}
 

@@ -350,6 +350,9 @@ class LayoutIn(Strict):
         None, description="hybrid sharding: ZeRO's states split over dp_shard·cp ranks and replicated across "
                           "dp/dp_shard groups (FSDP's HYBRID_SHARD, torchtitan's data_parallel_shard_degree; "
                           "default: dp, sharded over the whole data-parallel group)")
+    cp_a2a: Optional[GpuCount] = Field(
+        None, description="with cp_kind a2a+p2p: its all-to-all groups' size, adjacent cp ranks, the ring across "
+                          "cp/cp_a2a groups (Megatron-LM's --hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a)")
 
 
 class TrainingIn(Strict):

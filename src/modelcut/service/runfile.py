@@ -18,16 +18,16 @@ tied_embeddings = true
 gpu = "a100-sxm4-80gb"   # a catalog name or alias; "h100@500w": held to a 500 W power limit
 gpus = 64                # must equal tp·cp·pp·dp (a [layout] without dp takes gpus/(tp·cp·pp))
 gpus_per_node = 8        # default: the hardware's
-[layout]                 # tp, cp, pp, dp, vpp, sequence_parallel, zero, schedule, ep, etp, cp_kind, order, dp_shard
+[layout]                 # tp, cp, pp, dp, vpp, sequence_parallel, zero, schedule, ep, etp, cp_kind, order, dp_shard, cp_a2a
 tp = 8
 pp = 8
 dp = 1
 # ep = 8                 # expert parallelism (an MoE model; divides the experts and dp)
 # etp = 1                # expert tensor parallelism (default tp)
-# cp_kind = "ring"       # or "allgather" or "a2a" (all-to-all, Ulysses): context parallelism's form (with
-#                        # cp > 1; default: the framework's, ring for megatron-core/nemo, all-gather
-#                        # otherwise; Megatron-LM's --cp-comm-type names p2p, allgather and a2a are taken
-#                        # too, its a2a+p2p is not timed)
+# cp_kind = "ring"       # or "allgather", "a2a" (all-to-all, Ulysses) or "a2a+p2p" (hierarchical, with
+#                        # cp_a2a = its all-to-all groups' size): context parallelism's form (with cp > 1;
+#                        # default: the framework's, ring for megatron-core/nemo, all-gather otherwise;
+#                        # Megatron-LM's --cp-comm-type names p2p, allgather, a2a, a2a+p2p are taken too)
 # zero = 3               # ZeRO stage 0-3 (default: the framework's, 3 for the FSDP presets and
 #                        # deepspeed-zero3, at least 1 with Megatron's distributed optimizer)
 # dp_shard = 8           # hybrid sharding (zero >= 1): ZeRO's states split over dp_shard·cp ranks and

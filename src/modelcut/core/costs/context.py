@@ -44,6 +44,15 @@ Two forms, chosen per run (``Layout.cp_kind``):
   memory-bound copies (:func:`a2a_copy_bytes`). The heads must split: heads/t and kv heads/t
   each a multiple of cp (:func:`heads_split_problem`).
 
+* ``"a2a+p2p"`` (hierarchical; Megatron-LM's ``--cp-comm-type a2a+p2p`` with
+  ``--hierarchical-context-parallel-sizes A cp/A``, Transformer Engine's ``AttnFuncWithCPAndKVP2P``
+  given ``cp_group = [a2a group, p2p group]``): the all-to-all form inside groups of A adjacent cp
+  ranks, then the ring across the cp/A groups (ranks A apart) on heads/(t·A) heads, then the
+  output's all-to-all back (TransformerEngine v2.18 ``context_parallel.py``: ``cp_size_a2a``,
+  ``send_dst = cp_global_ranks[(rank + 1) % cp_size * cp_size_a2a + rank_a2a]``). Its ring is the
+  ring above with cp/A ranks and t·A tensor-parallel ranks' worth of heads; its all-to-alls are the
+  all-to-all form's over A ranks. heads/t and kv_heads/t must divide by A.
+
 The first two put the same (cp − 1) · block bytes on the wire in the forward and compute the same
 attention; the all-to-all computes it too, at the whole sequence's length on fewer heads, and
 moves Q and the output instead of passing K and V round. All three agree on FLOPs and differ in
@@ -73,7 +82,7 @@ convention of :mod:`.flops`, Narayanan et al. 2021 §5.1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import comm
@@ -86,20 +95,20 @@ BYTES = BF16_BYTES
 #: Backward attention work over forward (Narayanan et al. 2021 §5.1: the backward pass is twice
 #: the forward's matrix products).
 BWD_RATIO = 2.0
-CP_KINDS = ("ring", "allgather", "a2a")
+CP_KINDS = ("ring", "allgather", "a2a", "a2a+p2p")
+#: The forms the explorer searches: the hierarchical one needs its all-to-all groups' size, a layout's
+#: ``cp_a2a``, which the explorer does not choose.
+EXPLORED_CP_KINDS = ("ring", "allgather", "a2a")
 
 #: The forms as the stacks name them: Megatron-LM's ``--cp-comm-type`` p2p (Transformer Engine's
 #: ring exchange) and allgather (megatron/training/arguments.py @d98e8a64dd: "p2p, a2a, allgather or
 #: a2a+p2p"; NeMo's ``cp_comm_type`` passes the same names), with the spellings users write.
 CP_KIND_NAMES = {"p2p": "ring", "ring": "ring", "allgather": "allgather", "all_gather": "allgather",
                  "all-gather": "allgather", "a2a": "a2a", "all-to-all": "a2a", "alltoall": "a2a",
-                 "ulysses": "a2a"}
+                 "ulysses": "a2a", "a2a+p2p": "a2a+p2p", "hierarchical": "a2a+p2p"}
 
 #: Forms the stacks run that modelcut does not time, each with the reason as its error.
-UNTIMED_CP_KINDS = {
-    "a2a+p2p": "is Megatron-LM's hierarchical context parallelism (all-to-all inside a group, ring "
-               "across groups), which modelcut does not time; it times p2p (ring), allgather and a2a",
-}
+UNTIMED_CP_KINDS: dict[str, str] = {}
 
 
 def cp_kind_name(name: str) -> str:
@@ -219,21 +228,23 @@ def query_width_per_rank(model: ModelSpec, t: int = 1) -> int:
     return model.heads // t * model.d_head
 
 
-def heads_split_problem(model: ModelSpec, t: int, cp: int) -> str | None:
-    """Why the all-to-all form cannot cut this model's heads over cp ranks, or None: each rank
-    takes heads/(t·cp) query heads and kv_heads/(t·cp) K and V heads, so both per-tensor-parallel
+def heads_split_problem(model: ModelSpec, t: int, cp: int, form: str = "a2a") -> str | None:
+    """Why an all-to-all over cp ranks cannot cut this model's heads, or None: each rank takes
+    heads/(t·cp) query heads and kv_heads/(t·cp) K and V heads, so both per-tensor-parallel
     counts must be multiples of cp (TransformerEngine v2.18 ``context_parallel.py``
     ``AttnFuncWithCPAndQKVOA2A.forward``: "cp_comm_type='a2a' requires num_heads % cp_size == 0 for
     Q, K, V"; DeepSpeed v0.19.5 ``deepspeed/sequence/layer.py`` asserts "Number of heads ... must be
-    divisible by the sequence parallel size" on its even path)."""
+    divisible by the sequence parallel size" on its even path). ``form``: "a2a", the all-to-all over
+    the whole cp group, or "a2a+p2p", over its all-to-all groups of cp (``cp_a2a``) ranks."""
     _pos_int("t", t)
     _pos_int("cp", cp)
+    who = ("the a2a form of context parallelism needs cp" if form == "a2a"
+           else "the a2a+p2p form of context parallelism needs its all-to-all groups' size cp_a2a")
     q_heads, kv_heads = model.heads // t, max(model.kv_heads // t, 1)
     if q_heads % cp:
-        return f"the a2a form of context parallelism needs cp ({cp}) to divide the heads per tensor-parallel rank ({q_heads})"
+        return f"{who} ({cp}) to divide the heads per tensor-parallel rank ({q_heads})"
     if kv_heads % cp:
-        return (f"the a2a form of context parallelism needs cp ({cp}) to divide the KV heads per tensor-parallel rank "
-                f"({kv_heads}); use ring or allgather")
+        return f"{who} ({cp}) to divide the KV heads per tensor-parallel rank ({kv_heads}); use ring or allgather"
     return None
 
 
@@ -459,15 +470,35 @@ def torch_exposed(kind: str, step_fwd_s: tuple[float, ...], step_bwd_s: tuple[fl
 
 def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind: str, bw: float,
                  attention_flops_per_s: float, t: int = 1, alpha: float = 0.0, balanced: bool = True,
-                 bwd_ratio: float = BWD_RATIO) -> CPAttention:
+                 bwd_ratio: float = BWD_RATIO, a2a: int = 1) -> CPAttention:
     """One layer's context-parallel attention for one micro-batch (module docstring).
 
     ``bw``: the cp group's bandwidth each way (:func:`.comm.group_bandwidth`);
     ``attention_flops_per_s``: the rate the attention kernel reaches on one rank; ``alpha``: the
-    latency of one ring step or point-to-point send."""
+    latency of one ring step or point-to-point send; ``a2a``: the hierarchical form's all-to-all
+    groups' size."""
     if kind not in CP_KINDS:
         raise ModelcutError(f"cp_kind must be one of {', '.join(CP_KINDS)}, got {kind!r}")
     _pos_int("cp", cp)
+    if kind == "a2a+p2p":        # the all-to-all over a ranks, then the ring over cp/a on heads/(t·a)
+        _pos_int("a2a", a2a)
+        if not 1 < a2a < cp or cp % a2a:
+            raise ModelcutError(f"the a2a+p2p form needs its all-to-all groups' size between 1 and cp ({cp}) "
+                                f"and dividing it, got {a2a}")
+        ring = cp_attention(model, micro_batch=micro_batch, seq=seq, cp=cp // a2a, kind="ring", bw=bw,
+                            attention_flops_per_s=attention_flops_per_s, t=t * a2a, alpha=alpha,
+                            balanced=balanced, bwd_ratio=bwd_ratio)
+        fwd, bwd = a2a_tensors(model, micro_batch, seq, cp, t)
+        c_f = sum(comm.all_to_all(a2a, x, bw, alpha) for xs in fwd for x in xs)
+        c_b = sum(comm.all_to_all(a2a, x, bw, alpha) for xs in bwd for x in xs)
+        w_f = sum(comm.wire_bytes("all-to-all", a2a, x) for xs in fwd for x in xs)
+        w_b = sum(comm.wire_bytes("all-to-all", a2a, x) for xs in bwd for x in xs)
+        qkv, out = sum(fwd[0]), sum(fwd[1])
+        return replace(ring, kind=kind, cp=cp, comm_fwd_s=ring.comm_fwd_s + c_f, comm_bwd_s=ring.comm_bwd_s + c_b,
+                       exposed_fwd_s=ring.exposed_fwd_s + c_f, exposed_bwd_s=ring.exposed_bwd_s + c_b,
+                       wire_fwd_bytes=ring.wire_fwd_bytes + w_f, wire_bwd_bytes=ring.wire_bwd_bytes + w_b,
+                       transient_fwd_bytes=ring.transient_fwd_bytes + qkv,
+                       transient_bwd_bytes=ring.transient_bwd_bytes + qkv + out)
     if not attention_flops_per_s > 0:
         raise ModelcutError(f"attention FLOP rate must be positive, got {attention_flops_per_s}")
     if not bwd_ratio > 0:

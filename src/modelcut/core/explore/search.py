@@ -9,7 +9,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..costs.context import CP_KINDS
+from ..costs.context import CP_KINDS, EXPLORED_CP_KINDS
 from ..errors import ModelcutError
 from ..memory import DEFAULT_OPTIONS, MemoryOptions, StageMemory, memory_plan, peak_bytes, stage_memory, variant_peaks
 from ..plan import PipelinePlan
@@ -142,8 +142,12 @@ def _check_inputs(model: ModelSpec, gpus: int, seq: int, global_batch_tokens: in
     for sch in space.schedules:
         registry.get(sch)
     for kind in space.cp_kinds:
-        if kind not in CP_KINDS:
-            raise ModelcutError(f"unknown context-parallel form {kind!r}; choose from {', '.join(CP_KINDS)}")
+        if kind not in EXPLORED_CP_KINDS:
+            if kind in CP_KINDS:
+                raise ModelcutError(f"the explorer does not search the {kind} form (it needs its all-to-all groups' "
+                                    f"size, cp_a2a); predict such a layout from a run file, or search "
+                                    f"{', '.join(EXPLORED_CP_KINDS)}")
+            raise ModelcutError(f"unknown context-parallel form {kind!r}; choose from {', '.join(EXPLORED_CP_KINDS)}")
     if not space.cp_kinds:
         raise ModelcutError("cp_kinds must name at least one context-parallel form")
     if space.eps is not None:

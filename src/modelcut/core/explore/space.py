@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..costs import flops
-from ..costs.context import CP_KINDS, heads_split_problem
+from ..costs.context import EXPLORED_CP_KINDS, heads_split_problem
 from ..costs.mesh import Mesh, group_crosses_nodes, members_in_node
 from ..sim import registry
 from ..specs import DEFAULT_ORDER, RECOMPUTE_VARIANTS, Layout, ModelSpec, Run, Training, partial_training, recompute_variant
@@ -32,7 +32,7 @@ class Space:
     eps: tuple[int, ...] | None = None       # None: every divisor of the experts dividing d
     expert_tp_one: bool = True                # with t > 1 on an MoE model, ep groups over tp ranks (etp 1)
     default_etp: int | None = None            # the stack's experts' tensor parallelism (Framework.default_etp)
-    cp_kinds: tuple[str, ...] = CP_KINDS      # tried when c > 1
+    cp_kinds: tuple[str, ...] = EXPLORED_CP_KINDS      # tried when c > 1
     precision: str = "bf16"                   # the products' precision of every layout searched
     fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
     order: tuple[str, ...] = DEFAULT_ORDER    # the rank order of every layout searched

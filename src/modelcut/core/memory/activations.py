@@ -123,7 +123,8 @@ def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int =
     ``CPAttention.transient_*_bytes`` — ring: 4 blocks in the backward (K, V, dK, dV of this step
     and the next); all-gather: the whole sequence's K, V gathered again and its dK, dV until
     reduce-scattered, 2·cp blocks; all-to-all: the exchanged copies of the rank's Q, K, V and, in
-    the backward, of its dO with them (:func:`.context.a2a_tensors`).
+    the backward, of its dO with them (:func:`.context.a2a_tensors`); hierarchical: those and the
+    ring's 4 blocks (a block of its cp/a ranks on heads/(t·a) is as many bytes as one of cp on heads/t).
 
     PyTorch's SDPA context parallelism ("torch-sdpa", torch 2.13 ``_context_parallel/
     _attention.py``): the K, V it rotates (the all-gather rotation's whole-sequence buffer, cp
@@ -141,9 +142,10 @@ def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int =
         rotated = cp * blk if cp_kind == "allgather" else 2 * blk
         fp32_q = FP32_BYTES * micro_batch * seq / cp * context.query_width_per_rank(model, t)
         return rotated + max(2 * fp32_q, fp32_q + 6 * blk)
-    if cp_kind == "a2a":
+    if cp_kind in ("a2a", "a2a+p2p"):
         (qkv, out), _ = context.a2a_tensors(model, micro_batch, seq, cp, t)
-        return sum(qkv) + sum(out)                          # the backward's dO and dQ, dK, dV
+        ring = 4 * blk if cp_kind == "a2a+p2p" else 0.0     # the hierarchical ring's blocks: as many bytes
+        return sum(qkv) + sum(out) + ring                   # the backward's dO and dQ, dK, dV
     return 4 * blk if cp_kind == "ring" else 2 * cp * blk   # ring: 2 blocks forward, 4 backward
 
 

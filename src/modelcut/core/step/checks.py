@@ -23,6 +23,8 @@ def check_run(run: Run) -> None:
         raise ModelcutError(f"tp ({L.tp}) and kv_heads ({m.kv_heads}) must divide one another")
     if L.cp > 1 and L.cp_kind == "a2a" and (why := heads_split_problem(m, L.tp, L.cp)) is not None:
         raise ModelcutError(why)
+    if L.cp_kind == "a2a+p2p" and (why := heads_split_problem(m, L.tp, L.cp_a2a, "a2a+p2p")) is not None:
+        raise ModelcutError(why)
     if m.ffn_hidden % L.tp:
         raise ModelcutError(f"tp ({L.tp}) must divide ffn_hidden ({m.ffn_hidden})")
     if L.pp > m.layers:

@@ -191,7 +191,8 @@ class LayerSetup:
     ``tp_inside``/``cp_inside`` whether each stays inside one node (then its collectives are timed
     from the measured curves, :func:`..costs.comm.collective`); ``cp_local``: the cp group's
     members in one node (an all-to-all across nodes sends the node-mates' share over the links);
-    ``cp_kind``: context parallelism's form, "allgather", "ring" or "a2a"; ``etp``: expert tensor
+    ``cp_kind``: context parallelism's form, "allgather", "ring", "a2a" or "a2a+p2p"; ``cp_a2a``: the
+    hierarchical form's all-to-all groups' size (adjacent cp ranks); ``etp``: expert tensor
     parallelism (default tp); ``fused_elementwise``: norms, activation, rotary embedding and
     bias-dropout-residual run as fused kernels (Megatron-LM, Transformer Engine, compiled
     code); off, as PyTorch's eager ops (:data:`EAGER_RMSNORM_FWD` and the rest);
@@ -219,6 +220,7 @@ class LayerSetup:
     tp_inside: bool = True
     cp_inside: bool = True
     cp_local: int = 1
+    cp_a2a: int = 1
     selective: str = "attention"
     fp8: Fp8 | None = None           # the run's FP8 (:mod:`..costs.fp8`), None for 16-bit products
     weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
@@ -514,15 +516,13 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
     if setup.cp_impl == "torch-sdpa":
         return _torch_cp_comm(model, setup, hw, eff, att, kv_bytes)
     if setup.cp_kind == "a2a":   # Q, K, V there and the output back; dO there and dQ, dK, dV back
-        if setup.cp_inside:      # the measured all-to-all curve of the node
-            def one(x: float) -> float:
-                return comm.collective("all-to-all", cp, x, setup.cp_bw, hw, inside=True, net=eff.net)
-        else:                    # the node-mates' share over the links, the rest over the network, as MoE's
-            link, net = (comm.achievable(bw, hw) * eff.net for bw in (hw.link_bw, hw.net_bw))
-
-            def one(x: float) -> float:
-                return comm.all_to_all_two_level(cp, x, setup.cp_local, link, net)
-        return tuple(sum(one(x) for xs in sets for x in xs) for sets in context.a2a_tensors(model, b, s, cp, t))
+        return _a2a_exchanges(model, setup, hw, eff, cp, setup.cp_local)
+    if setup.cp_kind == "a2a+p2p":   # the a2a groups' exchanges, and the ring across them
+        a = setup.cp_a2a
+        f, bk = _a2a_exchanges(model, setup, hw, eff, a, min(setup.cp_local, a))
+        ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp // a, kind="ring", bw=setup.cp_bw * eff.net,
+                                    attention_flops_per_s=_cp_step_rate(model, setup, eff, hw, att), t=t * a)
+        return f + ring.exposed_fwd_s, bk + ring.exposed_bwd_s
     if setup.cp_kind == "ring":
         ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=setup.cp_bw * eff.net,
                                     attention_flops_per_s=_cp_step_rate(model, setup, eff, hw, att), t=t)
@@ -531,6 +531,24 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
     # the backward gathers K and V again (only the local ones are kept: :mod:`..costs.context`)
     return ag, ag + comm.collective("reduce-scatter", cp, kv_bytes, setup.cp_bw, hw, inside=setup.cp_inside,
                                     net=eff.net)
+
+
+def _a2a_exchanges(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, n: int, local: int
+                   ) -> tuple[float, float]:
+    """(forward, backward) seconds of the all-to-all form's exchanges over n ranks, ``local`` of them in
+    a node (:func:`..costs.context.a2a_tensors`, one all-to-all a tensor): inside a node the measured
+    all-to-all curve, across nodes the node-mates' share over the links and the rest over the
+    network at once, as the MoE dispatch is timed."""
+    b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
+    if local >= n:
+        def one(x: float) -> float:
+            return comm.collective("all-to-all", n, x, setup.cp_bw, hw, inside=True, net=eff.net)
+    else:
+        link, net = (comm.achievable(bw, hw) * eff.net for bw in (hw.link_bw, hw.net_bw))
+
+        def one(x: float) -> float:
+            return comm.all_to_all_two_level(n, x, local, link, net)
+    return tuple(sum(one(x) for xs in sets for x in xs) for sets in context.a2a_tensors(model, b, s, cp, t))
 
 
 def _cp_step_rate(model: ModelSpec, setup: LayerSetup, eff: Efficiency, hw: Hardware, att: AttentionTime) -> float:
@@ -588,6 +606,10 @@ def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effi
     if setup.cp_kind == "a2a" and cp > 1:   # the whole sequence on heads/(t·cp) heads (..costs.context)
         args = (setup.attention, setup.micro_batch, model.heads // (setup.tp * cp), s, s, model.d_head, True,
                 model.dropout, hw, eff)
+    elif setup.cp_kind == "a2a+p2p" and cp > 1:   # the a2a group's s·a/cp queries on heads/(t·a) heads
+        a = setup.cp_a2a
+        args = (setup.attention, setup.micro_batch, model.heads // (setup.tp * a), s * a // cp, s, model.d_head,
+                True, model.dropout, hw, eff)
     else:                                   # the rank's s/cp queries against the whole sequence's keys
         args = (setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head, True,
                 model.dropout, hw, eff)
@@ -618,6 +640,11 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     elif setup.cp_kind == "a2a" and cp > 1:      # the reorders around the all-to-alls
         copy_f, copy_b = context.a2a_copy_bytes(model, setup.micro_batch, s, cp, setup.tp)
         mem_f, mem_b = mem_f + copy_f, mem_b + copy_b
+    elif setup.cp_kind == "a2a+p2p" and cp > 1:  # both: the a2a groups' reorders, the ring's merges
+        a = setup.cp_a2a
+        copy_f, copy_b = context.a2a_copy_bytes(model, setup.micro_batch, s, cp, setup.tp)
+        merge_f, merge_b = context.ring_merge_bytes(model, setup.micro_batch, s, cp // a, setup.tp * a)
+        mem_f, mem_b = mem_f + copy_f + merge_f, mem_b + copy_b + merge_b
     if moe:
         perm_f, perm_b = moe_mod.permute_bytes(model, setup.micro_batch * s // cp, ep=ep, tp=setup.tp,
                                                etp=setup.etp, dispatch=setup.moe_dispatch)

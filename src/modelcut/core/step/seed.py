@@ -21,7 +21,8 @@ docs/systems-model.md):
   (a third time in the recomputed forward); ring form: what the ring leaves exposed,
   :func:`.context.cp_attention` with the attention computed at η·peak (its forward again
   with full recomputation); all-to-all form: its exchanges of Q, K, V and the output, of dO and
-  dQ, dK, dV, exposed, as :func:`.context.cp_attention` times them (again with full recomputation);
+  dQ, dK, dV, exposed, as :func:`.context.cp_attention` times them (again with full recomputation),
+  and the hierarchical form's all-to-alls over its groups with its ring across them;
 * expert all-to-all (MoE layers): dispatch and combine over the ep group, T·top_k·h·2 bytes
   per GPU with T = b·(s/cp)/t (Megatron-LM's MoE needs sequence parallelism with t > 1), the
   node-mates' share over the node's links and the rest over the network at once
@@ -140,8 +141,8 @@ def _cp_layer(run: Run, hw: Hardware, eta: float, gpn: int) -> float:
     if cp == 1:
         return 0.0
     cp_bw = comm.group_bandwidth(L, "cp", hw, gpn)
-    if L.cp_form in ("ring", "a2a"):
-        att = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind=L.cp_form, bw=cp_bw,
+    if L.cp_form in ("ring", "a2a", "a2a+p2p"):
+        att = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind=L.cp_form, bw=cp_bw, a2a=L.cp_a2a or 1,
                                    attention_flops_per_s=eta * hw.peak_flops_16, t=t)
         return att.exposed_s + (att.exposed_fwd_s if tr.recompute == "full" else 0.0)
     kv_bytes = b * s * 2 * context.kv_width_per_rank(model, t) * BF16_BYTES   # K and V of the whole sequence
