@@ -540,9 +540,11 @@ def _a2a_exchanges(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effic
     all-to-all curve, across nodes the node-mates' share over the links and the rest over the
     network at once, as the MoE dispatch is timed."""
     b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
-    if local >= n:
+    if local >= n:       # a hierarchical form's group may sit in a node its cp group leaves: the links' rate
+        bw = setup.cp_bw if setup.cp_inside else comm.achievable(hw.link_bw, hw)
+
         def one(x: float) -> float:
-            return comm.collective("all-to-all", n, x, setup.cp_bw, hw, inside=True, net=eff.net)
+            return comm.collective("all-to-all", n, x, bw, hw, inside=True, net=eff.net)
     else:
         link, net = (comm.achievable(bw, hw) * eff.net for bw in (hw.link_bw, hw.net_bw))
 
