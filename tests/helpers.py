@@ -26,3 +26,21 @@ def predict_default(run, hw, eff=None, framework=None, overlap=None):
     eff = eff if eff is not None else catalog.profile_for(hw).efficiency
     fw = framework if hasattr(framework, "overlap") else catalog.framework(framework)
     return default.predict(run, hw, eff, fw.with_overlap(overlap))
+
+
+def assert_partial_beats_full(ex, variant: str) -> None:
+    """Each layout of an exploration that fits under a partial recomputation ``variant`` (blocks,
+    every) runs faster than the same layout with every layer recomputed, and needs no less memory:
+    it redoes a subset of full recomputation's work."""
+    full = {(e.structure, e.zero): e for e in ex.layouts if e.recompute == "full"}
+    pairs = [(e, full[(e.structure, e.zero)]) for e in ex.layouts
+             if e.recompute == variant and (e.structure, e.zero) in full]
+    assert pairs
+    for part, f in pairs:
+        assert part.step_time_s < f.step_time_s and part.peak_bytes >= f.peak_bytes
+
+
+class FlatStep:
+    """A stand-in step time, every layout 1 s, for explorations whose memory search alone is under test."""
+
+    step_time_s = 1.0

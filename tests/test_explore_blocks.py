@@ -4,7 +4,6 @@ pipeline chunk with which a layout fits (Megatron-core's --recompute-method bloc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 import pytest
@@ -12,28 +11,22 @@ from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
 from modelcut.cli import main
-from modelcut.core.errors import ModelcutError
 from modelcut.core.explore import Space, explore, make_run
 from modelcut.core.explore.space import Structure
-from modelcut.core.memory import memory_plan, peak_bytes, stage_memory, variant_peaks
+from modelcut.core.memory import peak_bytes, stage_memory
 from modelcut.core.specs import BLOCKS, RECOMPUTE_VARIANTS
 from modelcut.export.emit import megatron_args, nemo_overrides, torchtitan_toml
-from modelcut.service.explore import predictor, timed_by
+from modelcut.service.explore import predictor
+
+from helpers import FlatStep, assert_partial_beats_full
 
 A100_40 = catalog.hardware("a100-sxm4-40gb")
 LLAMA1 = catalog.model("llama3.2-1b")
 LLAMA8 = catalog.model("llama3-8b")
 
 
-@dataclass
-class _Flat:
-    """A stand-in step time (every layout 1 s): the memory search alone is under test."""
-
-    step_time_s: float = 1.0
-
-
 def _memory_only(model, hw, margin: float, **kw):
-    return explore(model, hw, lambda run, h: _Flat(), margin=margin, prune=False, keep=10_000, **kw)
+    return explore(model, hw, lambda run, h: FlatStep(), margin=margin, prune=False, keep=10_000, **kw)
 
 
 def test_the_variant_sits_between_selective_and_full():
@@ -80,12 +73,7 @@ def test_a_tight_layout_recomputes_only_what_it_must_and_is_faster_for_it():
     ex = _tight()
     best = ex.layouts[0]
     assert best.recompute == BLOCKS and best.run.training.recompute_layers is not None
-    full = {(e.structure, e.zero): e for e in ex.layouts if e.recompute == "full"}
-    pairs = [(e, full[(e.structure, e.zero)]) for e in ex.layouts
-             if e.recompute == BLOCKS and (e.structure, e.zero) in full]
-    assert pairs
-    for b, f in pairs:
-        assert b.step_time_s < f.step_time_s and b.peak_bytes >= f.peak_bytes
+    assert_partial_beats_full(ex, BLOCKS)
 
 
 def test_the_layout_reports_and_emits_its_layers():
@@ -105,28 +93,8 @@ def test_only_megatron_stacks_offer_it():
         assert BLOCKS not in catalog.capabilities(name).recompute
 
 
-def test_the_seed_model_is_not_asked_to_time_it(capsys):
-    """The seed model recomputes every layer or none: a seed search leaves the variant out."""
-    assert BLOCKS not in timed_by(Space(), "seed").recomputes and BLOCKS in timed_by(Space(), "default").recomputes
-    assert main(["explore", "--model", "llama3-8b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--seq", "32768",
-                 "--global-batch-tokens", "1M", "--mode", "seed", "--json"]) == 0
-    import json
-    layouts = json.loads(capsys.readouterr().out)["layouts"]
-    assert layouts and all(x["recompute"] != BLOCKS for x in layouts)
-
-
-def test_a_seed_check_of_it_is_one_line(capsys):
-    assert main(["explore", "--model", "llama3-8b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--seq", "32768",
-                 "--global-batch-tokens", "1M", "--mode", "seed", "--check", "recompute=blocks"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "seed model recomputes every layer or none" in err
-
-
-def test_the_shared_path_refuses_it_without_its_layers():
-    s = Structure(tp=1, cp=1, pp=2, dp=4, micro_batch=1, schedule="1f1b", vpp=1)
-    run = make_run(LLAMA8, "h100", s, 4096, 64, "none", 1)
-    with pytest.raises(ModelcutError, match="recompute_layers"):
-        variant_peaks(run, memory_plan(run), [(BLOCKS, 1)])
+# The seed model's search without the variant, a seed check of it, and the shared path's refusal of
+# it without its layers: tests/test_explore_every.py, for both partial variants.
 
 
 def test_the_cli_table_names_the_layers(capsys):

@@ -4,8 +4,8 @@ layout by bisection on the memory model; searched where the stack offers it (the
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 
 import pytest
@@ -22,14 +22,11 @@ from modelcut.core.specs import BLOCKS, EVERY, RECOMPUTE_VARIANTS
 from modelcut.export.emit import torchtitan_toml
 from modelcut.service.explore import predictor, timed_by
 
+from helpers import FlatStep, assert_partial_beats_full
+
 A100_40 = catalog.hardware("a100-sxm4-40gb")
 LLAMA1 = catalog.model("llama3.2-1b")
 LLAMA8 = catalog.model("llama3-8b")
-
-
-@dataclass
-class _Flat:
-    step_time_s: float = 1.0
 
 
 def test_the_variant_sits_between_selective_and_full_and_makes_its_run():
@@ -50,7 +47,7 @@ def test_it_finds_the_most_k_that_fits_without_a_pipeline(margin, seq):
     """Each every layout without a pipeline that fits does so with one layer in k recomputed and not
     with one in k + 1 (or k is the most a rank's layers allow); its peak is stage_memory's for its run."""
     caps = catalog.capabilities("fsdp-compile")
-    ex = explore(LLAMA1, A100_40, lambda run, h: _Flat(), margin=margin, prune=False, keep=10_000, gpus=2, seq=seq,
+    ex = explore(LLAMA1, A100_40, lambda run, h: FlatStep(), margin=margin, prune=False, keep=10_000, gpus=2, seq=seq,
                  global_batch_tokens=8 * seq, capabilities=caps,
                  space=Space(micro_batches=(1,), schedules=("1f1b",)))
     every = [e for e in ex.layouts if e.recompute == EVERY and e.structure.pp == 1]
@@ -75,13 +72,7 @@ def _tight():
 
 
 def test_a_layout_that_fits_with_some_layers_whole_beats_full_recomputation():
-    ex = _tight()
-    full = {(e.structure, e.zero): e for e in ex.layouts if e.recompute == "full"}
-    pairs = [(e, full[(e.structure, e.zero)]) for e in ex.layouts
-             if e.recompute == EVERY and (e.structure, e.zero) in full]
-    assert pairs
-    for ev, f in pairs:
-        assert ev.step_time_s < f.step_time_s and ev.peak_bytes >= f.peak_bytes
+    assert_partial_beats_full(_tight(), EVERY)
 
 
 def test_the_layout_reports_and_emits_its_k():
@@ -100,19 +91,27 @@ def test_only_the_fsdp_presets_offer_it():
         assert EVERY not in catalog.capabilities(name).recompute
 
 
-def test_the_seed_model_leaves_it_out_and_a_seed_check_of_it_is_one_line(capsys):
-    assert EVERY not in timed_by(Space(), "seed").recomputes and EVERY in timed_by(Space(), "default").recomputes
-    assert main(["explore", "--model", "llama3-8b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--seq", "16384",
-                 "--global-batch-tokens", "128K", "--mode", "seed", "--check", "recompute=every"]) == 2
+@pytest.mark.parametrize("variant", [BLOCKS, EVERY])
+def test_the_seed_model_leaves_the_partial_variants_out_and_a_seed_check_of_one_is_one_line(capsys, variant):
+    """The seed model recomputes every layer or none: a seed search leaves both partial variants out,
+    and a seed check naming one is refused in one line."""
+    assert variant not in timed_by(Space(), "seed").recomputes and variant in timed_by(Space(), "default").recomputes
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--seq", "32768",
+                 "--global-batch-tokens", "1M", "--mode", "seed", "--json"]) == 0
+    layouts = json.loads(capsys.readouterr().out)["layouts"]
+    assert layouts and all(x["recompute"] != variant for x in layouts)
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--seq", "32768",
+                 "--global-batch-tokens", "1M", "--mode", "seed", "--check", f"recompute={variant}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "seed model recomputes every layer or none" in err
 
 
-def test_the_shared_path_refuses_it_without_its_k():
-    s = Structure(tp=1, cp=1, pp=1, dp=8, micro_batch=1, schedule="1f1b", vpp=1)
-    run = make_run(LLAMA8, "h100", s, 4096, 64, "none", 3)
-    with pytest.raises(ModelcutError, match="recompute_every"):
-        variant_peaks(run, memory_plan(run), [(EVERY, 3)])
+@pytest.mark.parametrize("variant, field", [(BLOCKS, "recompute_layers"), (EVERY, "recompute_every")])
+def test_the_shared_path_refuses_a_partial_variant_without_its_count(variant, field):
+    s = Structure(tp=1, cp=1, pp=2, dp=4, micro_batch=1, schedule="1f1b", vpp=1)
+    run = make_run(LLAMA8, "h100", s, 4096, 64, "none", 1)
+    with pytest.raises(ModelcutError, match=field):
+        variant_peaks(run, memory_plan(run), [(variant, 1)])
 
 
 def test_the_cli_names_k(capsys):

@@ -468,6 +468,17 @@ def torch_exposed(kind: str, step_fwd_s: tuple[float, ...], step_bwd_s: tuple[fl
     return kv_f, kv_b + grads
 
 
+def _a2a_exchange(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int, n: int, bw: float, alpha: float
+                  ) -> tuple[float, float, float, float, float, float]:
+    """The all-to-all form's exchanges of a rank's tensors (:func:`a2a_tensors`, cp ranks' cut) over n
+    ranks: (forward s, backward s, forward wire bytes, backward wire bytes, its Q, K, V bytes, its
+    output's bytes)."""
+    fwd, bwd = a2a_tensors(model, micro_batch, seq, cp, t)
+    secs = [sum(comm.all_to_all(n, x, bw, alpha) for xs in p for x in xs) for p in (fwd, bwd)]
+    wire = [sum(comm.wire_bytes("all-to-all", n, x) for xs in p for x in xs) for p in (fwd, bwd)]
+    return secs[0], secs[1], wire[0], wire[1], sum(fwd[0]), sum(fwd[1])
+
+
 def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind: str, bw: float,
                  attention_flops_per_s: float, t: int = 1, alpha: float = 0.0, balanced: bool = True,
                  bwd_ratio: float = BWD_RATIO, a2a: int = 1) -> CPAttention:
@@ -488,12 +499,7 @@ def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind:
         ring = cp_attention(model, micro_batch=micro_batch, seq=seq, cp=cp // a2a, kind="ring", bw=bw,
                             attention_flops_per_s=attention_flops_per_s, t=t * a2a, alpha=alpha,
                             balanced=balanced, bwd_ratio=bwd_ratio)
-        fwd, bwd = a2a_tensors(model, micro_batch, seq, cp, t)
-        c_f = sum(comm.all_to_all(a2a, x, bw, alpha) for xs in fwd for x in xs)
-        c_b = sum(comm.all_to_all(a2a, x, bw, alpha) for xs in bwd for x in xs)
-        w_f = sum(comm.wire_bytes("all-to-all", a2a, x) for xs in fwd for x in xs)
-        w_b = sum(comm.wire_bytes("all-to-all", a2a, x) for xs in bwd for x in xs)
-        qkv, out = sum(fwd[0]), sum(fwd[1])
+        c_f, c_b, w_f, w_b, qkv, out = _a2a_exchange(model, micro_batch, seq, cp, t, a2a, bw, alpha)
         return replace(ring, kind=kind, cp=cp, comm_fwd_s=ring.comm_fwd_s + c_f, comm_bwd_s=ring.comm_bwd_s + c_b,
                        exposed_fwd_s=ring.exposed_fwd_s + c_f, exposed_bwd_s=ring.exposed_bwd_s + c_b,
                        wire_fwd_bytes=ring.wire_fwd_bytes + w_f, wire_bwd_bytes=ring.wire_bwd_bytes + w_b,
@@ -516,12 +522,7 @@ def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind:
         # every rank runs the whole sequence's causal attention on its heads: the mean work
         flops_fwd = sum(pairs) / cp * per_pair
         att_f = flops_fwd / attention_flops_per_s
-        fwd, bwd = a2a_tensors(model, micro_batch, seq, cp, t)
-        c_f = sum(comm.all_to_all(cp, x, bw, alpha) for xs in fwd for x in xs)
-        c_b = sum(comm.all_to_all(cp, x, bw, alpha) for xs in bwd for x in xs)
-        w_f = sum(comm.wire_bytes("all-to-all", cp, x) for xs in fwd for x in xs)
-        w_b = sum(comm.wire_bytes("all-to-all", cp, x) for xs in bwd for x in xs)
-        qkv, out = sum(fwd[0]), sum(fwd[1])
+        c_f, c_b, w_f, w_b, qkv, out = _a2a_exchange(model, micro_batch, seq, cp, t, cp, bw, alpha)
         return CPAttention(
             kind=kind, cp=cp, flops_fwd=flops_fwd, flops_bwd=bwd_ratio * flops_fwd, attention_fwd_s=att_f,
             attention_bwd_s=bwd_ratio * att_f, comm_fwd_s=c_f, comm_bwd_s=c_b, exposed_fwd_s=c_f,

@@ -277,46 +277,20 @@ class _Search:
                       known: dict[tuple[str, int], float]) -> tuple[int, float] | None:
         """:data:`..specs.BLOCKS` at ZeRO stage z: the fewest layers a chunk recomputes whole with
         which the layout fits, and its peak bytes (the most short of a whole chunk, and its peak,
-        where none fits), by bisection: fewer recomputed layers never need less memory
-        (``tests/test_recompute_layers.py``), so where no recomputation fits (``known`` peaks) one
-        layer does, and where full recomputation does not, no fewer do. None where every chunk
-        holds one layer (the variant is full recomputation)."""
+        where none fits), by bisection (:meth:`least_recomputation`): fewer recomputed layers never
+        need less memory (``tests/test_recompute_layers.py``). None where every chunk holds one
+        layer (the variant is full recomputation)."""
         most = max(st.layers for st in plan.stages) - 1
         if most < 1:
             return None
-        limit = self.ex.limit_bytes
-
-        def peak(n: int) -> float:
-            self.ex.memory_evaluations += 1
-            return self._peak(self.run_of(s, BLOCKS, z, n), plan, BLOCKS, z)
-
-        if known.get(("none", z), float("inf")) <= limit:
-            return 1, peak(1)
-        if known.get(("full", z), 0.0) > limit:
-            return most, peak(most)
-        hi, at_hi = most, peak(most)           # the fewest layers known to fit
-        if at_hi > limit or most == 1:
-            return most, at_hi
-        at_one = peak(1)
-        if at_one <= limit:
-            return 1, at_one
-        lo = 1                                 # the most layers known not to fit
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            at_mid = peak(mid)
-            if at_mid <= limit:
-                hi, at_hi = mid, at_mid
-            else:
-                lo = mid
-        return hi, at_hi
+        return self.least_recomputation(s, BLOCKS, z, plan, known, list(range(1, most + 1)))
 
     def most_every(self, s: Structure, z: int, plan: PipelinePlan,
                    known: dict[tuple[str, int], float]) -> tuple[int, float] | None:
         """:data:`..specs.EVERY` at ZeRO stage z: the most k (one layer in k recomputed whole on each
         rank) with which the layout fits, and its peak bytes (k = 2, the most recomputation short
-        of full, and its peak, where none fits), by bisection over 2 … the most layers a rank holds:
-        a larger k recomputes no more layers of a rank (⌊n/k⌋), so where no recomputation fits
-        (``known`` peaks) the largest k does, and where full recomputation does not, no k does.
+        of full, and its peak, where none fits), by bisection over the most layers a rank holds … 2
+        (:meth:`least_recomputation`): a larger k recomputes no more of a rank's layers (⌊n/k⌋).
         Without a pipeline that count is the whole rule, so the k found is the most that fits;
         with one, a stage's own count of multiples of k need not fall with k, and the k found fits
         but may not be the most. None where no rank holds two layers (the variant is full or none)."""
@@ -326,31 +300,40 @@ class _Search:
         most = max(held.values())
         if most < 2:
             return None
+        return self.least_recomputation(s, EVERY, z, plan, known, list(range(most, 1, -1)))
+
+    def least_recomputation(self, s: Structure, r: str, z: int, plan: PipelinePlan,
+                            known: dict[tuple[str, int], float], counts: list[int]) -> tuple[int, float]:
+        """The first of a partial variant's ``counts`` (least recomputation first, so memory never
+        rises along them) with which the layout fits, and its peak bytes; the last, with its peak,
+        where none fits. Where no recomputation fits (``known`` peaks) the first does; where full
+        recomputation does not, none does; else by bisection."""
         limit = self.ex.limit_bytes
 
-        def peak(k: int) -> float:
+        def peak(i: int) -> float:
             self.ex.memory_evaluations += 1
-            return self._peak(self.run_of(s, EVERY, z, k), plan, EVERY, z)
+            return self._peak(self.run_of(s, r, z, counts[i]), plan, r, z)
 
+        last = len(counts) - 1
         if known.get(("none", z), float("inf")) <= limit:
-            return most, peak(most)
+            return counts[0], peak(0)
         if known.get(("full", z), 0.0) > limit:
-            return 2, peak(2)
-        lo, at_lo = 2, peak(2)                 # the largest k known to fit
-        if at_lo > limit or most == 2:
-            return lo, at_lo
-        at_most = peak(most)
-        if at_most <= limit:
-            return most, at_most
-        hi = most                              # the smallest k known not to fit
+            return counts[last], peak(last)
+        hi, at_hi = last, peak(last)           # the least recomputation known to fit
+        if at_hi > limit or last == 0:
+            return counts[hi], at_hi
+        at_first = peak(0)
+        if at_first <= limit:
+            return counts[0], at_first
+        lo = 0                                 # the most recomputation known not to fit
         while hi - lo > 1:
             mid = (lo + hi) // 2
             at_mid = peak(mid)
             if at_mid <= limit:
-                lo, at_lo = mid, at_mid
+                hi, at_hi = mid, at_mid
             else:
-                hi = mid
-        return lo, at_lo
+                lo = mid
+        return counts[hi], at_hi
 
     def plan_of(self, s: Structure, variants) -> PipelinePlan:
         if s not in self.plans:
