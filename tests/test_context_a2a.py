@@ -303,3 +303,11 @@ def test_the_api_and_the_csv_name_its_groups(tmp_path):
     csv.write_text("id,model,gpu,tp,pp,cp,dp,cp_kind,cp_a2a,seq_len,global_batch,micro_batch,step_time_s\n"
                    "a,llama3-8b,h100,1,1,16,1,a2a+p2p,4,131072,1,1,30\n")
     assert read_runs_csv(csv)[0].run.layout.cp_a2a == 4
+
+
+def test_explore_check_of_the_hierarchical_form_says_the_explorer_does_not_search_it(capsys):
+    from modelcut.cli import main
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "131072",
+                 "--global-batch-tokens", "1M", "--check", "cp=16,cp_kind=a2a+p2p"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not search the a2a+p2p form" in err

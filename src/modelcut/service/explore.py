@@ -33,10 +33,10 @@ from ..core.errors import ModelcutError
 from ..core.explore import DEFAULT_SCHEDULES, Evaluated, Exploration, Space, explore, find, structures, why
 from ..core.explore.rules import Capabilities
 from ..core.explore.space import ZERO_ORDER, recompute_choices, tp_ok
-from ..core.explore.search import pareto
+from ..core.explore.search import pareto, unsearched_form
 from ..core.memory import MemoryOptions, stack_options
 from ..core.costs import fp8 as fp8_mod
-from ..core.costs.context import heads_split_problem
+from ..core.costs.context import EXPLORED_CP_KINDS, heads_split_problem
 from ..core.specs import PARTIAL, Hardware, ModelSpec, Run, Training, recipe_among
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
@@ -318,6 +318,8 @@ def check_problems(check: dict[str, Any], model: ModelSpec, gpus: int, seq: int)
     cp = check.get("cp")
     if cp is not None and cp > 1 and seq % (2 * cp):
         out.append(f"cp {cp:,} does not split the {seq:,}-token sequence into 2·cp equal pieces")
+    if check.get("cp_kind") not in (None, *EXPLORED_CP_KINDS):
+        out.append(unsearched_form(check["cp_kind"]))
     if cp is not None and cp > 1 and check.get("cp_kind") == "a2a" and tp is not None and tp_ok(model, tp):
         why = heads_split_problem(model, tp, cp)
         if why is not None:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origi
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from .. import catalog
-from ..core.costs.context import CP_KINDS, UNTIMED_CP_KINDS, cp_kind_name
+from ..core.costs.context import CP_KINDS, cp_kind_name
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
 from ..core.specs import (CROSS_ENTROPY_KINDS, FP8_RECIPES, PRECISIONS, UNTIMED_FP8_RECIPES, ExploreRecompute, Recompute,
@@ -163,8 +163,8 @@ def _spelled(read, refused: dict[str, str] | None = None):
 
 
 Precision = Annotated[Literal[PRECISIONS], _spelled(precision_name)]  # type: ignore[valid-type]
-#: context parallelism's form, as the stacks name it too (Megatron-LM's --cp-comm-type p2p, allgather)
-CpKind = Annotated[Literal[CP_KINDS], _spelled(cp_kind_name, UNTIMED_CP_KINDS)]  # type: ignore[valid-type]
+#: context parallelism's form, as the stacks name it too (Megatron-LM's --cp-comm-type p2p, allgather, a2a, a2a+p2p)
+CpKind = Annotated[Literal[CP_KINDS], _spelled(cp_kind_name)]  # type: ignore[valid-type]
 Fp8Recipe = Annotated[Literal[FP8_RECIPES],  # type: ignore[valid-type]
                       _spelled(fp8_recipe_name, UNTIMED_FP8_RECIPES)]
 CrossEntropy = Literal[CROSS_ENTROPY_KINDS]  # type: ignore[valid-type]

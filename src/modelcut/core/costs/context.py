@@ -55,8 +55,8 @@ Two forms, chosen per run (``Layout.cp_kind``):
 
 The first two put the same (cp − 1) · block bytes on the wire in the forward and compute the same
 attention; the all-to-all computes it too, at the whole sequence's length on fewer heads, and
-moves Q and the output instead of passing K and V round. All three agree on FLOPs and differ in
-what is exposed and in memory.
+moves Q and the output instead of passing K and V round; the hierarchical form does both in
+parts. All four agree on FLOPs and differ in what is exposed and in memory.
 
 Here kv_t = kv_heads·head_dim/t, the K (or V) width on one tensor-parallel rank; with more ranks
 than KV heads each rank keeps one head (Megatron-LM replicates KV heads), kv_t = head_dim.
@@ -107,17 +107,11 @@ CP_KIND_NAMES = {"p2p": "ring", "ring": "ring", "allgather": "allgather", "all_g
                  "all-gather": "allgather", "a2a": "a2a", "all-to-all": "a2a", "alltoall": "a2a",
                  "ulysses": "a2a", "a2a+p2p": "a2a+p2p", "hierarchical": "a2a+p2p"}
 
-#: Forms the stacks run that modelcut does not time, each with the reason as its error.
-UNTIMED_CP_KINDS: dict[str, str] = {}
-
-
 def cp_kind_name(name: str) -> str:
-    """A context-parallel form as the stacks name it (``p2p``, ``all_gather``) as modelcut's; a form
-    modelcut does not time (:data:`UNTIMED_CP_KINDS`) is a one-line error with the reason; a name it
-    does not know comes back lower-cased, for the caller's check."""
+    """A context-parallel form as the stacks name it (``p2p``, ``all_gather``) as modelcut's (every
+    form of Megatron-LM's ``--cp-comm-type`` is timed); a name it does not know comes back
+    lower-cased, for the caller's check."""
     key = str(name).strip().lower()
-    if key in UNTIMED_CP_KINDS:
-        raise ModelcutError(f"cp_kind {name!r} {UNTIMED_CP_KINDS[key]}")
     return CP_KIND_NAMES.get(key, key)
 
 

@@ -130,6 +130,14 @@ class Exploration:
                 "rule_rejections": dict(self.rule_rejections), "framework": self.framework}
 
 
+def unsearched_form(kind: str) -> str:
+    """Why the explorer does not search a context-parallel form of :data:`..costs.context.CP_KINDS`
+    outside :data:`..costs.context.EXPLORED_CP_KINDS` (the hierarchical one, whose all-to-all groups'
+    size a layout names)."""
+    return (f"the explorer does not search the {kind} form (it needs its all-to-all groups' size, cp_a2a); "
+            "predict such a layout from a run file")
+
+
 def _check_inputs(model: ModelSpec, gpus: int, seq: int, global_batch_tokens: int, margin: float, space: Space) -> None:
     for name, val in (("gpus", gpus), ("seq", seq), ("global_batch_tokens", global_batch_tokens)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
@@ -144,9 +152,7 @@ def _check_inputs(model: ModelSpec, gpus: int, seq: int, global_batch_tokens: in
     for kind in space.cp_kinds:
         if kind not in EXPLORED_CP_KINDS:
             if kind in CP_KINDS:
-                raise ModelcutError(f"the explorer does not search the {kind} form (it needs its all-to-all groups' "
-                                    f"size, cp_a2a); predict such a layout from a run file, or search "
-                                    f"{', '.join(EXPLORED_CP_KINDS)}")
+                raise ModelcutError(f"{unsearched_form(kind)}, or search {', '.join(EXPLORED_CP_KINDS)}")
             raise ModelcutError(f"unknown context-parallel form {kind!r}; choose from {', '.join(EXPLORED_CP_KINDS)}")
     if not space.cp_kinds:
         raise ModelcutError("cp_kinds must name at least one context-parallel form")

@@ -32,8 +32,8 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     Korthikanti et al. 2022 Table 2 generalized (module docstring). ``recompute``: none,
     selective or full; ``recomputing`` gives the full activations of a layer being
     recomputed (the working set of full recomputation) whatever ``recompute`` says.
-    ``cp_kind``: with cp > 1, both forms keep only the rank's own K and V (the all-gather form
-    gathers the others again in the backward, the ring passes them round again:
+    ``cp_kind``: with cp > 1, every form keeps only as many K and V bytes as the rank's own (the
+    all-gather form gathers the others again in the backward, the ring passes them round again:
     :func:`cp_kept_extra_bytes`); their buffers in flight are :func:`cp_transient_bytes`. ``fp8``: the
     linear layers' inputs are kept as their FP8 copies, 1 byte an element instead of 2 (the two
     norms' outputs, the attention output, the second MLP linear's input; an MoE layer's routed
