@@ -632,14 +632,15 @@ def test_a_block_method_layout_shows_its_layers_and_keeps_them_in_its_trace(serv
 
 
 def test_explorer_shows_each_layouts_context_parallel_form(server, page):
-    """Layouts that differ only in context parallelism's form (ring, all-gather, all-to-all) are told
-    apart in the table, as the API ranks them, and in the picked layout's heading."""
+    """Layouts that differ only in context parallelism's form (ring, all-gather, all-to-all, and the
+    hierarchical all-to-all over a node's cp ranks with a ring across nodes) are told apart in the table, as the API ranks them, and in the picked layout's heading."""
     page.goto(server + "/explorer?model=llama3-8b&gpu=h100-sxm5-80gb&gpus=16&seq=131072&tokens=262144&top=12")
     page.wait_for_selector("[data-testid=layouts] tbody tr")
     ans = api(server, "/api/explore", {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "gpus": 16, "seq": 131072,
                                        "global_batch_tokens": 262144, "top": 12})
     names = {"ring": "ring", "allgather": "all-gather", "a2a": "all-to-all"}
-    want = [names[x["cp_kind"]] if x["cp"] > 1 else None for x in ans["layouts"]]
+    want = [(names.get(x["cp_kind"]) or f"all-to-all over {x['cp_a2a']}, ring across") if x["cp"] > 1 else None
+            for x in ans["layouts"]]
     shown = page.eval_on_selector_all("[data-testid=layouts] tbody tr", """rs => rs.map(r => {
         const c = r.querySelector('[data-testid=cp-form]'); return c ? c.textContent : null; })""")
     assert shown == want and len({w for w in want if w}) >= 2

@@ -1,5 +1,7 @@
 """Sequence and context parallelism: collectives, the causal split, ring vs all-gather attention."""
 
+import json
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -293,22 +295,25 @@ def test_the_stacks_names_for_the_forms_are_taken(tmp_path, capsys, kind, ours):
     assert context.cp_kind_name(kind) == ours
 
 
-def test_the_hierarchical_form_needs_its_group_and_the_explorer_does_not_search_it(tmp_path, capsys):
+def test_the_hierarchical_form_needs_its_group_and_the_explorer_chooses_it(tmp_path, capsys):
     """a2a+p2p is timed with its all-to-all groups' size (tests/test_context_a2a.py); without cp_a2a a
-    run is one line naming it, and a search naming the form is one line saying the explorer does not
-    search it (it would have to choose cp_a2a)."""
+    run is one line naming it. A search of that form alone gives every layout that splits the
+    sequence over more than a node the cp ranks a node holds as its groups, from the CLI and the API."""
     from fastapi.testclient import TestClient
     from modelcut.cli import main
     from modelcut.web.app import create_app
     f = tmp_path / "run.toml"
     f.write_text(CP_RUN.format(kind="a2a+p2p"))
-    for argv, says in ((["predict", str(f)], "needs cp_a2a"),
-                       (["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "131072",
-                         "--global-batch-tokens", "1M", "--cp-kinds", "a2a+p2p"], "does not search the a2a+p2p form")):
-        assert main(argv) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and says in err
+    assert main(["predict", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs cp_a2a" in err
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "131072",
+                 "--global-batch-tokens", "1M", "--cp-kinds", "a2a+p2p", "--json"]) == 0
+    rows = [x for x in json.loads(capsys.readouterr().out)["layouts"] if x["cp"] > 1]
+    assert rows and all(x["cp_kind"] == "a2a+p2p" and x["cp_a2a"] * x["tp"] == 8 for x in rows)
     with TestClient(create_app()) as client:
         r = client.post("/api/explore", json={"model": "llama3-8b", "gpu": "h100", "gpus": 32, "seq": 131072,
                                               "global_batch_tokens": 1048576, "cp_kinds": ["a2a+p2p"]})
-    assert r.status_code == 422 and "does not search the a2a+p2p form" in r.json()["detail"]
+    assert r.status_code == 200, r.text
+    rows = [x for x in r.json()["layouts"] if x["cp"] > 1]
+    assert rows and all(x["cp_kind"] == "a2a+p2p" and x["cp_a2a"] * x["tp"] == 8 for x in rows)

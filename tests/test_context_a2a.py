@@ -305,9 +305,59 @@ def test_the_api_and_the_csv_name_its_groups(tmp_path):
     assert read_runs_csv(csv)[0].run.layout.cp_a2a == 4
 
 
-def test_explore_check_of_the_hierarchical_form_says_the_explorer_does_not_search_it(capsys):
+def test_explore_check_finds_the_hierarchical_form_and_says_what_cp_a2a_needs(capsys):
+    """The explorer searches a2a+p2p with its all-to-all groups the cp ranks a node holds: a check of
+    that layout ranks it; cp_a2a without the form, or the form on a cp group inside one node, says
+    why in one line."""
     from modelcut.cli import main
-    assert main(["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "131072",
-                 "--global-batch-tokens", "1M", "--check", "cp=16,cp_kind=a2a+p2p"]) == 2
+    base = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "131072",
+            "--global-batch-tokens", "1M", "--top", "3"]
+    assert main(base + ["--check", "tp=1,cp=16,pp=1,dp=2,cp_kind=a2a+p2p,cp_a2a=8"]) == 0
+    assert "best such layout ranks" in capsys.readouterr().out
+    assert main(base + ["--check", "cp=16,cp_a2a=8"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "does not search the a2a+p2p form" in err
+    assert err.count("\n") == 1 and "name cp_kind=a2a+p2p with it" in err
+    assert main(base + ["--check", "tp=2,cp=4,cp_kind=a2a+p2p"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no layout of the searched space is like it" in out and "only where the cp group leaves a node" in out
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=st.sampled_from([1, 2, 4, 8]), c=st.sampled_from([2, 4, 8, 16, 32]), p=st.sampled_from([1, 2]),
+       d=st.sampled_from([1, 2, 4]), gpn=st.sampled_from([4, 8]))
+def test_the_explorers_hierarchical_groups_are_a_nodes_cp_ranks(t, c, p, d, gpn):
+    """hierarchical_a2a: None, or the cp ranks one node holds, strictly between 1 and c, dividing c
+    and the heads per tensor-parallel rank; the explorer's a2a+p2p layouts carry exactly that group."""
+    from modelcut.core.costs.mesh import Mesh, members_in_node
+    from modelcut.core.explore import space
+    m = catalog_model("llama3-8b")
+    a = space.hierarchical_a2a(m, t, c, p, d, gpn)
+    node = members_in_node(Mesh.build(tp=t, cp=c, pp=p, dp=d), "cp", gpn)
+    if a is None:
+        assert not 1 < node < c or c % node or context.heads_split_problem(m, t, node, "a2a+p2p") is not None
+    else:
+        assert a == node and 1 < a < c and c % a == 0 and context.heads_split_problem(m, t, a, "a2a+p2p") is None
+    forms = dict(space.cp_forms(m, t, c, p, d, gpn, space.Space()))
+    assert forms.get("a2a+p2p", a) == a and ("a2a+p2p" in forms) == (a is not None)
+
+
+def test_the_explorer_runs_the_hierarchical_form_where_the_cp_group_leaves_a_node():
+    from modelcut.core.explore import space
+    from modelcut.core.explore.space import Space
+    m = catalog_model("llama3-8b")
+    seen = [x for x in space.structures(m, 32, 131072, 8, 8, Space(cp_kinds=("a2a+p2p",))) if x.cp > 1]
+    assert seen and all(x.cp_kind == "a2a+p2p" and x.cp_a2a == 8 // x.tp and x.tp * x.cp > 8 for x in seen)
+    assert {(x.tp, x.cp) for x in seen} >= {(1, 16), (1, 32), (2, 8), (2, 16)}
+
+
+def test_explore_emits_the_hierarchical_groups_for_megatron_and_nemo(capsys):
+    from modelcut.cli import main
+    base = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "131072",
+            "--global-batch-tokens", "1M", "--cp-kinds", "a2a+p2p", "--top", "1", "--framework", "megatron-core",
+            "--check", "tp=1,cp=16"]
+    assert main(base + ["--emit", "megatron"]) == 0
+    out = capsys.readouterr().out
+    assert "--cp-comm-type a2a+p2p" in out and "--hierarchical-context-parallel-sizes 8 2" in out
+    assert main(base + ["--emit", "nemo"]) == 0
+    out = capsys.readouterr().out
+    assert "cp_comm_type=a2a+p2p" in out and "hierarchical_context_parallel_sizes=[8,2]" in out

@@ -280,6 +280,7 @@ MOE_SPACE = Space(micro_batches=(1,), schedules=("1f1b",), recomputes=("none", "
 
 def test_moe_structures_search_ep_and_every_cp_form():
     from modelcut.core.costs.context import heads_split_problem
+    from modelcut.core.explore.space import hierarchical_a2a
     seen = list(structures(QWEN_MOE, 16, 8192, 64, 8, MOE_SPACE))
     # ep from the data-parallel ranks with the experts cut as the attention (etp = tp), or, past
     # what dp holds, over the tensor-parallel ranks too with the experts whole (etp 1)
@@ -291,9 +292,12 @@ def test_moe_structures_search_ep_and_every_cp_form():
     for s in seen:
         assert set(ep_choices(QWEN_MOE, s.dp, MOE_SPACE, s.tp)) == {(x.ep, x.etp) for x in seen
                                                                    if (x.tp, x.cp, x.pp, x.dp) == (s.tp, s.cp, s.pp, s.dp)}
-        kinds = {x.cp_kind for x in seen if x.__dict__ | {"cp_kind": None} == s.__dict__ | {"cp_kind": None}}
+        same = {"cp_kind": None, "cp_a2a": None}
+        kinds = {x.cp_kind for x in seen if x.__dict__ | same == s.__dict__ | same}
         split = s.cp > 1 and heads_split_problem(QWEN_MOE, s.tp, s.cp) is None   # a2a where the heads split
-        assert kinds == ({"ring", "allgather"} | ({"a2a"} if split else set()) if s.cp > 1 else {"allgather"})
+        hier = s.cp > 1 and hierarchical_a2a(QWEN_MOE, s.tp, s.cp, s.pp, s.dp, 8) is not None  # a node's cp ranks
+        assert kinds == ({"ring", "allgather"} | ({"a2a"} if split else set()) | ({"a2a+p2p"} if hier else set())
+                         if s.cp > 1 else {"allgather"})
     only2 = list(structures(QWEN_MOE, 16, 8192, 64, 8, Space(micro_batches=(1,), schedules=("1f1b",), eps=(2,))))
     assert only2 and {s.ep for s in only2} == {2}
     whole = list(structures(QWEN_MOE, 16, 8192, 64, 8, Space(micro_batches=(1,), schedules=("1f1b",),
@@ -337,7 +341,7 @@ def test_moe_explore_ranks_ep_layouts_with_all_to_all():
     d = with_ep[0].as_dict()
     assert d["ep"] == with_ep[0].structure.ep and d["order"] == list(MEGATRON_ORDER) and "a2a_s" in d["breakdown"]
     cp = [e for e in ex.layouts if e.structure.cp > 1]
-    assert {e.as_dict()["cp_kind"] for e in cp} <= {"ring", "allgather", "a2a"} and cp
+    assert {e.as_dict()["cp_kind"] for e in cp} <= {"ring", "allgather", "a2a", "a2a+p2p"} and cp
     assert all(e.as_dict()["cp_kind"] is None for e in ex.layouts if e.structure.cp == 1)
 
 

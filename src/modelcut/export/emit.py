@@ -62,8 +62,8 @@ from ..core.sim import registry
 
 #: modelcut's context-parallel forms by Megatron-LM's --cp-comm-type names (NeMo's cp_comm_type spells
 #: the all-gather form all_gather: Megatron-core transformer_config.py, Transformer Engine).
-_CP_KIND = {"allgather": "allgather", "ring": "p2p", "a2a": "a2a"}
-_NEMO_CP_KIND = {"allgather": "all_gather", "ring": "p2p", "a2a": "a2a"}
+_CP_KIND = {"allgather": "allgather", "ring": "p2p", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
+_NEMO_CP_KIND = {"allgather": "all_gather", "ring": "p2p", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
 #: modelcut's FP8 recipes by Megatron-core's (and NeMo's) names: current scaling is "tensorwise".
 _MCORE_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 
@@ -111,6 +111,8 @@ def megatron_args(e: Evaluated) -> str:
         lines.append("--sequence-parallel")
     if s.cp > 1:
         lines += [f"--context-parallel-size {s.cp}", f"--cp-comm-type {_CP_KIND.get(lay.cp_kind or 'ring', 'p2p')}"]
+        if lay.cp_a2a:     # the all-to-all groups, then the ring across them (Megatron-LM arguments.py)
+            lines.append(f"--hierarchical-context-parallel-sizes {lay.cp_a2a} {s.cp // lay.cp_a2a}")
     lines.append(f"--pipeline-model-parallel-size {s.pp}")
     ep = s.ep
     if ep > 1:
@@ -181,9 +183,9 @@ def torchtitan_toml(e: Evaluated) -> str:
     if s.ep > 1:
         # torchtitan's default expert tensor parallelism is 1; modelcut's layout says which it timed
         out += [f"expert_parallel_degree = {s.ep}", f"expert_tensor_parallel_degree = {s.expert_tp}"]
-    if s.cp > 1 and lay.cp_form == "a2a":
-        out.append("# the layout's all-to-all (Ulysses) context parallelism: torchtitan rotates K and V "
-                   "(allgather or alltoall) and has no head-cut form")
+    if s.cp > 1 and lay.cp_form in ("a2a", "a2a+p2p"):
+        out.append(f"# the layout's {'all-to-all (Ulysses)' if lay.cp_form == 'a2a' else 'hierarchical (a2a+p2p)'} "
+                   "context parallelism: torchtitan rotates K and V (allgather or alltoall) and has no head-cut form")
     elif s.cp > 1:
         rotate = "allgather" if lay.cp_form == "allgather" else "alltoall"
         out.append(f"context_parallel_rotate_method = {_toml_str(rotate)}")
@@ -265,6 +267,8 @@ def nemo_overrides(e: Evaluated) -> str:
                   "trainer.strategy.account_for_loss_in_pipeline_split=true"]
     if s.cp > 1:
         lines.append(f"model.config.cp_comm_type={_NEMO_CP_KIND[lay.cp_form]}")
+        if lay.cp_a2a:     # Megatron-core's ModelParallelConfig field, which NeMo passes to its process groups
+            lines.append(f"model.config.hierarchical_context_parallel_sizes=[{lay.cp_a2a},{s.cp // lay.cp_a2a}]")
     if e.zero == 1:
         lines.append("optim.config.use_distributed_optimizer=true")
     elif e.zero in (2, 3):

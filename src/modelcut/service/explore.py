@@ -33,10 +33,10 @@ from ..core.errors import ModelcutError
 from ..core.explore import DEFAULT_SCHEDULES, Evaluated, Exploration, Space, explore, find, structures, why
 from ..core.explore.rules import Capabilities
 from ..core.explore.space import ZERO_ORDER, recompute_choices, tp_ok
-from ..core.explore.search import pareto, unsearched_form
+from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions, stack_options
 from ..core.costs import fp8 as fp8_mod
-from ..core.costs.context import EXPLORED_CP_KINDS, heads_split_problem
+from ..core.costs.context import heads_split_problem
 from ..core.specs import PARTIAL, Hardware, ModelSpec, Run, Training, recipe_among
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
@@ -222,8 +222,10 @@ class ExploreResult:
             out["rule"] = v.as_dict()
             out["text"] = f"{q}: {v.line()}"
         else:
+            hier = ("; the a2a+p2p form only where the cp group leaves a node, its all-to-all groups the cp "
+                    "ranks a node holds" if req.check.get("cp_kind") == "a2a+p2p" else "")
             out["text"] = (f"{q}: no layout of the searched space is like it ({ex.gpus:,} GPUs; schedules, "
-                           "micro-batch sizes, chunks, tensor parallelism within a node: see the options)")
+                           f"micro-batch sizes, chunks, tensor parallelism within a node: see the options{hier})")
         return out
 
     def picked(self, pick: int, use: str = "pick") -> Evaluated:
@@ -318,8 +320,8 @@ def check_problems(check: dict[str, Any], model: ModelSpec, gpus: int, seq: int)
     cp = check.get("cp")
     if cp is not None and cp > 1 and seq % (2 * cp):
         out.append(f"cp {cp:,} does not split the {seq:,}-token sequence into 2·cp equal pieces")
-    if check.get("cp_kind") not in (None, *EXPLORED_CP_KINDS):
-        out.append(unsearched_form(check["cp_kind"]))
+    if check.get("cp_a2a") is not None and check.get("cp_kind") != "a2a+p2p":
+        out.append("cp_a2a is the all-to-all groups' size of the a2a+p2p form; name cp_kind=a2a+p2p with it")
     if cp is not None and cp > 1 and check.get("cp_kind") == "a2a" and tp is not None and tp_ok(model, tp):
         why = heads_split_problem(model, tp, cp)
         if why is not None:

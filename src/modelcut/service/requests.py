@@ -463,6 +463,8 @@ class CheckIn(Strict):
     micro_batch: Optional[Tokens] = None
     zero: Optional[Annotated[int, Field(ge=0, le=3)]] = None
     cp_kind: Optional[CpKind] = None
+    cp_a2a: Optional[GpuCount] = Field(None, description="with cp_kind a2a+p2p: its all-to-all groups' size (the "
+                                                         "explorer's: the cp ranks one node holds)")
     schedule: Optional[ScheduleName] = None
     recompute: Optional[ExploreRecompute] = Field(
         None, description="a recomputation variant: none, selective, full, layernorm+moe_act (selective "

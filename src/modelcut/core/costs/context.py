@@ -96,9 +96,6 @@ BYTES = BF16_BYTES
 #: the forward's matrix products).
 BWD_RATIO = 2.0
 CP_KINDS = ("ring", "allgather", "a2a", "a2a+p2p")
-#: The forms the explorer searches: the hierarchical one needs its all-to-all groups' size, a layout's
-#: ``cp_a2a``, which the explorer does not choose.
-EXPLORED_CP_KINDS = ("ring", "allgather", "a2a")
 
 #: The forms as the stacks name them: Megatron-LM's ``--cp-comm-type`` p2p (Transformer Engine's
 #: ring exchange) and allgather (megatron/training/arguments.py @d98e8a64dd: "p2p, a2a, allgather or

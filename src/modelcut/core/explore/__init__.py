@@ -19,8 +19,9 @@ the layout fits (Megatron-core's block method, :data:`..specs.BLOCKS`; the fewes
 bisection, :meth:`.search._Search.fewest_blocks`); ZeRO stage 0–3. Sequence parallelism is on whenever t > 1 (same traffic, t times fewer norm and
 dropout activations; Korthikanti et al. 2022 §4.2.2). Every layout uses exactly N GPUs:
 t·c·p·d = N. With c > 1 every form of context parallelism is tried (``Space.cp_kinds``: the
-all-gather of Llama 3, ring attention, and the all-to-all of DeepSpeed-Ulysses where c divides the
-heads; :mod:`.context`). For a mixture-of-experts model,
+all-gather of Llama 3, ring attention, the all-to-all of DeepSpeed-Ulysses where c divides the
+heads, and Megatron-LM's hierarchical all-to-all then ring where the cp group leaves a node, its
+all-to-all groups the cp ranks a node holds: :func:`.space.hierarchical_a2a`; :mod:`.context`). For a mixture-of-experts model,
 expert parallelism e runs over the divisors of the experts that divide d (the ep group is
 carved from the data-parallel ranks, :mod:`.mesh`; ``Space.eps`` narrows it), expert tensor
 parallelism equal to t. Every layout takes the default rank order, Megatron-core's

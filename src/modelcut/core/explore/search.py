@@ -9,7 +9,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..costs.context import CP_KINDS, EXPLORED_CP_KINDS
+from ..costs.context import CP_KINDS
 from ..errors import ModelcutError
 from ..memory import DEFAULT_OPTIONS, MemoryOptions, StageMemory, memory_plan, peak_bytes, stage_memory, variant_peaks
 from ..plan import PipelinePlan
@@ -22,7 +22,8 @@ from .why import MEMORY_TERMS
 #: Fraction of the accelerator's memory kept free (see the package docstring).
 DEFAULT_MARGIN = 0.02
 #: Structure fields a ``must`` query (``--check``) may name besides recompute and zero.
-STRUCTURE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "schedule", "vpp", "ep", "cp_kind", "etp", "dp_shard")
+STRUCTURE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "schedule", "vpp", "ep", "cp_kind", "etp", "dp_shard",
+                  "cp_a2a")
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Evaluated:
                **{k: getattr(ps, k) for k in MEMORY_TERMS},
                "stages_total_bytes": [x.total_bytes for x in self.stages]}
         out = {"tp": s.tp, "cp": s.cp, "ep": s.ep, "etp": s.expert_tp if s.ep > 1 else None,
-               "cp_kind": s.cp_kind if s.cp > 1 else None, "pp": s.pp, "dp": s.dp, "dp_shard": s.dp_shard,
+               "cp_kind": s.cp_kind if s.cp > 1 else None, "cp_a2a": s.cp_a2a, "pp": s.pp, "dp": s.dp, "dp_shard": s.dp_shard,
                "vpp": s.vpp, "micro_batch": s.micro_batch, "order": list(self.run.layout.order),
                "sequence_parallel": self.run.layout.sequence_parallel,
                "recompute": self.recompute, "recompute_modules": (list(self.run.training.recompute_modules)
@@ -130,14 +131,6 @@ class Exploration:
                 "rule_rejections": dict(self.rule_rejections), "framework": self.framework}
 
 
-def unsearched_form(kind: str) -> str:
-    """Why the explorer does not search a context-parallel form of :data:`..costs.context.CP_KINDS`
-    outside :data:`..costs.context.EXPLORED_CP_KINDS` (the hierarchical one, whose all-to-all groups'
-    size a layout names)."""
-    return (f"the explorer does not search the {kind} form (it needs its all-to-all groups' size, cp_a2a); "
-            "predict such a layout from a run file")
-
-
 def _check_inputs(model: ModelSpec, gpus: int, seq: int, global_batch_tokens: int, margin: float, space: Space) -> None:
     for name, val in (("gpus", gpus), ("seq", seq), ("global_batch_tokens", global_batch_tokens)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
@@ -150,10 +143,8 @@ def _check_inputs(model: ModelSpec, gpus: int, seq: int, global_batch_tokens: in
     for sch in space.schedules:
         registry.get(sch)
     for kind in space.cp_kinds:
-        if kind not in EXPLORED_CP_KINDS:
-            if kind in CP_KINDS:
-                raise ModelcutError(f"{unsearched_form(kind)}, or search {', '.join(EXPLORED_CP_KINDS)}")
-            raise ModelcutError(f"unknown context-parallel form {kind!r}; choose from {', '.join(EXPLORED_CP_KINDS)}")
+        if kind not in CP_KINDS:
+            raise ModelcutError(f"unknown context-parallel form {kind!r}; choose from {', '.join(CP_KINDS)}")
     if not space.cp_kinds:
         raise ModelcutError("cp_kinds must name at least one context-parallel form")
     if space.eps is not None:

@@ -1,5 +1,6 @@
 """What the explorer enumerates: every (t, c, e, p, d, b, schedule, v, form) that divides the GPUs,
-the heads, the sequence and the batch (the package docstring, **Space**)."""
+the heads, the sequence and the batch (the package docstring, **Space**); the hierarchical form of
+context parallelism with one all-to-all group size, the cp ranks a node holds (:func:`hierarchical_a2a`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..costs import flops
-from ..costs.context import EXPLORED_CP_KINDS, heads_split_problem
+from ..costs.context import CP_KINDS, heads_split_problem
 from ..costs.mesh import Mesh, group_crosses_nodes, members_in_node
 from ..sim import registry
 from ..specs import DEFAULT_ORDER, RECOMPUTE_VARIANTS, Layout, ModelSpec, Run, Training, partial_training, recompute_variant
@@ -32,7 +33,7 @@ class Space:
     eps: tuple[int, ...] | None = None       # None: every divisor of the experts dividing d
     expert_tp_one: bool = True                # with t > 1 on an MoE model, ep groups over tp ranks (etp 1)
     default_etp: int | None = None            # the stack's experts' tensor parallelism (Framework.default_etp)
-    cp_kinds: tuple[str, ...] = EXPLORED_CP_KINDS      # tried when c > 1
+    cp_kinds: tuple[str, ...] = CP_KINDS      # tried when c > 1
     precision: str = "bf16"                   # the products' precision of every layout searched
     fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
     order: tuple[str, ...] = DEFAULT_ORDER    # the rank order of every layout searched
@@ -52,6 +53,7 @@ class Structure:
     cp_kind: str = "allgather"   # Layout's default; the form only matters when cp > 1
     etp: int | None = None       # expert tensor parallelism (None: tp, Megatron-core's default)
     dp_shard: int | None = None  # hybrid sharding's shard group (None: the whole of dp)
+    cp_a2a: int | None = None    # the a2a+p2p form's all-to-all groups' size (:func:`hierarchical_a2a`)
 
     @property
     def expert_tp(self) -> int:
@@ -125,6 +127,40 @@ def node_shard(t: int, c: int, p: int, d: int, gpus_per_node: int, order: tuple[
     return k if 1 < k < d and d % k == 0 else None
 
 
+def hierarchical_a2a(model: ModelSpec, t: int, c: int, p: int, d: int, gpus_per_node: int,
+                     order: tuple[str, ...] = DEFAULT_ORDER) -> int | None:
+    """The all-to-all groups' size the explorer gives the hierarchical form (a2a+p2p): the cp
+    ranks one node holds, so that the all-to-all runs over the node's links and the ring over the
+    network between nodes, as Megatron-LM's hierarchical context parallelism is meant to be laid
+    (``--hierarchical-context-parallel-sizes``: the all-to-all over adjacent cp ranks, "a2a+p2p":
+    all-to-all inside a node, point-to-point across; core_v0.19.0 arguments.py and
+    parallel_state.py ``create_hierarchical_groups``). None where that group is not between 1 and
+    c, does not divide c, or does not cut the heads (:func:`..costs.context.heads_split_problem`):
+    a cp group inside one node has no hierarchy to run."""
+    a = members_in_node(Mesh.build(tp=t, cp=c, pp=p, dp=d, order=order), "cp", gpus_per_node)
+    if not 1 < a < c or c % a or heads_split_problem(model, t, a, "a2a+p2p") is not None:
+        return None
+    return a
+
+
+def cp_forms(model: ModelSpec, t: int, c: int, p: int, d: int, gpus_per_node: int,
+             space: "Space") -> tuple[tuple[str, int | None], ...]:
+    """(form, all-to-all groups' size) pairs tried for a layout: every form of ``space.cp_kinds``
+    that cuts the model's heads, the hierarchical one with :func:`hierarchical_a2a`'s group; with
+    c = 1 the layouts' default form alone."""
+    if c == 1:
+        return (("allgather", None),)
+    out: list[tuple[str, int | None]] = []
+    for k in space.cp_kinds:
+        if k == "a2a" and heads_split_problem(model, t, c) is not None:
+            continue
+        a = hierarchical_a2a(model, t, c, p, d, gpus_per_node, space.order) if k == "a2a+p2p" else None
+        if k == "a2a+p2p" and a is None:
+            continue
+        out.append((k, a))
+    return tuple(out)
+
+
 def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_per_node: int,
                space: Space = Space()) -> Iterator[Structure]:
     """Every (t, c, e, p, d, b, schedule, v, form) with t·c·p·d = gpus (module docstring); without
@@ -148,8 +184,7 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                 d = gpus // (t * c * p)
                 if global_batch % d:
                     continue
-                kinds = (tuple(k for k in space.cp_kinds if k != "a2a" or heads_split_problem(model, t, c) is None)
-                         if c > 1 else ("allgather",))
+                kinds = cp_forms(model, t, c, p, d, gpus_per_node, space)
                 shard = node_shard(t, c, p, d, gpus_per_node, space.order) if space.hybrid_shard else None
                 for e, et in ep_choices(model, d, space, t):
                     shards = (None, shard) if shard is not None and e == 1 else (None,)
@@ -161,9 +196,9 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                             if p == 1 and registry.get(sched) is not single:
                                 continue
                             for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only):
-                                for kind in kinds:
+                                for kind, a in kinds:
                                     for sh in shards:
-                                        yield Structure(t, c, p, d, b, sched, v, e, kind, et, sh)
+                                        yield Structure(t, c, p, d, b, sched, v, e, kind, et, sh, a)
 
 
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
@@ -178,7 +213,7 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
     :data:`..specs.EVERY` one layer in ``count`` on each rank (:func:`..specs.partial_training`)."""
     lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, etp=s.etp, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
-                 schedule=s.schedule, cp_kind=s.cp_kind, order=order, dp_shard=s.dp_shard)
+                 schedule=s.schedule, cp_kind=s.cp_kind, cp_a2a=s.cp_a2a, order=order, dp_shard=s.dp_shard)
     level, modules = recompute_variant(recompute)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=level, recompute_modules=modules, precision=precision,

@@ -29,9 +29,13 @@
   }
   /** dp, with the shard group where ZeRO's states are sharded within it and replicated across (hybrid sharding). */
   function dpName(x) { return x.dp_shard ? `${x.dp}[${x.dp_shard}]` : `${x.dp}`; }
-  /** Context parallelism's form as the page names it (the API's cp_kind: ring, allgather, a2a). */
+  /** Context parallelism's form as the page names it (the API's cp_kind: ring, allgather, a2a, a2a+p2p with
+   *  cp_a2a, its all-to-all groups' size). */
   const CP_FORM = {ring: 'ring', allgather: 'all-gather', a2a: 'all-to-all'};
-  function cpForm(x) { return CP_FORM[x.cp_kind] || x.cp_kind; }
+  function cpForm(x) {
+    if (x.cp_kind === 'a2a+p2p') return `all-to-all over ${x.cp_a2a}, ring across`;
+    return CP_FORM[x.cp_kind] || x.cp_kind;
+  }
   function layoutName(x) {
     return `tp ${x.tp} · cp ${x.cp}` + (x.cp > 1 ? ` (${cpForm(x)})` : '') + ` · pp ${x.pp} · dp ${dpName(x)}` + expertsName(x);
   }
@@ -388,6 +392,7 @@
                     order: x.order, sequence_parallel: x.sequence_parallel};
     if (x.ep > 1) Object.assign(layout, {ep: x.ep, etp: x.etp});
     if (x.cp > 1) layout.cp_kind = x.cp_kind;
+    if (x.cp_a2a) layout.cp_a2a = x.cp_a2a;
     if (x.dp_shard) layout.dp_shard = x.dp_shard;
     const training = {seq_len: ans.seq, global_batch: ans.global_batch, micro_batch: x.micro_batch,
                       recompute: x.recompute_modules ? 'selective' : (x.recompute_layers || x.recompute_every) ? 'full' : x.recompute,
