@@ -639,7 +639,7 @@ def test_explorer_shows_each_layouts_context_parallel_form(server, page):
     ans = api(server, "/api/explore", {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "gpus": 16, "seq": 131072,
                                        "global_batch_tokens": 262144, "top": 12})
     names = {"ring": "ring", "allgather": "all-gather", "a2a": "all-to-all"}
-    want = [(names.get(x["cp_kind"]) or f"all-to-all over {x['cp_a2a']}, ring across") if x["cp"] > 1 else None
+    want = [(names.get(x["cp_kind"]) or f"all-to-all {x['cp_a2a']} · ring {x['cp'] // x['cp_a2a']}") if x["cp"] > 1 else None
             for x in ans["layouts"]]
     shown = page.eval_on_selector_all("[data-testid=layouts] tbody tr", """rs => rs.map(r => {
         const c = r.querySelector('[data-testid=cp-form]'); return c ? c.textContent : null; })""")

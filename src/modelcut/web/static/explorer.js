@@ -33,7 +33,7 @@
    *  cp_a2a, its all-to-all groups' size). */
   const CP_FORM = {ring: 'ring', allgather: 'all-gather', a2a: 'all-to-all'};
   function cpForm(x) {
-    if (x.cp_kind === 'a2a+p2p') return `all-to-all over ${x.cp_a2a}, ring across`;
+    if (x.cp_kind === 'a2a+p2p') return `all-to-all ${x.cp_a2a} · ring ${x.cp / x.cp_a2a}`;
     return CP_FORM[x.cp_kind] || x.cp_kind;
   }
   function layoutName(x) {
@@ -277,7 +277,8 @@
     const table = $('layouts');
     table.textContent = '';
     const head = h('tr', {}, [['#'], ['tp·cp·pp·dp', "tensor · context · pipeline · data parallel; with cp > 1, "
-        + "context parallelism's form: ring (Megatron-LM's p2p), all-gather or all-to-all (Ulysses)"],
+        + "context parallelism's form: ring (Megatron-LM's p2p), all-gather, all-to-all (Ulysses), or hierarchical "
+        + "(a2a+p2p): all-to-all within groups of A ranks, a ring across the cp/A groups (all-to-all A · ring cp/A)"],
       ['Schedule'], ['v', 'chunks per device'],
       ['b', 'micro-batch, sequences'], ['Recompute'], ['ZeRO'], ['Step'], ['TFLOP/s', 'per GPU'], ['Time per step'],
       ['Memory', 'the fullest device against the memory limit']]
