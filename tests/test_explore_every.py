@@ -1,6 +1,6 @@
 """The explorer's per-layer variant (``every``): torchtitan's selective checkpointing of one block in
 k on each rank (``selective_ac_option = "k"``), k the most with which a layout fits, found per
-layout by bisection on the memory model; searched where the stack offers it (the FSDP presets)."""
+layout on the memory model (by bisection where memory never falls as k grows); searched where the stack offers it (the FSDP presets)."""
 
 from __future__ import annotations
 
@@ -122,3 +122,28 @@ def test_the_cli_names_k(capsys):
     assert "recomputation variants none, selective, every, full" in out
     assert "recompute=every: best such layout ranks" in out
     assert re.search(r"recompute \S+ vs every \d+", out)      # the explanation names the k
+
+
+def test_where_memory_does_not_rise_with_k_the_most_k_that_fits_is_found():
+    """On a model whose layers differ (every other one a mixture of experts, as Llama 4 Maverick's),
+    which blocks are the multiples of k matters, not only how many: memory does not rise with k
+    everywhere. With the limit at k = 6's peak, k = 6 is the most that fits; bisection over 12 … 2
+    would stop at 4 (it tries 7, then 5, then 4), so the explorer tries such a model's k one after
+    another from the most down."""
+    from modelcut.core.specs import ModelSpec
+    m = ModelSpec(name="alt-moe", layers=12, hidden=1024, ffn_hidden=4096, heads=16, kv_heads=8, vocab=32000,
+                  experts=8, top_k=2, expert_ffn_hidden=4096, moe_every=2, gated_mlp=True)
+    s = Structure(tp=1, cp=1, pp=1, dp=2, micro_batch=1, schedule="1f1b", vpp=1)
+    plan = memory_plan(make_run(m, A100_40.name, s, 8192, 8, "none", 3))
+    peak = {k: peak_bytes(stage_memory(make_run(m, A100_40.name, s, 8192, 8, EVERY, 3, count=k), plan=plan))
+            for k in range(2, 13)}
+    assert any(peak[k] > peak[k + 1] for k in range(2, 12))          # memory does not rise with k everywhere
+    limit = peak[6] * (1 + 1e-9)
+    fits = [k for k in peak if peak[k] <= limit]
+    assert max(fits) == 6 and peak[7] > limit and peak[4] <= limit and peak[5] > limit
+    ex = explore(m, A100_40, lambda run, h: FlatStep(), margin=1 - limit / A100_40.mem_bytes, prune=False,
+                 keep=10_000, gpus=2, seq=8192, global_batch_tokens=8 * 8192,
+                 capabilities=catalog.capabilities("fsdp-compile"),
+                 space=Space(micro_batches=(1,), schedules=("1f1b",), zeros=(3,), eps=(1,)))
+    found = [e for e in ex.layouts if e.recompute == EVERY and e.structure == s]
+    assert [e.run.training.recompute_every for e in found] == [6]

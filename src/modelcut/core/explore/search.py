@@ -286,25 +286,35 @@ class _Search:
                    known: dict[tuple[str, int], float]) -> tuple[int, float] | None:
         """:data:`..specs.EVERY` at ZeRO stage z: the most k (one layer in k recomputed whole on each
         rank) with which the layout fits, and its peak bytes (k = 2, the most recomputation short
-        of full, and its peak, where none fits), by bisection over the most layers a rank holds … 2
-        (:meth:`least_recomputation`): a larger k recomputes no more of a rank's layers (⌊n/k⌋).
-        Without a pipeline that count is the whole rule, so the k found is the most that fits;
-        with one, a stage's own count of multiples of k need not fall with k, and the k found fits
-        but may not be the most. None where no rank holds two layers (the variant is full or none)."""
+        of full, and its peak, where none fits), over the most layers a rank holds … 2
+        (:meth:`least_recomputation`). A larger k recomputes no more of a rank's layers (⌊n/k⌋);
+        where each rank holds one stage of like layers that count is the whole rule, memory never
+        falls as k grows, and bisection finds the most k. Where a rank holds several chunks (the
+        chunks hold different counts of micro-batches) or its layers differ (an MoE model's dense
+        layers, sliding or chunked attention), which layers are the multiples of k matters too and
+        memory need not rise with k: the k are then tried from the most down, the first that fits
+        being the most. None where no rank holds two layers (the variant is full or none)."""
         held: dict[int, int] = {}
         for st in plan.stages:
             held[st.device] = held.get(st.device, 0) + st.layers
         most = max(held.values())
         if most < 2:
             return None
-        return self.least_recomputation(s, EVERY, z, plan, known, list(range(most, 1, -1)))
+        m = self.model
+        like = (not (m.is_moe and (m.dense_layers or m.moe_every > 1)) and not m.sliding_layers
+                and not m.chunked_layers)
+        return self.least_recomputation(s, EVERY, z, plan, known, list(range(most, 1, -1)),
+                                        monotone=like and len(held) == len(plan.stages))
 
     def least_recomputation(self, s: Structure, r: str, z: int, plan: PipelinePlan,
-                            known: dict[tuple[str, int], float], counts: list[int]) -> tuple[int, float]:
-        """The first of a partial variant's ``counts`` (least recomputation first, so memory never
-        rises along them) with which the layout fits, and its peak bytes; the last, with its peak,
-        where none fits. Where no recomputation fits (``known`` peaks) the first does; where full
-        recomputation does not, none does; else by bisection."""
+                            known: dict[tuple[str, int], float], counts: list[int],
+                            monotone: bool = True) -> tuple[int, float]:
+        """The first of a partial variant's ``counts`` (least recomputation first) with which the
+        layout fits, and its peak bytes; the last, with its peak, where none fits. Where no
+        recomputation fits (``known`` peaks) the first is taken as it is (the layout without
+        recomputation fits and is the faster); where full recomputation does not fit, none does (a
+        partial rule keeps more than full); else by bisection where memory never rises along
+        ``counts`` (``monotone``), or one count after another from the first."""
         limit = self.ex.limit_bytes
 
         def peak(i: int) -> float:
@@ -322,6 +332,12 @@ class _Search:
         at_first = peak(0)
         if at_first <= limit:
             return counts[0], at_first
+        if not monotone:
+            for i in range(1, hi):
+                at = peak(i)
+                if at <= limit:
+                    return counts[i], at
+            return counts[hi], at_hi
         lo = 0                                 # the most recomputation known not to fit
         while hi - lo > 1:
             mid = (lo + hi) // 2
