@@ -142,16 +142,22 @@ def test_the_explorer_tries_a2a_only_where_the_heads_split():
     assert {(x.tp, x.cp) for x in seen} >= {(1, 8), (2, 4), (4, 2), (1, 2)}
 
 
-def test_explore_emits_the_form_for_megatron_and_nemo(capsys):
+@pytest.mark.parametrize("gpus, tokens, kind, megatron, nemo", [
+    ("16", "256K", "a2a", ["--cp-comm-type a2a"], ["cp_comm_type=a2a"]),
+    # the hierarchical form with its groups: the cp ranks a node holds, then the ring across them
+    ("32", "1M", "a2a+p2p", ["--cp-comm-type a2a+p2p", "--hierarchical-context-parallel-sizes 8 2"],
+     ["cp_comm_type=a2a+p2p", "hierarchical_context_parallel_sizes=[8,2]"]),
+])
+def test_explore_emits_the_form_for_megatron_and_nemo(capsys, gpus, tokens, kind, megatron, nemo):
     from modelcut.cli import main
-    base = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "16", "--seq", "131072",
-            "--global-batch-tokens", "256K", "--cp-kinds", "a2a", "--top", "1", "--framework", "megatron-core"]
+    base = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", gpus, "--seq", "131072",
+            "--global-batch-tokens", tokens, "--cp-kinds", kind, "--top", "1", "--framework", "megatron-core"]
     assert main(base + ["--emit", "megatron"]) == 0
     out = capsys.readouterr().out
-    assert "--context-parallel-size" in out and "--cp-comm-type a2a" in out
+    assert "--context-parallel-size" in out and all(x in out for x in megatron)
     assert main(base + ["--emit", "nemo"]) == 0
     out = capsys.readouterr().out
-    assert "context_parallel_size" in out and "cp_comm_type=a2a" in out
+    assert "context_parallel_size" in out and all(x in out for x in nemo)
 
 
 def test_the_api_takes_the_form_and_refuses_heads_that_do_not_split():
@@ -349,15 +355,3 @@ def test_the_explorer_runs_the_hierarchical_form_where_the_cp_group_leaves_a_nod
     assert seen and all(x.cp_kind == "a2a+p2p" and x.cp_a2a == 8 // x.tp and x.tp * x.cp > 8 for x in seen)
     assert {(x.tp, x.cp) for x in seen} >= {(1, 16), (1, 32), (2, 8), (2, 16)}
 
-
-def test_explore_emits_the_hierarchical_groups_for_megatron_and_nemo(capsys):
-    from modelcut.cli import main
-    base = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "131072",
-            "--global-batch-tokens", "1M", "--cp-kinds", "a2a+p2p", "--top", "1", "--framework", "megatron-core",
-            "--check", "tp=1,cp=16"]
-    assert main(base + ["--emit", "megatron"]) == 0
-    out = capsys.readouterr().out
-    assert "--cp-comm-type a2a+p2p" in out and "--hierarchical-context-parallel-sizes 8 2" in out
-    assert main(base + ["--emit", "nemo"]) == 0
-    out = capsys.readouterr().out
-    assert "cp_comm_type=a2a+p2p" in out and "hierarchical_context_parallel_sizes=[8,2]" in out

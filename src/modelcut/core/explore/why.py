@@ -26,8 +26,8 @@ def cp_label(d: dict[str, Any]) -> str | None:
 
 def why(best, other) -> dict[str, Any]:
     """Why ``best`` beats ``other``: the knobs that differ (the recomputation with its count,
-    :func:`recompute_label`; the context-parallel form with its groups, :func:`cp_label`), and the time and memory terms in order of how much they differ
-    (other − best)."""
+    :func:`recompute_label`; the context-parallel form with its groups, :func:`cp_label`), and the
+    time and memory terms in order of how much they differ (other − best)."""
     a, b = best.as_dict(), other.as_dict()
     a["recompute"], b["recompute"] = recompute_label(a), recompute_label(b)
     a["cp_kind"], b["cp_kind"] = cp_label(a), cp_label(b)
