@@ -650,3 +650,41 @@ def test_explorer_shows_each_layouts_context_parallel_form(server, page):
     assert f"cp {ans['layouts'][k]['cp']} ({want[k]})" in page.inner_text("h2:has-text('Layout #')")
     assert_no_overlapping_text(page)
     assert not page.errors
+
+
+def test_explorer_searches_the_context_parallel_forms_checked_and_keeps_them_in_its_link(server, page):
+    """The form's checkboxes are the API's forms (GET /api/catalog), all checked; unchecking the
+    hierarchical one searches the others (the request's cp_kinds, as the API ranks them), the link
+    keeps the choice and a reload restores it; unchecking every form is one line, no search."""
+    q = "/explorer?model=llama3-8b&gpu=h100-sxm5-80gb&gpus=32&seq=131072&tokens=1048576&top=8"
+    page.goto(server + q)
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    cat = httpx.get(server + "/api/catalog").json()
+    boxes = page.eval_on_selector_all("input[name=cp_kind]", "bs => bs.map(b => [b.value, b.checked])")
+    assert boxes == [[k["name"], True] for k in cat["cp_kinds"]] and "a2a+p2p" in dict(boxes)
+    assert any("ring" in t and "·" in t for t in page.eval_on_selector_all(
+        "[data-testid=cp-form]", "cs => cs.map(c => c.textContent)"))          # hierarchical rows ranked
+    page.uncheck("input[name=cp_kind][value='a2a+p2p']")
+    with page.expect_response("**/api/explore/stream") as resp:
+        page.click("#go")
+    assert resp.value.request.post_data_json["cp_kinds"] == ["ring", "allgather", "a2a"]
+    page.wait_for_function("() => location.search.includes('cpkinds=')")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    ans = api(server, "/api/explore", {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "gpus": 32, "seq": 131072,
+                                       "global_batch_tokens": 1048576, "top": 8,
+                                       "cp_kinds": ["ring", "allgather", "a2a"]})
+    page.wait_for_function("n => document.querySelectorAll('[data-testid=layouts] tbody tr').length === n",
+                           arg=len(ans["layouts"]))
+    shown = page.eval_on_selector_all("[data-testid=layouts] tbody tr", "rs => rs.map(r => r.dataset.rank)")
+    assert shown == [str(x["rank"]) for x in ans["layouts"]]
+    assert all(x["cp_kind"] != "a2a+p2p" for x in ans["layouts"])
+    page.goto(page.url)
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    assert not page.is_checked("input[name=cp_kind][value='a2a+p2p']") and page.is_checked(
+        "input[name=cp_kind][value=ring]")
+    for k in cat["cp_kinds"]:
+        page.uncheck(f"input[name=cp_kind][value='{k['name']}']")
+    page.click("#go")
+    page.wait_for_selector("[data-testid=error]:not(:empty)")
+    assert page.inner_text("[data-testid=error]").strip() == "choose at least one context-parallel form"
+    assert not page.errors

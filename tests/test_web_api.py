@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from modelcut.cli import main
 from modelcut.core.sim import closed_forms, registry
+from modelcut.core.costs.context import CP_KINDS
 from modelcut.core.specs import FP8_RECIPES, PRECISIONS
 from modelcut.core.sim.engine import Timing
 from modelcut.core.errors import ModelcutError
@@ -182,6 +183,7 @@ def test_catalog_lists_the_schedules(client):
     assert cat.limits["max_ops"] == webapp.MAX_OPS
     assert [s.name for s in cat.schedules if s.explored_by_default] == list(registry.explored_by_default())
     assert (cat.precisions, cat.fp8_recipes) == (list(PRECISIONS), list(FP8_RECIPES))
+    assert [k.name for k in cat.cp_kinds] == list(CP_KINDS) and all(k.doc for k in cat.cp_kinds)
 
 
 def test_openapi_documents_the_api(client):

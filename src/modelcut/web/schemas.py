@@ -81,8 +81,15 @@ class ScheduleInfo(BaseModel):
     doc: str
 
 
+class CpKindInfo(BaseModel):
+    name: str = Field(description="a context-parallel form as requests name it (cp_kind, cp_kinds)")
+    doc: str
+
+
 class CatalogResponse(BaseModel):
     schedules: list[ScheduleInfo]
+    cp_kinds: list[CpKindInfo] = Field(description="the forms of context parallelism the explorer searches "
+                                                   "(every one by default, each where the stack runs it)")
     hardware: list[dict[str, Any]] = Field(description="accelerators of the catalog (SI units)")
     models: list[dict[str, Any]] = Field(description="model shapes of the catalog")
     modes: list[str] = Field(description="modes of the systems model (assumption sets)")

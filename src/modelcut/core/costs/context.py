@@ -96,6 +96,16 @@ BYTES = BF16_BYTES
 #: the forward's matrix products).
 BWD_RATIO = 2.0
 CP_KINDS = ("ring", "allgather", "a2a", "a2a+p2p")
+#: Each form in a line, for the faces' lists (the web explorer's checkboxes).
+CP_KIND_DOCS = {
+    "ring": "ring: each rank passes its K and V block on while it attends to the one it holds "
+            "(Megatron-LM's p2p, ring attention)",
+    "allgather": "all-gather: K and V gathered whole before the attention (Llama 3's)",
+    "a2a": "all-to-all: an exchange cuts the heads instead of the sequence, each rank attending "
+           "over the whole sequence (DeepSpeed-Ulysses); cp must divide the heads",
+    "a2a+p2p": "hierarchical: the all-to-all within groups of cp ranks, a ring across the groups "
+               "(Megatron-LM's a2a+p2p); the explorer's groups are the cp ranks a node holds",
+}
 
 #: The forms as the stacks name them: Megatron-LM's ``--cp-comm-type`` p2p (Transformer Engine's
 #: ring exchange) and allgather (megatron/training/arguments.py @d98e8a64dd: "p2p, a2a, allgather or

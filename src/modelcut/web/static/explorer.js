@@ -31,7 +31,7 @@
   function dpName(x) { return x.dp_shard ? `${x.dp}[${x.dp_shard}]` : `${x.dp}`; }
   /** Context parallelism's form as the page names it (the API's cp_kind: ring, allgather, a2a, a2a+p2p with
    *  cp_a2a, its all-to-all groups' size). */
-  const CP_FORM = {ring: 'ring', allgather: 'all-gather', a2a: 'all-to-all'};
+  const CP_FORM = {ring: 'ring', allgather: 'all-gather', a2a: 'all-to-all', 'a2a+p2p': 'hierarchical'};
   function cpForm(x) {
     if (x.cp_kind === 'a2a+p2p') return `all-to-all ${x.cp_a2a} · ring ${x.cp / x.cp_a2a}`;
     return CP_FORM[x.cp_kind] || x.cp_kind;
@@ -76,6 +76,9 @@
     const scheds = [...document.querySelectorAll('input[name=schedule]:checked')].map((e) => e.value);
     if (!scheds.length) throw new Error('choose at least one schedule');
     body.schedules = scheds;
+    const kinds = [...document.querySelectorAll('input[name=cp_kind]:checked')].map((e) => e.value);
+    if (!kinds.length) throw new Error('choose at least one context-parallel form');
+    body.cp_kinds = kinds;
     body.allow_tp_across_nodes = $('across').checked;
     body.framework = $('framework').value;
     const prec = $('precision').value;
@@ -94,6 +97,9 @@
     q.set('tokens', String(body.global_batch_tokens));
     q.set('top', body.top);
     q.set('schedules', body.schedules.join(','));
+    if (body.cp_kinds.length < document.querySelectorAll('input[name=cp_kind]').length) {
+      q.set('cpkinds', body.cp_kinds.join(','));
+    }
     if (body.allow_tp_across_nodes) q.set('across', '1');
     if (body.framework && body.framework !== DEFAULTS.framework) q.set('framework', body.framework);
     const prec = body.precisions ? body.precisions.join(',') : body.precision;
@@ -107,6 +113,7 @@
     const st = Object.assign({}, DEFAULTS);
     for (const k of Object.keys(DEFAULTS)) if (q.get(k)) st[k] = q.get(k);
     st.schedules = q.get('schedules') ? q.get('schedules').split(',') : null;
+    st.cpKinds = q.get('cpkinds') ? q.get('cpkinds').split(',') : null;
     st.across = q.get('across') === '1';
     return st;
   }
@@ -526,6 +533,12 @@
         box.checked = sc.explored_by_default;
         $('schedules').append(h('label', {title: sc.doc}, [box, ` ${sc.name}`]));
       }
+      // the forms of context parallelism, every one searched unless unchecked
+      for (const k of cat.cp_kinds) {
+        const box = h('input', {type: 'checkbox', name: 'cp_kind', value: k.name});
+        box.checked = true;
+        $('cp-kinds').append(h('label', {title: k.doc}, [box, ` ${CP_FORM[k.name] || k.name}`]));
+      }
     } catch (e) { showError(`could not load the catalog: ${e.message}`); }
     if ([...$('model').options].some((o) => o.value === st.model)) $('model').value = st.model;
     const [gpu, cap] = String(st.gpu).split('@');   // a link may hold the GPU to a power limit: h100-sxm5-80gb@500w
@@ -551,6 +564,9 @@
     $('precision').addEventListener('change', syncRecipe);
     if (st.schedules) {
       for (const e of document.querySelectorAll('input[name=schedule]')) e.checked = st.schedules.includes(e.value);
+    }
+    if (st.cpKinds) {
+      for (const e of document.querySelectorAll('input[name=cp_kind]')) e.checked = st.cpKinds.includes(e.value);
     }
     $('across').checked = st.across;
     $('search').addEventListener('submit', (e) => { e.preventDefault(); search(); });
