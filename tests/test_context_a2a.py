@@ -355,3 +355,17 @@ def test_the_explorer_runs_the_hierarchical_form_where_the_cp_group_leaves_a_nod
     assert seen and all(x.cp_kind == "a2a+p2p" and x.cp_a2a == 8 // x.tp and x.tp * x.cp > 8 for x in seen)
     assert {(x.tp, x.cp) for x in seen} >= {(1, 16), (1, 32), (2, 8), (2, 16)}
 
+
+
+def test_predict_names_the_form_it_timed_in_its_first_line(tmp_path, capsys):
+    """The first line of a prediction names the context-parallel form it was timed with: the run's,
+    with the hierarchical form's groups, or the stack's where the run names none."""
+    from pathlib import Path
+    from modelcut.cli import main
+    assert main(["predict", str(Path(__file__).parent / "data" / "llama3-70b-256k-hcp.toml")]) == 0
+    assert "(t 2, cp 16 a2a+p2p 4, p 4, d 1;" in capsys.readouterr().out.splitlines()[0]
+    f = tmp_path / "run.toml"
+    f.write_text(RUN.format(model="llama3-8b", gpus=16, tp=1, cp=8, dp=2, kind="a2a", framework="megatron-core")
+                 .replace('cp_kind = "a2a"\n', ""))
+    assert main(["predict", str(f)]) == 0
+    assert "(t 1, cp 8 ring, p 1, d 2;" in capsys.readouterr().out.splitlines()[0]     # Megatron-core's default

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ..core.explore.why import cp_label
 from ..service.predict import PredictResult
 
 
@@ -40,10 +41,14 @@ def extra_lines(result: PredictResult) -> list[str]:
     return out
 
 
-def run_line(run, pred) -> str:
-    """A prediction's first line: the model, the GPUs and how the run is laid out."""
+def run_line(result: PredictResult) -> str:
+    """A prediction's first line: the model, the GPUs and how the run is laid out (with cp > 1 the
+    context-parallel form it was timed with, the stack's where the run names none)."""
+    run, pred = result.run, result.prediction
     L = run.layout
-    return (f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}, p {L.pp}, d {L.dp}"
+    form = cp_label(result.timed_layout()) if L.cp > 1 else None
+    return (f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}"
+            + (f" {form}" if form else "") + f", p {L.pp}, d {L.dp}"
             + (f" sharded {L.dp_shard} × replicated {L.dp // L.dp_shard}" if L.hybrid else "") + "; "
             f"{pred.schedule}, v = {pred.vpp}, m = {pred.microbatches}"
             + (f" × {pred.flushes} runs" if pred.flushes > 1 else ""))
@@ -58,7 +63,7 @@ def show_prediction(result: PredictResult) -> None:
     tr = run.training
     recipe = result.memory.get("assumptions", {}).get("fp8_recipe") if "error" not in result.memory else None
     label += f"; {tr.precision}" + (f", {recipe} scaling" if recipe else "")
-    con.print(run_line(run, pred) + f"; {label})")
+    con.print(run_line(result) + f"; {label})")
     con.print(f"step time        {pred.step_time_s:.4f} s")
     counts_tflops, counts_mfu = result.counting
     con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}  ({counts_tflops})")
@@ -100,7 +105,7 @@ def show_precisions(results: list[PredictResult]) -> None:
     first = results[0]
     run = first.run
     con = console()
-    con.print(run_line(run, first.prediction) + f"; mode {first.prediction.mode}): the run at each precision")
+    con.print(run_line(first) + f"; mode {first.prediction.mode}): the run at each precision")
     names = []
     for r in results:
         recipe = r.memory.get("assumptions", {}).get("fp8_recipe") if "error" not in r.memory else None
