@@ -243,7 +243,7 @@ def test_the_layout_names_its_groups(kw, says):
     from modelcut.core.specs import Layout
     with pytest.raises(ModelcutError, match=says):
         Layout(**kw)
-    assert Layout(cp=8, cp_kind="a2a+p2p", cp_a2a=2).cp_ring == 4 and Layout(cp=8).cp_ring == 8
+    assert Layout(cp=8, cp_kind="a2a+p2p", cp_a2a=2).cp_a2a == 2 and Layout(cp=8).cp_a2a is None
 
 
 def test_the_hierarchical_form_is_an_all_to_all_then_a_ring():

@@ -15,11 +15,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .. import catalog
-from ..core.costs.context import CP_KINDS
+from ..core.costs.context import CP_KINDS, cp_form_label
 from ..core.errors import ModelcutError
 from ..core.explore import DEFAULT_SCHEDULES, Evaluated, why
 from ..core.explore.search import DEFAULT_MARGIN
-from ..core.explore.why import cp_label, recompute_label
+from ..core.explore.why import recompute_label
 from ..export import chrome_trace
 from ..export import emit as emitter
 from ..service import inputs
@@ -97,13 +97,13 @@ def _recompute(e: Evaluated) -> str:
 
 def _knobs(e: Evaluated) -> list[str]:
     s = e.structure
-    return [_shape(e), SHORT.get(s.cp_kind, cp_label(s.__dict__)) if s.cp > 1 else "—", str(s.vpp), str(s.micro_batch),
+    return [_shape(e), SHORT.get(s.cp_kind, cp_form_label(s.cp_kind, s.cp_a2a)) if s.cp > 1 else "—", str(s.vpp), str(s.micro_batch),
             s.schedule, _recompute(e), str(e.zero)]
 
 
 def _describe(e: Evaluated) -> str:
     s = e.structure
-    cp = f"cp {s.cp} ({cp_label(s.__dict__)})" if s.cp > 1 else "cp 1"
+    cp = f"cp {s.cp} ({cp_form_label(s.cp_kind, s.cp_a2a)})" if s.cp > 1 else "cp 1"
     ep = f", ep {s.ep}" if s.ep > 1 else ""
     dp = f"dp {s.dp}" + (f" (ZeRO sharded over {s.dp_shard}, replicated {s.dp // s.dp_shard}×)" if s.dp_shard else "")
     return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}, {dp}, {s.schedule} v {s.vpp}, micro-batch {s.micro_batch}, "

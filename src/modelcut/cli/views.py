@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..core.explore.why import cp_label
+from ..core.costs.context import cp_form_label
 from ..service.predict import PredictResult
 
 
@@ -46,7 +46,8 @@ def run_line(result: PredictResult) -> str:
     context-parallel form it was timed with, the stack's where the run names none)."""
     run, pred = result.run, result.prediction
     L = run.layout
-    form = cp_label(result.timed_layout()) if L.cp > 1 else None
+    timed = result.timed_layout()
+    form = cp_form_label(timed["cp_kind"], timed["cp_a2a"]) if L.cp > 1 else None
     return (f"[bold]{run.model.name}[/bold] on {L.gpus:,} × {run.gpu}  (t {L.tp}, cp {L.cp}"
             + (f" {form}" if form else "") + f", p {L.pp}, d {L.dp}"
             + (f" sharded {L.dp_shard} × replicated {L.dp // L.dp_shard}" if L.hybrid else "") + "; "

@@ -90,6 +90,11 @@ def _positive(obj, *names: str) -> None:
             raise ModelcutError(f"{n} must be at least 1, got {val}")
 
 
+#: Context parallelism's forms (:mod:`.costs.context` times each): Megatron-LM's ``--cp-comm-type``
+#: p2p (the ring), allgather, a2a and a2a+p2p (the hierarchical form).
+CP_KINDS = ("ring", "allgather", "a2a", "a2a+p2p")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer.
@@ -261,8 +266,8 @@ class Layout:
             raise ModelcutError(f"sequence_parallel must be true or false, got {self.sequence_parallel!r}")
         if self.zero not in (None, 0, 1, 2, 3):
             raise ModelcutError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.cp_kind not in (None, "ring", "allgather", "a2a", "a2a+p2p"):
-            raise ModelcutError(f"cp_kind must be 'ring', 'allgather', 'a2a' or 'a2a+p2p', got {self.cp_kind!r}")
+        if self.cp_kind is not None and self.cp_kind not in CP_KINDS:
+            raise ModelcutError(f"cp_kind must be one of {', '.join(CP_KINDS)}, got {self.cp_kind!r}")
         if self.cp_a2a is not None and self.cp_kind != "a2a+p2p":
             raise ModelcutError("cp_a2a is the all-to-all groups' size of cp_kind \"a2a+p2p\" (hierarchical); "
                                 "name that form or leave cp_a2a out")
@@ -297,11 +302,6 @@ class Layout:
     def zero_stage(self) -> int:
         """``zero``, or no sharding when the layout leaves it open and no stack chooses."""
         return 0 if self.zero is None else self.zero
-
-    @property
-    def cp_ring(self) -> int:
-        """The ranks context parallelism's ring runs over: cp, or cp/cp_a2a in the hierarchical form."""
-        return self.cp // self.cp_a2a if self.cp_a2a else self.cp
 
     @property
     def cp_form(self) -> str:

@@ -29,7 +29,8 @@ def schedule_help() -> str:
 
 def listing() -> dict[str, Any]:
     return {"schedules": schedules(),
-            "cp_kinds": [{"name": k, "doc": CP_KIND_DOCS[k]} for k in CP_KINDS], "hardware": [h.as_dict() for h in catalog.all_hardware()],
+            "cp_kinds": [{"name": k, "doc": CP_KIND_DOCS[k]} for k in CP_KINDS],
+            "hardware": [h.as_dict() for h in catalog.all_hardware()],
             "models": [dataclasses.asdict(m) for m in catalog.all_models()], "modes": list(MODES),
             "frameworks": list(catalog.framework_names()),
             "default_framework": catalog.default_framework(),

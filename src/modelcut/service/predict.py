@@ -20,10 +20,10 @@ from ..analysis.measured import error_pct, measured_run, measured_step_time, pub
 from ..analysis.validation import seed_eta
 from ..catalog import Profile, PublishedRun
 from ..core.costs import flops
+from ..core.costs.context import cp_form_label
 from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.explore.rules import violations
-from ..core.explore.why import cp_label
 from ..core.memory import memory_report
 from ..core.specs import BLOCKS, EVERY, PRECISIONS, Hardware, Run, fp8_recipe_name, precision_name, recipe_among
 from ..core.step import MODES, predict as step_predict
@@ -123,7 +123,8 @@ class PredictResult:
     def trace_label(self) -> str:
         """The name a step's trace gives its process: the run, its layout and stack."""
         r, L, p = self.run, self.run.layout, self.prediction
-        form = f" {cp_label(self.timed_layout())}" if L.cp > 1 else ""
+        timed = self.timed_layout()
+        form = f" {cp_form_label(timed['cp_kind'], timed['cp_a2a'])}" if L.cp > 1 else ""
         return (f"{r.model.name} on {L.gpus:,} × {self.hw.name} (tp {L.tp}, cp {L.cp}{form}, pp {L.pp}, dp {L.dp}; "
                 f"{p.schedule}, v = {p.vpp}, m = {p.microbatches}; {self.framework.name if self.framework else 'seed'}; "
                 f"{r.training.precision}), predicted step {p.step_time_s:.4f} s")

@@ -87,7 +87,7 @@ from functools import lru_cache
 
 from . import comm
 from ..errors import ModelcutError
-from ..specs import ModelSpec
+from ..specs import CP_KINDS, ModelSpec
 from ..units import BF16_BYTES
 
 #: Bytes per element on the wire and in activations: BF16.
@@ -95,8 +95,7 @@ BYTES = BF16_BYTES
 #: Backward attention work over forward (Narayanan et al. 2021 §5.1: the backward pass is twice
 #: the forward's matrix products).
 BWD_RATIO = 2.0
-CP_KINDS = ("ring", "allgather", "a2a", "a2a+p2p")
-#: Each form in a line, for the faces' lists (the web explorer's checkboxes).
+#: Each form of :data:`..specs.CP_KINDS` in a line, for the faces' lists (the web explorer's checkboxes).
 CP_KIND_DOCS = {
     "ring": "ring: each rank passes its K and V block on while it attends to the one it holds "
             "(Megatron-LM's p2p, ring attention)",
@@ -113,6 +112,14 @@ CP_KIND_DOCS = {
 CP_KIND_NAMES = {"p2p": "ring", "ring": "ring", "allgather": "allgather", "all_gather": "allgather",
                  "all-gather": "allgather", "a2a": "a2a", "all-to-all": "a2a", "alltoall": "a2a",
                  "ulysses": "a2a", "a2a+p2p": "a2a+p2p", "hierarchical": "a2a+p2p"}
+
+
+def cp_form_label(kind: str | None, cp_a2a: int | None = None) -> str | None:
+    """A context-parallel form as modelcut's outputs name it: the form, with the hierarchical one's
+    all-to-all groups' size (``a2a+p2p 8``: all-to-all over groups of 8 cp ranks, a ring across
+    them); None without one."""
+    return f"{kind} {cp_a2a}" if kind == "a2a+p2p" and cp_a2a else kind
+
 
 def cp_kind_name(name: str) -> str:
     """A context-parallel form as the stacks name it (``p2p``, ``all_gather``) as modelcut's (every

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..costs.context import cp_form_label
+
 BREAKDOWN_TERMS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "a2a_s")
 MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes")
 
@@ -16,21 +18,14 @@ def recompute_label(d: dict[str, Any]) -> str:
     return f"{d['recompute']} {n}" if n else d["recompute"]
 
 
-def cp_label(d: dict[str, Any]) -> str | None:
-    """A layout's context-parallel form as its knobs name it: the form, with the hierarchical one's
-    all-to-all groups' size (``a2a+p2p 8``: all-to-all over groups of 8 cp ranks, a ring across
-    them); None without context parallelism."""
-    kind = d.get("cp_kind")
-    return f"{kind} {d['cp_a2a']}" if kind == "a2a+p2p" and d.get("cp_a2a") else kind
-
-
 def why(best, other) -> dict[str, Any]:
     """Why ``best`` beats ``other``: the knobs that differ (the recomputation with its count,
-    :func:`recompute_label`; the context-parallel form with its groups, :func:`cp_label`), and the
+    :func:`recompute_label`; the context-parallel form with its groups,
+    :func:`..costs.context.cp_form_label`), and the
     time and memory terms in order of how much they differ (other − best)."""
     a, b = best.as_dict(), other.as_dict()
     a["recompute"], b["recompute"] = recompute_label(a), recompute_label(b)
-    a["cp_kind"], b["cp_kind"] = cp_label(a), cp_label(b)
+    a["cp_kind"], b["cp_kind"] = cp_form_label(a["cp_kind"], a["cp_a2a"]), cp_form_label(b["cp_kind"], b["cp_a2a"])
     knobs = {k: (a[k], b[k]) for k in ("tp", "cp", "ep", "etp", "cp_kind", "pp", "dp", "dp_shard", "vpp", "micro_batch",
                                         "recompute", "zero", "schedule") if a[k] != b[k]
              and not (k == "cp_kind" and None in (a[k], b[k]))}     # a form only where both split the sequence

@@ -636,17 +636,14 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     if setup.cp_impl == "torch-sdpa" and cp > 1:   # PyTorch's merges and copies around its steps
         merge_f, merge_b = context.torch_merge_bytes(model, setup.micro_batch, s, cp, setup.tp, setup.compiled)
         mem_f, mem_b = mem_f + merge_f, mem_b + merge_b
-    elif setup.cp_kind == "ring" and cp > 1:     # the ring's merges of its per-step results
-        merge_f, merge_b = context.ring_merge_bytes(model, setup.micro_batch, s, cp, setup.tp)
-        mem_f, mem_b = mem_f + merge_f, mem_b + merge_b
-    elif setup.cp_kind == "a2a" and cp > 1:      # the reorders around the all-to-alls
-        copy_f, copy_b = context.a2a_copy_bytes(model, setup.micro_batch, s, cp, setup.tp)
-        mem_f, mem_b = mem_f + copy_f, mem_b + copy_b
-    elif setup.cp_kind == "a2a+p2p" and cp > 1:  # both: the a2a groups' reorders, the ring's merges
-        a = setup.cp_a2a
-        copy_f, copy_b = context.a2a_copy_bytes(model, setup.micro_batch, s, cp, setup.tp)
-        merge_f, merge_b = context.ring_merge_bytes(model, setup.micro_batch, s, cp // a, setup.tp * a)
-        mem_f, mem_b = mem_f + copy_f + merge_f, mem_b + copy_b + merge_b
+    elif cp > 1:
+        a = setup.cp_a2a if setup.cp_kind == "a2a+p2p" else 1      # the hierarchical form: both below
+        if setup.cp_kind in ("ring", "a2a+p2p"):   # the ring's merges of its per-step results
+            merge_f, merge_b = context.ring_merge_bytes(model, setup.micro_batch, s, cp // a, setup.tp * a)
+            mem_f, mem_b = mem_f + merge_f, mem_b + merge_b
+        if setup.cp_kind in ("a2a", "a2a+p2p"):    # the reorders around the all-to-alls
+            copy_f, copy_b = context.a2a_copy_bytes(model, setup.micro_batch, s, cp, setup.tp)
+            mem_f, mem_b = mem_f + copy_f, mem_b + copy_b
     if moe:
         perm_f, perm_b = moe_mod.permute_bytes(model, setup.micro_batch * s // cp, ep=ep, tp=setup.tp,
                                                etp=setup.etp, dispatch=setup.moe_dispatch)
