@@ -320,3 +320,76 @@ def test_cli_mesh_shows_the_step_models_expert_grid(capsys):
     assert "the experts are carved from dp there" in capsys.readouterr().err
     assert main(["mesh", "--tp", "2", "--dp", "8", "--etp", "1"]) == 2
     assert "etp (expert tensor parallelism) needs ep > 1" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- hierarchical context parallelism
+
+
+@st.composite
+def hierarchical_meshes(draw):
+    tp, pp, dp = draw(sizes), draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2, 4]))
+    cp = draw(st.sampled_from([4, 6, 8, 12, 16]))
+    a2a = draw(st.sampled_from([a for a in range(2, cp) if cp % a == 0]))
+    ep = draw(st.sampled_from([e for e in (1, 2) if dp % e == 0]))
+    return Mesh.build(tp, cp, pp, dp, ep, draw(st.permutations(DIMS)), cp_a2a=a2a)
+
+
+@settings(max_examples=80, deadline=None)
+@given(hierarchical_meshes(), st.sampled_from([1, 2, 4, 8]), st.data())
+def test_hierarchical_cp_groups_are_megatrons(m, gpn, data):
+    """Megatron-LM's create_hierarchical_groups over a cp group's ranks R (by cp index) with the sizes
+    [A, cp/A]: the all-to-all groups R[k·A : (k+1)·A], the ring groups R[j::A]; each rank's indices
+    cp mod A and cp // A; the cp group is still the two levels' union; crossing exact."""
+    a, cp = m.cp_a2a, m.size("cp")
+    r = data.draw(st.integers(0, m.world - 1))
+    R = m.group(r, "cp")
+    R = sorted(R, key=lambda q: m.coords(q)["cp"])
+    c = m.coords(r)
+    assert (c["cp_a2a"], c["cp_ring"]) == (c["cp"] % a, c["cp"] // a)
+    k, j = c["cp"] // a, c["cp"] % a
+    assert m.group(r, "cp_a2a") == sorted(R[k * a:(k + 1) * a])
+    assert m.group(r, "cp_ring") == sorted(R[j::a])
+    assert set(m.group(r, "cp_a2a")) & set(m.group(r, "cp_ring")) == {r}
+    assert m.size("cp_ring") == cp // a and len(m.group(r, "cp_ring")) == cp // a
+    for d in ("cp_a2a", "cp_ring", "cp"):
+        brute = [len({q // gpn for q in g}) > 1 for g in m.groups(d)]
+        assert group_crosses_nodes(m, d, gpn) == any(brute)
+        assert crossing_fraction(m, d, gpn) == pytest.approx(sum(brute) / len(brute))
+    first = m.group(0, "cp_a2a")
+    assert members_in_node(m, "cp_a2a", gpn) == sum(q // gpn == 0 for q in first)
+
+
+def test_hierarchical_layout_lays_the_step_models_groups():
+    """A layout's hierarchical cp groups, as the step model reads them (comm.group_members_in_node):
+    tp 2, cp 16 with all-to-all groups of 4 on 8-GPU nodes puts each all-to-all group in one node
+    and runs each ring over 4 nodes."""
+    lay = Layout(tp=2, cp=16, cp_kind="a2a+p2p", cp_a2a=4)
+    assert comm.group_members_in_node(lay, "cp_a2a", 8) == 4
+    assert not comm.group_spans_nodes(lay, "cp_a2a", 8) and comm.group_spans_nodes(lay, "cp_ring", 8)
+    assert Mesh.of(lay).group(5, "cp_ring") == [5, 13, 21, 29]
+    assert Mesh.of(Layout(tp=2, cp=16)).cp_a2a == 1
+
+
+@pytest.mark.parametrize("a2a", [0, 3, 16])
+def test_bad_hierarchical_mesh(a2a):
+    with pytest.raises(ModelcutError, match="cp_a2a"):
+        Mesh.build(1, 16, 1, 1, cp_a2a=a2a)
+
+
+def test_cli_hierarchical_groups(capsys):
+    assert main(["mesh", "--cp", "16", "--dp", "2", "--cp-a2a", "8", "--rank", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["coords"] == {"tp": 0, "cp": 5, "pp": 0, "dp": 0, "cp_a2a": 5, "cp_ring": 0}
+    by = {g["dim"]: g for g in out["groups"]}
+    assert by["cp_a2a"]["peers"] == list(range(8)) and not by["cp_a2a"]["crosses_nodes"]
+    assert by["cp_ring"]["peers"] == [5, 13] and by["cp_ring"]["crosses_nodes"]
+    assert out["dims"]["cp_a2a"] == "inside" and out["dims"]["cp_ring"] == "across"
+    assert [row["cp_ring"] for row in out["node_ranks"]] == [0] * 8
+    assert main(["mesh", "--cp", "16", "--dp", "2", "--cp-a2a", "8", "--rank", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "cp_ring" in text and "inside one node: cp_a2a" in text
+    assert main(["mesh", "--cp", "16", "--cp-a2a", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "cp_a2a" in err and len(err.strip().splitlines()) == 1
+    assert main(["mesh", "--cp", "16", "--cp-a2a", "0"]) == 2
+    assert "--cp-a2a" in capsys.readouterr().err

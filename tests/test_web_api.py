@@ -444,6 +444,12 @@ def test_mesh_answers_as_the_cli_does(client, capsys):
     assert r.status_code == 200 and r.json() == cli
     r = client.post("/api/mesh", json={"tp": 8, "rank": 8})
     assert r.status_code == 422 and "rank" in r.json()["detail"]
+    assert main(["mesh", "--tp", "2", "--cp", "16", "--cp-a2a", "4", "--rank", "5", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    r = client.post("/api/mesh", json={"tp": 2, "cp": 16, "cp_a2a": 4, "rank": 5})
+    assert r.status_code == 200 and r.json() == cli and "cp_ring" in r.json()["coords"]
+    r = client.post("/api/mesh", json={"cp": 16, "cp_a2a": 16})
+    assert r.status_code == 422 and "cp_a2a" in r.json()["detail"]
 
 
 def test_runs_are_the_validation_table(client):

@@ -41,6 +41,10 @@ def mesh(
                               "(default: Megatron-core's tp,cp,ep,dp,pp)"),
     dp_shard: Optional[int] = typer.Option(None, "--dp-shard", help="hybrid sharding: the data-parallel ranks a ZeRO "
                                            "shard group spans (dividing dp); shows its shard and replica groups"),
+    cp_a2a: Optional[int] = typer.Option(None, "--cp-a2a", help="hierarchical context parallelism (a2a+p2p): the "
+                                         "all-to-all groups' size, adjacent cp ranks (Megatron-LM's "
+                                         "--hierarchical-context-parallel-sizes A cp/A); shows its all-to-all and "
+                                         "ring groups"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     max_gpus: Optional[int] = limit_option("max_gpus"),
 ) -> None:
@@ -48,9 +52,9 @@ def mesh(
     lim = limits(max_gpus=max_gpus)
     inp = parse(MeshInput, {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep, "etp": etp,
                             "gpus_per_node": gpus_per_node, "rank": rank, "order": mesh_order(order),
-                            "dp_shard": dp_shard}, lim,
+                            "dp_shard": dp_shard, "cp_a2a": cp_a2a}, lim,
                 {k: f"--{k.replace('_', '-')}" for k in ("tp", "cp", "pp", "dp", "ep", "etp", "gpus_per_node", "rank",
-                                                         "order", "dp_shard")})
+                                                         "order", "dp_shard", "cp_a2a")})
     m, out = mesh_input(inp, lim)
     if as_json:
         print(json.dumps(out))

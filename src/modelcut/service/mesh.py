@@ -10,7 +10,10 @@ ranks; ``etp``, ``ep``, ``edp``). The ep group and a rank's ep, edp (and etp) co
 the step model's (:func:`..core.costs.mesh.expert_mesh`). With ``dp_shard`` below dp (hybrid
 sharding), two more groups, ``dp_shard`` (the dp_shard·cp ranks one ZeRO shard is split over) and
 ``dp_replica`` (the dp/dp_shard ranks holding the same shard), and the rank's index in each, as the
-step model lays them (:func:`..core.costs.comm.hybrid_mesh`).
+step model lays them (:func:`..core.costs.comm.hybrid_mesh`). With ``cp_a2a`` (hierarchical context
+parallelism, Megatron-LM's ``--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a``), two more,
+``cp_a2a`` (the all-to-all groups of adjacent cp ranks) and ``cp_ring`` (the ring across them),
+with the rank's index in each (:data:`..core.costs.mesh.CP_LEVELS`), as the step model times them.
 """
 
 from __future__ import annotations
@@ -19,17 +22,11 @@ from typing import Any
 
 from ..core.costs import comm
 from ..core.specs import DEFAULT_ORDER, Layout
-from ..core.costs.mesh import (DIMS, Mesh, crossing_fraction, dense_mesh, dims_in_node, expert_grid_applies,
+from ..core.costs.mesh import (CP_LEVELS, DIMS, Mesh, crossing_fraction, dense_mesh, dims_in_node, expert_grid_applies,
                                expert_mesh, node_ranks, nodes_spanned, parse_order)
 from ..core.errors import ModelcutError
 from .limits import DEFAULT, Limits
 from .requests import MeshInput
-
-
-def build_mesh(tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, order: str | None = None) -> Mesh:
-    """The mesh; the default order is a layout's, Megatron-core's tp-cp-ep-dp-pp
-    (:data:`..core.specs.DEFAULT_ORDER`)."""
-    return Mesh.build(tp, cp, pp, dp, ep, DEFAULT_ORDER if order is None else order)
 
 
 def mesh_order(text: str | None) -> list[str] | None:
@@ -50,7 +47,7 @@ def mesh_input(inp: MeshInput, limits: Limits | None = None) -> tuple[Mesh, dict
     if inp.etp is not None and inp.ep == 1:
         raise ModelcutError("etp (expert tensor parallelism) needs ep > 1")
     layout = Layout(tp=inp.tp, cp=inp.cp, pp=inp.pp, dp=inp.dp, ep=inp.ep, etp=inp.etp, order=order,
-                    dp_shard=inp.dp_shard)
+                    dp_shard=inp.dp_shard, cp_kind="a2a+p2p" if inp.cp_a2a is not None else None, cp_a2a=inp.cp_a2a)
     if expert_grid_applies(layout):
         m, experts = dense_mesh(layout), expert_mesh(layout)
     else:
@@ -58,7 +55,7 @@ def mesh_input(inp: MeshInput, limits: Limits | None = None) -> tuple[Mesh, dict
             raise ModelcutError(f"etp {inp.etp} under the rank order {'-'.join(order)}: the experts are carved from "
                                 "dp there, cut as the attention (etp = tp); the expert grid needs tp, cp and dp inside "
                                 "each pipeline stage, the pipeline outermost")
-        m, experts = build_mesh(inp.tp, inp.cp, inp.pp, inp.dp, inp.ep, ",".join(order)), None
+        m, experts = Mesh.of(layout), None
     out = mesh_json(m, inp.rank, inp.gpus_per_node, experts)
     if layout.hybrid:
         groups = hybrid_groups(layout, inp.rank, inp.gpus_per_node)
@@ -104,7 +101,8 @@ def mesh_json(m: Mesh, rank: int, gpus_per_node: int, experts: Mesh | None = Non
         raise ModelcutError(f"gpus_per_node must be at least 1, got {gpus_per_node}")
     coords = m.coords(rank)
     node = rank // gpus_per_node
-    groups = [_group(m, rank, d, gpus_per_node) for d in (*DIMS, *(("ep",) if m.size("ep") > 1 else ()))]
+    groups = [_group(m, rank, d, gpus_per_node) for d in (*DIMS, *(("ep",) if m.size("ep") > 1 else ()),
+                                                        *(CP_LEVELS if m.cp_a2a > 1 else ()))]
     dims = dims_in_node(m, gpus_per_node)
     ranks = [{"rank": r, **c} for r, c in node_ranks(m, node, gpus_per_node)]
     out: dict[str, Any] = {"experts": None}

@@ -537,6 +537,9 @@ class MeshInput(Strict):
                                                          "tp, cp, ep, dp, pp)")
     dp_shard: Optional[GpuCount] = Field(None, description="hybrid sharding: the data-parallel ranks of a ZeRO "
                                                            "shard group (dividing dp); adds its shard and replica groups")
+    cp_a2a: Optional[GpuCount] = Field(None, description="hierarchical context parallelism: the all-to-all groups' "
+                                                         "size (between 1 and cp, dividing it); adds its all-to-all "
+                                                         "and ring groups")
 
 
 # --- the command line's other commands ---------------------------------------------------------------

@@ -28,6 +28,14 @@ groups from a second rank generator over tp·cp·dp with context parallelism fol
 takes context-parallel ranks first: the carved groups are the same only where etp = tp and
 cp = 1.
 
+**Hierarchical context parallelism** (``cp_a2a`` = A, with 1 < A < cp dividing cp) splits each cp
+group in two levels, as Megatron-LM's ``--hierarchical-context-parallel-sizes A cp/A`` lays them
+(core_v0.19.0 ``parallel_state.py`` ``create_hierarchical_groups``, called on each cp group's
+ranks with the sizes [A, cp/A]: the first level takes ``ranks[j + k·A]`` for j < A, the second
+``ranks[j + i·A]`` for i < cp/A): ``cp_a2a``, the A adjacent cp ranks (cp index // A the same)
+over which the all-to-all runs, and ``cp_ring``, the cp/A ranks A cp indices apart (cp index
+mod A the same) over which the ring runs. A rank's indices are cp_i mod A and cp_i // A.
+
 **The expert grid.** Where the rank order runs tp, cp and dp inside each pipeline stage, the
 pipeline outermost (:data:`STAGE_CONTIGUOUS`: Megatron-core's default, and the same without ep),
 the expert groups are laid as Megatron-core lays them, over each stage's tp·cp·dp ranks:
@@ -54,6 +62,9 @@ from ..errors import ModelcutError
 from ..specs import DEFAULT_ORDER, Layout
 
 DIMS = ("tp", "cp", "pp", "dp")
+#: The hierarchical context-parallel levels a cp group is split in (module doc): the all-to-all
+#: groups and the ring across them.
+CP_LEVELS = ("cp_a2a", "cp_ring")
 #: Megatron-core's default rank order, innermost first (megatron/core/parallel_state.py,
 #: ``initialize_model_parallel(order="tp-cp-ep-dp-pp")``): the layouts' default.
 MEGATRON_ORDER = DEFAULT_ORDER
@@ -91,10 +102,12 @@ def _atoms(sizes: tuple[tuple[str, int], ...], ep: int) -> tuple[tuple[str, int]
 @dataclass(frozen=True)
 class Mesh:
     """Sizes in rank order (innermost first; dp its full size, ep as an entry of its own where
-    the order places it) and the expert-parallel size carved from dp."""
+    the order places it), the expert-parallel size carved from dp, and the hierarchical context
+    parallelism's all-to-all groups' size carved from cp (1: none; module doc)."""
 
     sizes: tuple[tuple[str, int], ...]
     ep: int = 1
+    cp_a2a: int = 1
 
     def __post_init__(self) -> None:
         names = [n for n, _ in self.sizes]
@@ -108,16 +121,22 @@ class Mesh:
             raise ModelcutError(f"the order's ep entry ({dict(self.sizes)['ep']}) differs from ep ({self.ep})")
         if self.size("dp") % self.ep:
             raise ModelcutError(f"ep ({self.ep}) must divide dp ({self.size('dp')})")
+        if isinstance(self.cp_a2a, bool) or not isinstance(self.cp_a2a, int) or self.cp_a2a < 1:
+            raise ModelcutError(f"cp_a2a must be a positive integer, got {self.cp_a2a!r}")
+        cp = self.size("cp")
+        if self.cp_a2a > 1 and (self.cp_a2a >= cp or cp % self.cp_a2a):
+            raise ModelcutError(f"cp_a2a, the hierarchical all-to-all groups' size, must be between 1 and cp ({cp}) "
+                                f"and divide it, got {self.cp_a2a}")
 
     @classmethod
     def build(cls, tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,
-              order: str | Iterable[str] = DEFAULT_ORDER) -> "Mesh":
+              order: str | Iterable[str] = DEFAULT_ORDER, cp_a2a: int = 1) -> "Mesh":
         sizes = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep}
-        return cls(tuple((o, sizes[o]) for o in parse_order(order)), ep)
+        return cls(tuple((o, sizes[o]) for o in parse_order(order)), ep, cp_a2a)
 
     @classmethod
     def of(cls, layout: Layout) -> "Mesh":
-        return cls.build(layout.tp, layout.cp, layout.pp, layout.dp, layout.ep, layout.order)
+        return cls.build(layout.tp, layout.cp, layout.pp, layout.dp, layout.ep, layout.order, layout.cp_a2a or 1)
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -140,6 +159,10 @@ class Mesh:
             return self.ep
         if dim == "edp":
             return self.size("dp") // self.ep
+        if dim == "cp_a2a":
+            return self.cp_a2a
+        if dim == "cp_ring":
+            return self.size("cp") // self.cp_a2a
         for n, s in self.sizes:
             if n == dim:
                 return s
@@ -150,6 +173,8 @@ class Mesh:
         the ep stride when ep > 1)."""
         if dim == "dp":
             return self.stride("ep" if self.ep > 1 else "edp")
+        if dim in CP_LEVELS:
+            return self.stride("cp") * (self.cp_a2a if dim == "cp_ring" else 1)
         acc = 1
         for n, s in self.atoms:
             if n == dim:
@@ -161,9 +186,9 @@ class Mesh:
         dims = (dim,) if isinstance(dim, str) else tuple(dim)
         out: list[str] = []
         for d in dims:
-            if d not in (*DIMS, "ep", "edp"):
+            if d not in (*DIMS, "ep", "edp", *CP_LEVELS):
                 raise ModelcutError(f"unknown parallel dimension {d!r}; use tp, cp, pp, dp or ep")
-            for a in (("ep", "edp") if d == "dp" else (d,)):
+            for a in (("ep", "edp") if d == "dp" else CP_LEVELS if d == "cp" and self.cp_a2a > 1 else (d,)):
                 if a not in out:
                     out.append(a)
         return tuple(out)
@@ -173,9 +198,11 @@ class Mesh:
             raise ModelcutError(f"rank must be an integer in 0..{self.world - 1}, got {rank!r}")
 
     def coords(self, rank: int) -> dict[str, int]:
-        """The rank's index along tp, cp, pp, dp (and ep, edp when ep > 1)."""
+        """The rank's index along tp, cp, pp, dp (and ep, edp when ep > 1; cp_a2a, cp_ring with a
+        hierarchy)."""
         out = self._all_coords(rank)
-        return {k: out[k] for k in (*DIMS, *(("ep", "edp") if self.ep > 1 else ()))}
+        return {k: out[k] for k in (*DIMS, *(("ep", "edp") if self.ep > 1 else ()),
+                                    *(CP_LEVELS if self.cp_a2a > 1 else ()))}
 
     def _all_coords(self, rank: int) -> dict[str, int]:
         self._check_rank(rank)
@@ -183,6 +210,7 @@ class Mesh:
         for n, s in self.atoms:
             r, out[n] = divmod(r, s)
         out["dp"] = out["ep"] + self.ep * out["edp"]
+        out["cp_ring"], out["cp_a2a"] = divmod(out["cp"], self.cp_a2a)
         return out
 
     def rank(self, **coords: int) -> int:
@@ -286,7 +314,7 @@ def dense_mesh(layout: Layout) -> Mesh:
     """The mesh of the tp, cp, pp and dp groups: the layout's, ep carved from dp only where the
     expert grid does not hold the expert groups (:func:`expert_mesh`)."""
     if expert_grid_applies(layout):
-        return Mesh.build(layout.tp, layout.cp, layout.pp, layout.dp, 1, layout.order)
+        return Mesh.build(layout.tp, layout.cp, layout.pp, layout.dp, 1, layout.order, layout.cp_a2a or 1)
     return Mesh.of(layout)
 
 
@@ -364,10 +392,10 @@ def node_ranks(mesh: Mesh, node: int, gpus_per_node: int) -> list[tuple[int, dic
 
 
 def dims_in_node(mesh: Mesh, gpus_per_node: int) -> dict[str, str]:
-    """For each dimension of size > 1: "inside" (every group within one node), "across"
-    (every group spans nodes) or "mixed"."""
+    """For each dimension of size > 1 (and each hierarchical cp level): "inside" (every group within
+    one node), "across" (every group spans nodes) or "mixed"."""
     out = {}
-    for d in (*DIMS, *(("ep",) if mesh.ep > 1 else ())):
+    for d in (*DIMS, *(("ep",) if mesh.ep > 1 else ()), *(CP_LEVELS if mesh.cp_a2a > 1 else ())):
         if mesh.size(d) == 1:
             continue
         f = crossing_fraction(mesh, d, gpus_per_node)

@@ -192,7 +192,8 @@ class LayerSetup:
     from the measured curves, :func:`..costs.comm.collective`); ``cp_local``: the cp group's
     members in one node (an all-to-all across nodes sends the node-mates' share over the links);
     ``cp_kind``: context parallelism's form, "allgather", "ring", "a2a" or "a2a+p2p"; ``cp_a2a``: the
-    hierarchical form's all-to-all groups' size (adjacent cp ranks); ``etp``: expert tensor
+    hierarchical form's all-to-all groups' size (adjacent cp ranks) and ``cp_a2a_local`` their members
+    in one node (:data:`..costs.mesh.CP_LEVELS`); ``etp``: expert tensor
     parallelism (default tp); ``fused_elementwise``: norms, activation, rotary embedding and
     bias-dropout-residual run as fused kernels (Megatron-LM, Transformer Engine, compiled
     code); off, as PyTorch's eager ops (:data:`EAGER_RMSNORM_FWD` and the rest);
@@ -221,6 +222,7 @@ class LayerSetup:
     cp_inside: bool = True
     cp_local: int = 1
     cp_a2a: int = 1
+    cp_a2a_local: int = 1
     selective: str = "attention"
     fp8: Fp8 | None = None           # the run's FP8 (:mod:`..costs.fp8`), None for 16-bit products
     weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
@@ -519,7 +521,7 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
         return _a2a_exchanges(model, setup, hw, eff, cp, setup.cp_local)
     if setup.cp_kind == "a2a+p2p":   # the a2a groups' exchanges, and the ring across them
         a = setup.cp_a2a
-        f, bk = _a2a_exchanges(model, setup, hw, eff, a, min(setup.cp_local, a))
+        f, bk = _a2a_exchanges(model, setup, hw, eff, a, setup.cp_a2a_local)
         ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp // a, kind="ring", bw=setup.cp_bw * eff.net,
                                     attention_flops_per_s=_cp_step_rate(model, setup, eff, hw, att), t=t * a)
         return f + ring.exposed_fwd_s, bk + ring.exposed_bwd_s

@@ -76,6 +76,7 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        tp_inside=not comm.group_spans_nodes(L, "tp", gpn),
                        cp_inside=not comm.group_spans_nodes(L, "cp", gpn),
                        cp_local=comm.group_members_in_node(L, "cp", gpn), cp_a2a=L.cp_a2a or 1,
+                       cp_a2a_local=comm.group_members_in_node(L, "cp_a2a", gpn) if L.cp_a2a else 1,
                        tp_overlap_split=framework.overlap.tp_comm,
                        tp_overlap_fp8_ring=framework.fp8_rs_overlap == "ring", moe_dispatch=framework.moe_dispatch,
                        cp_impl=framework.cp_impl, compiled=framework.torch_compile,
