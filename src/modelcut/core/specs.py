@@ -95,6 +95,17 @@ def _positive(obj, *names: str) -> None:
 CP_KINDS = ("ring", "allgather", "a2a", "a2a+p2p")
 
 
+def cp_a2a_problem(cp: int, a2a) -> str | None:
+    """Why ``a2a`` cannot be the hierarchical form's all-to-all groups' size over ``cp`` ranks, or
+    None: it must lie strictly between 1 and cp and divide cp (Megatron-LM's
+    ``--hierarchical-context-parallel-sizes A cp/A``, whose product must be cp, each level above one
+    rank). The one rule the layout, the mesh and the context-parallel timing check."""
+    if isinstance(a2a, bool) or not isinstance(a2a, int) or not 1 < a2a < cp or cp % a2a:
+        return (f"cp_a2a, the hierarchical form's all-to-all groups' size, must be between 1 and cp ({cp}) and "
+                f"divide it (Megatron-LM's --hierarchical-context-parallel-sizes A {cp}/A), got {a2a!r}")
+    return None
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer.
@@ -273,10 +284,11 @@ class Layout:
                                 "name that form or leave cp_a2a out")
         if self.cp_kind == "a2a+p2p":
             _positive(self, "cp_a2a")
-            if self.cp_a2a is None or not 1 < self.cp_a2a < self.cp or self.cp % self.cp_a2a:
-                raise ModelcutError(f"cp_kind \"a2a+p2p\" needs cp_a2a, its all-to-all groups' size, between 1 and "
-                                    f"cp ({self.cp}) and dividing it (Megatron-LM's --hierarchical-context-parallel-sizes "
-                                    f"A {self.cp}/A), got {self.cp_a2a!r}")
+            if self.cp_a2a is None:
+                raise ModelcutError(f"cp_kind \"a2a+p2p\" needs cp_a2a, its all-to-all groups' size "
+                                    f"(Megatron-LM's --hierarchical-context-parallel-sizes A {self.cp}/A)")
+            if (why := cp_a2a_problem(self.cp, self.cp_a2a)) is not None:
+                raise ModelcutError(f"cp_kind \"a2a+p2p\": {why}")
 
     @property
     def gpus(self) -> int:

@@ -87,7 +87,7 @@ from functools import lru_cache
 
 from . import comm
 from ..errors import ModelcutError
-from ..specs import CP_KINDS, ModelSpec
+from ..specs import CP_KINDS, ModelSpec, cp_a2a_problem
 from ..units import BF16_BYTES
 
 #: Bytes per element on the wire and in activations: BF16.
@@ -487,6 +487,18 @@ def _a2a_exchange(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int,
     return secs[0], secs[1], wire[0], wire[1], sum(fwd[0]), sum(fwd[1])
 
 
+def hierarchical_ring(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, a2a: int, t: int = 1,
+                      **ring) -> CPAttention:
+    """The hierarchical form's ring: over the cp/a2a groups, each rank holding the heads/(t·a2a)
+    heads its all-to-all group handed it, so the ring form over cp/a2a ranks at tensor-parallel
+    width t·a2a (module docstring; ``ring``: :func:`cp_attention`'s bw, attention_flops_per_s,
+    alpha, balanced, bwd_ratio). The one place the two levels are composed: the seed model's
+    :func:`cp_attention` and the default model's layer time add the all-to-all over a2a ranks to it."""
+    if (why := cp_a2a_problem(cp, a2a)) is not None:
+        raise ModelcutError(why)
+    return cp_attention(model, micro_batch=micro_batch, seq=seq, cp=cp // a2a, kind="ring", t=t * a2a, **ring)
+
+
 def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind: str, bw: float,
                  attention_flops_per_s: float, t: int = 1, alpha: float = 0.0, balanced: bool = True,
                  bwd_ratio: float = BWD_RATIO, a2a: int = 1) -> CPAttention:
@@ -500,13 +512,9 @@ def cp_attention(model: ModelSpec, *, micro_batch: int, seq: int, cp: int, kind:
         raise ModelcutError(f"cp_kind must be one of {', '.join(CP_KINDS)}, got {kind!r}")
     _pos_int("cp", cp)
     if kind == "a2a+p2p":        # the all-to-all over a ranks, then the ring over cp/a on heads/(t·a)
-        _pos_int("a2a", a2a)
-        if not 1 < a2a < cp or cp % a2a:
-            raise ModelcutError(f"the a2a+p2p form needs its all-to-all groups' size between 1 and cp ({cp}) "
-                                f"and dividing it, got {a2a}")
-        ring = cp_attention(model, micro_batch=micro_batch, seq=seq, cp=cp // a2a, kind="ring", bw=bw,
-                            attention_flops_per_s=attention_flops_per_s, t=t * a2a, alpha=alpha,
-                            balanced=balanced, bwd_ratio=bwd_ratio)
+        ring = hierarchical_ring(model, micro_batch=micro_batch, seq=seq, cp=cp, a2a=a2a, bw=bw,
+                                 attention_flops_per_s=attention_flops_per_s, t=t, alpha=alpha,
+                                 balanced=balanced, bwd_ratio=bwd_ratio)
         c_f, c_b, w_f, w_b, qkv, out = _a2a_exchange(model, micro_batch, seq, cp, t, a2a, bw, alpha)
         return replace(ring, kind=kind, cp=cp, comm_fwd_s=ring.comm_fwd_s + c_f, comm_bwd_s=ring.comm_bwd_s + c_b,
                        exposed_fwd_s=ring.exposed_fwd_s + c_f, exposed_bwd_s=ring.exposed_bwd_s + c_b,

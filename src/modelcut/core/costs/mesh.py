@@ -59,7 +59,7 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import ModelcutError
-from ..specs import DEFAULT_ORDER, Layout
+from ..specs import DEFAULT_ORDER, Layout, cp_a2a_problem
 
 DIMS = ("tp", "cp", "pp", "dp")
 #: The hierarchical context-parallel levels a cp group is split in (module doc): the all-to-all
@@ -121,12 +121,8 @@ class Mesh:
             raise ModelcutError(f"the order's ep entry ({dict(self.sizes)['ep']}) differs from ep ({self.ep})")
         if self.size("dp") % self.ep:
             raise ModelcutError(f"ep ({self.ep}) must divide dp ({self.size('dp')})")
-        if isinstance(self.cp_a2a, bool) or not isinstance(self.cp_a2a, int) or self.cp_a2a < 1:
-            raise ModelcutError(f"cp_a2a must be a positive integer, got {self.cp_a2a!r}")
-        cp = self.size("cp")
-        if self.cp_a2a > 1 and (self.cp_a2a >= cp or cp % self.cp_a2a):
-            raise ModelcutError(f"cp_a2a, the hierarchical all-to-all groups' size, must be between 1 and cp ({cp}) "
-                                f"and divide it, got {self.cp_a2a}")
+        if self.cp_a2a != 1 and (why := cp_a2a_problem(self.size("cp"), self.cp_a2a)) is not None:
+            raise ModelcutError(why)
 
     @classmethod
     def build(cls, tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,

@@ -522,8 +522,8 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
     if setup.cp_kind == "a2a+p2p":   # the a2a groups' exchanges, and the ring across them
         a = setup.cp_a2a
         f, bk = _a2a_exchanges(model, setup, hw, eff, a, setup.cp_a2a_local)
-        ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp // a, kind="ring", bw=setup.cp_bw * eff.net,
-                                    attention_flops_per_s=_cp_step_rate(model, setup, eff, hw, att), t=t * a)
+        ring = context.hierarchical_ring(model, micro_batch=b, seq=s, cp=cp, a2a=a, bw=setup.cp_bw * eff.net,
+                                         attention_flops_per_s=_cp_step_rate(model, setup, eff, hw, att), t=t)
         return f + ring.exposed_fwd_s, bk + ring.exposed_bwd_s
     if setup.cp_kind == "ring":
         ring = context.cp_attention(model, micro_batch=b, seq=s, cp=cp, kind="ring", bw=setup.cp_bw * eff.net,
