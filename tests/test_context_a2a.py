@@ -14,6 +14,7 @@ from modelcut.catalog import model as catalog_model
 from modelcut.core.costs import comm, context
 from modelcut.core.errors import ModelcutError
 from modelcut.core.memory import activations
+from modelcut.core.specs import Layout
 
 RUN = """[model]
 name = "{model}"
@@ -328,23 +329,38 @@ def test_explore_check_finds_the_hierarchical_form_and_says_what_cp_a2a_needs(ca
     assert "no layout of the searched space is like it" in out and "only where the cp group leaves a node" in out
 
 
-@settings(max_examples=60, deadline=None)
-@given(t=st.sampled_from([1, 2, 4, 8]), c=st.sampled_from([2, 4, 8, 16, 32]), p=st.sampled_from([1, 2]),
-       d=st.sampled_from([1, 2, 4]), gpn=st.sampled_from([4, 8]))
-def test_the_explorers_hierarchical_groups_are_a_nodes_cp_ranks(t, c, p, d, gpn):
-    """hierarchical_a2a: None, or the cp ranks one node holds, strictly between 1 and c, dividing c
-    and the heads per tensor-parallel rank; the explorer's a2a+p2p layouts carry exactly that group."""
+@settings(max_examples=80, deadline=None)
+@given(name=st.sampled_from(["llama3-8b", "qwen3-30b-a3b"]), t=st.sampled_from([1, 2, 4, 8]),
+       c=st.sampled_from([2, 4, 6, 8, 16, 32]), p=st.sampled_from([1, 2]), d=st.sampled_from([1, 2, 4]),
+       gpn=st.sampled_from([4, 8]))
+def test_the_explorers_hierarchical_groups_are_a_nodes_cp_ranks(name, t, c, p, d, gpn):
+    """hierarchical_a2a: where the cp group leaves a node, the largest divisor above 1 of the cp ranks
+    one node holds that divides c and the heads per tensor-parallel rank (the node's count itself
+    where it cuts them: Llama 3 8B's 8 KV heads; a part of it where not: Qwen3-30B-A3B's 4), else
+    None; the explorer's a2a+p2p layouts carry exactly that group."""
     from modelcut.core.costs.mesh import Mesh, members_in_node
     from modelcut.core.explore import space
-    m = catalog_model("llama3-8b")
+    m = catalog_model(name)
     a = space.hierarchical_a2a(m, t, c, p, d, gpn)
     node = members_in_node(Mesh.build(tp=t, cp=c, pp=p, dp=d), "cp", gpn)
-    if a is None:
-        assert not 1 < node < c or c % node or context.heads_split_problem(m, t, node, "a2a+p2p") is not None
-    else:
-        assert a == node and 1 < a < c and c % a == 0 and context.heads_split_problem(m, t, a, "a2a+p2p") is None
+    fits = [x for x in range(2, node + 1) if node % x == 0 and c % x == 0
+            and context.heads_split_problem(m, t, x, "a2a+p2p") is None]
+    assert a == (max(fits) if node < c and fits else None)
+    if a is not None:
+        assert 1 < a < c and Layout(tp=t, cp=c, cp_kind="a2a+p2p", cp_a2a=a)
     forms = dict(space.cp_forms(m, t, c, p, d, gpn, space.Space()))
     assert forms.get("a2a+p2p", a) == a and ("a2a+p2p" in forms) == (a is not None)
+
+
+def test_a_node_whose_cp_ranks_do_not_cut_the_heads_runs_a_smaller_group():
+    """Qwen3-30B-A3B has 4 KV heads: a node's 8 cp ranks cannot all-to-all them, so the explorer's
+    hierarchical form takes groups of 4 (tp 1) or 2 (tp 2, 2 KV heads a rank), inside the node."""
+    from modelcut.core.explore import space
+    m = catalog_model("qwen3-30b-a3b")
+    assert space.hierarchical_a2a(m, 1, 16, 1, 2, 8) == 4
+    assert space.hierarchical_a2a(m, 2, 16, 1, 1, 8) == 2
+    assert space.hierarchical_a2a(catalog_model("llama3-8b"), 1, 16, 1, 2, 8) == 8
+    assert space.hierarchical_a2a(m, 1, 8, 1, 4, 8) is None     # the cp group inside one node
 
 
 def test_the_explorer_runs_the_hierarchical_form_where_the_cp_group_leaves_a_node():

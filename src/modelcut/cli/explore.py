@@ -171,7 +171,7 @@ def explore(
     eps: Optional[str] = typer.Option(None, "--eps", help="expert-parallel sizes to try (MoE models; default: "
                                                           "every divisor of the experts that divides dp)"),
     cp_kinds: str = typer.Option(",".join(CP_KINDS), "--cp-kinds",
-                                 help="context-parallel forms to try when cp > 1: ring, allgather, a2a, a2a+p2p (each where the stack runs it; a2a where cp divides the heads; a2a+p2p where the cp group leaves a node, its all-to-all over the cp ranks a node holds)"),
+                                 help="context-parallel forms to try when cp > 1: ring, allgather, a2a, a2a+p2p (each where the stack runs it; a2a where cp divides the heads; a2a+p2p where the cp group leaves a node, its all-to-all over the cp ranks a node holds, or the largest part of them that cuts the heads)"),
     pareto_within: float = typer.Option(PARETO_WITHIN, "--pareto-within",
                                         help="time every layout within this fraction of the best (the Pareto set)"),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="time every layout that fits (no lower bound)"),

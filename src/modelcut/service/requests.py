@@ -464,7 +464,8 @@ class CheckIn(Strict):
     zero: Optional[Annotated[int, Field(ge=0, le=3)]] = None
     cp_kind: Optional[CpKind] = None
     cp_a2a: Optional[GpuCount] = Field(None, description="with cp_kind a2a+p2p: its all-to-all groups' size (the "
-                                                         "explorer's: the cp ranks one node holds)")
+                                                         "explorer's: the cp ranks one node holds, or the largest "
+                                                         "part of them that cuts the heads)")
     schedule: Optional[ScheduleName] = None
     recompute: Optional[ExploreRecompute] = Field(
         None, description="a recomputation variant: none, selective, full, layernorm+moe_act (selective "

@@ -103,7 +103,8 @@ CP_KIND_DOCS = {
     "a2a": "all-to-all: an exchange cuts the heads instead of the sequence, each rank attending "
            "over the whole sequence (DeepSpeed-Ulysses); cp must divide the heads",
     "a2a+p2p": "hierarchical: the all-to-all within groups of cp ranks, a ring across the groups "
-               "(Megatron-LM's a2a+p2p); the explorer's groups are the cp ranks a node holds",
+               "(Megatron-LM's a2a+p2p); the explorer's groups are the cp ranks a node holds (or the largest "
+               "part of them that cuts the heads)",
 }
 
 #: The forms as the stacks name them: Megatron-LM's ``--cp-comm-type`` p2p (Transformer Engine's

@@ -21,7 +21,8 @@ dropout activations; Korthikanti et al. 2022 §4.2.2). Every layout uses exactly
 t·c·p·d = N. With c > 1 every form of context parallelism is tried (``Space.cp_kinds``: the
 all-gather of Llama 3, ring attention, the all-to-all of DeepSpeed-Ulysses where c divides the
 heads, and Megatron-LM's hierarchical all-to-all then ring where the cp group leaves a node, its
-all-to-all groups the cp ranks a node holds: :func:`.space.hierarchical_a2a`; :mod:`.context`). For a mixture-of-experts model,
+all-to-all groups the cp ranks a node holds, or the largest part of them that cuts the heads:
+:func:`.space.hierarchical_a2a`; :mod:`.context`). For a mixture-of-experts model,
 expert parallelism e runs over the divisors of the experts that divide d (the ep group is
 carved from the data-parallel ranks, :mod:`.mesh`; ``Space.eps`` narrows it), expert tensor
 parallelism equal to t. Every layout takes the default rank order, Megatron-core's

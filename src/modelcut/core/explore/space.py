@@ -1,6 +1,7 @@
 """What the explorer enumerates: every (t, c, e, p, d, b, schedule, v, form) that divides the GPUs,
 the heads, the sequence and the batch (the package docstring, **Space**); the hierarchical form of
-context parallelism with one all-to-all group size, the cp ranks a node holds (:func:`hierarchical_a2a`)."""
+context parallelism with one all-to-all group size, the cp ranks a node holds or the largest part of
+them that cuts the heads (:func:`hierarchical_a2a`)."""
 
 from __future__ import annotations
 
@@ -134,13 +135,19 @@ def hierarchical_a2a(model: ModelSpec, t: int, c: int, p: int, d: int, gpus_per_
     network between nodes, as Megatron-LM's hierarchical context parallelism is meant to be laid
     (``--hierarchical-context-parallel-sizes``: the all-to-all over adjacent cp ranks, "a2a+p2p":
     all-to-all inside a node, point-to-point across; core_v0.19.0 arguments.py and
-    parallel_state.py ``create_hierarchical_groups``). None where that group is not between 1 and
-    c, does not divide c, or does not cut the heads (:func:`..costs.context.heads_split_problem`):
-    a cp group inside one node has no hierarchy to run."""
-    a = members_in_node(Mesh.build(tp=t, cp=c, pp=p, dp=d, order=order), "cp", gpus_per_node)
-    if not 1 < a < c or c % a or heads_split_problem(model, t, a, "a2a+p2p") is not None:
+    parallel_state.py ``create_hierarchical_groups``). Where those ranks do not cut the heads
+    (:func:`..costs.context.heads_split_problem`: Qwen3-30B-A3B's 4 KV heads over a node's 8), the
+    largest divisor of them that does and that divides c: the all-to-all then stays inside the
+    node, and the ring runs partly over the node's links, partly over the network. None where no
+    such size above 1 exists, or where the cp group lies inside one node: there is no hierarchy
+    to run, and the all-to-all and ring forms cover it."""
+    node = members_in_node(Mesh.build(tp=t, cp=c, pp=p, dp=d, order=order), "cp", gpus_per_node)
+    if node >= c:
         return None
-    return a
+    for a in range(node, 1, -1):
+        if node % a == 0 and c % a == 0 and heads_split_problem(model, t, a, "a2a+p2p") is None:
+            return a
+    return None
 
 
 def cp_forms(model: ModelSpec, t: int, c: int, p: int, d: int, gpus_per_node: int,
