@@ -108,6 +108,7 @@ def test_run_file_cli_and_api_take_the_same_spellings(tmp_path, capsys):
     ("tp_comm", {"tp_comm": True}),                                   # a key alone: on, as a flag
     ("--tp-comm-overlap", {"tp_comm": True}),                         # Megatron-LM's flag
     ("async_tp=on", {"tp_comm": True}),                               # torchtitan
+    ("overlap_comm: false", {"grad_reduce": False}),                  # DeepSpeed's ZeRO configuration
     ("Overlap-Grad-Reduce=off,overlap_param_gather=false", {"grad_reduce": False, "param_gather": False}),
     ("overlap_p2p_comm=yes", {"p2p_async": True}),
     ("--no-overlap-p2p-communication", {"p2p_async": False}),        # Megatron-LM's "no-" flag: off
@@ -118,6 +119,15 @@ def test_run_file_cli_and_api_take_the_same_spellings(tmp_path, capsys):
 def test_overlap_options_as_the_stacks_write_them(written, want):
     from modelcut.service.inputs import parse_overlap
     assert parse_overlap(written) == want
+
+
+@pytest.mark.parametrize("written", ["--overlap-moe-expert-parallel-comm", "moe_a2a_overlap=on",
+                                     "tp_comm,delay_wgrad_compute=true"])
+def test_overlap_flags_known_but_not_modelled_are_refused_by_name(written):
+    from modelcut.service.inputs import parse_overlap
+    with pytest.raises(ModelcutError, match="does not model") as e:
+        parse_overlap(written)
+    assert "unknown key" not in str(e.value) and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("written, word", [("colour=on", "unknown key 'colour'"), ("tp_comm=maybe", "not on or off"),

@@ -14,7 +14,7 @@ from typing import Any
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
-from ..core.step.frameworks import OPTION_ALIASES, OPTIONS, negated_option, option_name
+from ..core.step.frameworks import OPTION_ALIASES, OPTIONS, negated_option, option_name, unmodelled_option
 from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
@@ -177,6 +177,8 @@ def parse_overlap(text: str) -> dict[str, bool]:
         name, flip = option_name(k), False
         if name is None and negated_option(k) is not None:   # --no-overlap-p2p-communication: off
             name, flip = negated_option(k), True
+        if name is None and (why := unmodelled_option(k)) is not None:
+            raise ModelcutError(f"overlap option {k!r}: {why}")
         if name is None:
             raise ModelcutError(f"overlap option: unknown key {k!r}; choose one of {', '.join(OPTIONS)} "
                                 f"(or the stacks' names: {', '.join(OPTION_ALIASES)}, a \"no-\" flag for off)")

@@ -53,14 +53,28 @@ OPTIONS: dict[str, str] = {
 #: --no-overlap-p2p-communication (dest overlap_p2p_comm; megatron/training/arguments.py @d98e8a64dd;
 #: a "no-" flag is its option off, :func:`negated_option`), NeMo's tp_comm_overlap and its 1.x
 #: ub_tp_comm_overlap, NeMo 1.x distributed_fused_adam's overlap_grad_sync and overlap_param_sync,
-#: torchtitan's enable_async_tensor_parallel (torchtitan/config/job_config.py Parallelism).
+#: torchtitan's enable_async_tensor_parallel (torchtitan/config/job_config.py Parallelism),
+#: DeepSpeed's ZeRO overlap_comm ("Attempts to overlap the reduction of the gradients with backward
+#: computation": deepspeed/runtime/zero/config.py DeepSpeedZeroConfig.overlap_comm, docs config-json).
 OPTION_ALIASES: dict[str, str] = {
     "overlap_grad_reduce": "grad_reduce", "overlap_grad_sync": "grad_reduce",
     "overlap_param_gather": "param_gather", "overlap_param_sync": "param_gather",
     "overlap_p2p_comm": "p2p_async", "overlap_p2p_communication": "p2p_async",
     "tp_comm_overlap": "tp_comm", "ub_tp_comm_overlap": "tp_comm",
     "enable_async_tensor_parallel": "tp_comm", "async_tp": "tp_comm",
+    "overlap_comm": "grad_reduce",
 }
+
+#: The stacks' overlap flags modelcut knows but does not model, each with what it would hide and
+#: how modelcut times that instead: ``--overlap`` refuses them in one line naming this, rather than
+#: calling them unknown. Megatron-core's --overlap-moe-expert-parallel-comm (with
+#: --delay-wgrad-compute; Megatron-Bridge's moe_a2a_overlap sets both: Megatron-Bridge v0.2.0
+#: scripts/performance/utils/helpers.py) runs one micro-batch's expert all-to-all under another's
+#: compute (megatron/core/pipeline_parallel/combined_1f1b.py).
+UNMODELLED_OPTIONS: dict[str, str] = dict.fromkeys(
+    ("overlap_moe_expert_parallel_comm", "moe_a2a_overlap", "delay_wgrad_compute"),
+    "Megatron-core's overlap of one micro-batch's expert all-to-all with another's compute, which modelcut "
+    "does not model (it times the all-to-all exposed: the a2a term); leave it out")
 
 
 def option_name(key: str) -> str | None:
@@ -68,6 +82,13 @@ def option_name(key: str) -> str | None:
     name in :data:`OPTIONS`, or None where it is none of them."""
     k = key.strip().lstrip("-").lower().replace("-", "_")
     return k if k in OPTIONS else OPTION_ALIASES.get(k)
+
+
+def unmodelled_option(key: str) -> str | None:
+    """Why an overlap flag a stack has is not one of modelcut's options (:data:`UNMODELLED_OPTIONS`),
+    or None where it is no such flag."""
+    k = key.strip().lstrip("-").lower().replace("-", "_")
+    return UNMODELLED_OPTIONS.get(k[3:] if k.startswith("no_") else k)
 
 
 def negated_option(key: str) -> str | None:
