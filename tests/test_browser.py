@@ -662,6 +662,8 @@ def test_explorer_searches_the_context_parallel_forms_checked_and_keeps_them_in_
     cat = httpx.get(server + "/api/catalog").json()
     boxes = page.eval_on_selector_all("input[name=cp_kind]", "bs => bs.map(b => [b.value, b.checked])")
     assert boxes == [[k["name"], True] for k in cat["cp_kinds"]] and "a2a+p2p" in dict(boxes)
+    labels = page.eval_on_selector_all("#cp-kinds label", "ls => ls.map(l => l.textContent.trim())")
+    assert labels == [k["label"] for k in cat["cp_kinds"]] and "hierarchical" in labels
     assert any("ring" in t and "·" in t for t in page.eval_on_selector_all(
         "[data-testid=cp-form]", "cs => cs.map(c => c.textContent)"))          # hierarchical rows ranked
     page.uncheck("input[name=cp_kind][value='a2a+p2p']")

@@ -184,6 +184,7 @@ def test_catalog_lists_the_schedules(client):
     assert [s.name for s in cat.schedules if s.explored_by_default] == list(registry.explored_by_default())
     assert (cat.precisions, cat.fp8_recipes) == (list(PRECISIONS), list(FP8_RECIPES))
     assert [k.name for k in cat.cp_kinds] == list(CP_KINDS) and all(k.doc for k in cat.cp_kinds)
+    assert [k.label for k in cat.cp_kinds] == ["ring", "all-gather", "all-to-all", "hierarchical"]
 
 
 def test_openapi_documents_the_api(client):

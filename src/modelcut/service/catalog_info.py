@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import catalog
 from ..core.errors import ModelcutError
-from ..core.costs.context import CP_KIND_DOCS, CP_KINDS
+from ..core.costs.context import CP_KIND_DOCS, CP_KIND_LABELS, CP_KINDS
 from ..core.costs.flops import param_count
 from ..core.sim import registry
 from ..core.specs import FP8_RECIPES, PRECISIONS
@@ -29,7 +29,7 @@ def schedule_help() -> str:
 
 def listing() -> dict[str, Any]:
     return {"schedules": schedules(),
-            "cp_kinds": [{"name": k, "doc": CP_KIND_DOCS[k]} for k in CP_KINDS],
+            "cp_kinds": [{"name": k, "label": CP_KIND_LABELS[k], "doc": CP_KIND_DOCS[k]} for k in CP_KINDS],
             "hardware": [h.as_dict() for h in catalog.all_hardware()],
             "models": [dataclasses.asdict(m) for m in catalog.all_models()], "modes": list(MODES),
             "frameworks": list(catalog.framework_names()),

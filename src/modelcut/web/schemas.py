@@ -83,6 +83,7 @@ class ScheduleInfo(BaseModel):
 
 class CpKindInfo(BaseModel):
     name: str = Field(description="a context-parallel form as requests name it (cp_kind, cp_kinds)")
+    label: str = Field(description="the form in words, as the pages label it (all-to-all)")
     doc: str
 
 

@@ -107,6 +107,9 @@ CP_KIND_DOCS = {
                "part of them that cuts the heads)",
 }
 
+#: Each form's name in words, as the faces label it (the line's first words, before its colon).
+CP_KIND_LABELS = {k: doc.split(":", 1)[0] for k, doc in CP_KIND_DOCS.items()}
+
 #: The forms as the stacks name them: Megatron-LM's ``--cp-comm-type`` p2p (Transformer Engine's
 #: ring exchange) and allgather (megatron/training/arguments.py @d98e8a64dd: "p2p, a2a, allgather or
 #: a2a+p2p"; NeMo's ``cp_comm_type`` passes the same names), with the spellings users write.

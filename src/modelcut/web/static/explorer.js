@@ -31,7 +31,7 @@
   function dpName(x) { return x.dp_shard ? `${x.dp}[${x.dp_shard}]` : `${x.dp}`; }
   /** Context parallelism's form as the page names it (the API's cp_kind: ring, allgather, a2a, a2a+p2p with
    *  cp_a2a, its all-to-all groups' size). */
-  const CP_FORM = {ring: 'ring', allgather: 'all-gather', a2a: 'all-to-all', 'a2a+p2p': 'hierarchical'};
+  const CP_FORM = {};   // each form's label, from the catalog (GET /api/catalog cp_kinds)
   function cpForm(x) {
     if (x.cp_kind === 'a2a+p2p') return `all-to-all ${x.cp_a2a} · ring ${x.cp / x.cp_a2a}`;
     return CP_FORM[x.cp_kind] || x.cp_kind;
@@ -535,6 +535,7 @@
       }
       // the forms of context parallelism, every one searched unless unchecked
       for (const k of cat.cp_kinds) {
+        CP_FORM[k.name] = k.label;
         const box = h('input', {type: 'checkbox', name: 'cp_kind', value: k.name});
         box.checked = true;
         $('cp-kinds').append(h('label', {title: k.doc}, [box, ` ${CP_FORM[k.name] || k.name}`]));
