@@ -652,6 +652,41 @@ def test_explorer_shows_each_layouts_context_parallel_form(server, page):
     assert not page.errors
 
 
+@pytest.mark.parametrize("query, group", [
+    ("model=llama3-8b&gpu=h100-sxm5-80gb&gpus=32&seq=131072&tokens=1048576&top=3", "cp_a2a"),
+    ("model=llama3-8b&gpu=h100-sxm5-80gb&gpus=64&seq=8192&tokens=4M&top=3&framework=fsdp-compile", "dp_shard"),
+])
+def test_explorer_mesh_shows_the_picked_layouts_own_groups(server, page, query, group):
+    """The picked layout's mesh is the layout's own (POST /api/mesh with its order, shard group and
+    hierarchical all-to-all groups): each group the API lists is shown, inside or across nodes, and
+    each GPU's coordinates in those groups: a hierarchical layout's cp_a2a and cp_ring (Llama 3 8B at
+    128K, the best), a hybrid-sharded one's dp_shard and dp_replica (torchtitan at 8K, the runner-up)."""
+    page.goto(server + "/explorer?" + query)
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    page.wait_for_selector("[data-testid=mesh] .gpu")
+    q = dict(kv.split("=") for kv in query.split("&"))
+    ans = api(server, "/api/explore", {"model": q["model"], "gpu": q["gpu"], "gpus": int(q["gpus"]),
+                                       "seq": int(q["seq"]), "global_batch_tokens": q["tokens"], "top": 3}
+              | ({"framework": q["framework"]} if "framework" in q else {}))
+    k = next(i for i, x in enumerate(ans["layouts"]) if x.get(group))     # its first such layout, picked
+    x = ans["layouts"][k]
+    if k:
+        page.locator("[data-testid=layouts] tbody tr").nth(k).click()
+        page.wait_for_function("n => document.querySelector('h2') && [...document.querySelectorAll('h2')].some("
+                               "e => e.textContent.includes('Layout #' + n))", arg=k + 1)
+        page.wait_for_selector(f".dims .dim[data-dim={group}]")
+    body = {"tp": x["tp"], "cp": x["cp"], "pp": x["pp"], "dp": x["dp"], "order": x["order"], "gpus_per_node": 8}
+    body |= {k: x[k] for k in ("cp_a2a", "dp_shard") if x.get(k)}
+    mesh = api(server, "/api/mesh", body)
+    shown = page.eval_on_selector_all(".dims .dim", "ds => ds.map(d => [d.dataset.dim, d.className])")
+    assert [d for d, _ in shown] == list(mesh["dims"]) and group in mesh["dims"]
+    assert all(how in cls for (_, cls), how in zip(shown, mesh["dims"].values()))
+    words = {"cp_a2a": "cp all-to-all", "dp_shard": "dp shard"}[group]
+    first = page.inner_text("[data-testid=mesh] .gpu >> nth=0")
+    assert f"{words} {mesh['node_ranks'][0][group]}" in first
+    assert not page.errors
+
+
 def test_explorer_searches_the_context_parallel_forms_checked_and_keeps_them_in_its_link(server, page):
     """The form's checkboxes are the API's forms (GET /api/catalog), all checked; unchecking the
     hierarchical one searches the others (the request's cp_kinds, as the API ranks them), the link

@@ -377,8 +377,13 @@
     d.append(meshBox);
     try {
       const gpn = (hardware[ans.hardware.name] || ans.hardware).per_node;
+      // the layout's own groups: its rank order, experts, hybrid sharding's shard and replica groups and
+      // the hierarchical form's all-to-all and ring groups (POST /api/mesh, as modelcut mesh lays them)
       const mesh = await api('POST', '/api/mesh', Object.assign({tp: x.tp, cp: x.cp, pp: x.pp, dp: x.dp, gpus_per_node: gpn},
-                                                                 x.ep > 1 ? {ep: x.ep, etp: x.etp} : {}));
+                                                                x.order ? {order: x.order} : {},
+                                                                x.ep > 1 ? {ep: x.ep, etp: x.etp} : {},
+                                                                x.dp_shard ? {dp_shard: x.dp_shard} : {},
+                                                                x.cp_a2a ? {cp_a2a: x.cp_a2a} : {}));
       if (last !== ans) return;
       renderMesh(meshBox, mesh);
     } catch (e) {
@@ -465,6 +470,10 @@
     return h('div', {class: 'chart'}, svg);
   }
 
+  /** The mesh's groups beyond tp, cp, pp and dp, in words (modelcut mesh's names: cp_a2a, dp_shard, ...). */
+  const MESH_DIM = {ep: 'ep', cp_a2a: 'cp all-to-all', cp_ring: 'cp ring', dp_shard: 'dp shard', dp_replica: 'dp replica'};
+  const MESH_COORDS = ['etp', 'ep', 'edp', 'cp_a2a', 'cp_ring', 'dp_shard', 'dp_replica'];
+
   function renderMesh(box, m) {
     box.textContent = '';
     box.append(h('h3', {text: `Device mesh: ${fmt(m.world, 0)} GPUs in ${fmt(m.nodes, 0)} node${m.nodes === 1 ? '' : 's'} of ${m.gpus_per_node}, `
@@ -473,7 +482,8 @@
     const where = {inside: 'inside a node', across: 'across nodes', mixed: 'partly across nodes'};
     for (const [dim, how] of Object.entries(m.dims)) {
       const g = m.groups.find((x) => x.dim === dim);
-      dims.append(h('span', {class: `dim ${how}`, text: `${dim} ${g ? g.size : ''}: ${where[how] || how}`}));
+      dims.append(h('span', {class: `dim ${how}`, 'data-dim': dim,
+                             text: `${MESH_DIM[dim] || dim} ${g ? g.size : ''}: ${where[how] || how}`}));
     }
     if (!Object.keys(m.dims).length) dims.append(h('span', {class: 'dim inside', text: 'one GPU: nothing to split'}));
     box.append(dims);
@@ -482,7 +492,8 @@
     const node = h('div', {class: 'node', 'data-testid': 'mesh'});
     for (const r of m.node_ranks) {
       node.append(h('div', {class: 'gpu'}, [h('strong', {text: `GPU ${r.rank % m.gpus_per_node} · rank ${r.rank}`}),
-        `tp ${r.tp} · cp ${r.cp}`, h('br'), `pp ${r.pp} · dp ${r.dp}`]));
+        `tp ${r.tp} · cp ${r.cp}`, h('br'), `pp ${r.pp} · dp ${r.dp}`,
+        ...MESH_COORDS.filter((k) => k in r).flatMap((k) => [h('br'), `${MESH_DIM[k] || k} ${r[k]}`])]));
     }
     box.append(node);
   }
