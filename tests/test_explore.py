@@ -99,8 +99,15 @@ def test_frugal_keeps_the_pareto_front():
     evs = [e for e in ex.layouts if e.structure == struct]
     kept = frugal(evs)
     assert kept[0].recompute == "none" and kept[0].zero == min(e.zero for e in evs if e.recompute == "none")
-    zeros = [e.zero for e in kept]
+    # the least stage of each variant: fewer stages as more is recomputed; beside a ZeRO-0 one (with
+    # more than one data-parallel rank) its ZeRO-1, which may be faster, not only smaller
+    least = [e for e in kept if e.zero == min(c.zero for c in kept if c.recompute == e.recompute)]
+    zeros = [e.zero for e in least]
     assert zeros == sorted(zeros, reverse=True) and len(set(zeros)) == len(zeros)
+    extra = [e for e in kept if e not in least]
+    assert all(e.zero == 1 and e.structure.dp * e.structure.cp > 1 for e in extra)
+    assert {e.recompute for e in extra} == {e.recompute for e in least if e.zero == 0
+                                            if any(c.zero == 1 and c.recompute == e.recompute for c in evs)}
 
 
 def test_infeasible_is_never_ranked():
@@ -595,3 +602,17 @@ def assert_ranked(ls):
                 t0 = best[shape(a)]
                 assert a.step_time_s <= t0 * (1 + TIE_FRACTION) and t0 <= b.step_time_s, (a.structure, b.structure)
     return inversions
+
+
+def test_zero1_is_timed_beside_zero0_where_both_fit():
+    """Megatron-core runs plain data parallelism (ZeRO-0) and its distributed optimizer (ZeRO-1).
+    Where both fit, both are timed: Nemotron-4 15B on 768 H100 at tp 8, dp 96 fits without sharding,
+    but the distributed optimizer, its reduce-scatter behind the backward and its weight gather ahead
+    of the forward, is faster than the all-reduce, and the published layout stays the best."""
+    from modelcut.service.explore import catalog_request, run_explore
+    res = run_explore(catalog_request("nemotron4-15b-768", top=3))
+    best = res.layouts[0]
+    s = best.structure
+    assert (s.tp, s.cp, s.pp, s.dp, best.zero) == (8, 1, 1, 96, 1)
+    plain = [e for e in res.exploration.layouts if e.structure == s and e.recompute == best.recompute and e.zero == 0]
+    assert plain and all(e.step_time_s > best.step_time_s for e in plain)

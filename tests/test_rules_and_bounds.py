@@ -49,7 +49,7 @@ def test_every_preset_has_rules_and_every_rule_a_source():
 
 @pytest.mark.parametrize("stack, knobs, rule", [
     ("megatron-core", dict(tp=8, pp=16, dp=64, zero=3), "zero_with_pipeline"),     # Megatron-FSDP: pp = 1
-    ("megatron-core", dict(tp=8, pp=1, dp=64, zero=0), "zero"),                    # the distributed optimizer is on
+    ("nemo", dict(tp=8, pp=1, dp=64, zero=0), "zero"),                             # its recipes' distributed optimizer
     ("deepspeed-zero3", dict(pp=4, dp=16, zero=2), "zero_with_pipeline"),          # the pipeline engine asserts < 2
     ("llama3", dict(tp=8, cp=16, pp=16, dp=8, cp_kind="ring"), "cp_kinds"),        # all-gather CP only
     ("megatron-2021", dict(tp=8, cp=2, pp=8, dp=8), "context_parallel"),

@@ -43,7 +43,10 @@ more sharding only adds work or traffic, so a variant is dropped when one with n
 either fits (for each recomputation variant, the least ZeRO stage that fits, kept only if
 it shards less than every variant redoing no more of its work needs: the module list and the
 attention core are not compared, each redoing work the other does not, nor either with
-``blocks``, which redoes more than none and less than full). A ``blocks`` candidate is bounded
+``blocks``, which redoes more than none and less than full). One exception: beside a ZeRO-0
+variant (with dp·cp > 1) its ZeRO-1 is timed too, where the stack runs it: the distributed
+optimizer's reduce-scatter behind the backward and weight gather ahead of the forward can beat
+the all-reduce in time (:func:`.search.frugal`). A ``blocks`` candidate is bounded
 with one layer a chunk recomputed, the least it can redo. In-flight activation
 profiles are cached per (schedule, p, equivalent m, v) and the step-time model caches its
 pipeline simulations. ``prune=False`` predicts every variant that fits and

@@ -537,7 +537,12 @@ def frugal(feasible: list[Evaluated]) -> list[Evaluated]:
     """The feasible variants of one structure worth predicting (module docstring: Pruning):
     for each recomputation variant, cheapest first, the least ZeRO stage that fits, kept only
     when it is less than that of every variant redoing no more of its work
-    (:func:`no_more_recomputed`: the module list and the attention core are not compared)."""
+    (:func:`no_more_recomputed`: the module list and the attention core are not compared). Where
+    that stage is 0 and data parallelism has more than one rank, ZeRO-1 of the same variant too, if
+    the stack runs it: the distributed optimizer reduce-scatters the gradients behind the backward
+    and gathers the weights ahead of the next forward, each half of the all-reduce's bytes, and
+    steps over a shard of the states, so it can beat plain data parallelism in time, not only in
+    memory. From 1 up, each stage only adds communication and is kept for memory alone."""
     best: dict[str, Evaluated] = {}
     for e in feasible:
         if e.recompute not in best or e.zero < best[e.recompute].zero:
@@ -547,6 +552,8 @@ def frugal(feasible: list[Evaluated]) -> list[Evaluated]:
         e = best.get(r)
         if e is not None and all(e.zero < c.zero for q, c in best.items() if q != r and no_more_recomputed(q, r)):
             kept.append(e)
+            if e.zero == 0 and e.structure.dp * e.structure.cp > 1:
+                kept += [c for c in feasible if c.recompute == r and c.zero == 1]
     return kept
 
 

@@ -340,14 +340,16 @@ class Framework:
         return self.overlap.p2p_async and (vpp > 1 or not self.p2p_async_interleaved_only)
 
     def zero_stage(self, layout: Layout) -> int:
-        """The ZeRO stage this stack runs ``layout`` at: the layout's ``zero``, or where it leaves it
-        open (None) the stack's own (``default_zero``; with a pipeline ``default_zero_with_pipeline``
-        where that differs); at least 1 under Megatron's distributed optimizer (``dist_optimizer``:
-        the FP32 main weights and Adam moments sharded over dp·cp)."""
-        z = layout.zero
-        if z is None:
-            pipe = self.default_zero_with_pipeline
-            z = pipe if layout.pp > 1 and pipe is not None else self.default_zero
+        """The ZeRO stage this stack runs ``layout`` at: the layout's ``zero`` as given (0 included: a
+        Megatron stack run without its distributed optimizer, ``--use-distributed-optimizer`` being
+        off by default), or where it leaves it open (None) the stack's own (``default_zero``; with a
+        pipeline ``default_zero_with_pipeline`` where that differs), at least 1 under Megatron's
+        distributed optimizer (``dist_optimizer``: the FP32 main weights and Adam moments sharded
+        over dp·cp, on in those presets)."""
+        if layout.zero is not None:
+            return layout.zero
+        pipe = self.default_zero_with_pipeline
+        z = pipe if layout.pp > 1 and pipe is not None else self.default_zero
         return max(z, 1) if self.dist_optimizer else z
 
     def resolve(self, run: Run) -> Run:
