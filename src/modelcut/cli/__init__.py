@@ -16,7 +16,7 @@ from ..core.errors import ModelcutError
 from .app import app
 
 # Each module registers its commands on ``app`` when imported.
-from . import calibrate, crosscheck, explore, listing, mesh, serve, simulate, systems  # noqa: E402,F401
+from . import calibrate, crosscheck, explore, launch, listing, mesh, serve, simulate, systems  # noqa: E402,F401
 
 
 #: The exit status of an internal error (sysexits.h EX_SOFTWARE); bad input exits 2.

@@ -40,7 +40,7 @@ def _emit(res: ExploreResult | None, emit: str, pick: int) -> None:
     if res is None:
         raise ModelcutError("no layout fits; nothing to emit")
     note = emitter.power_note(res.request.hw)
-    print((note + "\n" if note else "") + emitter.EMITTERS[emit](res.picked(pick, "emit")))
+    print((note + "\n" if note else "") + emitter.EMITTERS[emit](res.picked(pick, "emit"), res.framework))
 
 
 def _write_trace(res: ExploreResult | None, pick: int, path: Path) -> None:

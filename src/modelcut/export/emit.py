@@ -101,11 +101,28 @@ def megatron_layout(split: tuple[int, ...]) -> str:
     return out[:-1] if out.endswith("|") else out
 
 
-def megatron_args(e: Evaluated) -> str:
+def _stack(framework) -> tuple[dict[str, bool] | None, str | None]:
+    """The overlaps (``Overlap.as_dict``) and the loss kernel of the stack a layout was timed on;
+    (None, None) without one (the seed mode)."""
+    if framework is None:
+        return None, None
+    return framework.overlap.as_dict(), framework.cross_entropy
+
+
+def megatron_args(e: Evaluated, framework=None) -> str:
     """Megatron-LM arguments for the layout, one per line, with ``#`` notes where a setting
-    has no Megatron-LM flag."""
+    has no Megatron-LM flag. ``framework``: the stack the layout was timed on; its overlaps are
+    given as Megatron-LM's flags, each off where absent:
+    ``--overlap-grad-reduce``, ``--overlap-param-gather`` (with the distributed optimizer, which
+    Megatron-LM requires for it), ``--tp-comm-overlap`` (with tp > 1) and
+    ``--no-overlap-p2p-communication`` (with a pipeline, where the sends are not overlapped); its
+    loss as ``--cross-entropy-loss-fusion`` (Megatron-core's native fusion, mcore-fused) with
+    ``--cross-entropy-fusion-impl te`` (Transformer Engine's, fused); without either flag Megatron-LM
+    runs its separate fp32 passes."""
     s, run = e.structure, e.run
     tr, lay = run.training, run.layout
+    overlap, loss = _stack(framework)
+    loss = tr.cross_entropy or loss
     lines = [f"--tensor-model-parallel-size {s.tp}"]
     if s.tp > 1:
         lines.append("--sequence-parallel")
@@ -135,6 +152,12 @@ def megatron_args(e: Evaluated) -> str:
                   f"--data-parallel-sharding-strategy {strategy}"]
     if s.dp_shard and e.zero >= 1:
         lines.append(f"--num-distributed-optimizer-instances {s.dp // s.dp_shard}")
+    if overlap:
+        lines += [flag for flag, on in (("--overlap-grad-reduce", overlap.get("grad_reduce")),
+                                        ("--overlap-param-gather", overlap.get("param_gather") and e.zero >= 1),
+                                        ("--tp-comm-overlap", overlap.get("tp_comm") and s.tp > 1),
+                                        ("--no-overlap-p2p-communication",
+                                         s.pp > 1 and not overlap.get("p2p_async", True))) if on]
     if tr.recompute == "selective":
         lines.append("--recompute-granularity selective")
         if tr.recompute_modules:
@@ -147,6 +170,13 @@ def megatron_args(e: Evaluated) -> str:
                      "has the block and uniform methods only")
     elif tr.recompute == "full":
         lines += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    if loss in ("mcore-fused", "fused"):
+        lines.append("--cross-entropy-loss-fusion")
+        if loss == "fused":
+            lines.append("--cross-entropy-fusion-impl te")
+    elif loss not in (None, "fp32-passes"):
+        lines.append(f"# the loss timed as {loss}: Megatron-LM runs its fp32 passes, or its fused kernels with "
+                     "--cross-entropy-loss-fusion")
     precision, f8 = _precision(e)
     lines.append("--fp16" if precision == "fp16" else "--bf16")
     if f8 is not None and f8.recipe not in _MCORE_RECIPE:
@@ -166,10 +196,13 @@ def _toml_str(x: str) -> str:
     return '"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def torchtitan_toml(e: Evaluated) -> str:
-    """A torchtitan job-config fragment: [parallelism], [activation_checkpoint], [training]."""
+def torchtitan_toml(e: Evaluated, framework=None) -> str:
+    """A torchtitan job-config fragment: [parallelism], [activation_checkpoint], [training]; the
+    stack's tp_comm overlap (with tp > 1) as asynchronous tensor parallelism
+    (``enable_async_tensor_parallel``, in [parallelism] in v0.2.2, which needs the model compiled)."""
     s, run = e.structure, e.run
     tr, lay = run.training, run.layout
+    overlap, _ = _stack(framework)
     out = ["[parallelism]"]
     replicate, shard = (s.dp, 1) if e.zero == 0 else (s.dp // (s.dp_shard or s.dp), s.dp_shard or s.dp)
     out += [f"data_parallel_replicate_degree = {replicate}", f"data_parallel_shard_degree = {shard}"]
@@ -180,6 +213,8 @@ def torchtitan_toml(e: Evaluated) -> str:
     elif e.zero == 3:
         out.append('fsdp_reshard_after_forward = "always"')
     out += [f"tensor_parallel_degree = {s.tp}", f"context_parallel_degree = {s.cp}"]
+    if overlap and overlap.get("tp_comm") and s.tp > 1:
+        out += ["enable_async_tensor_parallel = true", "# asynchronous tensor parallelism needs [compile] enable = true"]
     if s.ep > 1:
         # torchtitan's default expert tensor parallelism is 1; modelcut's layout says which it timed
         out += [f"expert_parallel_degree = {s.ep}", f"expert_tensor_parallel_degree = {s.expert_tp}"]
@@ -247,11 +282,17 @@ def torchtitan_toml(e: Evaluated) -> str:
     return "\n".join(out)
 
 
-def nemo_overrides(e: Evaluated) -> str:
+def nemo_overrides(e: Evaluated, framework=None) -> str:
     """NeMo 2.0 recipe overrides for the layout, one per line after the command, with ``#`` notes
-    where a setting has no NeMo field."""
+    where a setting has no NeMo field. The stack's DDP overlaps as the recipes' own
+    ``DistributedDataParallelConfig`` fields (``trainer.strategy.ddp.overlap_grad_reduce``,
+    ``overlap_param_gather``: NeMo 8cfedd7203 nemo/collections/llm/recipes/gpt3_175b.py), the
+    tensor-parallel one as a note (the recipes' ``MegatronCommOverlapCallback``); its loss as
+    Megatron-core's ``cross_entropy_loss_fusion`` and ``cross_entropy_fusion_impl``."""
     s, run = e.structure, e.run
     tr, lay = run.training, run.layout
+    overlap, loss = _stack(framework)
+    loss = tr.cross_entropy or loss
     lines = [f"trainer.strategy.tensor_model_parallel_size={s.tp}",
              f"trainer.strategy.pipeline_model_parallel_size={s.pp}",
              f"trainer.strategy.virtual_pipeline_model_parallel_size={s.vpp if s.vpp > 1 else 'null'}",
@@ -277,6 +318,12 @@ def nemo_overrides(e: Evaluated) -> str:
                   f"{'optim_grads' if e.zero == 2 else 'optim_grads_params'}"]
     if s.dp_shard and e.zero >= 1:
         lines.append(f"trainer.strategy.ddp.num_distributed_optimizer_instances={s.dp // s.dp_shard}")
+    if overlap:
+        lines += [f"trainer.strategy.ddp.overlap_grad_reduce={'true' if overlap.get('grad_reduce') else 'false'}",
+                  f"trainer.strategy.ddp.overlap_param_gather="
+                  f"{'true' if overlap.get('param_gather') and e.zero >= 1 else 'false'}"]
+        if overlap.get("tp_comm") and s.tp > 1:
+            lines.append("# tensor-parallel overlap: the recipe's MegatronCommOverlapCallback(tp_comm_overlap=True)")
     if tr.recompute == "selective":
         lines.append("model.config.recompute_granularity=selective")
         if tr.recompute_modules:
@@ -290,6 +337,10 @@ def nemo_overrides(e: Evaluated) -> str:
     elif tr.recompute == "full":
         lines += ["model.config.recompute_granularity=full", "model.config.recompute_method=uniform",
                   "model.config.recompute_num_layers=1"]
+    if loss in ("mcore-fused", "fused", "fp32-passes"):     # Megatron-core's ModelParallelConfig fields
+        lines.append(f"model.config.cross_entropy_loss_fusion={'false' if loss == 'fp32-passes' else 'true'}")
+        if loss == "fused":
+            lines.append("model.config.cross_entropy_fusion_impl=te")
     lines += [f"data.micro_batch_size={tr.micro_batch}", f"data.global_batch_size={tr.global_batch}",
               f"data.seq_length={tr.seq_len}"]
     precision, f8 = _precision(e)

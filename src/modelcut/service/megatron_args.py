@@ -1,0 +1,403 @@
+"""Megatron-LM launch arguments -> a RUN.toml document (``modelcut from-megatron``): the reverse of
+``modelcut explore --emit megatron``. Mapping only, no formulas: the document is read by
+:func:`.runfile.run_from_dict`, the one boundary every run passes.
+
+Flags read, with Megatron-LM's defaults where a flag is absent (NVIDIA/Megatron-LM at d98e8a64dd:
+megatron/training/arguments.py, and the TransformerConfig and ModelParallelConfig fields its
+argument groups are made from, megatron/core/transformer/transformer_config.py and
+megatron/core/model_parallel_config.py):
+
+* **the model** (unless ``--model`` names a catalog one): ``--num-layers``, ``--hidden-size``,
+  ``--ffn-hidden-size`` (default 4·h, or int(4·h·2/3 / 64)·64 with ``--swiglu``: arguments.py
+  ``validate_args``), ``--num-attention-heads``, ``--group-query-attention`` with
+  ``--num-query-groups`` (KV heads; default 1 with the flag, the heads without it),
+  ``--kv-channels`` (head width), ``--swiglu`` (a gated MLP), ``--untie-embeddings-and-output-weights``
+  (default tied), ``--normalization`` (default LayerNorm), ``--disable-bias-linear`` (default
+  biases), ``--add-qkv-bias``, ``--attention-dropout``/``--hidden-dropout`` (default 0.1 each),
+  ``--position-embedding-type`` (default learned_absolute: a position table of
+  ``--max-position-embeddings``), and the vocabulary, ``--vocab-size`` or the command's ``--vocab``,
+  padded to a multiple of ``--make-vocab-size-divisible-by`` (default 128) × tp as Megatron-LM
+  pads it (megatron/training/vocab_utils.py); mixture of experts: ``--num-experts``,
+  ``--moe-router-topk`` (default 2), ``--moe-ffn-hidden-size`` (default the FFN's),
+  ``--moe-shared-expert-intermediate-size`` (shared experts of that width over the expert width),
+  ``--moe-layer-freq`` (an integer k: every k-th layer);
+* **the layout**: ``--tensor-model-parallel-size``, ``--context-parallel-size`` with
+  ``--cp-comm-type`` (default p2p, the ring) and ``--hierarchical-context-parallel-sizes``,
+  ``--pipeline-model-parallel-size`` with ``--num-virtual-stages-per-pipeline-rank`` or
+  ``--num-layers-per-virtual-pipeline-stage``, ``--expert-model-parallel-size``,
+  ``--expert-tensor-parallel-size``, ``--sequence-parallel`` (default off), the data-parallel
+  size from the world size (the command's ``--gpus``), ZeRO from ``--use-distributed-optimizer``
+  (1) and ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy`` (optim 1,
+  optim_grads 2, optim_grads_params 3, its default), ``--num-distributed-optimizer-instances``
+  (dp over it: the shard group);
+* **training**: ``--seq-length``, ``--micro-batch-size``, ``--global-batch-size`` (default
+  micro-batch × dp), ``--recompute-granularity``, ``--recompute-method``, ``--recompute-num-layers``,
+  ``--recompute-modules``, ``--bf16``/``--fp16`` (neither: fp32, which modelcut does not time),
+  ``--fp8-format`` with ``--fp8-recipe`` (default delayed; tensorwise is current scaling),
+  ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl`` (default native);
+* **the overlaps**, each as Megatron-LM's default leaves it where its flag is absent:
+  ``--overlap-grad-reduce`` and ``--overlap-param-gather`` (off), ``--tp-comm-overlap`` (off),
+  ``--no-overlap-p2p-communication`` (overlap on).
+
+Every other flag is listed as not read; a flag's value that is not a literal (``$TP``) is one line
+naming the flag.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from .. import catalog
+from ..core.costs.context import cp_kind_name
+from ..core.errors import ModelcutError
+from ..core.specs import CP_KINDS
+from .limits import DEFAULT, Limits
+from .runfile import run_from_dict
+
+#: The flags that take several values (argparse nargs "+" or "*"): --cp-comm-type may name one form a
+#: layer; the others list sizes or module names.
+_MULTI = ("cp-comm-type", "hierarchical-context-parallel-sizes", "recompute-modules")
+
+#: Flags that take no value (store_true / store_false).
+_SWITCHES = ("sequence-parallel", "use-distributed-optimizer", "use-megatron-fsdp", "swiglu", "group-query-attention",
+             "untie-embeddings-and-output-weights", "disable-bias-linear", "add-qkv-bias", "bf16", "fp16",
+             "cross-entropy-loss-fusion", "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
+             "no-overlap-p2p-communication", "fp8-param-gather")
+
+_MODEL_FLAGS = ("num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
+                "num-query-groups", "kv-channels", "swiglu", "untie-embeddings-and-output-weights", "normalization",
+                "disable-bias-linear", "add-qkv-bias", "attention-dropout", "hidden-dropout",
+                "position-embedding-type", "max-position-embeddings", "vocab-size", "make-vocab-size-divisible-by",
+                "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
+                "moe-layer-freq")
+_RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-type",
+              "hierarchical-context-parallel-sizes", "pipeline-model-parallel-size", "pipeline-model-parallel-layout",
+              "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage",
+              "expert-model-parallel-size", "expert-tensor-parallel-size", "sequence-parallel",
+              "use-distributed-optimizer", "use-megatron-fsdp", "data-parallel-sharding-strategy",
+              "num-distributed-optimizer-instances", "seq-length", "micro-batch-size", "global-batch-size",
+              "recompute-granularity", "recompute-method", "recompute-num-layers", "recompute-modules", "bf16",
+              "fp16", "fp8-format", "fp8-recipe", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
+              "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "no-overlap-p2p-communication")
+#: Megatron-core's --fp8-recipe names -> modelcut's recipes (tensorwise is current scaling).
+_RECIPES = {"delayed": "delayed", "tensorwise": "current", "blockwise": "blockwise", "mxfp8": "mxfp8"}
+_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def parse_flags(text: str) -> dict[str, list[str]]:
+    """A launch line or script's Megatron-LM flags: {name without "--": its values}, the last
+    occurrence winning as argparse lets it. Words before the first flag (``torchrun``,
+    ``pretrain_gpt.py``) and ``#`` comments are passed over; a backslash ends a line as the shell
+    reads it; ``--name=value`` is ``--name value``."""
+    try:
+        words = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as exc:
+        raise ModelcutError(f"cannot read the arguments: {exc}") from None
+    out: dict[str, list[str]] = {}
+    name: str | None = None
+    for w in words:
+        if w.startswith("--") and len(w) > 2:
+            name, _, value = w[2:].partition("=")
+            out[name] = [value] if value else []
+        elif name is not None:
+            out[name].append(w)
+    return out
+
+
+def _one(flags: dict[str, list[str]], name: str) -> str | None:
+    vals = flags.get(name)
+    if vals is None:
+        return None
+    if name in _SWITCHES:
+        if vals:
+            raise ModelcutError(f"--{name} takes no value, got {' '.join(vals)!r}")
+        return ""
+    if len(vals) != 1 and name not in _MULTI:
+        raise ModelcutError(f"--{name} takes one value, got {len(vals)}: {' '.join(vals) or 'none'}")
+    return vals[0] if vals else None
+
+
+def _on(flags: dict[str, list[str]], name: str) -> bool:
+    """Whether a switch (no value) is given."""
+    return _one(flags, name) is not None
+
+
+def _int(flags: dict[str, list[str]], name: str, default: int | None = None) -> int | None:
+    v = _one(flags, name)
+    return default if v is None else _whole(name, v)
+
+
+def _whole(name: str, v: str) -> int:
+    try:
+        out = int(v)
+    except ValueError:
+        raise ModelcutError(f"--{name}: cannot read {v!r} as a whole number (expand the script's variables "
+                            "first)") from None
+    if out < 0 or (out == 0 and name != "recompute-num-layers"):
+        raise ModelcutError(f"--{name} must be a positive whole number, got {v}")
+    return out
+
+
+def _float(flags: dict[str, list[str]], name: str, default: float) -> float:
+    v = _one(flags, name)
+    if v is None:
+        return default
+    try:
+        return float(v)
+    except ValueError:
+        raise ModelcutError(f"--{name}: cannot read {v!r} as a number") from None
+
+
+def _choice(flags: dict[str, list[str]], name: str, default: str | None, choices) -> str | None:
+    v = _one(flags, name)
+    if v is None:
+        return default
+    if v not in choices:
+        raise ModelcutError(f"--{name} must be one of {', '.join(choices)}, got {v!r}")
+    return v
+
+
+def _model(flags: dict[str, list[str]], tp: int, vocab: int | None) -> dict[str, Any]:
+    """The [model] table the flags describe (module doc)."""
+    for need in ("num-layers", "hidden-size", "num-attention-heads"):
+        if need not in flags:
+            raise ModelcutError(f"--{need} is missing: give the model's shape, or name a catalog model with --model")
+    h, heads = _int(flags, "hidden-size"), _int(flags, "num-attention-heads")
+    gated = _on(flags, "swiglu")
+    ffn = _int(flags, "ffn-hidden-size", int(4 * h * 2 / 3 / 64) * 64 if gated else 4 * h)
+    kv = _int(flags, "num-query-groups", 1) if _on(flags, "group-query-attention") else heads
+    given = _int(flags, "vocab-size", vocab)
+    if given is None:
+        raise ModelcutError("the vocabulary is not in the arguments (Megatron-LM reads it from the tokenizer): "
+                            "give --vocab, or name a catalog model with --model")
+    multiple = _int(flags, "make-vocab-size-divisible-by", 128) * tp
+    positions = _choice(flags, "position-embedding-type", "learned_absolute",
+                        ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"))
+    table: dict[str, Any] = {
+        "layers": _int(flags, "num-layers"), "hidden": h, "ffn_hidden": ffn, "heads": heads, "kv_heads": kv,
+        "vocab": -(-given // multiple) * multiple, "gated_mlp": gated,
+        "tied_embeddings": not _on(flags, "untie-embeddings-and-output-weights"),
+        "norm": "rmsnorm" if _choice(flags, "normalization", "LayerNorm", ("LayerNorm", "RMSNorm")) == "RMSNorm"
+        else "layernorm",
+        "bias": not _on(flags, "disable-bias-linear"),
+        "dropout": _float(flags, "attention-dropout", 0.1) > 0 or _float(flags, "hidden-dropout", 0.1) > 0,
+    }
+    if _on(flags, "add-qkv-bias"):
+        table["qkv_bias"] = True
+    width = _int(flags, "kv-channels")
+    if width is not None and width * heads != h:
+        table["head_dim"] = width
+    if positions == "learned_absolute":
+        table["learned_positions"] = True
+        table["max_seq"] = _int(flags, "max-position-embeddings", _int(flags, "seq-length"))
+    experts = _int(flags, "num-experts")
+    if experts is not None and experts > 1:
+        expert_ffn = _int(flags, "moe-ffn-hidden-size", ffn)
+        table.update(experts=experts, top_k=_int(flags, "moe-router-topk", 2), expert_ffn_hidden=expert_ffn)
+        shared = _int(flags, "moe-shared-expert-intermediate-size")
+        if shared:
+            if shared % expert_ffn:
+                raise ModelcutError(f"--moe-shared-expert-intermediate-size ({shared}) is not a whole number of "
+                                    f"experts of width {expert_ffn}")
+            table["shared_experts"] = shared // expert_ffn
+        freq = _one(flags, "moe-layer-freq")
+        if freq is not None:
+            try:
+                table["moe_every"] = int(freq)
+            except ValueError:
+                raise ModelcutError(f"--moe-layer-freq {freq!r}: a pattern of layers is not read; give an integer, "
+                                    "or name a catalog model with --model") from None
+    return table
+
+
+def _virtual_stages(text: str, pp: int) -> int:
+    """The virtual stages a rank holds under ``--pipeline-model-parallel-layout`` (its stages, "|"
+    between them, "(...)*k" repeating a run: megatron/core/transformer/pipeline_parallel_layer_layout.py),
+    over pp. modelcut then splits the layers as the stack's rule does for that many stages (the
+    string's own split is not read: docs/default-model.md, "From Megatron-LM arguments")."""
+    expanded = text.replace(" ", "")
+    pattern = re.compile(r"\(([^()]*)\)\*(\d+)")
+    while (m := pattern.search(expanded)) is not None:
+        expanded = expanded[:m.start()] + m.group(1) * int(m.group(2)) + expanded[m.end():]
+    if "(" in expanded or ")" in expanded:
+        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: cannot read its repeats")
+    stages = len(expanded.split("|"))
+    if stages % pp:
+        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: {stages} stages are not a multiple of "
+                            f"pp ({pp})")
+    return stages // pp
+
+
+def _recompute(flags: dict[str, list[str]]) -> dict[str, Any]:
+    gran = _choice(flags, "recompute-granularity", None, ("full", "selective"))
+    if gran is None:
+        return {"recompute": "none"}
+    if gran == "selective":
+        out: dict[str, Any] = {"recompute": "selective"}
+        if flags.get("recompute-modules"):
+            out["recompute_modules"] = list(flags["recompute-modules"])
+        return out
+    method = _choice(flags, "recompute-method", None, ("uniform", "block"))
+    n = _int(flags, "recompute-num-layers", 1)
+    if method is None:
+        raise ModelcutError("--recompute-granularity full needs --recompute-method uniform or block")
+    if method == "block":
+        return {"recompute": "full", "recompute_layers": n}
+    if n != 1:
+        raise ModelcutError(f"--recompute-method uniform --recompute-num-layers {n}: checkpoints of {n} layers "
+                            "at a time are not modelled (uniform with 1 is full recomputation)")
+    return {"recompute": "full"}
+
+
+def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vocab: int | None = None,
+                 gpus_per_node: int | None = None, framework: str = "megatron-core"
+                 ) -> tuple[dict[str, Any], list[str]]:
+    """(the RUN.toml document, the flags not read) of Megatron-LM launch arguments (module doc) on
+    ``gpus`` of ``gpu``; ``model`` names a catalog model instead of the shape flags."""
+    flags = parse_flags(text)
+    tp, cp, pp = (_int(flags, f"{k}-parallel-size", 1) for k in ("tensor-model", "context", "pipeline-model"))
+    if gpus % (tp * cp * pp):
+        raise ModelcutError(f"the world size {gpus} is not a multiple of tp·cp·pp = {tp}·{cp}·{pp}")
+    dp = gpus // (tp * cp * pp)
+    doc: dict[str, Any] = {"model": {"name": model} if model else _model(flags, tp, vocab),
+                           "hardware": {"gpu": gpu, "gpus": gpus}}
+    if gpus_per_node is not None:
+        doc["hardware"]["gpus_per_node"] = gpus_per_node
+    layout: dict[str, Any] = {"tp": tp, "cp": cp, "pp": pp, "dp": dp}
+    if cp > 1:
+        kinds = {cp_kind_name(k) for k in flags.get("cp-comm-type") or ["p2p"]}
+        bad = sorted(kinds - set(CP_KINDS))
+        if bad:
+            raise ModelcutError(f"--cp-comm-type {bad[0]!r}: Megatron-LM's forms are p2p, a2a, allgather, a2a+p2p")
+        if len(kinds) > 1:
+            raise ModelcutError(f"--cp-comm-type names a form a layer ({', '.join(sorted(kinds))}): modelcut times one")
+        layout["cp_kind"] = kinds.pop()
+        sizes = flags.get("hierarchical-context-parallel-sizes")
+        if sizes:
+            if len(sizes) != 2:
+                raise ModelcutError(f"--hierarchical-context-parallel-sizes takes two sizes, got {' '.join(sizes)}")
+            a2a, ring = (_whole("hierarchical-context-parallel-sizes", x) for x in sizes)
+            if a2a * ring != cp:
+                raise ModelcutError(f"--hierarchical-context-parallel-sizes {a2a} {ring}: their product is not "
+                                    f"the context-parallel size {cp}")
+            layout["cp_a2a"] = a2a
+    layers = _int(flags, "num-layers")
+    vpp = _int(flags, "num-virtual-stages-per-pipeline-rank")
+    split = _one(flags, "pipeline-model-parallel-layout")
+    if split is not None and vpp is None:
+        vpp = _virtual_stages(split, pp)
+    per_stage = _int(flags, "num-layers-per-virtual-pipeline-stage")
+    if vpp is None and per_stage is not None:
+        if layers is None or layers % (pp * per_stage):
+            raise ModelcutError(f"--num-layers-per-virtual-pipeline-stage {per_stage} needs --num-layers, a multiple "
+                                f"of pp × it ({pp} × {per_stage})")
+        vpp = layers // (pp * per_stage)
+    if vpp is not None and vpp > 1:
+        layout["vpp"] = vpp
+    layout["schedule"] = "interleaved" if pp > 1 and (vpp or 1) > 1 else "1f1b"
+    ep = _int(flags, "expert-model-parallel-size", 1)
+    if ep > 1:
+        layout["ep"] = ep
+        etp = _int(flags, "expert-tensor-parallel-size")
+        if etp is not None:
+            layout["etp"] = etp
+    layout["sequence_parallel"] = _on(flags, "sequence-parallel") and tp > 1
+    zero = 1 if _on(flags, "use-distributed-optimizer") else 0
+    if _on(flags, "use-megatron-fsdp"):
+        zero = _SHARDING[_choice(flags, "data-parallel-sharding-strategy", "optim_grads_params", tuple(_SHARDING))]
+    layout["zero"] = zero
+    instances = _int(flags, "num-distributed-optimizer-instances", 1)
+    if instances > 1:
+        if dp % instances:
+            raise ModelcutError(f"--num-distributed-optimizer-instances {instances} does not divide dp ({dp})")
+        layout["dp_shard"] = dp // instances
+    doc["layout"] = layout
+
+    if "seq-length" not in flags:
+        raise ModelcutError("--seq-length is missing")
+    mb = _int(flags, "micro-batch-size")
+    if mb is None:
+        raise ModelcutError("--micro-batch-size is missing")
+    training: dict[str, Any] = {"seq_len": _int(flags, "seq-length"), "micro_batch": mb,
+                                "global_batch": _int(flags, "global-batch-size", mb * dp), **_recompute(flags)}
+    if "fp8-format" in flags:
+        _choice(flags, "fp8-format", None, ("e4m3", "hybrid"))
+        training["precision"] = "fp8"
+        training["fp8_recipe"] = _RECIPES[_choice(flags, "fp8-recipe", "delayed", tuple(_RECIPES))]
+    elif _on(flags, "fp16"):
+        training["precision"] = "fp16"
+    elif _on(flags, "bf16"):
+        training["precision"] = "bf16"
+    else:
+        raise ModelcutError("neither --bf16 nor --fp16: Megatron-LM would train in fp32, which modelcut does not time")
+    if _on(flags, "cross-entropy-loss-fusion"):
+        impl = _choice(flags, "cross-entropy-fusion-impl", "native", ("native", "te"))
+        training["cross_entropy"] = "fused" if impl == "te" else "mcore-fused"
+    else:
+        training["cross_entropy"] = "fp32-passes"
+    doc["training"] = training
+    on = {"grad_reduce": _on(flags, "overlap-grad-reduce"), "param_gather": _on(flags, "overlap-param-gather"),
+          "tp_comm": _on(flags, "tp-comm-overlap"), "p2p_async": not _on(flags, "no-overlap-p2p-communication")}
+    doc["settings"] = {"framework": framework,
+                       "overlap": ",".join(f"{k}={'on' if v else 'off'}" for k, v in on.items())}
+    read = set(_RUN_FLAGS) | (set() if model else set(_MODEL_FLAGS))
+    if model:
+        _check_model_flags(flags, model)
+    return doc, sorted(f"--{f}" for f in flags if f not in read)
+
+
+def _check_model_flags(flags: dict[str, list[str]], model: str) -> None:
+    """With a catalog model, the arguments' layer count, width and heads must be that model's."""
+    spec = catalog.model(model)
+    for flag, want in (("num-layers", spec.layers), ("hidden-size", spec.hidden), ("num-attention-heads", spec.heads)):
+        got = _int(flags, flag)
+        if got is not None and got != want:
+            raise ModelcutError(f"--{flag} {got} is not {spec.name}'s {want}")
+
+
+def toml_text(doc: dict[str, Any], header: list[str] = ()) -> str:
+    """The document as RUN.toml text: its tables in order, strings quoted, booleans lower case,
+    lists of strings as arrays; ``header`` lines first, as comments."""
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+
+    lines = [f"# {h}" for h in header]
+    for name, table in doc.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def run_file_text(text: str, source: str, *, gpu: str, gpus: int, model: str | None = None,
+                  vocab: int | None = None, gpus_per_node: int | None = None, framework: str = "megatron-core",
+                  limits: Limits | None = None) -> str:
+    """The use case of ``modelcut from-megatron``: the RUN.toml text of Megatron-LM arguments
+    (``source`` names where they came from, a file or "-"), read back through
+    :func:`.runfile.run_from_dict` first so that every problem is one line now, not at predict.
+    A shape read from the flags is named after the source file."""
+    lim = limits or DEFAULT
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ModelcutError(f"--gpus must be at least 1, got {gpus!r}")
+    lim.check("max_gpus", gpus, "--gpus")
+    catalog.hardware(gpu)                # an unknown name is one line before the arguments are read
+    fw = catalog.framework(framework)
+    doc, unread = run_document(text, gpu=gpu, gpus=gpus, model=model, vocab=vocab, gpus_per_node=gpus_per_node,
+                               framework=fw.name)
+    if "name" not in doc["model"]:
+        doc["model"] = {"name": "megatron-args" if source == "-" else Path(source).stem, **doc["model"]}
+    settings = doc.pop("settings")
+    run_from_dict(doc, where=f"{source} (as a RUN.toml)", limits=lim)
+    doc["settings"] = settings
+    header = [f"from the Megatron-LM arguments of {source}: modelcut from-megatron"]
+    if unread:
+        header.append("flags not read: " + " ".join(unread))
+    return toml_text(doc, header)

@@ -1,0 +1,193 @@
+"""``modelcut from-megatron``: Megatron-LM launch arguments as a RUN.toml, the reverse of
+``explore --emit megatron``."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from modelcut import catalog
+from modelcut.cli import main
+from modelcut.core.errors import ModelcutError
+from modelcut.export.emit import megatron_args
+from modelcut.service.explore import ExploreRequest, catalog_request, run_explore
+from modelcut.service.megatron_args import parse_flags, run_document
+
+LLAMA70 = (Path(__file__).parent / "data" / "llama3-70b-megatron.sh").read_text()
+
+
+def _doc(text: str = LLAMA70, **kw):
+    args = dict(gpu="h100", gpus=64, vocab=128256) | kw
+    return run_document(text, **args)
+
+
+def test_a_launch_script_reads_as_megatron_lm_would_run_it():
+    doc, unread = _doc()
+    m, lay, tr = doc["model"], doc["layout"], doc["training"]
+    assert (m["layers"], m["hidden"], m["ffn_hidden"], m["heads"], m["kv_heads"]) == (80, 8192, 28672, 64, 8)
+    assert m["gated_mlp"] and not m["tied_embeddings"] and m["norm"] == "rmsnorm" and not m["bias"]
+    assert not m["dropout"] and "learned_positions" not in m
+    assert m["vocab"] == 128512          # 128,256 padded to a multiple of 128 · tp 4 (vocab_utils.py)
+    assert (lay["tp"], lay["cp"], lay["pp"], lay["dp"], lay["vpp"]) == (4, 2, 4, 2, 4)   # 80 / (4 · 5) = 4
+    assert lay["schedule"] == "interleaved" and lay["cp_kind"] == "ring" and lay["sequence_parallel"]
+    assert lay["zero"] == 1
+    assert tr == {"seq_len": 8192, "micro_batch": 1, "global_batch": 128, "recompute": "selective",
+                  "precision": "bf16", "cross_entropy": "mcore-fused"}
+    assert doc["settings"] == {"framework": "megatron-core",
+                               "overlap": "grad_reduce=on,param_gather=on,tp_comm=on,p2p_async=on"}
+    assert unread == ["--data-path", "--lr", "--nproc_per_node", "--tokenizer-type"]
+
+
+def test_megatron_lms_defaults_where_a_flag_is_absent():
+    """No --swiglu: a 4·h MLP; dropout 0.1; learned positions; tied embeddings; biases; plain data
+    parallelism (ZeRO-0) without --use-distributed-optimizer; every overlap off but the pipeline's;
+    no --global-batch-size: micro-batch × dp; --fp8-format alone: delayed scaling; with --swiglu and
+    no --ffn-hidden-size, int(4·h·2/3 / 64)·64."""
+    text = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 4096"
+            " --micro-batch-size 4 --tensor-model-parallel-size 2 --bf16 --fp8-format hybrid --vocab-size 50257")
+    doc, _ = run_document(text, gpu="h100", gpus=16)
+    m = doc["model"]
+    assert m["ffn_hidden"] == 8192 and m["dropout"] and m["learned_positions"] and m["max_seq"] == 4096
+    assert m["tied_embeddings"] and m["bias"] and m["norm"] == "layernorm" and m["kv_heads"] == 16
+    assert m["vocab"] == 50432            # 50,257 to a multiple of 256
+    assert doc["layout"]["zero"] == 0 and doc["layout"]["sequence_parallel"] is False
+    assert doc["training"]["global_batch"] == 4 * 8 and doc["training"]["fp8_recipe"] == "delayed"
+    assert doc["settings"]["overlap"] == "grad_reduce=off,param_gather=off,tp_comm=off,p2p_async=on"
+    doc, _ = run_document(text + " --swiglu", gpu="h100", gpus=16)
+    assert doc["model"]["ffn_hidden"] == int(4 * 2048 * 2 / 3 / 64) * 64 == 5440
+
+
+def test_flags_are_read_as_argparse_reads_them():
+    flags = parse_flags("python x.py --a 1 --b=2 --c x y \\\n --a 3  # --d 4")
+    assert flags == {"a": ["3"], "b": ["2"], "c": ["x", "y"]}
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("--tensor-model-parallel-size $TP", "--tensor-model-parallel-size: cannot read '$TP'"),
+    ("--moe-layer-freq ([1]*3+[0])*2 --num-experts 8", "a pattern of layers is not read"),
+    ("--recompute-granularity full --recompute-method uniform --recompute-num-layers 2", "not modelled"),
+    ("--recompute-granularity full", "needs --recompute-method"),
+    ("--cp-comm-type ring2", "--cp-comm-type 'ring2'"),
+    ("--cp-comm-type p2p a2a", "a form a layer"),
+    ("--hierarchical-context-parallel-sizes 2 2 --cp-comm-type a2a+p2p", "not the context-parallel size 2"),
+    ("--data-parallel-sharding-strategy everything --use-megatron-fsdp", "must be one of"),
+    ("--sequence-parallel yes", "takes no value"),
+])
+def test_bad_arguments_are_one_line(extra, needle):
+    with pytest.raises(ModelcutError, match=None) as e:
+        _doc(LLAMA70 + " " + extra)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_what_the_arguments_lack_is_named(tmp_path, capsys):
+    f = tmp_path / "launch.sh"
+    f.write_text(LLAMA70.replace("--bf16", ""))
+    assert main(["from-megatron", str(f), "--gpu", "h100", "--gpus", "64", "--vocab", "128256"]) == 2
+    assert "neither --bf16 nor --fp16" in capsys.readouterr().err
+    f.write_text(LLAMA70)
+    assert main(["from-megatron", str(f), "--gpu", "h100", "--gpus", "64"]) == 2
+    assert "give --vocab" in capsys.readouterr().err
+    assert main(["from-megatron", str(f), "--gpu", "h100", "--gpus", "60", "--vocab", "128256"]) == 2
+    assert "not a multiple of tp·cp·pp" in capsys.readouterr().err
+    assert main(["from-megatron", str(f), "--gpu", "h100", "--gpus", "64", "--model", "llama3-8b"]) == 2
+    assert "--num-layers 80 is not llama3-8b's 32" in capsys.readouterr().err
+    assert main(["from-megatron", str(tmp_path / "none.sh"), "--gpu", "h100", "--gpus", "64"]) == 2
+    assert "cannot read it" in capsys.readouterr().err
+
+
+def test_the_cli_writes_a_run_file_predict_reads(tmp_path, capsys):
+    f, out = tmp_path / "launch.sh", tmp_path / "run.toml"
+    f.write_text(LLAMA70)
+    assert main(["from-megatron", str(f), "--gpu", "h100", "--gpus", "64", "--model", "llama3-70b", "-o", str(out)]) == 0
+    text = out.read_text()
+    unread = text.splitlines()[1]
+    assert text.startswith("# from the Megatron-LM arguments of") and unread.startswith("# flags not read: ")
+    assert "--data-path" in unread and "--num-layers" in unread      # with --model, the shape flags too
+    assert tomllib.loads(text)["model"] == {"name": "llama3-70b"}
+    assert main(["predict", str(out), "--json"]) == 0
+    pred = json.loads(capsys.readouterr().out)
+    assert pred["layout"]["tp"] == 4 and pred["layout"]["vpp"] == 4 and pred["step_time_s"] > 0
+
+
+def test_zero_0_is_plain_data_parallelism(tmp_path, capsys):
+    """Without --use-distributed-optimizer Megatron-LM replicates the optimizer states: the run is
+    timed and sized as ZeRO-0 under megatron-core, which runs it (no rule note), with more memory
+    for the optimizer than with the flag."""
+    peaks = {}
+    for flag in ("", "--use-distributed-optimizer"):
+        f, out = tmp_path / "launch.sh", tmp_path / "run.toml"
+        f.write_text(LLAMA70.replace("--use-distributed-optimizer", flag).replace("--overlap-param-gather", ""))
+        assert main(["from-megatron", str(f), "--gpu", "h100", "--gpus", "64", "--model", "llama3-70b",
+                     "-o", str(out)]) == 0
+        assert main(["predict", str(out), "--json"]) == 0
+        pred = json.loads(capsys.readouterr().out)
+        assert not any("stack rule" in n for n in pred["notes"])
+        peaks[flag] = pred["memory"]["stages"][0]["optimizer_bytes"]
+    assert peaks[""] == pytest.approx(4 * peaks["--use-distributed-optimizer"])     # replicated, not over dp·cp = 4
+
+
+SEARCHES = [
+    catalog_request("nemo2407-llama3-70b-64", top=3),
+    ExploreRequest(model=catalog.model("llama3-8b"), hw=catalog.hardware("h100"), gpus=32, seq=131072,
+                   global_batch_tokens=1 << 20, top=3),
+    ExploreRequest(model=catalog.model("mixtral-8x7b"), hw=catalog.hardware("h100"), gpus=64, seq=4096,
+                   global_batch_tokens=1 << 21, top=3, framework="nemo"),
+]
+
+
+@pytest.mark.parametrize("req", SEARCHES, ids=["llama3-70b-nemo-24.07-fp8", "llama3-8b-128k-cp", "mixtral-nemo"])
+def test_emitted_arguments_read_back_to_the_same_prediction(req, tmp_path, capsys):
+    """The round trip: a ranked layout's --emit megatron arguments, read back by from-megatron
+    (the catalog model named, the stack the search ran on), predict to the step time the explorer
+    gave it, to the last digit: layouts with interleaving, uneven splits (--pipeline-model-parallel-layout),
+    context parallelism of each form (the hierarchical one too), experts, FP8, every ZeRO stage the
+    stacks run, the overlaps and the loss kernel."""
+    req = replace(req, space=replace(req.space, schedules=("1f1b", "interleaved")))
+    res = run_explore(req)
+    seen = res.exploration.layouts[::max(1, len(res.exploration.layouts) // 8)][:8]
+    assert seen
+    for e in seen:
+        f, out = tmp_path / "a.sh", tmp_path / "r.toml"
+        f.write_text(megatron_args(e, res.framework))
+        assert main(["from-megatron", str(f), "--gpu", req.hw.name, "--gpus", str(req.gpus), "--model",
+                     req.model.name, "--framework", res.framework.name, "-o", str(out)]) == 0
+        assert main(["predict", str(out), "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)["step_time_s"]
+        assert got == pytest.approx(e.step_time_s, rel=1e-9), megatron_args(e, res.framework)
+
+
+def test_emitted_arguments_carry_the_stacks_overlaps():
+    """megatron-core's preset overlaps the gradient reduction and (with the distributed optimizer)
+    the weight gather; NeMo's also the tensor-parallel collectives; a stack that leaves an overlap
+    off emits no flag for it, and without a pipeline no p2p flag."""
+    res = run_explore(catalog_request("nemo2407-llama3-70b-64", top=1))
+    e = res.layouts[0]
+    args = megatron_args(e, res.framework).splitlines()
+    assert {"--overlap-grad-reduce", "--overlap-param-gather"} <= set(args)
+    assert ("--tp-comm-overlap" in args) == (e.structure.tp > 1)
+    quiet = megatron_args(e, res.framework.with_overlap({"grad_reduce": False, "tp_comm": False})).splitlines()
+    assert "--overlap-grad-reduce" not in quiet and "--tp-comm-overlap" not in quiet
+    assert not any("overlap" in a for a in megatron_args(e).splitlines())       # no stack: no flags
+    from modelcut.export.emit import nemo_overrides, torchtitan_toml
+    nemo = nemo_overrides(e, res.framework).splitlines()
+    assert "trainer.strategy.ddp.overlap_grad_reduce=true" in nemo and "model.config.cross_entropy_loss_fusion=true" in nemo
+    titan = tomllib.loads(torchtitan_toml(e, res.framework))["parallelism"]
+    assert titan.get("enable_async_tensor_parallel", False) == (e.structure.tp > 1)
+
+
+def test_standard_input_and_unknown_names(monkeypatch, capsys):
+    import io
+    monkeypatch.setattr("sys.stdin", io.StringIO(LLAMA70))
+    assert main(["from-megatron", "-", "--gpu", "h100", "--gpus", "64", "--vocab", "128256"]) == 0
+    doc = tomllib.loads(capsys.readouterr().out)
+    assert doc["model"]["name"] == "megatron-args" and doc["layout"]["tp"] == 4
+    monkeypatch.setattr("sys.stdin", io.StringIO(LLAMA70))
+    assert main(["from-megatron", "-", "--gpu", "a100x", "--gpus", "64"]) == 2
+    assert "unknown GPU 'a100x'" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO(LLAMA70))
+    assert main(["from-megatron", "-", "--gpu", "h100", "--gpus", "64", "--vocab", "128256", "--framework", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
