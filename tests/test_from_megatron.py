@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from modelcut import catalog
 from modelcut.cli import main
@@ -191,3 +192,34 @@ def test_standard_input_and_unknown_names(monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO(LLAMA70))
     assert main(["from-megatron", "-", "--gpu", "h100", "--gpus", "64", "--vocab", "128256", "--framework", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+SMALL_ARGS = "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --micro-batch-size 1 --bf16"
+FLAG_NAMES = ["num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
+              "num-query-groups", "kv-channels", "swiglu", "seq-length", "micro-batch-size", "global-batch-size",
+              "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size", "cp-comm-type",
+              "hierarchical-context-parallel-sizes", "num-virtual-stages-per-pipeline-rank",
+              "num-layers-per-virtual-pipeline-stage", "pipeline-model-parallel-layout", "expert-model-parallel-size",
+              "expert-tensor-parallel-size", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+              "moe-layer-freq", "use-megatron-fsdp", "data-parallel-sharding-strategy",
+              "num-distributed-optimizer-instances", "recompute-granularity", "recompute-method",
+              "recompute-num-layers", "recompute-modules", "fp8-format", "fp8-recipe", "bf16", "fp16", "vocab-size",
+              "sequence-parallel", "position-embedding-type", "max-position-embeddings", "attention-dropout"]
+VALUES = ["", "1", "2", "4", "8", "0", "-3", "2048", "10" * 12, "1e3", "abc", "$X", "nan", "p2p a2a", "E|t|L",
+          "(t|)*3", "full", "block", "uniform", "selective", "hybrid", "mxfp8", "optim", "core_attn moe_act", "4 2"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(FLAG_NAMES), st.sampled_from(VALUES)), max_size=14),
+       st.sampled_from([1, 8, 64, 1000]), st.sampled_from([None, "gpt-1.7b"]))
+@settings(max_examples=150, deadline=None)
+def test_any_argument_list_reads_or_is_one_line(pairs, gpus, model):
+    """Whatever the flags and values, the arguments read into a RUN.toml or stop at one line
+    naming the problem (a ModelcutError), never another exception."""
+    from modelcut.service.megatron_args import run_file_text
+    text = SMALL_ARGS + " " + " ".join(f"--{k} {v}" for k, v in pairs)
+    try:
+        out = run_file_text(text, "fuzz.sh", gpu="h100", gpus=gpus, model=model, vocab=32000)
+    except ModelcutError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert tomllib.loads(out)["hardware"]["gpus"] == gpus
