@@ -392,12 +392,16 @@ def test_expert_states_shard_over_the_expert_data_parallel_group():
 
 def test_memory_report_counts_the_framework_stack():
     """A stack with Megatron's distributed optimizer shards the optimizer states as ZeRO-1 does
-    (6 + 12/D bytes per parameter), whatever the layout's zero says; unfused attention keeps
-    the score matrix; FSDP's resharding changes what ZeRO-3 holds."""
+    (6 + 12/D bytes per parameter) where the layout leaves ZeRO open, and keeps a given zero = 0
+    (plain data parallelism); unfused attention keeps the score matrix; FSDP's resharding changes
+    what ZeRO-3 holds."""
     run = make_run(GPT3, tp=4, pp=8, dp=16, vpp=6, sp=True, schedule="interleaved", gb=2048)
     plain = memory_report(run)
-    nemo = memory_report(run, framework=catalog.framework("nemo"))
+    nemo = memory_report(run.with_layout(zero=None), framework=catalog.framework("nemo"))
     assert nemo["assumptions"]["zero"] == 1 and plain["assumptions"]["zero"] == 0
+    given = memory_report(run, framework=catalog.framework("nemo"))
+    assert given["assumptions"]["zero"] == 0
+    assert given["stages"][0]["optimizer_bytes"] == pytest.approx(plain["stages"][0]["optimizer_bytes"])
     for a, b in zip(plain["stages"], nemo["stages"]):
         assert b["optimizer_bytes"] == pytest.approx(a["optimizer_bytes"] / 16)
         assert b["gradients_bytes"] == pytest.approx(a["gradients_bytes"] / 2)   # NeMo reduces in bf16
