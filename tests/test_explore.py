@@ -184,7 +184,9 @@ def test_emitted_settings_describe_the_layout(rank):
     assert (par["tensor_parallel_degree"] * par["context_parallel_degree"] * par["pipeline_parallel_degree"]
             * par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]) == 64
     assert conf["activation_checkpoint"]["mode"] == e.recompute
-    assert conf["training"]["local_batch_size"] * s.dp == conf["training"]["global_batch_size"] == 256
+    local = conf["training"]["local_batch_size"]     # one forward's without a pipeline, one schedule run's with
+    assert conf["training"]["global_batch_size"] == 256 and 256 % (local * s.dp) == 0
+    assert local == (s.micro_batch if s.pp == 1 else 256 // s.dp)
     if s.pp > 1:
         parts = par["module_fqns_per_model_part"]
         assert len(parts) == s.pp * s.vpp

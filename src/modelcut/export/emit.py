@@ -24,7 +24,9 @@ the gathered weights through the backward, the memory of ZeRO-2), ``tensor_paral
 ``expert_tensor_parallel_degree`` (v0.2.2: 1, whose default it is, or tp), ``pipeline_parallel_degree``,
 ``pipeline_parallel_schedule`` (torch.distributed.pipelining names), ``pipeline_parallel_microbatch_size``
 and ``module_fqns_per_model_part`` (the exact split); ``[activation_checkpoint] mode``;
-``[training] local_batch_size, global_batch_size, seq_len``.
+``[training] local_batch_size (one forward's sequences without a pipeline, one schedule run's with
+one: the step accumulates gradients over global_batch_size/(local_batch_size·dp) of them, v0.2.2
+train.py), global_batch_size, seq_len``.
 
 NeMo 2.0 (NeMo-Run overrides of a pretraining recipe, ``nemo llm pretrain --factory RECIPE``):
 ``trainer.strategy`` (``MegatronStrategy``: ``tensor_model_parallel_size``,
@@ -258,7 +260,11 @@ def torchtitan_toml(e: Evaluated, framework=None) -> str:
         out.append(f"# recompute_layers {tr.recompute_layers} (the first layers of each chunk): torchtitan "
                    "recomputes every layer, or every k-th (selective_ac_option = k); every layer is the nearest "
                    "that fits")
-    out += ["", "[training]", f"local_batch_size = {tr.global_batch // s.dp}",
+    # torchtitan's local batch is one forward's without a pipeline (the step accumulates gradients
+    # over global/(local·dp) of them: v0.2.2 train.py gradient_accumulation_steps) and one schedule
+    # run's with one, cut into micro-batches of pipeline_parallel_microbatch_size
+    local = tr.micro_batch if s.pp == 1 else (tr.local_batch or tr.global_batch // s.dp)
+    out += ["", "[training]", f"local_batch_size = {local}",
             f"global_batch_size = {tr.global_batch}", f"seq_len = {tr.seq_len}"]
     precision, f8 = _precision(e)
     if precision == "fp16":
