@@ -57,6 +57,8 @@ def test_every_preset_has_rules_and_every_rule_a_source():
     ("megatron-2021", dict(tp=8, pp=2, dp=64, vpp=3), "interleave_min_pp"),
     ("fsdp-compile", dict(pp=4, dp=16, schedule="zbv", vpp=2), "schedules"),       # compiled stages
     ("fsdp", dict(tp=2, dp=32, zero=0), "zero0_flat_mesh_only"),                   # DDP with TP refused
+    ("fsdp", dict(tp=4, cp=8, dp=1, zero=0), "zero0_flat_mesh_only"),              # FSDP over the cp ranks
+    ("fsdp", dict(tp=8, dp=1, zero=0), None),                                      # no data parallelism at all
     ("fsdp", dict(tp=8, cp=2, seq=8200), "cp_seq_multiple_tp"),
     ("megatron-2021", dict(tp=8, sequence_parallel=True), "sequence_parallel"),
     ("megatron-core", dict(tp=2, ep=4, dp=8, sequence_parallel=False), "ep_with_tp_needs_sp"),

@@ -113,7 +113,9 @@ def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1
         elif pp > 1 and zero not in caps.zero_with_pipeline:
             bad("zero_with_pipeline", f"ZeRO-{zero} with pp = {pp} (with a pipeline it runs "
                                       f"{_list(caps.zero_with_pipeline, 'ZeRO-') or 'no ZeRO stage'})")
-        elif zero == 0 and caps.zero0_flat_mesh_only and dp > 1 and (tp > 1 or cp > 1 or pp > 1):
+        elif zero == 0 and caps.zero0_flat_mesh_only and dp * cp > 1 and (tp > 1 or cp > 1 or pp > 1):
+            # with cp > 1 the stack shards over the cp ranks whatever dp is (torchtitan v0.2.2
+            # parallel_dims.py: fsdp_enabled = dp_shard > 1 or cp > 1)
             bad("zero0_flat_mesh_only", "plain data parallelism (ZeRO-0) together with tp, cp or pp")
     if dp_shard is not None and dp_shard < dp and not caps.hybrid_shard:
         bad("hybrid_shard", f"hybrid sharding (dp_shard {dp_shard} of dp {dp})")
