@@ -1,5 +1,6 @@
-"""``modelcut from-megatron``: Megatron-LM launch arguments as a RUN.toml (the reverse of
-``explore --emit megatron``)."""
+"""``modelcut from-megatron`` and ``modelcut from-torchtitan``: Megatron-LM launch arguments and a
+torchtitan job configuration as a RUN.toml (the reverses of ``explore --emit megatron`` and
+``--emit torchtitan``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,19 @@ import typer
 
 from ..core.errors import ModelcutError
 from ..service.megatron_args import run_file_text
+from ..service.torchtitan_config import run_file_text as titan_text
 from .app import app
 from .common import limit_option, limits, write_file
+
+
+def _read(source: str) -> str:
+    """A file's text, or standard input's for "-"; one line where it cannot be read."""
+    if source == "-":
+        return sys.stdin.read()
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelcutError(f"{source}: cannot read it ({exc.__class__.__name__})") from None
 
 
 @app.command("from-megatron")
@@ -34,15 +46,35 @@ def from_megatron(
     """Megatron-LM launch arguments as a RUN.toml for modelcut predict: the model's shape, the layout,
     the batch, recomputation, precision and the overlaps the flags set (Megatron-LM's defaults where
     a flag is absent); the flags it does not read are listed at the top."""
-    if args == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            text = Path(args).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ModelcutError(f"{args}: cannot read it ({exc.__class__.__name__})") from None
+    text = _read(args)
     toml = run_file_text(text, args, gpu=gpu, gpus=gpus, model=model, vocab=vocab, gpus_per_node=gpus_per_node,
                          framework=framework, limits=limits(max_gpus=max_gpus))
+    if out is None:
+        print(toml, end="")
+    else:
+        write_file(out, toml)
+
+
+@app.command("from-torchtitan")
+def from_torchtitan(
+    config: str = typer.Argument(..., metavar="CONFIG", help="a torchtitan job configuration (TOML), or - for "
+                                                              "standard input"),
+    gpu: str = typer.Option(..., "--gpu", help="the accelerator (a catalog name or alias)"),
+    gpus: int = typer.Option(..., "--gpus", help="the world size: the GPUs the job runs on"),
+    model: Optional[str] = typer.Option(None, "--model", help="a catalog model instead of [model] name and flavor"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="accelerators per node (default: "
+                                                                              "the hardware's)"),
+    framework: Optional[str] = typer.Option(None, "--framework", help="the preset to time it on (default: "
+                                                                      "fsdp-compile with [compile] enable, else fsdp)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the RUN.toml here (default: print it)"),
+    max_gpus: Optional[int] = limit_option("max_gpus"),
+) -> None:
+    """A torchtitan job configuration as a RUN.toml for modelcut predict: the model, the layout, the
+    batch, activation checkpointing, float8 and compilation as torchtitan v0.2.2 reads them (its
+    defaults where a key is absent); the keys it does not read are listed at the top."""
+    text = _read(config)
+    toml = titan_text(text, config, gpu=gpu, gpus=gpus, model=model, gpus_per_node=gpus_per_node,
+                      framework=framework, limits=limits(max_gpus=max_gpus))
     if out is None:
         print(toml, end="")
     else:

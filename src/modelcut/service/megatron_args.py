@@ -55,7 +55,7 @@ from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
 from ..core.specs import CP_KINDS
 from .limits import DEFAULT, Limits
-from .runfile import run_from_dict
+from .runfile import run_from_dict, toml_text
 
 #: The flags that take several values (argparse nargs "+" or "*"): --cp-comm-type may name one form a
 #: layer; the others list sizes or module names.
@@ -356,25 +356,6 @@ def _check_model_flags(flags: dict[str, list[str]], model: str) -> None:
         got = _int(flags, flag)
         if got is not None and got != want:
             raise ModelcutError(f"--{flag} {got} is not {spec.name}'s {want}")
-
-
-def toml_text(doc: dict[str, Any], header: list[str] = ()) -> str:
-    """The document as RUN.toml text: its tables in order, strings quoted, booleans lower case,
-    lists of strings as arrays; ``header`` lines first, as comments."""
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        return repr(v)
-
-    lines = [f"# {h}" for h in header]
-    for name, table in doc.items():
-        lines.append(f"[{name}]")
-        lines += [f"{k} = {value(v)}" for k, v in table.items()]
-    return "\n".join(lines) + "\n"
 
 
 def run_file_text(text: str, source: str, *, gpu: str, gpus: int, model: str | None = None,

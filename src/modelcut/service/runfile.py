@@ -263,3 +263,22 @@ def load_run_with_settings(path: str | Path, limits: Limits | None = None) -> tu
         if not isinstance(v, str):
             raise ModelcutError(f"{path.name} [settings]: {k} must be a string, got {v!r}")
     return run_from_dict(doc, path.name, path.parent, limits), dict(st)
+
+
+def toml_text(doc: dict, header=()) -> str:
+    """The document as RUN.toml text: its tables in order, strings quoted, booleans lower case,
+    lists of strings as arrays; ``header`` lines first, as comments."""
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+
+    lines = [f"# {h}" for h in header]
+    for name, table in doc.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
