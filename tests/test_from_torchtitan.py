@@ -38,6 +38,15 @@ def test_a_job_configuration_reads_as_torchtitan_would_run_it():
     assert "enable_fsdp_float8_all_gather" in unread
 
 
+@pytest.mark.parametrize("name, flavor, model", [
+    ("llama3", "405B", "llama3-405b"), ("qwen3", "30B-A3B", "qwen3-30b-a3b"), ("deepseek_v3", "671B", "deepseek-v3"),
+    ("llama4", "17bx128e", "llama4-maverick"), ("llama4", "17bx16e", "llama4-scout"),
+])
+def test_torchtitans_model_names_are_the_catalogs(name, flavor, model):
+    doc, _ = _doc({"model": {"name": name, "flavor": flavor}}, gpus=512)
+    assert catalog.model(doc["model"]["name"]).name == model
+
+
 def test_torchtitans_defaults_where_a_key_is_absent():
     """No [training]: local batch 8, sequence 2048, global local × dp; no [activation_checkpoint]:
     selective with option "2", one block in 2 whole; no [compile]: the eager preset; the shard

@@ -6,7 +6,8 @@ Read as torchtitan v0.2.2 reads it (pytorch/torchtitan v0.2.2 torchtitan/config/
 defaults where a key is absent; train.py for the batch):
 
 * ``[model] name`` and ``flavor`` name the catalog model ``name-flavor`` (llama3 8B: llama3-8b,
-  qwen3 30B-A3B: qwen3-30b-a3b, deepseek_v3 671B: deepseek-v3-671b), unless ``--model`` names one;
+  qwen3 30B-A3B: qwen3-30b-a3b, deepseek_v3 671B: deepseek-v3-671b, llama4 17bx128e: Maverick's alias
+  llama4-17bx128e), unless ``--model`` names one;
   ``converters`` with ``quantize.linear.float8`` (or ``float8``) is FP8 by tensorwise scaling
   (current) or ``[quantize.linear.float8] recipe_name``'s rowwise recipes, with ``quantize.linear.mx``
   MXFP8;
