@@ -44,3 +44,17 @@ class FlatStep:
     """A stand-in step time, every layout 1 s, for explorations whose memory search alone is under test."""
 
     step_time_s = 1.0
+
+
+def assert_round_trip(command: str, emitted: str, req, framework, tmp_path, capsys) -> float:
+    """``modelcut <command>`` (from-megatron, from-torchtitan) reads ``emitted`` (an ``explore
+    --emit`` of one of ``req``'s layouts, searched on ``framework``) into a RUN.toml that
+    ``predict`` reads; its step time, seconds."""
+    import json
+    from modelcut.cli import main
+    f, out = tmp_path / "emitted", tmp_path / "run.toml"
+    f.write_text(emitted)
+    assert main([command, str(f), "--gpu", req.hw.name, "--gpus", str(req.gpus), "--model", req.model.name,
+                 "--framework", framework.name, "-o", str(out)]) == 0
+    assert main(["predict", str(out), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["step_time_s"]

@@ -18,6 +18,8 @@ from modelcut.export.emit import megatron_args
 from modelcut.service.explore import ExploreRequest, catalog_request, run_explore
 from modelcut.service.megatron_args import parse_flags, run_document
 
+from helpers import assert_round_trip
+
 LLAMA70 = (Path(__file__).parent / "data" / "llama3-70b-megatron.sh").read_text()
 
 
@@ -152,13 +154,9 @@ def test_emitted_arguments_read_back_to_the_same_prediction(req, tmp_path, capsy
     seen = res.exploration.layouts[::max(1, len(res.exploration.layouts) // 8)][:8]
     assert seen
     for e in seen:
-        f, out = tmp_path / "a.sh", tmp_path / "r.toml"
-        f.write_text(megatron_args(e, res.framework))
-        assert main(["from-megatron", str(f), "--gpu", req.hw.name, "--gpus", str(req.gpus), "--model",
-                     req.model.name, "--framework", res.framework.name, "-o", str(out)]) == 0
-        assert main(["predict", str(out), "--json"]) == 0
-        got = json.loads(capsys.readouterr().out)["step_time_s"]
-        assert got == pytest.approx(e.step_time_s, rel=1e-9), megatron_args(e, res.framework)
+        text = megatron_args(e, res.framework)
+        got = assert_round_trip("from-megatron", text, req, res.framework, tmp_path, capsys)
+        assert got == pytest.approx(e.step_time_s, rel=1e-9), text
 
 
 def test_emitted_arguments_carry_the_stacks_overlaps():

@@ -18,6 +18,8 @@ from modelcut.export.emit import torchtitan_toml
 from modelcut.service.explore import ExploreRequest, run_explore
 from modelcut.service.torchtitan_config import run_document, run_file_text
 
+from helpers import assert_round_trip
+
 CONFIG = (Path(__file__).parent / "data" / "llama3-8b-torchtitan.toml").read_text()
 
 
@@ -134,13 +136,9 @@ def test_emitted_configurations_read_back_to_the_same_prediction(req, tmp_path, 
     seen = ok[::max(1, len(ok) // 8)][:8]
     assert seen
     for e in seen:
-        f, out = tmp_path / "a.toml", tmp_path / "r.toml"
-        f.write_text(torchtitan_toml(e, res.framework))
-        assert main(["from-torchtitan", str(f), "--gpu", req.hw.name, "--gpus", str(req.gpus), "--model",
-                     req.model.name, "--framework", res.framework.name, "-o", str(out)]) == 0
-        assert main(["predict", str(out), "--json"]) == 0
-        got = json.loads(capsys.readouterr().out)["step_time_s"]
-        assert got == pytest.approx(e.step_time_s, rel=1e-9), torchtitan_toml(e, res.framework)
+        text = torchtitan_toml(e, res.framework)
+        got = assert_round_trip("from-torchtitan", text, req, res.framework, tmp_path, capsys)
+        assert got == pytest.approx(e.step_time_s, rel=1e-9), text
 
 
 TABLE_KEYS = {"parallelism": ["tensor_parallel_degree", "context_parallel_degree", "pipeline_parallel_degree",

@@ -27,6 +27,14 @@ def _read(source: str) -> str:
         raise ModelcutError(f"{source}: cannot read it ({exc.__class__.__name__})") from None
 
 
+def _give(toml: str, out: Path | None) -> None:
+    """The RUN.toml printed, or written to ``out``."""
+    if out is None:
+        print(toml, end="")
+    else:
+        write_file(out, toml)
+
+
 @app.command("from-megatron")
 def from_megatron(
     args: str = typer.Argument(..., metavar="ARGS", help="a file of Megatron-LM launch arguments (a launch script "
@@ -47,12 +55,8 @@ def from_megatron(
     the batch, recomputation, precision and the overlaps the flags set (Megatron-LM's defaults where
     a flag is absent); the flags it does not read are listed at the top."""
     text = _read(args)
-    toml = run_file_text(text, args, gpu=gpu, gpus=gpus, model=model, vocab=vocab, gpus_per_node=gpus_per_node,
-                         framework=framework, limits=limits(max_gpus=max_gpus))
-    if out is None:
-        print(toml, end="")
-    else:
-        write_file(out, toml)
+    _give(run_file_text(text, args, gpu=gpu, gpus=gpus, model=model, vocab=vocab, gpus_per_node=gpus_per_node,
+                        framework=framework, limits=limits(max_gpus=max_gpus)), out)
 
 
 @app.command("from-torchtitan")
@@ -73,9 +77,5 @@ def from_torchtitan(
     batch, activation checkpointing, float8 and compilation as torchtitan v0.2.2 reads them (its
     defaults where a key is absent); the keys it does not read are listed at the top."""
     text = _read(config)
-    toml = titan_text(text, config, gpu=gpu, gpus=gpus, model=model, gpus_per_node=gpus_per_node,
-                      framework=framework, limits=limits(max_gpus=max_gpus))
-    if out is None:
-        print(toml, end="")
-    else:
-        write_file(out, toml)
+    _give(titan_text(text, config, gpu=gpu, gpus=gpus, model=model, gpus_per_node=gpus_per_node,
+                     framework=framework, limits=limits(max_gpus=max_gpus)), out)

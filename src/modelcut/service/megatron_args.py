@@ -54,8 +54,8 @@ from .. import catalog
 from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
 from ..core.specs import CP_KINDS
-from .limits import DEFAULT, Limits
-from .runfile import run_from_dict, toml_text
+from .limits import Limits
+from .runfile import check_target, imported_text
 
 #: The flags that take several values (argparse nargs "+" or "*"): --cp-comm-type may name one form a
 #: layer; the others list sizes or module names.
@@ -365,20 +365,13 @@ def run_file_text(text: str, source: str, *, gpu: str, gpus: int, model: str | N
     (``source`` names where they came from, a file or "-"), read back through
     :func:`.runfile.run_from_dict` first so that every problem is one line now, not at predict.
     A shape read from the flags is named after the source file."""
-    lim = limits or DEFAULT
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ModelcutError(f"--gpus must be at least 1, got {gpus!r}")
-    lim.check("max_gpus", gpus, "--gpus")
-    catalog.hardware(gpu)                # an unknown name is one line before the arguments are read
+    check_target(gpu, gpus, limits)
     fw = catalog.framework(framework)
     doc, unread = run_document(text, gpu=gpu, gpus=gpus, model=model, vocab=vocab, gpus_per_node=gpus_per_node,
                                framework=fw.name)
     if "name" not in doc["model"]:
         doc["model"] = {"name": "megatron-args" if source == "-" else Path(source).stem, **doc["model"]}
-    settings = doc.pop("settings")
-    run_from_dict(doc, where=f"{source} (as a RUN.toml)", limits=lim)
-    doc["settings"] = settings
     header = [f"from the Megatron-LM arguments of {source}: modelcut from-megatron"]
     if unread:
         header.append("flags not read: " + " ".join(unread))
-    return toml_text(doc, header)
+    return imported_text(doc, source, header, limits)

@@ -282,3 +282,21 @@ def toml_text(doc: dict, header=()) -> str:
         lines.append(f"[{name}]")
         lines += [f"{k} = {value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
+
+
+def check_target(gpu: str, gpus: int, limits: Limits | None = None) -> None:
+    """An importer's target (``from-megatron``, ``from-torchtitan``): a catalog GPU and a world
+    size of at least one GPU within the limits, each one line before the source is read."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ModelcutError(f"--gpus must be at least 1, got {gpus!r}")
+    (limits or DEFAULT).check("max_gpus", gpus, "--gpus")
+    catalog.hardware(gpu)
+
+
+def imported_text(doc: dict, source: str, header: list[str], limits: Limits | None = None) -> str:
+    """An imported RUN.toml document as text (:func:`toml_text`, ``header`` first), read back
+    through :func:`run_from_dict` first, its [settings] aside, so that every problem is one line
+    now and not at predict."""
+    body = {k: v for k, v in doc.items() if k != "settings"}
+    run_from_dict(body, where=f"{source} (as a RUN.toml)", limits=limits)
+    return toml_text(doc, header)

@@ -43,8 +43,8 @@ from typing import Any
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.sim import registry
-from .limits import DEFAULT, Limits
-from .runfile import run_from_dict, toml_text
+from .limits import Limits
+from .runfile import check_target, imported_text
 
 #: The keys read, by table (module doc).
 _READ = {
@@ -251,11 +251,7 @@ def run_file_text(text: str, source: str, *, gpu: str, gpus: int, model: str | N
     """The use case of ``modelcut from-torchtitan``: the RUN.toml text of a torchtitan job
     configuration (``source`` names its file, or "-"), read back through
     :func:`.runfile.run_from_dict` first, so that every problem is one line now."""
-    lim = limits or DEFAULT
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ModelcutError(f"--gpus must be at least 1, got {gpus!r}")
-    lim.check("max_gpus", gpus, "--gpus")
-    catalog.hardware(gpu)
+    check_target(gpu, gpus, limits)
     if framework is not None:
         framework = catalog.framework(framework).name
     try:
@@ -264,10 +260,7 @@ def run_file_text(text: str, source: str, *, gpu: str, gpus: int, model: str | N
         raise ModelcutError(f"{source}: not TOML ({exc})") from None
     doc, unread = run_document(conf, gpu=gpu, gpus=gpus, model=model, gpus_per_node=gpus_per_node,
                                framework=framework)
-    settings = doc.pop("settings")
-    run_from_dict(doc, where=f"{source} (as a RUN.toml)", limits=lim)
-    doc["settings"] = settings
     header = [f"from the torchtitan job configuration {source}: modelcut from-torchtitan"]
     if unread:
         header.append("keys not read: " + ", ".join(unread))
-    return toml_text(doc, header)
+    return imported_text(doc, source, header, limits)
