@@ -37,7 +37,6 @@ Every other key is listed as not read.
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from .. import catalog
