@@ -137,6 +137,7 @@ def test_emitted_configurations_read_back_to_the_same_prediction(req, tmp_path, 
     assert seen
     for e in seen:
         text = torchtitan_toml(e, res.framework)
+        assert tomllib.loads(text).get("compile", {}).get("enable", False) == res.framework.torch_compile
         got = assert_round_trip("from-torchtitan", text, req, res.framework, tmp_path, capsys)
         assert got == pytest.approx(e.step_time_s, rel=1e-9), text
 

@@ -201,7 +201,8 @@ def _toml_str(x: str) -> str:
 def torchtitan_toml(e: Evaluated, framework=None) -> str:
     """A torchtitan job-config fragment: [parallelism], [activation_checkpoint], [training]; the
     stack's tp_comm overlap (with tp > 1) as asynchronous tensor parallelism
-    (``enable_async_tensor_parallel``, in [parallelism] in v0.2.2, which needs the model compiled)."""
+    (``enable_async_tensor_parallel``, in [parallelism] in v0.2.2, which needs the model compiled)
+    and its compilation as ``[compile] enable``."""
     s, run = e.structure, e.run
     tr, lay = run.training, run.layout
     overlap, _ = _stack(framework)
@@ -284,7 +285,10 @@ def torchtitan_toml(e: Evaluated, framework=None) -> str:
         else:
             out.append(f"# fp8 with {f8.recipe} scaling: torchtitan's float8 scales tensorwise (current scaling) "
                        "or rowwise, or runs MXFP8; it has no such recipe")
-        out.append("# float8 needs [compile] enable = true to fuse its casts (torchtitan docs/float8.md)")
+        if framework is None or not framework.torch_compile:
+            out.append("# float8 needs [compile] enable = true to fuse its casts (torchtitan docs/float8.md)")
+    if framework is not None and framework.torch_compile:      # the stack the layout was timed on compiles
+        out += ["", "[compile]", "enable = true"]
     return "\n".join(out)
 
 
