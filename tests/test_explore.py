@@ -105,7 +105,7 @@ def test_frugal_keeps_the_pareto_front():
     zeros = [e.zero for e in least]
     assert zeros == sorted(zeros, reverse=True) and len(set(zeros)) == len(zeros)
     extra = [e for e in kept if e not in least]
-    assert all(e.zero == 1 and e.structure.dp * e.structure.cp > 1 for e in extra)
+    assert extra and all(e.zero == 1 and e.structure.dp * e.structure.cp > 1 for e in extra)
     assert {e.recompute for e in extra} == {e.recompute for e in least if e.zero == 0
                                             if any(c.zero == 1 and c.recompute == e.recompute for c in evs)}
 

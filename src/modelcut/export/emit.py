@@ -61,11 +61,15 @@ from __future__ import annotations
 from ..core.costs.fp8 import ROWWISE
 from ..core.explore import Evaluated
 from ..core.sim import registry
+from ..core.step.frameworks import MEGATRON_FSDP_SHARDING, TORCHTITAN_ROTATE
 
 #: modelcut's context-parallel forms by Megatron-LM's --cp-comm-type names (NeMo's cp_comm_type spells
 #: the all-gather form all_gather: Megatron-core transformer_config.py, Transformer Engine).
 _CP_KIND = {"allgather": "allgather", "ring": "p2p", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
 _NEMO_CP_KIND = {"allgather": "all_gather", "ring": "p2p", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
+#: The stacks' names by what they mean to modelcut (the tables' inverses: core/step/frameworks.py).
+_SHARDING_NAME = {z: name for name, z in MEGATRON_FSDP_SHARDING.items()}
+_ROTATE_NAME = {kind: name for name, kind in TORCHTITAN_ROTATE.items()}
 #: modelcut's FP8 recipes by Megatron-core's (and NeMo's) names: current scaling is "tensorwise".
 _MCORE_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 
@@ -149,7 +153,7 @@ def megatron_args(e: Evaluated, framework=None) -> str:
     if e.zero == 1:
         lines.append("--use-distributed-optimizer")
     elif e.zero in (2, 3):
-        strategy = "optim_grads" if e.zero == 2 else "optim_grads_params"
+        strategy = _SHARDING_NAME[e.zero]
         lines += ["--use-distributed-optimizer", "--use-megatron-fsdp",
                   f"--data-parallel-sharding-strategy {strategy}"]
     if s.dp_shard and e.zero >= 1:
@@ -225,7 +229,7 @@ def torchtitan_toml(e: Evaluated, framework=None) -> str:
         out.append(f"# the layout's {'all-to-all (Ulysses)' if lay.cp_form == 'a2a' else 'hierarchical (a2a+p2p)'} "
                    "context parallelism: torchtitan rotates K and V (allgather or alltoall) and has no head-cut form")
     elif s.cp > 1:
-        rotate = "allgather" if lay.cp_form == "allgather" else "alltoall"
+        rotate = _ROTATE_NAME[lay.cp_form]
         out.append(f"context_parallel_rotate_method = {_toml_str(rotate)}")
     out.append(f"pipeline_parallel_degree = {s.pp}")
     if s.pp > 1:
@@ -325,7 +329,7 @@ def nemo_overrides(e: Evaluated, framework=None) -> str:
     elif e.zero in (2, 3):
         lines += ["optim.config.use_distributed_optimizer=true", "trainer.strategy.fsdp=megatron",
                   f"trainer.strategy.ddp.data_parallel_sharding_strategy="
-                  f"{'optim_grads' if e.zero == 2 else 'optim_grads_params'}"]
+                  f"{_SHARDING_NAME[e.zero]}"]
     if s.dp_shard and e.zero >= 1:
         lines.append(f"trainer.strategy.ddp.num_distributed_optimizer_instances={s.dp // s.dp_shard}")
     if overlap:

@@ -53,7 +53,8 @@ from typing import Any
 from .. import catalog
 from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
-from ..core.specs import CP_KINDS
+from ..core.specs import CP_KINDS, fp8_recipe_name
+from ..core.step.frameworks import MEGATRON_FSDP_SHARDING
 from .limits import Limits
 from .runfile import check_target, imported_text
 
@@ -82,9 +83,9 @@ _RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-ty
               "recompute-granularity", "recompute-method", "recompute-num-layers", "recompute-modules", "bf16",
               "fp16", "fp8-format", "fp8-recipe", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
               "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "no-overlap-p2p-communication")
-#: Megatron-core's --fp8-recipe names -> modelcut's recipes (tensorwise is current scaling).
-_RECIPES = {"delayed": "delayed", "tensorwise": "current", "blockwise": "blockwise", "mxfp8": "mxfp8"}
-_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+#: Megatron-core's --fp8-recipe names (TransformerConfig.fp8_recipe; "custom" is not timed), read as
+#: modelcut's recipes by :func:`..core.specs.fp8_recipe_name` (tensorwise is current scaling).
+_MCORE_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 
 
 def parse_flags(text: str) -> dict[str, list[str]]:
@@ -136,7 +137,7 @@ def _whole(name: str, v: str) -> int:
     except ValueError:
         raise ModelcutError(f"--{name}: cannot read {v!r} as a whole number (expand the script's variables "
                             "first)") from None
-    if out < 0 or (out == 0 and name != "recompute-num-layers"):
+    if out < 1:
         raise ModelcutError(f"--{name} must be a positive whole number, got {v}")
     return out
 
@@ -307,7 +308,8 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
     layout["sequence_parallel"] = _on(flags, "sequence-parallel") and tp > 1
     zero = 1 if _on(flags, "use-distributed-optimizer") else 0
     if _on(flags, "use-megatron-fsdp"):
-        zero = _SHARDING[_choice(flags, "data-parallel-sharding-strategy", "optim_grads_params", tuple(_SHARDING))]
+        zero = MEGATRON_FSDP_SHARDING[_choice(flags, "data-parallel-sharding-strategy", "optim_grads_params",
+                                              tuple(MEGATRON_FSDP_SHARDING))]
     layout["zero"] = zero
     instances = _int(flags, "num-distributed-optimizer-instances", 1)
     if instances > 1:
@@ -326,7 +328,7 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
     if "fp8-format" in flags:
         _choice(flags, "fp8-format", None, ("e4m3", "hybrid"))
         training["precision"] = "fp8"
-        training["fp8_recipe"] = _RECIPES[_choice(flags, "fp8-recipe", "delayed", tuple(_RECIPES))]
+        training["fp8_recipe"] = fp8_recipe_name(_choice(flags, "fp8-recipe", "delayed", _MCORE_RECIPES))
     elif _on(flags, "fp16"):
         training["precision"] = "fp16"
     elif _on(flags, "bf16"):

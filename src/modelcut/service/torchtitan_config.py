@@ -42,6 +42,8 @@ from typing import Any
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.sim import registry
+from ..core.specs import fp8_recipe_name
+from ..core.step.frameworks import TORCHTITAN_ROTATE
 from .limits import Limits
 from .runfile import check_target, imported_text
 
@@ -59,10 +61,9 @@ _READ = {
     "compile": ("enable", "enable_async_tensor_parallel"),
 }
 _FLOAT8 = ("quantize.linear.float8", "float8")
-#: context_parallel_rotate_method -> modelcut's form: PyTorch's context parallelism gathers K and V
-#: whole, or rotates them round the ring (torch.distributed.tensor.experimental._attention
-#: _RotateMethod ALL_GATHER, ALL_TO_ALL; the emitter writes the ring as alltoall).
-_ROTATE = {"allgather": "allgather", "alltoall": "ring"}
+#: torchtitan's float8 recipe names (v0.2.2 job_config.py Float8Linear.recipe_name), read as modelcut's
+#: by :func:`..core.specs.fp8_recipe_name` (tensorwise is current scaling).
+_TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 _MX = ("quantize.linear.mx", "mx")
 
 
@@ -126,10 +127,10 @@ def run_document(conf: dict, *, gpu: str, gpus: int, model: str | None = None,
     layout: dict[str, Any] = {"tp": tp, "cp": cp, "pp": pp, "dp": dp}
     if cp > 1:      # K and V gathered whole, or passed round the ring (PyTorch's rotation by all-to-all)
         rotate = par.get("context_parallel_rotate_method", "allgather")
-        if rotate not in _ROTATE:
+        if rotate not in TORCHTITAN_ROTATE:
             raise ModelcutError(f"[parallelism] context_parallel_rotate_method must be allgather or alltoall, "
                                 f"got {rotate!r}")
-        layout["cp_kind"] = _ROTATE[rotate]
+        layout["cp_kind"] = TORCHTITAN_ROTATE[rotate]
     reshard = par.get("fsdp_reshard_after_forward", "default")
     if reshard not in ("default", "always", "never"):
         raise ModelcutError(f"[parallelism] fsdp_reshard_after_forward must be default, always or never, got {reshard!r}")
@@ -236,10 +237,10 @@ def _float8_recipe(conf: dict) -> str:
     ``recipe_name`` says rowwise or rowwise_with_gw_hp."""
     q = conf.get("quantize", {}).get("linear", {}).get("float8", conf.get("float8", {}))
     name = q.get("recipe_name") if isinstance(q, dict) else None
-    if name in (None, "tensorwise"):
+    if name is None:
         return "current"
-    if name in ("rowwise", "rowwise_with_gw_hp"):
-        return name
+    if name in _TORCHAO_RECIPES:
+        return fp8_recipe_name(name)
     raise ModelcutError(f"[quantize.linear.float8] recipe_name {name!r}: torchtitan's are tensorwise, rowwise and "
                         "rowwise_with_gw_hp")
 

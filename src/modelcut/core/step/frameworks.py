@@ -65,6 +65,16 @@ OPTION_ALIASES: dict[str, str] = {
     "overlap_comm": "grad_reduce",
 }
 
+#: Megatron-FSDP's ``--data-parallel-sharding-strategy`` (NeMo's ``ddp.data_parallel_sharding_strategy``)
+#: by the ZeRO stage it is (Megatron-LM d98e8a64dd megatron/training/arguments.py: no_shard, optim,
+#: optim_grads, optim_grads_params, the last the default): what ``--emit`` writes and ``from-megatron`` reads.
+MEGATRON_FSDP_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+#: torchtitan's ``context_parallel_rotate_method`` by modelcut's form: PyTorch's context parallelism
+#: gathers K and V whole or rotates them round the ring (torch.distributed.tensor.experimental
+#: ``_RotateMethod`` ALL_GATHER, ALL_TO_ALL; torchtitan v0.2.2 job_config.py): what ``--emit
+#: torchtitan`` writes and ``from-torchtitan`` reads.
+TORCHTITAN_ROTATE = {"allgather": "allgather", "alltoall": "ring"}
+
 #: The stacks' overlap flags modelcut knows but does not model, each with what it would hide and
 #: how modelcut times that instead: ``--overlap`` refuses them in one line naming this, rather than
 #: calling them unknown. Megatron-core's --overlap-moe-expert-parallel-comm (with
