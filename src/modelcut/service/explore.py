@@ -223,7 +223,8 @@ class ExploreResult:
             out["text"] = f"{q}: {v.line()}"
         else:
             hier = ("; the a2a+p2p form only where the cp group leaves a node, its all-to-all groups the cp "
-                    "ranks a node holds, or the largest part of them that cuts the heads" if req.check.get("cp_kind") == "a2a+p2p" else "")
+                    "ranks a node holds, or the largest part of them that cuts the heads"
+                    if req.check.get("cp_kind") == "a2a+p2p" else "")
             out["text"] = (f"{q}: no layout of the searched space is like it ({ex.gpus:,} GPUs; schedules, "
                            f"micro-batch sizes, chunks, tensor parallelism within a node: see the options{hier})")
         return out

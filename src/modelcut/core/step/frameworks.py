@@ -87,24 +87,29 @@ UNMODELLED_OPTIONS: dict[str, str] = dict.fromkeys(
     "does not model (it times the all-to-all exposed: the a2a term); leave it out")
 
 
+def _flag_key(key: str) -> str:
+    """A flag as the option tables key it: no leading dashes, lower case, "_" for "-"."""
+    return key.strip().lstrip("-").lower().replace("-", "_")
+
+
 def option_name(key: str) -> str | None:
     """An overlap option as a user may write it (``tp_comm``, ``--tp-comm-overlap``, ``Async_TP``): its
     name in :data:`OPTIONS`, or None where it is none of them."""
-    k = key.strip().lstrip("-").lower().replace("-", "_")
+    k = _flag_key(key)
     return k if k in OPTIONS else OPTION_ALIASES.get(k)
 
 
 def unmodelled_option(key: str) -> str | None:
     """Why an overlap flag a stack has is not one of modelcut's options (:data:`UNMODELLED_OPTIONS`),
     or None where it is no such flag."""
-    k = key.strip().lstrip("-").lower().replace("-", "_")
+    k = _flag_key(key)
     return UNMODELLED_OPTIONS.get(k[3:] if k.startswith("no_") else k)
 
 
 def negated_option(key: str) -> str | None:
     """The option a "no-" flag turns off (``--no-overlap-p2p-communication``: p2p_async), None
     where ``key`` is no such flag."""
-    k = key.strip().lstrip("-").lower().replace("-", "_")
+    k = _flag_key(key)
     return option_name(k[3:]) if k.startswith("no_") else None
 
 
