@@ -471,7 +471,7 @@
   }
 
   /** The mesh's groups beyond tp, cp, pp and dp, in words (modelcut mesh's names: cp_a2a, dp_shard, ...). */
-  const MESH_DIM = {ep: 'ep', cp_a2a: 'cp all-to-all', cp_ring: 'cp ring', dp_shard: 'dp shard', dp_replica: 'dp replica'};
+  const MESH_DIM = {cp_a2a: 'cp all-to-all', cp_ring: 'cp ring', dp_shard: 'dp shard', dp_replica: 'dp replica'};
   const MESH_COORDS = ['etp', 'ep', 'edp', 'cp_a2a', 'cp_ring', 'dp_shard', 'dp_replica'];
 
   function renderMesh(box, m) {
@@ -549,7 +549,7 @@
         CP_FORM[k.name] = k.label;
         const box = h('input', {type: 'checkbox', name: 'cp_kind', value: k.name});
         box.checked = true;
-        $('cp-kinds').append(h('label', {title: k.doc}, [box, ` ${CP_FORM[k.name] || k.name}`]));
+        $('cp-kinds').append(h('label', {title: k.doc}, [box, ` ${k.label}`]));
       }
     } catch (e) { showError(`could not load the catalog: ${e.message}`); }
     if ([...$('model').options].some((o) => o.value === st.model)) $('model').value = st.model;
