@@ -67,6 +67,19 @@ def chunks(run: Run) -> int:
     return 1
 
 
+def stack_run(run: Run, framework: Framework) -> Run:
+    """The run checked, and what it leaves open (ZeRO, sequence parallelism, the loss) filled as
+    its stack runs it (:meth:`.frameworks.Framework.resolve`)."""
+    check_run(run)
+    return framework.resolve(run)
+
+
+def one_schedule_run(run: Run) -> Run:
+    """A run (:func:`stack_run`'s) as the default model times it: its batch one pipeline schedule
+    run's (:func:`..plan.flush_training`); the step repeats that run (:func:`_finish`)."""
+    return replace(run, training=plans.flush_training(run.layout, run.training))
+
+
 def default_plan(run: Run) -> PipelinePlan:
     """The pipeline the default model times: :func:`chunks` per device, layers spread evenly
     (:func:`..plan.even_split`), over the micro-batches of one schedule run
@@ -163,10 +176,8 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
     schedule runs a step (:func:`..plan.flushes`) one run is timed, its batch
     :func:`..plan.flush_training`'s, and the step repeats it (:func:`_finish`). ``timeline``: keep
     the step's :mod:`.timeline` in the prediction (not for DeepSpeed v0.3's ZeRO-3 replay)."""
-    check_run(run)
-    run = framework.resolve(run)      # what the run leaves open (ZeRO, sequence parallelism, the loss) as the stack runs it
-    full = run
-    run = replace(run, training=plans.flush_training(run.layout, run.training))
+    full = stack_run(run, framework)
+    run = one_schedule_run(full)
     L = run.layout
     notes: list[str] = [f"framework {framework.name}"]
     plan = default_plan(run)

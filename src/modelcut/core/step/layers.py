@@ -284,11 +284,36 @@ class PassTime:
         return PassTime(self.gemm * k, self.attention * k, self.memory * k, self.tp * k, self.cp * k)
 
 
+@dataclass(frozen=True)
+class ProductTime:
+    """One linear product of a layer on one device, ``count`` alike: Y[m×n] = X[m×k]·W[k×n] in
+    ``dtype``, and the seconds of its forward, data gradient and weight gradient (all ``count`` of
+    them; the forward as the tensor-parallel overlap chunks it, where it does)."""
+
+    name: str
+    m: float
+    n: int
+    k: int
+    count: int
+    dtype: str
+    fwd: float
+    dgrad: float
+    wgrad: float
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of one pass of the ``count`` products: 2·m·n·k each (the data and weight gradients
+        do as many)."""
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
 @dataclass
 class LayerTime:
     """One layer, one micro-batch, one device: forward, backward (data + weight gradients),
     the recomputed forward, and the weight-gradient share of the backward (for schedules
-    that split it)."""
+    that split it). ``products`` and ``memory_bytes`` itemise the passes' ``gemm`` and their
+    memory-bound bytes outside the attention core, (name, forward bytes, backward bytes); the
+    ``attention`` core is the one the passes' ``attention`` and its memory part come from."""
 
     fwd: PassTime
     bwd: PassTime
@@ -296,6 +321,9 @@ class LayerTime:
     wgrad: float = 0.0
     notes: list[str] = field(default_factory=list)
     shared: tuple[float, float] = (0.0, 0.0)   # the shared experts' products in fwd and bwd (in gemm above)
+    products: tuple[ProductTime, ...] = ()
+    memory_bytes: tuple[tuple[str, float, float], ...] = ()
+    attention: AttentionTime | None = None
 
 
 #: A norm's forward moves its input in and its output out, 2 + 2 bytes per element, LayerNorm
@@ -393,6 +421,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     f8 = setup.fp8
     again = op_sac.recomputed_share(model, t, scaled_mm=f8 is not None, moe=moe) if setup.selective == "op" else {}
     per_linear = []
+    records: list[ProductTime] = []
     inputs = fused_inputs = grads = weights = op_again = 0.0
     for m_, n_, k_, c_, name in linears:
         in_fp8 = (f8 is not None and fp8_mod.linear_in_fp8(name)
@@ -404,6 +433,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
         if setup.tp_overlap_split and t > 1 and name in _OVERLAPPED:
             f_, dg = _overlapped(name, m_, n_, k_, t, hw, eff, dt, dg, setup.tp_overlap_fp8_ring)
         per_linear.append((c_ * dg, c_ * wg))
+        records.append(ProductTime(name, m_, n_, k_, c_, dt, c_ * f_, c_ * dg, c_ * wg))
         fwd_g += c_ * f_
         op_again += c_ * f_ * (again[name] if again else 0.0)
         bwd_g += c_ * (dg + wg)
@@ -425,13 +455,14 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     # block's collectives are its dispatcher's (module doc): attention's only.
     col = [per_linear[0]] + ([per_linear[2]] if not moe else [])
     local_params = sum(n_ * k_ * c_ for _, n_, k_, c_, _ in linears)
-    return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, (shared_f, shared_b), op_again
+    return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, (shared_f, shared_b), op_again, tuple(records)
 
 
 def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
-                  ) -> tuple[float, float, dict[str, float]]:
-    """Bytes the layer's memory-bound kernels move, (forward, backward) (module doc), and the
-    forward bytes of the modules selective recomputation may name (``layernorm``, ``moe_act``)."""
+                  ) -> tuple[float, float, dict[str, float], list[tuple[str, float, float]]]:
+    """Bytes the layer's memory-bound kernels move, (forward, backward) (module doc), the
+    forward bytes of the modules selective recomputation may name (``layernorm``, ``moe_act``),
+    and the two sums' terms by kernel, (name, forward, backward)."""
     t = setup.tp
     T = setup.micro_batch * setup.seq_len // setup.cp
     Tn = T // t if setup.sequence_parallel else T
@@ -464,7 +495,8 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
         extra_f, extra_b = clamp_f, MCORE_GLU_CLAMP_BWD * expert_up
     if "expert bias" in eager:
         extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
-    mem_f = 2 * nb * Tn * h + 2 * resid_f + act_f + rope_f + extra_f
+    norms_f, resid2_f = 2 * nb * Tn * h, 2 * resid_f
+    mem_f = norms_f + resid2_f + act_f + rope_f + extra_f
     expert_act = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups if g.name == "expert up")
     # moe_act checkpoints the activation function, its clamped GLU included; the output biases are
     # added after the down product, outside it (Megatron-LM core_v0.15.0 megatron/core/transformer/moe/
@@ -477,10 +509,16 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     # outputs (projection, MLP down); the routed experts' down bias is the eager path's own where charged
     row_outputs = 1 if "expert bias" in eager else 2
     bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + row_outputs * Tn * h) if model.bias else 0.0
-    mem_b = 2 * nb_b * Tn * h + 2 * resid_b + act_b + rope_b + bias_b + extra_b
+    norms_b, resid2_b = 2 * nb_b * Tn * h, 2 * resid_b
+    mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b
+    adds = ", ".join([w for w, on in (("bias", model.bias), ("dropout", drop)) if on] + ["residual adds"])
+    items = [("norms", norms_f, norms_b), (adds, resid2_f, resid2_b), ("MLP activation", act_f, act_b), ("rotary embedding", rope_f, rope_b),
+             ("eager clamps and expert biases", extra_f, extra_b), ("bias gradients", 0.0, bias_b)]
     if not setup.grad_accum_fusion:
-        mem_b += setup.grad_accum_bytes * local_params
-    return mem_f, mem_b, modules
+        accum = setup.grad_accum_bytes * local_params
+        mem_b += accum
+        items.append(("weight-gradient accumulation", 0.0, accum))
+    return mem_f, mem_b, modules, items
 
 
 def _tp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, col) -> tuple[float, float]:
@@ -630,26 +668,32 @@ def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effi
 def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, moe: bool = False,
                ep: int = 1) -> LayerTime:
     """Forward, backward and recomputation of one transformer layer (module doc)."""
-    fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, shared, op_again = _products(model, setup, hw, eff, moe, ep)
+    fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, shared, op_again, records = _products(
+        model, setup, hw, eff, moe, ep)
     s, cp = setup.seq_len, setup.cp
     att = layer_attention(model, setup, hw, eff)
-    mem_f, mem_b, modules = _memory_bytes(model, setup, mlp, local_params)
+    mem_f, mem_b, modules, items = _memory_bytes(model, setup, mlp, local_params)
     mem_f, mem_b = mem_f + casts[0], mem_b + casts[1]
+    items.append(("FP8 casts", *casts))
     if setup.cp_impl == "torch-sdpa" and cp > 1:   # PyTorch's merges and copies around its steps
         merge_f, merge_b = context.torch_merge_bytes(model, setup.micro_batch, s, cp, setup.tp, setup.compiled)
         mem_f, mem_b = mem_f + merge_f, mem_b + merge_b
+        items.append(("context-parallel merges and copies", merge_f, merge_b))
     elif cp > 1:
         a = setup.cp_a2a if setup.cp_kind == "a2a+p2p" else 1      # the hierarchical form: both below
         if setup.cp_kind in ("ring", "a2a+p2p"):   # the ring's merges of its per-step results
             merge_f, merge_b = context.ring_merge_bytes(model, setup.micro_batch, s, cp // a, setup.tp * a)
             mem_f, mem_b = mem_f + merge_f, mem_b + merge_b
+            items.append(("context-parallel ring merges", merge_f, merge_b))
         if setup.cp_kind in ("a2a", "a2a+p2p"):    # the reorders around the all-to-alls
             copy_f, copy_b = context.a2a_copy_bytes(model, setup.micro_batch, s, cp, setup.tp)
             mem_f, mem_b = mem_f + copy_f, mem_b + copy_b
+            items.append(("context-parallel all-to-all reorders", copy_f, copy_b))
     if moe:
         perm_f, perm_b = moe_mod.permute_bytes(model, setup.micro_batch * s // cp, ep=ep, tp=setup.tp,
                                                etp=setup.etp, dispatch=setup.moe_dispatch)
         mem_f, mem_b = mem_f + perm_f, mem_b + perm_b
+        items.append(("token permutations", perm_f, perm_b))
     tp_f, tp_b = _tp_comm(model, setup, hw, eff, col)
     cp_f, cp_b = _cp_comm(model, setup, hw, eff, att)
     fwd = PassTime(gemm=fwd_g, attention=att.fwd_math, memory=mem_time(mem_f, hw, eff) + att.fwd_mem,
@@ -658,7 +702,8 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
                    tp=tp_b, cp=cp_b)
     return LayerTime(fwd, bwd, _recomputed(setup, fwd, att, {k: mem_time(v, hw, eff) for k, v in modules.items()},
                                            op_again),
-                     wgrad, shared=shared)
+                     wgrad, shared=shared, products=records,
+                     memory_bytes=tuple(it for it in items if it[1] or it[2]), attention=att)
 
 
 def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime, module_s: dict[str, float],
