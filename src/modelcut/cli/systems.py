@@ -171,6 +171,10 @@ def predict(
                                                             "(or the stacks' names: --tp-comm-overlap, async_tp, …)"),
     profile: Path = typer.Option(None, "--profile", dir_okay=False, help="default mode: a fitted profile file"),
     budget: bool = typer.Option(False, "--budget", help="default mode: print the error budget"),
+    layers: bool = typer.Option(False, "--layers", help="default mode: one micro-batch on the busiest device, unit by "
+                                                        "unit and kernel by kernel: each product's shape and "
+                                                        "TFLOP/s, the attention core, the memory-bound bytes, the "
+                                                        "exposed communication"),
     precision: str = typer.Option(None, "--precision", help="the products' precision: bf16, fp16 or fp8 "
                                                             "(default: the run's [training] precision, bf16); "
                                                             "several, e.g. bf16,fp8: the run at each, side by side"),
@@ -212,7 +216,7 @@ def predict(
         results = service.predict_each_precision(service.PredictRequest(
             run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
             overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
-            profile=service.load_profile(profile), published=pr, fp8_recipe=fp8_recipe),
+            profile=service.load_profile(profile), published=pr, fp8_recipe=fp8_recipe, layers=layers),
             service.precision_list(precision), lim)
         if as_json:
             print(json.dumps(results.as_dict()))
@@ -225,7 +229,7 @@ def predict(
             run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
             overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
             profile=service.load_profile(profile), budget=budget, published=pr, precision=precision,
-            fp8_recipe=fp8_recipe, timeline=trace is not None), lim)
+            fp8_recipe=fp8_recipe, timeline=trace is not None, layers=layers), lim)
     if trace is not None:
         from ..export import chrome_trace
         write_trace(trace, chrome_trace.step_trace(result.prediction.timeline, result.trace_label(),

@@ -98,6 +98,46 @@ def show_prediction(result: PredictResult) -> None:
         con.print(f"dominant term: {b.dominant.removesuffix('_s')} ({b.dominant_share * 100:.0f} % of the step)")
         for ln in b.lines:
             con.print(f"  {ln.input} {ln.alternative}: {ln.change_pct:+.1f} %")
+    if result.layers is not None:
+        show_layers(con, result)
+
+
+#: How a budget line's kind reads in the layer table.
+_KIND_WORDS = {"product": "product", "attention": "attention", "memory": "memory-bound", "tp": "tp comm",
+               "cp": "cp comm", "a2a": "all-to-all", "recompute": "recompute"}
+
+
+def _detail(ln: dict) -> str:
+    """A line's shape, data type and TFLOP/s, or its bytes."""
+    if "m" in ln:
+        shape = f"{ln['m']:,.0f} × {ln['n']:,} × {ln['k']:,}" + (f" × {ln['count']}" if ln["count"] > 1 else "")
+        return f"{shape} {ln['dtype']}, {ln['fwd_tflops']:.0f} / {ln['bwd_tflops']:.0f} TFLOP/s"
+    if "fwd_tflops" in ln and ln["fwd_tflops"] is not None:
+        return f"{ln['fwd_tflops']:.0f} / {ln['bwd_tflops']:.0f} TFLOP/s"
+    if "fwd_bytes" in ln:
+        return f"{ln['fwd_bytes'] / 1e6:,.1f} / {ln['bwd_bytes'] / 1e6:,.1f} MB"
+    if "fwd_whole_s" in ln:
+        return f"of {ln['fwd_whole_s'] * 1e3:.3f} / {ln['bwd_whole_s'] * 1e3:.3f} ms before the overlap"
+    return ""
+
+
+def show_layers(con: Console, result: PredictResult) -> None:
+    """``--layers``: one micro-batch's units on the busiest device, line by line
+    (:mod:`..core.step.layer_budget`), milliseconds."""
+    lb = result.layers.as_dict()
+    b = lb["micro_batch"]
+    con.print(f"one micro-batch ({b} sequence{'s' if b != 1 else ''}, {lb['tokens']:,} tokens a device) on the "
+              "busiest device; products: m × n × k (× count), forward / backward TFLOP/s; memory-bound: forward / "
+              "backward bytes. The pipeline, data-parallel and optimizer terms are the step's, above.")
+    for u in lb["units"]:
+        where = f"× {u['per_device']} on this device" if u["per_device"] else "on another pipeline rank"
+        con.print(f"[bold]{u['unit']}[/bold] {where}: forward {u['fwd_s'] * 1e3:.3f} ms, "
+                  f"backward {u['bwd_s'] * 1e3:.3f} ms each")
+        t = Table("Line", "Kind", "Forward ms", "Backward ms", "Detail")
+        for ln in u["lines"]:
+            t.add_row(ln["item"], _KIND_WORDS[ln["kind"]], f"{ln['fwd_s'] * 1e3:.3f}", f"{ln['bwd_s'] * 1e3:.3f}",
+                      _detail(ln))
+        con.print(t)
 
 
 def show_precisions(results: list[PredictResult]) -> None:

@@ -29,6 +29,7 @@ from ..core.specs import BLOCKS, EVERY, PRECISIONS, Hardware, Run, fp8_recipe_na
 from ..core.step import MODES, predict as step_predict
 from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
+from ..core.step.layer_budget import LayerBudget, layer_budget
 from ..core.step.result import Prediction
 from .inputs import model_choice, parse_overlap
 from .limits import DEFAULT, Limits
@@ -81,6 +82,7 @@ class PredictRequest:
     precision: str | None = None       # overrides the run's [training] precision
     fp8_recipe: str | None = None      # and its FP8 recipe
     timeline: bool = False             # keep the default model's step as a timeline (core.step.timeline)
+    layers: bool = False               # itemise one micro-batch's units (core.step.layer_budget)
 
 
 def with_precision(run: Run, precision: str | None, fp8_recipe: str | None) -> Run:
@@ -105,6 +107,7 @@ class PredictResult:
     published: dict[str, Any] | None = None
     budget: ErrorBudget | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    layers: LayerBudget | None = None
 
     @property
     def counting(self) -> tuple[str, str]:
@@ -178,6 +181,8 @@ class PredictResult:
             d["budget"] = {"dominant": b.dominant, "dominant_share": b.dominant_share,
                            "lines": [{"input": ln.input, "alternative": ln.alternative, "change_pct": ln.change_pct}
                                      for ln in b.lines]}
+        if self.layers is not None:
+            d["layers"] = self.layers.as_dict()
         return d
 
 
@@ -263,8 +268,9 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     run, hw = with_precision(req.run, req.precision, req.fp8_recipe), catalog.hardware(req.run.gpu)
     check_sizes(run, limits)
     if req.mode == "seed":
-        if req.framework is not None or req.overlap is not None or req.profile is not None or req.budget:
-            raise ModelcutError("--framework, --overlap, --profile and --budget apply to --mode default")
+        if (req.framework is not None or req.overlap is not None or req.profile is not None or req.budget
+                or req.layers):
+            raise ModelcutError("--framework, --overlap, --profile, --budget and --layers apply to --mode default")
         if req.timeline:
             raise ModelcutError(SEED_HAS_NO_TIMELINE)
         pred = step_predict(run, hw, "seed", eta=seed_eta() if req.eta is None else req.eta)
@@ -273,13 +279,18 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
         overlap = parse_overlap(req.overlap) if isinstance(req.overlap, str) else req.overlap
         fw = catalog.framework(req.framework)
         eff = efficiency_for(hw, req.profile)
-        pred = step_predict(run, hw, "default", eta=req.eta, efficiency=eff, framework=fw.with_overlap(overlap),
+        stack = fw.with_overlap(overlap)
+        pred = step_predict(run, hw, "default", eta=req.eta, efficiency=eff, framework=stack,
                             timeline=req.timeline)
         if req.timeline and not pred.timeline:
             raise ModelcutError(no_timeline(fw.name))
+        if req.layers:
+            layers = layer_budget(run, hw, eff if req.eta is None else replace(eff, gemm=float(req.eta)), stack)
     if fw is not None:
         pred.notes += [f"stack rule: {v.line()}" for v in stack_violations(run, fw, pred)]
     result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw))
+    if req.layers:
+        result.layers = layers
     if req.published is not None:
         result.published = published_figure(req.published, pred, run)
         if not req.published.in_validation:
@@ -332,6 +343,8 @@ def predict_each_precision(req: PredictRequest, precisions: list[str],
     """The same run at each precision (:func:`predict` with ``precision`` replaced; the request's
     FP8 recipe with the FP8 one), side by side."""
     recipe_among(precisions, req.fp8_recipe)
+    if req.layers and len(precisions) > 1:
+        raise ModelcutError("one micro-batch itemised (--layers, layers) takes one precision; give one, not several")
     return PrecisionPredictions([predict(replace(req, precision=p, fp8_recipe=req.fp8_recipe if p == "fp8" else None),
                                          limits) for p in precisions])
 
@@ -356,7 +369,7 @@ def predict_input(inp: PredictInput, limits: Limits | None = None,
     check_run(run)
     overlap = inp.overlap.model_dump(exclude_none=True) if inp.overlap is not None else None
     req = PredictRequest(run, mode=inp.mode, eta=inp.eta, framework=inp.framework, overlap=overlap,
-                         timeline=timeline)
+                         timeline=timeline, layers=inp.layers)
     if inp.precisions:
         if timeline:
             raise ModelcutError("a step's trace takes one precision; give precision alone, not precisions")

@@ -431,6 +431,8 @@ class PredictOptions(Strict):
                                                                  "(default megatron-core)")
     overlap: Optional[OverlapIn] = Field(None, description="default mode: overlap overrides, e.g. "
                                                            "{\"tp_comm\": true}")
+    layers: bool = Field(False, description="default mode: one micro-batch on the busiest device (its units "
+                                            "the longest), unit by unit and kernel by kernel (the answer's layers)")
 
 
 class PredictInput(PredictOptions, ModelChoice):
