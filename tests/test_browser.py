@@ -725,3 +725,35 @@ def test_explorer_searches_the_context_parallel_forms_checked_and_keeps_them_in_
     page.wait_for_selector("[data-testid=error]:not(:empty)")
     assert page.inner_text("[data-testid=error]").strip() == "choose at least one context-parallel form"
     assert not page.errors
+
+
+def test_explorer_shows_the_picked_layouts_layer_line_by_line(server, page):
+    """The picked layout's layer, line by line, is POST /api/predict's (layers: true) for that layout
+    on the search's stack: the longest layer unit of the busiest device, its products, attention core
+    and memory-bound kernels, their forward adding up to the heading's."""
+    q = "model=llama3-8b&gpu=h100-sxm5-80gb&gpus=16&seq=8192&tokens=1M&top=3"
+    page.goto(server + "/explorer?" + q)
+    page.wait_for_selector("[data-testid=layer] tbody tr")
+    ans = api(server, "/api/explore", {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "gpus": 16, "seq": 8192,
+                                       "global_batch_tokens": "1M", "top": 3})
+    x = ans["layouts"][0]
+    body = {"model": "llama3-8b", "gpu": ans["hardware"]["name"], "framework": ans["framework"], "mode": ans["mode"],
+            "layers": True,
+            "layout": {k: x[k] for k in ("tp", "cp", "pp", "dp", "vpp", "zero", "schedule", "order",
+                                         "sequence_parallel")} | ({"cp_kind": x["cp_kind"]} if x["cp"] > 1 else {}),
+            "training": {"seq_len": ans["seq"], "global_batch": ans["global_batch"], "micro_batch": x["micro_batch"],
+                         "recompute": x["recompute"], "precision": ans["precision"]}}
+    lb = api(server, "/api/predict", body)["layers"]
+    unit = max((u for u in lb["units"] if "layer" in u["unit"] and u["per_device"]),
+               key=lambda u: u["per_device"] * (u["fwd_s"] + u["bwd_s"]))
+    rows = page.eval_on_selector_all("[data-testid=layer] tbody tr",
+                                     "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+    assert [r[0] for r in rows] == [ln["item"] for ln in unit["lines"]]
+    assert [r[1] for r in rows] == [f"{ln['fwd_s'] * 1e3:.3f}" for ln in unit["lines"]]
+    assert {"qkv", "proj", "mlp up", "mlp down", "attention core"} <= {r[0] for r in rows}
+    head = page.inner_text("h3:has-text('line by line')")
+    assert f"forward {unit['fwd_s'] * 1e3:.3f} ms" in head
+    assert abs(sum(float(r[1]) for r in rows) - unit["fwd_s"] * 1e3) < 0.001 * len(rows)
+    assert "TFLOP/s" in rows[0][3]
+    assert_no_overlapping_text(page)
+    assert not page.errors
