@@ -288,7 +288,7 @@ class PassTime:
 class ProductTime:
     """One linear product of a layer on one device, ``count`` alike: Y[m×n] = X[m×k]·W[k×n] in
     ``dtype``, and the seconds of its forward, data gradient and weight gradient (all ``count`` of
-    them; the forward as the tensor-parallel overlap chunks it, where it does)."""
+    them; the forward and data gradient as the tensor-parallel overlap chunks them, where it does)."""
 
     name: str
     m: float
@@ -512,8 +512,9 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     norms_b, resid2_b = 2 * nb_b * Tn * h, 2 * resid_b
     mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b
     adds = ", ".join([w for w, on in (("bias", model.bias), ("dropout", drop)) if on] + ["residual adds"])
-    items = [("norms", norms_f, norms_b), (adds, resid2_f, resid2_b), ("MLP activation", act_f, act_b), ("rotary embedding", rope_f, rope_b),
-             ("eager clamps and expert biases", extra_f, extra_b), ("bias gradients", 0.0, bias_b)]
+    items = [("norms", norms_f, norms_b), (adds, resid2_f, resid2_b), ("MLP activation", act_f, act_b),
+             ("rotary embedding", rope_f, rope_b), ("eager clamps and expert biases", extra_f, extra_b),
+             ("bias gradients", 0.0, bias_b)]
     if not setup.grad_accum_fusion:
         accum = setup.grad_accum_bytes * local_params
         mem_b += accum
