@@ -757,3 +757,28 @@ def test_explorer_shows_the_picked_layouts_layer_line_by_line(server, page):
     assert "TFLOP/s" in rows[0][3]
     assert_no_overlapping_text(page)
     assert not page.errors
+
+
+def test_runs_page_shows_a_picked_runs_step_and_layer(server, page):
+    """Picking a run on the runs page shows GET /api/runs/{id}'s answer: its step time and terms and,
+    under the default model, its longest layer line by line; switching to the seed model clears it."""
+    page.goto(server + "/runs?set=all&mode=default")
+    page.wait_for_selector("[data-testid=runs] tbody tr")
+    run_id = "automodel-qwen3-30b-a3b-8"
+    page.locator(f"[data-testid=runs] tbody tr[data-id='{run_id}']").click()
+    page.wait_for_selector("[data-testid=run-detail] [data-testid=layer] tbody tr")
+    ans = api(server, f"/api/runs/{run_id}?mode=default&layers=true")
+    head = page.inner_text("[data-testid=run-detail] h2")
+    assert head.startswith(run_id) and f"{ans['microbatches']} micro-batches" in head
+    text = page.inner_text("[data-testid=run-detail]")
+    assert f"{ans['published']['error_pct']:.1f}".lstrip("-") in text
+    unit = max((u for u in ans["layers"]["units"] if "layer" in u["unit"] and u["per_device"]),
+               key=lambda u: u["per_device"] * (u["fwd_s"] + u["bwd_s"]))
+    rows = page.eval_on_selector_all("[data-testid=run-detail] [data-testid=layer] tbody tr",
+                                     "rs => rs.map(r => [r.cells[0].textContent, r.cells[1].textContent])")
+    assert rows == [[ln["item"], f"{ln['fwd_s'] * 1e3:.3f}"] for ln in unit["lines"]]
+    assert page.locator(f"[data-testid=runs] tbody tr.picked[data-id='{run_id}']").count() == 1
+    page.select_option("#mode", "seed")
+    page.wait_for_function("() => !document.querySelector('[data-testid=run-detail] h2')")
+    assert_no_overlapping_text(page)
+    assert not page.errors

@@ -158,3 +158,23 @@ def test_the_docs_quote_what_predict_layers_prints(capsys):
     code, out, _ = run_cli(capsys, "predict", "--run", "automodel-qwen3-30b-a3b-8", "--layers")
     printed = {re.sub(r"\s+", " ", ln.strip()) for ln in out.splitlines() if ln.startswith("│")}
     assert code == 0 and not [q for q in quoted if q not in printed]
+
+
+def test_a_published_run_over_the_api_is_predict_run(capsys):
+    """GET /api/runs/{id} is modelcut predict --run ID --json (with layers, --layers); an unknown id or
+    layers under the seed model is one line, 422."""
+    from fastapi.testclient import TestClient
+
+    from modelcut.web import app as webapp
+    with TestClient(webapp.create_app()) as client:
+        for run_id, query, args in (("automodel-qwen3-30b-a3b-8", "?layers=true", ["--layers"]),
+                                    ("megatron-1.7b", "?mode=seed", ["--mode", "seed"]),
+                                    ("llama3-405b-128k-16384", "", [])):
+            r = client.get(f"/api/runs/{run_id}{query}")
+            assert r.status_code == 200, r.text
+            assert main(["predict", "--run", run_id, "--json", *args]) == 0
+            assert r.json() == json.loads(capsys.readouterr().out)
+        for query, words in (("nope", "unknown published run 'nope'"),
+                             ("megatron-1.7b?mode=seed&layers=true", "--layers apply to --mode default")):
+            r = client.get(f"/api/runs/{query}")
+            assert r.status_code == 422 and words in r.json()["detail"] and "\n" not in r.json()["detail"]

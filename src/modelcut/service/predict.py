@@ -203,6 +203,17 @@ def catalog_run(run_id: str, mode: str) -> tuple[PublishedRun, Run, dict[str, st
     return pr, run, settings
 
 
+def published_prediction(run_id: str, mode: str = "default", layers: bool = False,
+                         limits: Limits | None = None) -> PredictResult:
+    """A published run predicted as ``validate`` predicts it, with its published figure
+    (``modelcut predict --run ID``, ``GET /api/runs/{id}``); ``layers`` itemises one micro-batch."""
+    if mode not in MODES:
+        raise ModelcutError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    pr, run, settings = catalog_run(run_id, mode)
+    return predict(PredictRequest(run, mode=mode, framework=settings.get("framework"), overlap=settings.get("overlap"),
+                                  published=pr, layers=layers), limits)
+
+
 def _left_out(pr: PublishedRun) -> str:
     """Why a published run is not in validation: the first clause of its catalog notes (which
     begin "left out of validation: ...", or else say nothing more)."""

@@ -29,7 +29,7 @@ import json
 from importlib import resources
 from typing import Any, Literal
 
-from fastapi import File, FastAPI, HTTPException, Query, Request, UploadFile
+from fastapi import File, FastAPI, HTTPException, Path, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
@@ -300,6 +300,13 @@ def create_app(*, max_ops: int = MAX_OPS, max_layouts: int = MAX_LAYOUTS, max_bo
     def api_runs(mode: Literal["seed", "default"] = Query("seed"),
                  set: Literal["deck", "all"] = Query("deck", description="the deck's rows, or every run")) -> dict:
         return requests.runs(mode, set)
+
+    @app.get("/api/runs/{run_id}", response_model=None, responses={200: {"model": schemas.PredictResponse}, **ERRORS},
+             summary="One published run predicted as validate predicts it (`modelcut predict --run ID --json`)")
+    def api_run(run_id: str = Path(description="a published run's id (GET /api/runs lists them)", max_length=200),
+                mode: Literal["seed", "default"] = Query("default"),
+                layers: bool = Query(False, description="default mode: one micro-batch itemised, as --layers")) -> Response:
+        return _json(requests.published_run(run_id, mode, layers, limits))
 
     @app.get("/api/kernel-checks", response_model=schemas.KernelChecksResponse, responses=ERRORS,
              summary="The kernel tables against published kernel benchmarks (`modelcut validate --kernels`)")

@@ -87,6 +87,11 @@ def runs(mode: str = "seed", which: str = "deck") -> dict:
     return validation.runs_page(mode, which)
 
 
+def published_run(run_id: str, mode: str, layers: bool, limits: Limits) -> dict:
+    """One published run predicted as validate predicts it (``modelcut predict --run ID --json``)."""
+    return service_predict.published_prediction(run_id, mode, layers, limits).as_dict()
+
+
 def kernel_checks() -> dict:
     """The kernel tables against published kernel benchmarks (``modelcut validate --kernels``)."""
     return validation.kernel_rows()

@@ -117,5 +117,35 @@
     return box;
   }
 
-  root.MC = {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, TIME_TERMS, MEMORY_TERMS};
+  /** A budget line's detail: a product's shape, data type and TFLOP/s; memory-bound bytes; a collective's time before its overlap. */
+  function layerDetail(ln) {
+    if ('m' in ln) {
+      return `${fmt(ln.m, 0)} × ${fmt(ln.n, 0)} × ${fmt(ln.k, 0)}${ln.count > 1 ? ` × ${ln.count}` : ''} ${ln.dtype}, `
+        + `${fixed(ln.fwd_tflops, 0)} / ${fixed(ln.bwd_tflops, 0)} TFLOP/s`;
+    }
+    if (ln.fwd_tflops) return `${fixed(ln.fwd_tflops, 0)} / ${fixed(ln.bwd_tflops, 0)} TFLOP/s`;
+    if ('fwd_bytes' in ln) return `${fmt(ln.fwd_bytes / 1e6, 1)} / ${fmt(ln.bwd_bytes / 1e6, 1)} MB`;
+    if ('fwd_whole_s' in ln) return `of ${fixed(ln.fwd_whole_s * 1e3, 3)} / ${fixed(ln.bwd_whole_s * 1e3, 3)} ms before the overlap`;
+    return '';
+  }
+
+  /** The layer that takes most of the busiest device's micro-batch, its lines as the step model charges them
+   *  (the answer's layers, modelcut predict --layers): a heading, a line of context, the table. */
+  function layerView(lb) {
+    const layers = lb.units.filter((u) => u.unit.includes('layer') && u.per_device > 0);
+    if (!layers.length) return [h('p', {class: 'muted small', text: 'no layer on the busiest device'})];
+    const u = layers.reduce((a, b) => (b.per_device * (b.fwd_s + b.bwd_s) > a.per_device * (a.fwd_s + a.bwd_s) ? b : a));
+    const rows = u.lines.map((ln) => h('tr', {}, [h('td', {text: ln.item}), h('td', {class: 'num', text: fixed(ln.fwd_s * 1e3, 3)}),
+      h('td', {class: 'num', text: fixed(ln.bwd_s * 1e3, 3)}), h('td', {class: 'left', text: layerDetail(ln)})]));
+    return [h('h3', {text: `One ${u.unit}, line by line: forward ${fixed(u.fwd_s * 1e3, 3)} ms, backward ${fixed(u.bwd_s * 1e3, 3)} ms`}),
+      h('p', {class: 'small muted', text: `One micro-batch of ${lb.micro_batch} sequence${lb.micro_batch === 1 ? '' : 's'}, `
+        + `${fmt(lb.tokens, 0)} tokens a device; the busiest device runs ${u.per_device} such layer${u.per_device === 1 ? '' : 's'} a micro-batch. `
+        + 'Products: m × n × k on the device, forward / backward TFLOP/s; memory-bound kernels: forward / backward bytes '
+        + '(modelcut predict --layers).'}),
+      h('div', {class: 'hscroll'}, h('table', {class: 'data layer', 'data-testid': 'layer'}, [
+        h('thead', {}, [h('tr', {}, ['Line', 'Forward ms', 'Backward ms', 'Detail'].map((t) => h('th', {text: t})))]),
+        h('tbody', {}, rows)]))];
+  }
+
+  root.MC = {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, layerView, TIME_TERMS, MEMORY_TERMS};
 })(window);

@@ -2,13 +2,14 @@
  * (one row per run, so no label overlaps another) and the validation table. */
 (function () {
   'use strict';
-  const {api, fmt, fixed, seconds, h, s, stackedBar, legend, TIME_TERMS} = window.MC;
+  const {api, fmt, fixed, seconds, h, s, stackedBar, legend, layerView, TIME_TERMS} = window.MC;
   const $ = (id) => document.getElementById(id);
   // The table's scroll box: the legend goes above it.
   const FAMILY = {megatron: '#4e79a7', llama3: '#e15759', zero3: '#59a14f'};
   const OTHER = ['#b07aa1', '#f28e2b', '#76b7b2', '#9c755f'];
   let data = null;
   let loads = 0;
+  let picks = 0;   // the latest picked run's request: an earlier answer is dropped
 
   function colour(fam) {
     if (!FAMILY[fam]) FAMILY[fam] = OTHER[Object.keys(FAMILY).length % OTHER.length];
@@ -107,7 +108,8 @@
       const L = r.layout;
       const err = r.fitted ? h('td', {class: 'muted', text: 'fitted'})
         : h('td', {class: r.error_pct < 0 ? 'neg' : 'pos', text: `${r.error_pct > 0 ? '+' : '−'}${fixed(Math.abs(r.error_pct), 1)} %`});
-      body.append(h('tr', {title: `${r.model} on ${r.gpu}. ${r.source}` + (r.notes ? ` — ${r.notes}` : '')}, [
+      body.append(h('tr', {title: `${r.model} on ${r.gpu}. ${r.source}` + (r.notes ? ` — ${r.notes}` : ''),
+                           'data-id': r.id, onclick: () => showRun(r.id)}, [
         h('td', {text: r.id}),
         h('td', {text: fmt(r.gpus, 0)}),
         h('td', {text: `${L.tp}·${L.cp}·${L.pp}·${L.dp}`}),
@@ -129,6 +131,44 @@
     }
     det.append(ul);
     box.append(det);
+  }
+
+  /** One run predicted again as validate predicts it (GET /api/runs/{id}, modelcut predict --run ID): where
+   *  its step goes and, under the default model, its longest layer line by line. */
+  async function showRun(id) {
+    for (const tr of $('runs').querySelectorAll('tbody tr')) tr.classList.toggle('picked', tr.dataset.id === id);
+    const box = $('run-detail');
+    const mode = data.mode;
+    box.textContent = '';
+    box.append(h('h2', {text: id}), h('p', {class: 'muted small', text: 'loading…'}));
+    const mine = ++picks;
+    try {
+      const p = await api('GET', `/api/runs/${encodeURIComponent(id)}?` + new URLSearchParams({mode, layers: mode === 'default'}));
+      if (mine !== picks) return;
+      box.textContent = '';
+      const L = p.layout, pub = p.published || {};
+      box.append(h('h2', {text: `${id}: tp ${L.tp} · cp ${L.cp} · pp ${L.pp} · dp ${L.dp}, ${p.schedule}`
+        + (p.vpp > 1 ? `, v = ${p.vpp}` : '') + `, ${p.microbatches} micro-batch${p.microbatches === 1 ? '' : 'es'}`}));
+      const err = pub.error_pct === undefined ? '' : `; error ${pub.error_pct > 0 ? '+' : '−'}${fixed(Math.abs(pub.error_pct), 1)} %`
+        + ` against the measured ${seconds(pub.measured_step_time_s)}`;
+      box.append(h('p', {class: 'why', text: `Predicted step ${seconds(p.step_time_s)}, ${fmt(p.tflops_per_gpu, 0)} TFLOP/s per GPU, `
+        + `MFU ${fixed(p.mfu * 100, 1)} % (${p.mode} model${L.framework ? `, ${L.framework}` : ''})${err}.`}));
+      box.append(h('div', {class: 'chart'}, stackedBar(Object.assign({__fmt: seconds}, p.breakdown), TIME_TERMS, p.step_time_s, 420, 24)));
+      const kv = h('div', {class: 'kv', 'data-testid': 'run-terms'});
+      for (const [k, label, colour] of TIME_TERMS) {
+        const v = p.breakdown[k] || 0;
+        if (v <= 0) continue;
+        const sw = h('span', {class: 'mc-swatch'}); sw.style.background = colour;
+        kv.append(h('span', {}, [sw, ' ', label]), h('span', {class: 'num', text: seconds(v)}),
+          h('span', {class: 'muted', text: `${fixed(v / p.step_time_s * 100, 1)} %`}));
+      }
+      box.append(kv);
+      if (p.layers) box.append(...layerView(p.layers));
+      else box.append(h('p', {class: 'small muted', text: 'The seed model sums terms; the default model itemises a layer.'}));
+    } catch (e) {
+      if (mine !== picks) return;
+      box.lastChild.textContent = e.message;
+    }
   }
 
   function summary() {
@@ -153,6 +193,7 @@
     $('plot').textContent = '';
     $('runs').textContent = '';
     $('sources').textContent = '';
+    $('run-detail').textContent = '';
     for (const e of document.querySelectorAll('.legend-inline')) e.remove();
   }
 
@@ -165,6 +206,8 @@
       const ans = await api('GET', '/api/runs?' + q.toString());
       if (mine !== loads) return;   // a later choice's answer wins, whichever comes back first
       data = ans;
+      picks++;
+      $('run-detail').textContent = '';   // a run picked under the other model or set
       summary();
       plot();
       for (const e of document.querySelectorAll('.legend-inline')) e.remove();
