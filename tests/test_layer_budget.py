@@ -178,3 +178,28 @@ def test_a_published_run_over_the_api_is_predict_run(capsys):
                              ("megatron-1.7b?mode=seed&layers=true", "--layers apply to --mode default")):
             r = client.get(f"/api/runs/{query}")
             assert r.status_code == 422 and words in r.json()["detail"] and "\n" not in r.json()["detail"]
+
+
+def test_explore_layers_itemises_the_picked_layout(capsys):
+    """explore --layers prints the picked layout's micro-batch line by line (with --json, its layers: the
+    budget of that ranked layout on the searched stack); with --run, --emit, the seed model, several
+    precisions or a GPU range it is one line."""
+    from modelcut.service.explore import precision_requests, run_explore
+    from modelcut.service.requests import ExploreInput
+
+    def problem(gpus: str = "16") -> list[str]:
+        return ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", gpus, "--seq", "8192",
+                "--global-batch-tokens", "1M", "--top", "3"]
+    code, out, _ = run_cli(capsys, *problem(), "--layers", "--pick", "2")
+    assert code == 0 and "layout #2: tp" in out and "dense layer × " in out and "attention core" in out
+    code, out, _ = run_cli(capsys, *problem(), "--layers", "--pick", "2", "--json")
+    req = precision_requests(ExploreInput(model="llama3-8b", gpu="h100", gpus=16, seq=8192,
+                                          global_batch_tokens=1 << 20, top=3))[0]
+    assert json.loads(out)["layers"] == run_explore(req).layers(2)[1].as_dict()
+    for args, words in ((["explore", "--run", "megatron-1.7b"], "predict --run ID --layers"),
+                        (problem() + ["--emit", "megatron"], "drop --layers"),
+                        (problem() + ["--mode", "seed"], "seed model sums terms"),
+                        (problem() + ["--precision", "bf16,fp8"], "one precision"),
+                        (problem("8-16"), "one precision")):
+        code, out, err = run_cli(capsys, *args, "--layers")
+        assert code == 2 and out == "" and words in err and err.count("\n") == 1, (args, err)

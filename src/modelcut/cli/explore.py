@@ -31,6 +31,7 @@ from ..service.explore import (CLOSE_TO_BEST, PARETO_WITHIN, ExploreResult, Prec
                                run_explore, run_explore_each, run_explore_range, searched_recomputes, why_text)
 from .app import app
 from .common import check_writable, limit_option, limits, parse, write_trace
+from .views import console, show_layers
 
 GB = 1e9
 
@@ -101,6 +102,13 @@ def _knobs(e: Evaluated) -> list[str]:
             s.schedule, _recompute(e), str(e.zero)]
 
 
+def _layers(res: ExploreResult | None, pick: int):
+    """The ``pick``-th ranked layout and one micro-batch of it itemised (``--layers``)."""
+    if res is None:
+        raise ModelcutError("no layout fits; nothing to itemise")
+    return res.layers(pick)
+
+
 def _describe(e: Evaluated) -> str:
     s = e.structure
     cp = f"cp {s.cp} ({cp_form_label(s.cp_kind, s.cp_a2a)})" if s.cp > 1 else "cp 1"
@@ -143,7 +151,10 @@ def explore(
     as_json: bool = typer.Option(False, "--json", help="print JSON: {layouts: [...]} sorted by step time"),
     emit: Optional[str] = typer.Option(None, "--emit", help="print the chosen layout's launch settings: megatron, "
                                                             "torchtitan or nemo"),
-    pick: int = typer.Option(1, "--pick", help="which ranked layout --emit prints and --trace writes (1 = the best)"),
+    pick: int = typer.Option(1, "--pick", help="which ranked layout --emit prints, --trace writes and --layers "
+                                               "itemises (1 = the best)"),
+    layers: bool = typer.Option(False, "--layers", help="also print the picked layout's micro-batch line by line, "
+                                                        "as predict --layers does (with --json: its layers)"),
     trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
                                          help="write the picked layout's predicted step as a Chrome trace-event "
                                               "JSON (Perfetto), as predict --trace does"),
@@ -197,6 +208,10 @@ def explore(
         raise ModelcutError(f"--emit must be one of {', '.join(emitter.EMITTERS)}, got {emit!r}")
     if not 0 <= pareto_within <= 1:
         raise ModelcutError(f"--pareto-within must be a fraction in [0, 1], got {pareto_within}")
+    if layers and (run is not None or emit is not None or mode == "seed"):
+        raise ModelcutError("--layers with --run: predict --run ID --layers itemises the published layout" if run
+                            else "--emit prints launch settings alone; drop --layers" if emit
+                            else "--layers itemises the default model's layers; the seed model sums terms")
     if trace is not None:
         if run is not None:
             raise ModelcutError("--trace with --run: predict --run ID --trace FILE writes the published layout's step")
@@ -242,6 +257,8 @@ def explore(
         fields["precisions"], fields["precision"] = wanted, None
     else:
         fields["precision"] = wanted[0] if wanted else (precision or None)
+    if layers and (len(wanted) > 1 or hi is not None):
+        raise ModelcutError("--layers itemises a layout of one search; give one precision and --gpus N")
     reqs = precision_requests(parse(ExploreInput, fields, lim, {**FLAGS, "precisions": "--precision"}), lim)
     req = reqs[0]
     hw = req.hw
@@ -279,10 +296,15 @@ def explore(
         show_range(results)
         return
     res = results[0]
+    picked = _layers(res, pick) if layers else None
     if as_json:
-        print(json.dumps(res.as_dict()))
+        print(json.dumps(res.as_dict() | ({"layers": picked[1].as_dict()} if picked else {})))
         return
     show(res)
+    if picked:
+        con = console()
+        con.print(f"layout #{pick}: {_describe(picked[0])}", markup=False)
+        show_layers(con, picked[1])
 
 
 def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None, pick: int,

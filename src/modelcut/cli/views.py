@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core.costs.context import cp_form_label
+from ..core.step.layer_budget import LayerBudget
 from ..service.predict import PredictResult
 
 
@@ -99,7 +100,7 @@ def show_prediction(result: PredictResult) -> None:
         for ln in b.lines:
             con.print(f"  {ln.input} {ln.alternative}: {ln.change_pct:+.1f} %")
     if result.layers is not None:
-        show_layers(con, result)
+        show_layers(con, result.layers)
 
 
 #: How a budget line's kind reads in the layer table.
@@ -121,10 +122,10 @@ def _detail(ln: dict) -> str:
     return ""
 
 
-def show_layers(con: Console, result: PredictResult) -> None:
+def show_layers(con: Console, budget: LayerBudget) -> None:
     """``--layers``: one micro-batch's units on the busiest device, line by line
     (:mod:`..core.step.layer_budget`), milliseconds."""
-    lb = result.layers.as_dict()
+    lb = budget.as_dict()
     b = lb["micro_batch"]
     con.print(f"one micro-batch ({b} sequence{'s' if b != 1 else ''}, {lb['tokens']:,} tokens a device) on the "
               "busiest device; products: m × n × k (× count), forward / backward TFLOP/s; memory-bound: forward / "

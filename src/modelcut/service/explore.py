@@ -41,6 +41,7 @@ from ..core.specs import PARTIAL, Hardware, ModelSpec, Run, Training, recipe_amo
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.frameworks import Framework
+from ..core.step.layer_budget import LayerBudget, layer_budget
 from ..core.step.result import Prediction
 from . import inputs
 from .limits import DEFAULT, Limits
@@ -251,6 +252,15 @@ class ExploreResult:
         if not pred.timeline:
             raise ModelcutError(no_timeline(self.framework.name))
         return e, pred
+
+    def layers(self, pick: int = 1) -> tuple[Evaluated, LayerBudget]:
+        """The ``pick``-th ranked layout and one micro-batch of it itemised
+        (:func:`..core.step.layer_budget.layer_budget`), on the stack and constants the search ranked
+        it with."""
+        e = self.picked(pick, "itemise")
+        if self.request.mode != "default" or self.framework is None:
+            raise ModelcutError("--layers itemises the default model's layers; the seed model sums terms")
+        return e, layer_budget(e.run, self.request.hw, efficiency_for(self.request.hw), self.framework)
 
     def none_reason(self) -> str | None:
         """Why the search ranked no layout (None when it ranked some): the stack runs none of the
