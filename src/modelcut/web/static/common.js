@@ -117,6 +117,19 @@
     return box;
   }
 
+  /** A step's terms that take time, each with its swatch, seconds and share of the step (the breakdown's kv list). */
+  function timeTerms(breakdown, step, attrs) {
+    const kv = h('div', Object.assign({class: 'kv'}, attrs || {}));
+    for (const [k, label, colour] of TIME_TERMS) {
+      const v = breakdown[k] || 0;
+      if (v <= 0) continue;
+      const sw = h('span', {class: 'mc-swatch'}); sw.style.background = colour;
+      kv.append(h('span', {}, [sw, ' ', label]), h('span', {class: 'num', text: seconds(v)}),
+        h('span', {class: 'muted', text: `${fixed(v / step * 100, 1)} %`}));
+    }
+    return kv;
+  }
+
   /** A budget line's detail: a product's shape, data type and TFLOP/s; memory-bound bytes; a collective's time before its overlap. */
   function layerDetail(ln) {
     if ('m' in ln) {
@@ -147,5 +160,5 @@
         h('tbody', {}, rows)]))];
   }
 
-  root.MC = {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, layerView, TIME_TERMS, MEMORY_TERMS};
+  root.MC = {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, layerView, timeTerms, TIME_TERMS, MEMORY_TERMS};
 })(window);

@@ -2,7 +2,7 @@
  * layout's device mesh (POST /api/mesh) and a link that animates its pipeline on the pipeline page. */
 (function () {
   'use strict';
-  const {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, layerView, TIME_TERMS, MEMORY_TERMS} = window.MC;
+  const {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, layerView, timeTerms, TIME_TERMS, MEMORY_TERMS} = window.MC;
   const $ = (id) => document.getElementById(id);
   const UPLOAD = '__upload__';
   const KNOB_NAME = {cp_kind: 'context-parallel form', micro_batch: 'micro-batch', vpp: 'chunks v', zero: 'ZeRO'};
@@ -332,15 +332,7 @@
     const tcol = h('div', {}, [h('h3', {text: `Time per step: ${seconds(x.step_time_s)}`})]);
     const tb = Object.assign({__fmt: seconds}, x.breakdown);
     tcol.append(wide(stackedBar(tb, TIME_TERMS, x.step_time_s, 420, 24)));
-    const kv = h('div', {class: 'kv'});
-    for (const [k, label, colour] of TIME_TERMS) {
-      const v = x.breakdown[k] || 0;
-      if (v <= 0) continue;
-      const sw = h('span', {class: 'mc-swatch'}); sw.style.background = colour;
-      kv.append(h('span', {}, [sw, ' ', label]), h('span', {class: 'num', text: seconds(v)}),
-        h('span', {class: 'muted', text: `${fixed(v / x.step_time_s * 100, 1)} %`}));
-    }
-    tcol.append(kv, h('p', {class: 'small muted', text: `${x.microbatches} micro-batch${x.microbatches === 1 ? '' : 'es'} of ${x.micro_batch} sequence${x.micro_batch === 1 ? '' : 's'} `
+    tcol.append(timeTerms(x.breakdown, x.step_time_s), h('p', {class: 'small muted', text: `${x.microbatches} micro-batch${x.microbatches === 1 ? '' : 'es'} of ${x.micro_batch} sequence${x.micro_batch === 1 ? '' : 's'} `
       + `per pipeline; ${fmt(x.tflops_per_gpu, 0)} TFLOP/s per GPU, MFU ${fixed(x.mfu * 100, 1)} %.`}));
     // Memory.
     const mcol = h('div', {}, [h('h3', {text: `Memory: ${gb(x.memory.peak_bytes)} on the fullest device (stage ${x.memory.peak_stage})`})]);

@@ -2,7 +2,7 @@
  * (one row per run, so no label overlaps another) and the validation table. */
 (function () {
   'use strict';
-  const {api, fmt, fixed, seconds, h, s, stackedBar, legend, layerView, TIME_TERMS} = window.MC;
+  const {api, fmt, fixed, seconds, h, s, stackedBar, legend, layerView, timeTerms, TIME_TERMS} = window.MC;
   const $ = (id) => document.getElementById(id);
   // The table's scroll box: the legend goes above it.
   const FAMILY = {megatron: '#4e79a7', llama3: '#e15759', zero3: '#59a14f'};
@@ -154,15 +154,7 @@
       box.append(h('p', {class: 'why', text: `Predicted step ${seconds(p.step_time_s)}, ${fmt(p.tflops_per_gpu, 0)} TFLOP/s per GPU, `
         + `MFU ${fixed(p.mfu * 100, 1)} % (${p.mode} model${L.framework ? `, ${L.framework}` : ''})${err}.`}));
       box.append(h('div', {class: 'chart'}, stackedBar(Object.assign({__fmt: seconds}, p.breakdown), TIME_TERMS, p.step_time_s, 420, 24)));
-      const kv = h('div', {class: 'kv', 'data-testid': 'run-terms'});
-      for (const [k, label, colour] of TIME_TERMS) {
-        const v = p.breakdown[k] || 0;
-        if (v <= 0) continue;
-        const sw = h('span', {class: 'mc-swatch'}); sw.style.background = colour;
-        kv.append(h('span', {}, [sw, ' ', label]), h('span', {class: 'num', text: seconds(v)}),
-          h('span', {class: 'muted', text: `${fixed(v / p.step_time_s * 100, 1)} %`}));
-      }
-      box.append(kv);
+      box.append(timeTerms(p.breakdown, p.step_time_s, {'data-testid': 'run-terms'}));
       if (p.layers) box.append(...layerView(p.layers));
       else box.append(h('p', {class: 'small muted', text: 'The seed model sums terms; the default model itemises a layer.'}));
     } catch (e) {
