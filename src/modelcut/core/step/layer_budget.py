@@ -121,6 +121,8 @@ def _pass_lines(fwd: PassTime, bwd: PassTime, tp_comm: bool) -> list[BudgetLine]
 
 def _layer_lines(lt: LayerTime, a2a: tuple[float, float], tp_comm: bool, hw: Hardware, eff: Efficiency
                  ) -> list[BudgetLine]:
+    """A layer's lines (module doc): its products, attention core, memory-bound groups, exposed
+    collectives, the all-to-all ``a2a`` (forward, backward) the stages charge, the recomputed forward."""
     lines = [BudgetLine(p.name, "product", p.fwd, p.dgrad + p.wgrad, p.flops, (p.m, p.n, p.k, p.count), p.dtype)
              for p in lt.products]
     if lt.attention is not None and (lt.attention.fwd or lt.attention.bwd):
