@@ -755,6 +755,9 @@ def test_explorer_shows_the_picked_layouts_layer_line_by_line(server, page):
     assert f"forward {unit['fwd_s'] * 1e3:.3f} ms" in head
     assert abs(sum(float(r[1]) for r in rows) - unit["fwd_s"] * 1e3) < 0.001 * len(rows)
     assert "TFLOP/s" in rows[0][3]
+    shares = page.inner_text("[data-testid=layer-kinds]")
+    total = sum(lb["by_kind_s"].values())
+    assert f"{lb['by_kind_s']['product'] / total * 100:.0f} %" in shares and "products" in shares
     assert_no_overlapping_text(page)
     assert not page.errors
 

@@ -106,6 +106,10 @@ def show_prediction(result: PredictResult) -> None:
 #: How a budget line's kind reads in the layer table.
 _KIND_WORDS = {"product": "product", "attention": "attention", "memory": "memory-bound", "tp": "tp comm",
                "cp": "cp comm", "a2a": "all-to-all", "recompute": "recompute"}
+#: And how their sums over a micro-batch read.
+_KIND_TOTALS = {"product": "products", "attention": "attention cores", "memory": "memory-bound kernels",
+                "tp": "exposed tp collectives", "cp": "exposed cp exchanges", "a2a": "expert all-to-all",
+                "recompute": "recomputed forwards"}
 
 
 def _detail(ln: dict) -> str:
@@ -130,6 +134,11 @@ def show_layers(con: Console, budget: LayerBudget) -> None:
     con.print(f"one micro-batch ({b} sequence{'s' if b != 1 else ''}, {lb['tokens']:,} tokens a device) on the "
               "busiest device; products: m × n × k (× count), forward / backward TFLOP/s; memory-bound: forward / "
               "backward bytes. The pipeline, data-parallel and optimizer terms are the step's, above.")
+    kinds = {k: v for k, v in lb["by_kind_s"].items() if v > 0}
+    total = sum(kinds.values())
+    if total > 0:
+        con.print("the micro-batch on this device, " + f"{total * 1e3:,.1f} ms: " + ", ".join(
+            f"{_KIND_TOTALS[k]} {v * 1e3:,.1f} ms ({v / total * 100:.0f} %)" for k, v in kinds.items()), markup=False)
     for u in lb["units"]:
         where = f"× {u['per_device']} on this device" if u["per_device"] else "on another pipeline rank"
         con.print(f"[bold]{u['unit']}[/bold] {where}: forward {u['fwd_s'] * 1e3:.3f} ms, "

@@ -90,6 +90,16 @@ class LayerBudget:
     tokens: int            # a micro-batch's tokens on one device, b·s/cp
     units: tuple[UnitBudget, ...]
 
+    def by_kind(self) -> dict[str, float]:
+        """Seconds of one micro-batch on the device by kind of line (:data:`LINE_KINDS`), forward and
+        backward, over every unit as many times as the device runs it: what the step's compute, tp,
+        cp and all-to-all terms are made of."""
+        out = dict.fromkeys(LINE_KINDS, 0.0)
+        for u in self.units:
+            for ln in u.lines:
+                out[ln.kind] += u.per_device * (ln.fwd_s + ln.bwd_s)
+        return out
+
     def as_dict(self) -> dict:
         """Seconds as they are; each product's and the attention core's TFLOP/s beside them."""
         def line(ln: BudgetLine) -> dict:
@@ -103,7 +113,7 @@ class LayerBudget:
             if ln.whole is not None:
                 d.update(fwd_whole_s=ln.whole[0], bwd_whole_s=ln.whole[1])
             return d
-        return {"micro_batch": self.micro_batch, "tokens": self.tokens,
+        return {"micro_batch": self.micro_batch, "tokens": self.tokens, "by_kind_s": self.by_kind(),
                 "units": [{"unit": u.unit, "per_device": u.per_device, "fwd_s": u.fwd_s, "bwd_s": u.bwd_s,
                            "lines": [line(ln) for ln in u.lines]} for u in self.units]}
 

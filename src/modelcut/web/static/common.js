@@ -142,6 +142,17 @@
     return '';
   }
 
+  /** How the busiest device's micro-batch divides among products, attention, memory-bound kernels and exposed communication. */
+  const KIND_TOTALS = {product: 'products', attention: 'attention cores', memory: 'memory-bound kernels',
+                       tp: 'exposed tp collectives', cp: 'exposed cp exchanges', a2a: 'expert all-to-all',
+                       recompute: 'recomputed forwards'};
+  function kindShares(byKind) {
+    const kinds = Object.entries(byKind).filter(([, v]) => v > 0);
+    const total = kinds.reduce((a, [, v]) => a + v, 0);
+    return `The micro-batch on this device, ${fmt(total * 1e3, 1)} ms: `
+      + kinds.map(([k, v]) => `${KIND_TOTALS[k] || k} ${fixed(v / total * 100, 0)} %`).join(', ') + '.';
+  }
+
   /** The layer that takes most of the busiest device's micro-batch, its lines as the step model charges them
    *  (the answer's layers, modelcut predict --layers): a heading, a line of context, the table. */
   function layerView(lb) {
@@ -155,6 +166,7 @@
         + `${fmt(lb.tokens, 0)} tokens a device; the busiest device runs ${u.per_device} such layer${u.per_device === 1 ? '' : 's'} a micro-batch. `
         + 'Products: m × n × k on the device, forward / backward TFLOP/s; memory-bound kernels: forward / backward bytes '
         + '(modelcut predict --layers).'}),
+      h('p', {class: 'small', 'data-testid': 'layer-kinds', text: kindShares(lb.by_kind_s)}),
       h('div', {class: 'hscroll'}, h('table', {class: 'data layer', 'data-testid': 'layer'}, [
         h('thead', {}, [h('tr', {}, ['Line', 'Forward ms', 'Backward ms', 'Detail'].map((t) => h('th', {text: t})))]),
         h('tbody', {}, rows)]))];
