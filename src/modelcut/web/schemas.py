@@ -149,7 +149,7 @@ class PredictResponse(BaseModel):
                                                "sequence_parallel, cp_kind, order, dp_shard, framework")
     memory: dict[str, Any] | None = Field(description="memory per pipeline stage: stages, peak_bytes, ...")
     layers: dict[str, Any] | None = Field(None, description="with layers: one micro-batch on the busiest device, "
-                                                        "{micro_batch, tokens, units: [{unit, per_device, "
+                                                        "{micro_batch, tokens, by_kind_s, units: [{unit, per_device, "
                                                         "fwd_s, bwd_s, lines}]}")
 
 
