@@ -207,9 +207,7 @@ def published_prediction(run_id: str, mode: str = "default", layers: bool = Fals
                          limits: Limits | None = None) -> PredictResult:
     """A published run predicted as ``validate`` predicts it, with its published figure
     (``modelcut predict --run ID``, ``GET /api/runs/{id}``); ``layers`` itemises one micro-batch."""
-    if mode not in MODES:
-        raise ModelcutError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-    pr, run, settings = catalog_run(run_id, mode)
+    pr, run, settings = catalog_run(run_id, mode)      # predict refuses an unknown mode
     return predict(PredictRequest(run, mode=mode, framework=settings.get("framework"), overlap=settings.get("overlap"),
                                   published=pr, layers=layers), limits)
 
@@ -278,6 +276,7 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
         raise ModelcutError(f"eta must be a fraction of peak from 0.01 to 1, got {req.eta!r}")
     run, hw = with_precision(req.run, req.precision, req.fp8_recipe), catalog.hardware(req.run.gpu)
     check_sizes(run, limits)
+    layers = None
     if req.mode == "seed":
         if (req.framework is not None or req.overlap is not None or req.profile is not None or req.budget
                 or req.layers):
@@ -289,19 +288,19 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     else:
         overlap = parse_overlap(req.overlap) if isinstance(req.overlap, str) else req.overlap
         fw = catalog.framework(req.framework)
+        # the profile's constants, the matrix products' fraction replaced where --eta gives it
         eff = efficiency_for(hw, req.profile)
+        if req.eta is not None:
+            eff = replace(eff, gemm=float(req.eta))
         stack = fw.with_overlap(overlap)
-        pred = step_predict(run, hw, "default", eta=req.eta, efficiency=eff, framework=stack,
-                            timeline=req.timeline)
+        pred = step_predict(run, hw, "default", efficiency=eff, framework=stack, timeline=req.timeline)
         if req.timeline and not pred.timeline:
             raise ModelcutError(no_timeline(fw.name))
         if req.layers:
-            layers = layer_budget(run, hw, eff if req.eta is None else replace(eff, gemm=float(req.eta)), stack)
+            layers = layer_budget(run, hw, eff, stack)
     if fw is not None:
         pred.notes += [f"stack rule: {v.line()}" for v in stack_violations(run, fw, pred)]
-    result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw))
-    if req.layers:
-        result.layers = layers
+    result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw), layers=layers)
     if req.published is not None:
         result.published = published_figure(req.published, pred, run)
         if not req.published.in_validation:
@@ -316,11 +315,7 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
                                   "over-counts it (what its stack saves is not modelled"
                                   + ("; it is left out of validation" if not req.published.in_validation else "")
                                   + ")")
-    if req.budget:
-        eff = efficiency_for(hw, req.profile)
-        if req.eta is not None:
-            eff = Efficiency(float(req.eta), eff.mem, eff.net)
-        overlap = parse_overlap(req.overlap) if isinstance(req.overlap, str) else req.overlap
+    if req.budget:       # the constants and overlaps of the prediction above (default mode)
         result.budget = error_budget(run, hw, eff, fw.name, overlap)
     return result
 

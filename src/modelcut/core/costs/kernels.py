@@ -70,6 +70,19 @@ WINDOW_SKIPPING = ("flash2", "flash3")
 #: narrower, which this does not follow.
 ATTENTION_TILE = 128
 
+#: An attention core's backward FLOPs over its forward's. A fused kernel recomputes S = QKᵀ in
+#: its backward, five products for the forward's two: 2.5, as the FlashAttention and cuDNN
+#: benchmarks the tables come from count it (catalog/kernels.toml, [[attention]]: "backward 2.5 x
+#: forward"). The unfused path keeps the scores and runs four (dP, dV, dQ, dK): 2 (:func:`_unfused`).
+FUSED_ATTENTION_BWD_RATIO = 2.5
+UNFUSED_ATTENTION_BWD_RATIO = 2.0
+
+
+def attention_bwd_ratio(kind: str) -> float:
+    """Backward FLOPs over forward FLOPs of the attention kernel ``kind``."""
+    return UNFUSED_ATTENTION_BWD_RATIO if kind == "unfused" else FUSED_ATTENTION_BWD_RATIO
+
+
 #: The attention benchmarks' shape (FlashAttention-2 and -3 papers §4.1): 16k tokens a batch,
 #: hidden 2048, so b·heads = (16384/s)·(2048/d) sequences of s.
 _BENCH_TOKENS, _BENCH_HIDDEN = 16384, 2048
@@ -360,7 +373,7 @@ def attention_time(kind: str, b: int, heads: int, s_q: int, s_k: int, d: int, ca
     bench = (_BENCH_TOKENS / max(s_q, 1)) * (_BENCH_HIDDEN / d) * -(-s_q // 128)
     wave = min(1.0, _waves(bh * -(-s_q // 128), hw.sms) / _waves(max(bench, 1.0), hw.sms))
     fwd = flops / (eff.gemm * rates[0] * 1e12 * wave)
-    bwd = 2.5 * flops / (eff.gemm * rates[1] * 1e12 * wave)
+    bwd = FUSED_ATTENTION_BWD_RATIO * flops / (eff.gemm * rates[1] * 1e12 * wave)
     # Q, K, V and O (and their gradients) stream through HBM once each way: a floor.
     io = BYTES * bh * (2 * s_q + 2 * s_k) * d
     fwd = max(fwd, mem_time(io, hw, eff))

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..costs import comm
-from ..costs.kernels import Efficiency, mem_time
+from ..costs.kernels import Efficiency, attention_bwd_ratio, mem_time
 from ..specs import Hardware, Run
 from .exposure import exposed_tp
 from .frameworks import Framework
@@ -43,13 +43,15 @@ LINE_KINDS = ("product", "attention", "memory", "tp", "cp", "a2a", "recompute")
 class BudgetLine:
     """One line of a unit: ``kind`` one of :data:`LINE_KINDS`; seconds of the forward and the
     backward; for a product its shape (m, n, k, count), data type and one pass's FLOPs, for the
-    attention core its forward FLOPs, for memory-bound work its (forward, backward) bytes."""
+    attention core its forward FLOPs and its backward's, for memory-bound work its (forward, backward)
+    bytes."""
 
     item: str
     kind: str
     fwd_s: float
     bwd_s: float
     flops: float = 0.0
+    bwd_flops: float = 0.0
     shape: tuple[float, int, int, int] | None = None
     dtype: str | None = None
     nbytes: tuple[float, float] | None = None
@@ -62,11 +64,8 @@ class BudgetLine:
 
     @property
     def bwd_tflops(self) -> float | None:
-        """The backward's TFLOP/s: a product's data and weight gradients do twice its forward's
-        FLOPs, the attention core's backward 2.5 times (:func:`..costs.kernels.attention_time`)."""
-        if not self.flops or self.bwd_s <= 0:
-            return None
-        return (2.0 if self.kind == "product" else 2.5) * self.flops / self.bwd_s / 1e12
+        """The backward's TFLOP/s (None for the lines without FLOPs)."""
+        return self.bwd_flops / self.bwd_s / 1e12 if self.bwd_flops and self.bwd_s > 0 else None
 
 
 @dataclass(frozen=True)
@@ -129,15 +128,17 @@ def _pass_lines(fwd: PassTime, bwd: PassTime, tp_comm: bool) -> list[BudgetLine]
     return [ln for ln in lines if ln.fwd_s or ln.bwd_s or ln.whole and any(ln.whole)]
 
 
-def _layer_lines(lt: LayerTime, a2a: tuple[float, float], tp_comm: bool, hw: Hardware, eff: Efficiency
-                 ) -> list[BudgetLine]:
-    """A layer's lines (module doc): its products, attention core, memory-bound groups, exposed
-    collectives, the all-to-all ``a2a`` (forward, backward) the stages charge, the recomputed forward."""
-    lines = [BudgetLine(p.name, "product", p.fwd, p.dgrad + p.wgrad, p.flops, (p.m, p.n, p.k, p.count), p.dtype)
-             for p in lt.products]
-    if lt.attention is not None and (lt.attention.fwd or lt.attention.bwd):
-        lines.append(BudgetLine("attention core", "attention", lt.attention.fwd, lt.attention.bwd,
-                                lt.attention.flops_fwd))
+def _layer_lines(lt: LayerTime, a2a: tuple[float, float], tp_comm: bool, attention: str, hw: Hardware,
+                 eff: Efficiency) -> list[BudgetLine]:
+    """A layer's lines (module doc): its products (the data and weight gradients twice the forward's
+    FLOPs), the ``attention`` kernel's core, memory-bound groups, exposed collectives, the all-to-all
+    ``a2a`` (forward, backward) the stages charge, the recomputed forward."""
+    lines = [BudgetLine(p.name, "product", p.fwd, p.dgrad + p.wgrad, p.flops, 2.0 * p.flops,
+                        (p.m, p.n, p.k, p.count), p.dtype) for p in lt.products]
+    att = lt.attention
+    if att is not None and (att.fwd or att.bwd):
+        lines.append(BudgetLine("attention core", "attention", att.fwd, att.bwd, att.flops_fwd,
+                                attention_bwd_ratio(attention) * att.flops_fwd))
     lines += [BudgetLine(name, "memory", mem_time(f, hw, eff), mem_time(b, hw, eff), nbytes=(f, b))
               for name, f, b in lt.memory_bytes]
     tp_f, tp_b = (exposed_tp(pt.tp, pt.gemm, tp_comm) for pt in (lt.fwd, lt.bwd))
@@ -184,7 +185,8 @@ def layer_budget(run: Run, hw: Hardware, eff: Efficiency, framework: Framework) 
 
     def layer_unit(name: str, lt: LayerTime | None, costs) -> None:
         if lt is not None and costs is not None:
-            kinds[name] = (_layer_lines(lt, (costs[0][3], costs[1][3]), ov, hw, eff), sum(costs[0]), sum(costs[1]))
+            kinds[name] = (_layer_lines(lt, (costs[0][3], costs[1][3]), ov, k.setup.attention, hw, eff),
+                           sum(costs[0]), sum(costs[1]))
 
     if uc.kept is None:
         layer_unit("dense layer", k.dense, uc.layers[False])
