@@ -29,5 +29,8 @@ demo: install
 	$(BIN)/modelcut bubble-table
 	$(BIN)/modelcut report
 
+# The tests run on two processes (pytest-xdist); the few that time real processes or a loaded server
+# (marked serial) run afterwards, alone, so that the other process's work cannot slow them.
 test: install-test browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 -m "not serial"
+	$(BIN)/python -m pytest -q -m serial

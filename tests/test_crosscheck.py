@@ -20,7 +20,7 @@ from modelcut.cli import main  # noqa: E402
 from modelcut.core.errors import ModelcutError  # noqa: E402
 from modelcut.analysis.torchcheck import runner  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.serial]
 
 P, M = 4, 8
 

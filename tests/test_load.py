@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+pytestmark = pytest.mark.serial
+
 SEARCH = {"model": "llama3-8b", "gpu": "h100", "gpus": 16, "seq": 8192, "global_batch_tokens": "1M", "top": 5}
 SMALL = [("GET", "/api/catalog", None),
          ("POST", "/api/mesh", {"tp": 8, "pp": 4, "dp": 4, "rank": 9}),
