@@ -117,11 +117,15 @@ def first_last_split(layers: int, p: int, v: int, first: int | None, last: int |
     if p < 2:
         raise ModelcutError("first/last pipeline-stage layers need at least two pipeline stages")
     mid_ranks = p - 2
+    given = (first or 0) + (last or 0)
+    if given > layers:
+        raise ModelcutError(f"first/last pipeline-stage layers ({given}) exceed the model's {layers} layers")
     if first is None or last is None:
         given = first if first is not None else last
         rest, share = layers - given, mid_ranks + 1
-        if rest < 0 or rest % share:
-            raise ModelcutError(f"{rest} layers do not divide evenly over {share} pipeline ranks")
+        if rest % share:
+            raise ModelcutError(f"the {rest} layers besides the {'first' if first is not None else 'last'} rank's "
+                                f"{given} do not divide evenly over the other {share} pipeline ranks")
         first = rest // share if first is None else first
         last = rest // share if last is None else last
     rest = layers - first - last

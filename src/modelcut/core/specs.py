@@ -248,6 +248,11 @@ class Layout:
     Megatron-LM's ``--num-distributed-optimizer-instances`` = dp/dp_shard). The shard group is the
     inner part of dp in the rank order, as torchtitan's mesh [..., "dp_replicate", "dp_shard", "cp",
     "tp"] places it. None (or dp) shards over the whole data-parallel group (:attr:`shard_dp`).
+    ``first_layers``/``last_layers``: the transformer layers on the first and the last pipeline
+    rank, each shared evenly by that rank's chunks, the rest evenly over the middle ranks
+    (Megatron-LM's ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers``,
+    at least 1 each, core_v0.15.0 ``transformer_config.py`` "Uneven PP"; :func:`..plan.first_last_split`);
+    one given, the other end takes a middle rank's share; None: the plan's even split.
     """
 
     tp: int = 1
@@ -264,9 +269,18 @@ class Layout:
     order: tuple[str, ...] = DEFAULT_ORDER
     dp_shard: int | None = None
     cp_a2a: int | None = None
+    first_layers: int | None = None
+    last_layers: int | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "dp_shard")
+        for name in ("first_layers", "last_layers"):
+            n = getattr(self, name)
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                raise ModelcutError(f"{name} must be a whole number of layers, 1 or more, got {n!r}")
+        if (self.first_layers is not None or self.last_layers is not None) and self.pp < 2:
+            raise ModelcutError("first_layers/last_layers place layers on the first and the last pipeline rank: "
+                                f"they need pp of 2 or more (pp is {self.pp})")
         if self.dp_shard is not None and self.dp % self.dp_shard:
             raise ModelcutError(f"dp_shard ({self.dp_shard}) must divide dp ({self.dp}): the data-parallel ranks "
                                 "are dp/dp_shard replicas of one shard group")

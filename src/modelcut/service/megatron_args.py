@@ -24,7 +24,9 @@ megatron/core/model_parallel_config.py):
 * **the layout**: ``--tensor-model-parallel-size``, ``--context-parallel-size`` with
   ``--cp-comm-type`` (default p2p, the ring) and ``--hierarchical-context-parallel-sizes``,
   ``--pipeline-model-parallel-size`` with ``--num-virtual-stages-per-pipeline-rank`` or
-  ``--num-layers-per-virtual-pipeline-stage``, ``--expert-model-parallel-size``,
+  ``--num-layers-per-virtual-pipeline-stage`` and an uneven split's
+  ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers``,
+  ``--expert-model-parallel-size``,
   ``--expert-tensor-parallel-size``, ``--sequence-parallel`` (default off), the data-parallel
   size from the world size (the command's ``--gpus``), ZeRO from ``--use-distributed-optimizer``
   (1) and ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy`` (optim 1,
@@ -76,6 +78,7 @@ _MODEL_FLAGS = ("num-layers", "hidden-size", "ffn-hidden-size", "num-attention-h
                 "moe-layer-freq")
 _RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-type",
               "hierarchical-context-parallel-sizes", "pipeline-model-parallel-size", "pipeline-model-parallel-layout",
+              "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage",
               "expert-model-parallel-size", "expert-tensor-parallel-size", "sequence-parallel",
               "use-distributed-optimizer", "use-megatron-fsdp", "data-parallel-sharding-strategy",
@@ -298,6 +301,13 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
         vpp = layers // (pp * per_stage)
     if vpp is not None and vpp > 1:
         layout["vpp"] = vpp
+    for end in ("first", "last"):     # Megatron-core's uneven split: that rank's layers, the rest even
+        n = _int(flags, f"decoder-{end}-pipeline-num-layers")
+        if n is not None:
+            if split is not None:
+                raise ModelcutError(f"--decoder-{end}-pipeline-num-layers with --pipeline-model-parallel-layout: "
+                                    "Megatron-LM refuses the two together")
+            layout[f"{end}_layers"] = n
     layout["schedule"] = "interleaved" if pp > 1 and (vpp or 1) > 1 else "1f1b"
     ep = _int(flags, "expert-model-parallel-size", 1)
     if ep > 1:

@@ -353,6 +353,13 @@ class LayoutIn(Strict):
     cp_a2a: Optional[GpuCount] = Field(
         None, description="with cp_kind a2a+p2p: its all-to-all groups' size, adjacent cp ranks, the ring across "
                           "cp/cp_a2a groups (Megatron-LM's --hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a)")
+    first_layers: Optional[Layers] = Field(
+        None, description="transformer layers on the first pipeline rank, shared by its chunks, the rest even over "
+                          "the middle ranks (Megatron-LM's --decoder-first-pipeline-num-layers; default: the even "
+                          "split)")
+    last_layers: Optional[Layers] = Field(
+        None, description="transformer layers on the last pipeline rank, which also holds the output layer and the "
+                          "loss (Megatron-LM's --decoder-last-pipeline-num-layers; default: the even split)")
 
 
 class TrainingIn(Strict):

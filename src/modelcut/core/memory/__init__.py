@@ -109,7 +109,7 @@ paper says; it is also what Megatron-LM's ``--account-for-embedding-in-pipeline-
 --account-for-loss-in-pipeline-split`` and torchtitan's ``generate_llm_fqn_per_model_part``
 (input and output weight 1) give whenever l + 2 divides evenly. Megatron-LM's
 ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers`` can be given
-instead (``MemoryOptions.first_layers``/``last_layers``).
+instead (the layout's ``first_layers``/``last_layers``).
 
 **Framework buffers** are a stated allowance, reported apart: ``buffer_fixed_bytes`` for
 the CUDA context, cuBLAS/cuDNN workspaces and NCCL communicator buffers, and

@@ -33,7 +33,6 @@ class MemoryOptions:
     layer's forward (FSDP's default); off, as Llama 3 ran, it keeps the stage's BF16 weights.
     ``microbatch_group``: the interleaved schedule's N (Megatron-LM's
     ``--microbatch-group-size-per-virtual-pipeline-stage``; default p).
-    ``first_layers``/``last_layers``: Megatron-LM's ``--decoder-first/last-pipeline-num-layers``.
     ``buffer_fixed_bytes``: allowance for the CUDA context and library workspaces (about
     0.5–1 GiB on current GPUs) and NCCL communicator buffers (NCCL_BUFFSIZE, 4 MiB, per
     channel and peer, over the tp, cp, pp and dp communicators): 2 GiB in all, an allowance,
@@ -66,8 +65,6 @@ class MemoryOptions:
     flash_attention: bool = True
     reshard_after_forward: bool = True
     microbatch_group: int | None = None
-    first_layers: int | None = None
-    last_layers: int | None = None
     buffer_fixed_bytes: float = 2 * GiB
     fragmentation: float = 0.05
     fp8: Fp8 | None = None      # the run's FP8 as its stack keeps it (:mod:`..costs.fp8`)
@@ -119,7 +116,7 @@ def memory_plan(run: Run, options: MemoryOptions = DEFAULT_OPTIONS, vpp: int | N
                 schedule: str | None = None, stage_layers: tuple[int, ...] | None = None) -> PipelinePlan:
     """The pipeline a run's memory describes when no step model has resolved one: ``vpp`` (or the
     layout's, or the schedule's fixed chunk count, else 1) chunks under ``schedule`` (or the
-    layout's, or the registry's default), the even split unless ``stage_layers`` or the options'
+    layout's, or the registry's default), the even split unless ``stage_layers`` or the layout's
     first/last layers say otherwise, the options' micro-batch group; over the micro-batches of one
     pipeline schedule run (:func:`..plan.flush_training`), the activations one run holds."""
     lay = run.layout
@@ -128,7 +125,7 @@ def memory_plan(run: Run, options: MemoryOptions = DEFAULT_OPTIONS, vpp: int | N
     v = vpp or lay.vpp or (spec.default_chunks if spec is not None and spec.fixed_chunks else 1)
     return plans.resolve(run.model, lay, plans.flush_training(lay, run.training), v=v, schedule=name,
                          stage_layers=stage_layers,
-                         first_layers=options.first_layers, last_layers=options.last_layers,
+                         first_layers=lay.first_layers, last_layers=lay.last_layers,
                          group=options.microbatch_group)
 
 

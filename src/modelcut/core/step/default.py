@@ -82,10 +82,11 @@ def one_schedule_run(run: Run) -> Run:
 
 def default_plan(run: Run) -> PipelinePlan:
     """The pipeline the default model times: :func:`chunks` per device, layers spread evenly
-    (:func:`..plan.even_split`), over the micro-batches of one schedule run
-    (:func:`..plan.flush_training`)."""
+    (:func:`..plan.even_split`) or as the layout's first/last layers say, over the micro-batches
+    of one schedule run (:func:`..plan.flush_training`)."""
     return plans.resolve(run.model, run.layout, plans.flush_training(run.layout, run.training), v=chunks(run),
-                         schedule=run.layout.schedule)
+                         schedule=run.layout.schedule, first_layers=run.layout.first_layers,
+                         last_layers=run.layout.last_layers)
 
 
 def _overlapped_unit(durations: list[tuple[float, float, float]], a2a_fb: list[tuple[float, float]]):

@@ -123,7 +123,8 @@ def seed_plan(run: Run) -> tuple[PipelinePlan, list[str]]:
                 notes.append(f"m = {m} is not a multiple of p = {p}, which Megatron-LM's interleaved schedule "
                              f"needs (its default micro-batch group N = p): 1F1B instead of v = {v}")
                 v = 1
-    plan = plans.resolve(run.model, L, tr, v=v, schedule=L.schedule, balance="slots")
+    plan = plans.resolve(run.model, L, tr, v=v, schedule=L.schedule, balance="slots",
+                         first_layers=L.first_layers, last_layers=L.last_layers)
     lay, slots = plan.layers, tuple(s.slots for s in plan.stages)
     if slots != lay:
         notes.append("the embedding and the output layer take a layer's slot on the first and last stage")

@@ -1,0 +1,139 @@
+"""An uneven pipeline split given with the layout (Megatron-LM's --decoder-first/last-pipeline-num-layers):
+the time model, the memory model and from-megatron read the same split; bad values are one line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import given, settings, strategies as st
+
+from modelcut import catalog
+from modelcut.cli import main
+from modelcut.core.errors import ModelcutError
+from modelcut.core.memory import stage_memory
+from modelcut.core.plan import first_last_split
+from modelcut.core.specs import Layout, Run, Training
+from modelcut.service.megatron_args import run_document
+from modelcut.service.predict import PredictRequest, predict
+from modelcut.web import app as webapp
+
+# Nemotron-3 22B (40 layers, a 256,000-token vocabulary) on 64 H100, tp 2 · pp 4 · dp 8: the last rank
+# holds the output layer and the loss, several layers' work at this vocabulary.
+MODEL = catalog.model("nemotron3-22b")
+
+
+def _run(pp: int = 4, vpp: int = 1, **ends) -> Run:
+    lay = Layout(tp=2, pp=pp, dp=64 // (2 * pp), vpp=vpp, schedule="interleaved" if vpp > 1 else "1f1b", **ends)
+    return Run(MODEL, "h100", lay, Training(seq_len=4096, global_batch=256, micro_batch=1))
+
+
+def _predict(run: Run):
+    return predict(PredictRequest(run=run, framework="megatron-core"))
+
+
+def test_the_split_is_the_layouts_in_time_and_memory():
+    even = _predict(_run())
+    assert even.prediction.stage_layers == (10, 10, 10, 10)
+    light = _predict(_run(last_layers=7))
+    assert light.prediction.stage_layers == (11, 11, 11, 7) == first_last_split(40, 4, 1, None, 7)
+    mem = light.memory["stages"]
+    assert [s["layers"] for s in mem] == [11, 11, 11, 7]
+    assert [s.layers for s in stage_memory(_run(last_layers=7))] == [11, 11, 11, 7]   # without a prediction's plan
+    # the last rank's output layer outweighs three layers here: moving them off it shortens the step
+    assert light.prediction.step_time_s < 0.9 * even.prediction.step_time_s
+    both = _predict(_run(first_layers=11, last_layers=7))
+    assert both.prediction.step_time_s == light.prediction.step_time_s
+
+
+def test_with_interleaving_each_end_rank_shares_its_layers_over_its_chunks():
+    # the ranks hold 12, 11, 11, 6 layers; each middle rank's 11 cannot halve
+    with pytest.raises(ModelcutError, match="do not divide into 2 chunks"):
+        _predict(_run(vpp=2, first_layers=12, last_layers=6))
+    res = _predict(_run(vpp=2, first_layers=12, last_layers=4))
+    # ranks 12, 12, 12, 4 in two chunks each: stage c·p + r is chunk c of rank r
+    assert res.prediction.stage_layers == (6, 6, 6, 2, 6, 6, 6, 2)
+    with pytest.raises(ModelcutError, match="do not divide into 2 chunks"):
+        _predict(_run(vpp=2, first_layers=11, last_layers=7))
+
+
+@pytest.mark.parametrize("ends, words", [
+    ({"last_layers": 41}, "exceed the model's 40 layers"),
+    ({"first_layers": 3}, "do not divide evenly"),
+    ({"first_layers": 11, "last_layers": 8}, "cannot be split"),
+])
+def test_a_split_that_cannot_be_is_one_line(ends, words):
+    with pytest.raises(ModelcutError, match=words):
+        _predict(_run(**ends))
+
+
+@pytest.mark.parametrize("ends, words", [
+    ({"last_layers": 0}, "1 or more"), ({"first_layers": True}, "1 or more"), ({"last_layers": 2.5}, "1 or more"),
+])
+def test_bad_values_are_refused_by_the_layout(ends, words):
+    with pytest.raises(ModelcutError, match=words):
+        Layout(tp=2, pp=4, dp=8, **ends)
+    with pytest.raises(ModelcutError, match="pp of 2 or more"):
+        Layout(tp=2, pp=1, dp=32, last_layers=3)
+
+
+def test_run_toml_and_the_api_take_it(tmp_path, capsys):
+    text = ('[model]\nname = "nemotron3-22b"\n[hardware]\ngpu = "h100"\ngpus = 64\n'
+            '[layout]\ntp = 2\npp = 4\ndp = 8\nlast_layers = 7\n'
+            '[training]\nseq_len = 4096\nglobal_batch = 256\nmicro_batch = 1\n'
+            '[settings]\nframework = "megatron-core"\n')
+    f = tmp_path / "run.toml"
+    f.write_text(text)
+    assert main(["predict", str(f), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert cli["stage_layers"] == [11, 11, 11, 7]
+    assert cli["step_time_s"] == pytest.approx(_predict(_run(last_layers=7)).prediction.step_time_s, rel=1e-12)
+    f.write_text(text.replace("last_layers = 7", "last_layers = 0"))
+    assert main(["predict", str(f)]) == 2
+    assert "last_layers" in capsys.readouterr().err
+    body = {"model": "nemotron3-22b", "gpu": "h100", "framework": "megatron-core",
+            "layout": {"tp": 2, "pp": 4, "dp": 8, "last_layers": 7},
+            "training": {"seq_len": 4096, "global_batch": 256, "micro_batch": 1}}
+    with TestClient(webapp.create_app()) as client:
+        r = client.post("/api/predict", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["step_time_s"] == cli["step_time_s"]
+        r = client.post("/api/predict", json={**body, "layout": {**body["layout"], "last_layers": 41}})
+        assert r.status_code == 422 and "exceed" in r.json()["detail"]
+
+
+def test_from_megatron_reads_the_flags():
+    base = ("--num-layers 40 --hidden-size 6144 --num-attention-heads 48 --seq-length 4096 --micro-batch-size 1 "
+            "--global-batch-size 256 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --bf16 "
+            "--vocab-size 256000")
+    doc, unread = run_document(base + " --decoder-last-pipeline-num-layers 7", gpu="h100", gpus=64)
+    assert doc["layout"]["last_layers"] == 7 and "first_layers" not in doc["layout"] and not unread
+    doc, _ = run_document(base + " --decoder-first-pipeline-num-layers 11 --decoder-last-pipeline-num-layers 7",
+                          gpu="h100", gpus=64)
+    assert (doc["layout"]["first_layers"], doc["layout"]["last_layers"]) == (11, 7)
+    with pytest.raises(ModelcutError, match="refuses the two together"):
+        run_document(base + ' --decoder-last-pipeline-num-layers 7 --pipeline-model-parallel-layout "E,t*10|t*10|t*10|t*10,L"',
+                     gpu="h100", gpus=64)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([2, 4, 8]), st.sampled_from([1, 2]), st.integers(1, 6), st.integers(1, 6))
+def test_memory_and_time_read_one_split(pp, vpp, first_chunk, last_chunk):
+    """Wherever the split can be (Megatron-LM's rules), the time model's stages and the memory model's
+    ranks hold the same layers, the ends as given, the total the model's."""
+    first, last = first_chunk * vpp, last_chunk * vpp
+    run = replace(_run(pp=pp, vpp=vpp), layout=replace(_run(pp=pp, vpp=vpp).layout, first_layers=first,
+                                                         last_layers=last))
+    try:
+        split = first_last_split(40, pp, vpp, first, last)
+    except ModelcutError:
+        with pytest.raises(ModelcutError):
+            _predict(run)
+        return
+    pred = _predict(run).prediction
+    assert pred.stage_layers == split and sum(split) == 40
+    per_rank = [sum(split[r::pp]) for r in range(pp)]
+    assert per_rank[0] == first and per_rank[-1] == last
+    assert [s.layers for s in stage_memory(run, plan=pred.plan)] == per_rank
