@@ -137,3 +137,82 @@ def test_memory_and_time_read_one_split(pp, vpp, first_chunk, last_chunk):
     per_rank = [sum(split[r::pp]) for r in range(pp)]
     assert per_rank[0] == first and per_rank[-1] == last
     assert [s.layers for s in stage_memory(run, plan=pred.plan)] == per_rank
+
+
+# ---------------------------------------------------------------- the explorer's lighter last rank
+
+from modelcut.core.explore.rules import violations  # noqa: E402
+from modelcut.core.explore.space import Space, structures  # noqa: E402
+from modelcut.core.plan import even_split, lighter_last  # noqa: E402
+from modelcut.core.costs import flops  # noqa: E402
+from modelcut.export.emit import megatron_args, nemo_overrides  # noqa: E402
+from modelcut.service.explore import ExploreRequest, run_explore  # noqa: E402
+
+from helpers import assert_round_trip  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["nemotron3-22b", "llama3-8b", "llama3-70b", "gpt-oss-120b", "gpt3-175b", "mpt-7b"]),
+       st.sampled_from([2, 3, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([2048, 4096, 8192]))
+def test_a_lighter_last_rank_is_a_split_megatron_runs_and_lighter_than_the_even_one(name, p, v, seq):
+    model = catalog.model(name)
+    if p * v > model.layers:
+        return
+    n = lighter_last(model, p, v, seq)
+    if n is None:
+        return
+    split = first_last_split(model.layers, p, v, None, n)     # Megatron-core's rules hold
+    L, O = flops.layer_and_output_flops_per_token(model, seq)
+    def busiest(s):
+        ranks = [sum(s[r::p]) for r in range(p)]
+        return max(max(ranks[:-1]) * L, ranks[-1] * L + O)
+    assert busiest(split) < busiest(even_split(model.layers, p * v))
+    assert sum(split[p - 1::p]) == n < sum(even_split(model.layers, p * v)[p - 1::p])
+
+
+def test_the_space_offers_it_only_where_asked_and_with_a_pipeline():
+    args = (MODEL, 64, 4096, 256, 8)
+    plain = list(structures(*args, Space(schedules=("1f1b",))))
+    uneven = list(structures(*args, Space(schedules=("1f1b",), uneven_split=True)))
+    assert all(s.last_layers is None for s in plain)
+    extra = [s for s in uneven if s.last_layers is not None]
+    assert extra and all(s.pp > 1 for s in extra)
+    assert {replace(s, last_layers=None) for s in extra} <= set(plain)
+    assert len(uneven) == len(plain) + len(extra)
+    four = {s.last_layers for s in extra if s.pp == 4}
+    assert four == {7}
+
+
+def test_the_explorer_balances_the_last_rank_on_a_stack_that_takes_it():
+    req = ExploreRequest(model=MODEL, hw=catalog.hardware("h100"), gpus=64, seq=4096, global_batch_tokens=1 << 20,
+                         framework="megatron-core", check={"tp": 2, "cp": 1, "pp": 4, "dp": 8}, top=3)
+    res = run_explore(req)
+    best_pp4 = res.checked[0] if res.checked else None
+    assert best_pp4 is not None and best_pp4.structure.last_layers == 7
+    even = run_explore(replace(req, check={**req.check, "micro_batch": best_pp4.structure.micro_batch},
+                               space=replace(req.space, uneven_split=False)))
+    assert best_pp4.step_time_s < even.checked[0].step_time_s
+    assert res.check_answer()["why"]["knobs"]["last_layers"] == ["even", 7]   # the best has no pipeline
+    # NeMo 24.07 (Megatron-core 0.8) has no uneven split, nor does the seed model search one
+    for fw, mode in (("nemo-24.07", "default"), (None, "seed")):
+        other = run_explore(replace(req, framework=fw, mode=mode, check=None))
+        assert other.layouts and all(e.structure.last_layers is None for e in other.layouts)
+
+
+def test_a_stack_without_it_names_the_rule():
+    caps = catalog.capabilities("nemo-24.07")
+    bad = violations(caps, MODEL, tp=2, pp=4, dp=8, last_layers=7)
+    assert [v.rule for v in bad] == ["uneven_split"] and "7 layers" in bad[0].line()
+    assert not violations(catalog.capabilities("megatron-core"), MODEL, tp=2, pp=4, dp=8, last_layers=7)
+
+
+def test_its_launch_settings_read_back_to_the_same_prediction(tmp_path, capsys):
+    req = ExploreRequest(model=MODEL, hw=catalog.hardware("h100"), gpus=64, seq=4096, global_batch_tokens=1 << 20,
+                         framework="megatron-core", check={"tp": 2, "pp": 4, "dp": 8, "last_layers": 7}, top=3)
+    res = run_explore(req)
+    e = res.checked[0]
+    text = megatron_args(e, res.framework)
+    assert "--decoder-last-pipeline-num-layers 7" in text and "pipeline-model-parallel-layout" not in text
+    assert assert_round_trip("from-megatron", text, req, res.framework, tmp_path, capsys) == \
+        pytest.approx(e.step_time_s, rel=1e-9)
+    assert "model.config.num_layers_in_last_pipeline_stage=7" in nemo_overrides(e, res.framework).splitlines()

@@ -385,7 +385,7 @@ def test_explore_answers_the_core_s_ranking(client):
                       global_batch_tokens=128 * 1024, capabilities=catalog.capabilities(None),
                       options=memory_options(ExploreRequest(catalog.model("gpt-1.7b"), a100, 8, 2048, 128 * 1024), fw),
                       lower_bound=lambda run, h, plan: lower_bound(run, h, eff, fw, plan), keep=10,
-                      pareto_within=0.05)
+                      pareto_within=0.05, space=ex.Space(uneven_split=catalog.capabilities(None).uneven_split))
     want = [e.as_dict() for e in core.layouts[:10]]
     assert [{k: v for k, v in x.items() if k not in ("rank", "microbatches", "stage_layers")}
             for x in ans["layouts"]] == want

@@ -99,7 +99,7 @@ def _recompute(e: Evaluated) -> str:
 def _knobs(e: Evaluated) -> list[str]:
     s = e.structure
     return [_shape(e), SHORT.get(s.cp_kind, cp_form_label(s.cp_kind, s.cp_a2a)) if s.cp > 1 else "—", str(s.vpp), str(s.micro_batch),
-            s.schedule, _recompute(e), str(e.zero)]
+            s.schedule + (f", last {s.last_layers}" if s.last_layers else ""), _recompute(e), str(e.zero)]
 
 
 def _layers(res: ExploreResult | None, pick: int):
@@ -114,7 +114,8 @@ def _describe(e: Evaluated) -> str:
     cp = f"cp {s.cp} ({cp_form_label(s.cp_kind, s.cp_a2a)})" if s.cp > 1 else "cp 1"
     ep = f", ep {s.ep}" if s.ep > 1 else ""
     dp = f"dp {s.dp}" + (f" (ZeRO sharded over {s.dp_shard}, replicated {s.dp // s.dp_shard}×)" if s.dp_shard else "")
-    return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}, {dp}, {s.schedule} v {s.vpp}, micro-batch {s.micro_batch}, "
+    last = f" with {s.last_layers} layers on the last rank" if s.last_layers else ""
+    return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}{last}, {dp}, {s.schedule} v {s.vpp}, micro-batch {s.micro_batch}, "
             f"recompute {e.recompute}" + (f" ({e.run.training.recompute_layers} layers a chunk)"
                                           if e.run.training.recompute_layers is not None else
                                           f" (one layer in {e.run.training.recompute_every} on each rank)"

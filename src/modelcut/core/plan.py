@@ -140,6 +140,36 @@ def first_last_split(layers: int, p: int, v: int, first: int | None, last: int |
     return tuple(per_rank[s % p] // v for s in range(p * v))   # stage c·p + r is chunk c of rank r
 
 
+def lighter_last(model: ModelSpec, p: int, v: int, seq: int) -> int | None:
+    """The layers a lighter last pipeline rank holds (Megatron-core's
+    ``num_layers_in_last_pipeline_stage``, :func:`first_last_split` with ``last`` alone) to carry the
+    output layer beside its layers, balanced by forward FLOPs a token
+    (:func:`..costs.flops.layer_and_output_flops_per_token`: a layer's L, the logits' O): the N, a
+    multiple of v, with the other p − 1 ranks' (l − N)/(p − 1) layers whole and a multiple of v,
+    that makes the busiest rank's max(N·L + O, (l − N)/(p − 1)·L) least, ties to the larger N. None
+    where that is no lighter than the even split (:func:`even_split`, the last rank with the logits)
+    or p < 2. The loss's memory-bound work, not counted, makes the last rank heavier still: this N
+    errs on the even side."""
+    if p < 2:
+        return None
+    L, O = flops.layer_and_output_flops_per_token(model, seq)
+    l = model.layers
+    split = even_split(l, p * v)
+    ranks = [sum(split[r::p]) for r in range(p)]
+    even = max(max(ranks[:-1]) * L, ranks[-1] * L + O)
+    best: tuple[float, int] | None = None
+    for n in range(v, l, v):
+        rest = l - n
+        if rest % (p - 1) or (rest // (p - 1)) % v or rest // (p - 1) < v:
+            continue
+        load = max(n * L + O, rest // (p - 1) * L)
+        if best is None or load < best[0] or (load == best[0] and n > best[1]):
+            best = (load, n)
+    if best is None or best[0] >= even * (1 - 1e-9) or best[1] == ranks[-1]:
+        return None
+    return best[1]
+
+
 # ---------------------------------------------------------------- the plan
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ sharding: dp/dp_shard replicas of the sharded states), Megatron-FSDP's ``--use-m
 --recompute-num-layers 1``, or ``--recompute-method block --recompute-num-layers N`` for the first N
 layers of each chunk; selective of named modules: ``--recompute-modules``), and for an uneven split ``--pipeline-model-parallel-layout``
 ("E" embedding, "t" a transformer layer, "L" the loss, "|" between virtual stages in
-pipeline order; docs/source/user-guide/features/pipeline_parallel_layout.md).
+pipeline order; docs/source/user-guide/features/pipeline_parallel_layout.md), or, where the layout
+gives its end ranks' layers (a lighter last rank), ``--decoder-first-pipeline-num-layers`` /
+``--decoder-last-pipeline-num-layers`` (NeMo 2.0 and Megatron-Bridge: the model config's
+``num_layers_in_first_pipeline_stage`` / ``num_layers_in_last_pipeline_stage``).
 
 torchtitan (torchtitan/config/job_config.py): ``[parallelism]`` with
 ``data_parallel_replicate_degree``/``data_parallel_shard_degree`` (dp/dp_shard and dp_shard with
@@ -144,7 +147,12 @@ def megatron_args(e: Evaluated, framework=None) -> str:
             lines.append(f"--expert-tensor-parallel-size {s.expert_tp}")
     split = _split(e)
     uneven = len(set(split)) > 1
-    if uneven:
+    if lay.first_layers is not None or lay.last_layers is not None:   # Megatron-core's uneven split, as given
+        if s.vpp > 1:
+            lines.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
+        lines += [f"--decoder-{end}-pipeline-num-layers {n}"
+                  for end, n in (("first", lay.first_layers), ("last", lay.last_layers)) if n is not None]
+    elif uneven:
         lines.append(f'--pipeline-model-parallel-layout "{megatron_layout(split)}"')
     elif s.vpp > 1:
         lines.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
@@ -317,7 +325,10 @@ def nemo_overrides(e: Evaluated, framework=None) -> str:
         if s.expert_tp != s.tp:
             lines.append(f"trainer.strategy.expert_tensor_parallel_size={s.expert_tp}")
     split = _split(e)
-    if s.pp > 1 and len(set(split)) > 1 and sum(split) + 2 == len(split) * (max(split)):
+    ends = [f"model.config.num_layers_in_{end}_pipeline_stage={n}"   # Megatron-core's TransformerConfig fields
+            for end, n in (("first", lay.first_layers), ("last", lay.last_layers)) if n is not None]
+    lines += ends
+    if not ends and s.pp > 1 and len(set(split)) > 1 and sum(split) + 2 == len(split) * (max(split)):
         lines += ["trainer.strategy.account_for_embedding_in_pipeline_split=true",
                   "trainer.strategy.account_for_loss_in_pipeline_split=true"]
     if s.cp > 1:
@@ -370,7 +381,7 @@ def nemo_overrides(e: Evaluated, framework=None) -> str:
     if not registry.get(s.schedule).megatron and s.pp > 1:
         notes.append(f"# schedule {s.schedule}: NeMo runs Megatron-core's "
                      f"{'1F1B' if s.vpp == 1 else 'interleaved schedule'} with these settings")
-    if s.pp > 1 and len(set(split)) > 1 and not any("account_for" in x for x in lines):
+    if s.pp > 1 and len(set(split)) > 1 and not any("account_for" in x or "pipeline_stage=" in x for x in lines):
         notes.append(f"# uneven split {list(split)}: give it as trainer.strategy.pipeline_model_parallel_layout")
     return "\n".join(notes + lines)
 

@@ -447,6 +447,9 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
     if space.hybrid_shard and (req.mode != "default" or (caps is not None and not caps.hybrid_shard)):
         # the seed model has no ZeRO to shard; a stack without hybrid sharding is not offered it
         space = replace(space, hybrid_shard=False)
+    if space.uneven_split is not False:
+        # a lighter last rank where the stack takes one; the deck's seed model is searched on the even split
+        space = replace(space, uneven_split=req.mode == "default" and caps is not None and caps.uneven_split)
     if caps is not None and space.schedules == DEFAULT_SCHEDULES:
         # by default: the registry's explored schedules and every other one the stack runs
         space = replace(space, schedules=tuple(dict.fromkeys(DEFAULT_SCHEDULES + caps.schedules)))

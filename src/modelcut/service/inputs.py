@@ -19,7 +19,7 @@ from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
 CHECK_KEYS = {"tp": int, "cp": int, "ep": int, "etp": int, "pp": int, "dp": int, "dp_shard": int, "vpp": int,
-              "micro_batch": int, "zero": int, "cp_a2a": int,
+              "micro_batch": int, "zero": int, "cp_a2a": int, "last_layers": int,
               "cp_kind": str, "schedule": str, "recompute": str}
 
 

@@ -166,6 +166,7 @@ class PredictResult:
                 "zero": L.zero_stage, "sequence_parallel": bool(L.sequence_parallel),
                 "cp_kind": L.cp_form if L.cp > 1 else None, "cp_a2a": L.cp_a2a, "order": list(L.order),
                 "dp_shard": L.dp_shard if L.hybrid else None,
+                "first_layers": L.first_layers, "last_layers": L.last_layers,
                 "framework": self.framework.name if self.framework is not None else None}
 
     def as_dict(self) -> dict[str, Any]:

@@ -476,6 +476,9 @@ class CheckIn(Strict):
                                                          "explorer's: the cp ranks one node holds, or the largest "
                                                          "part of them that cuts the heads)")
     schedule: Optional[ScheduleName] = None
+    last_layers: Optional[Layers] = Field(None, description="a lighter last pipeline rank's layers (the explorer "
+                                                            "tries one where the stack takes it and it balances "
+                                                            "the output layer)")
     recompute: Optional[ExploreRecompute] = Field(
         None, description="a recomputation variant: none, selective, full, layernorm+moe_act (selective "
                           "recomputation of those modules, on a mixture-of-experts model), or blocks (full "

@@ -146,7 +146,8 @@ class PredictResponse(BaseModel):
     notes: list[str]
     layout: dict[str, Any] = Field(description="the layout as timed, what the run left open filled as its stack "
                                                "runs it: tp, cp, pp, dp, ep, etp, vpp, schedule, zero, "
-                                               "sequence_parallel, cp_kind, order, dp_shard, framework")
+                                               "sequence_parallel, cp_kind, order, dp_shard, first_layers, "
+                                               "last_layers, framework")
     memory: dict[str, Any] | None = Field(description="memory per pipeline stage: stages, peak_bytes, ...")
     layers: dict[str, Any] | None = Field(None, description="with layers: one micro-batch on the busiest device, "
                                                         "{micro_batch, tokens, by_kind_s, units: [{unit, per_device, "

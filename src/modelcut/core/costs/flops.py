@@ -204,6 +204,23 @@ def _layer_forward_flops_per_token(model: ModelSpec, seq: int, moe: bool) -> flo
     return 2.0 * layer_matmul_params(model, moe) + 4.0 * seq * model.q_dim
 
 
+def _layers_forward_flops_per_token(model: ModelSpec, seq: int) -> float:
+    """Every transformer layer's forward FLOPs for one token: the products and the attention over
+    the causally unmasked pairs (:func:`causal_model_flops`)."""
+    moe = moe_layer_count(model)
+    attn = sum(n * attention_pairs(seq, window, chunk) for n, window, chunk in attention_layer_kinds(model)) \
+        * 4.0 * model.q_dim / seq
+    return ((model.layers - moe) * 2.0 * layer_matmul_params(model, False)
+            + moe * 2.0 * layer_matmul_params(model, True) + attn)
+
+
+def layer_and_output_flops_per_token(model: ModelSpec, seq: int) -> tuple[float, float]:
+    """(an average transformer layer's, the output layer's) forward FLOPs for one token, counted as
+    :func:`causal_model_flops` counts them: the layers' averaged over the model's layers (dense and
+    MoE alike); the logits 2·h·V."""
+    return _layers_forward_flops_per_token(model, seq) / model.layers, 2.0 * model.hidden * model.vocab
+
+
 # ---------------------------------------------------------------- per-step counts
 
 def causal_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
@@ -214,12 +231,7 @@ def causal_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
     token per layer (a sliding-window or chunked layer's over its pairs, :func:`attention_pairs`); no
     recomputation. The FLOPs behind the default model's MFU, which therefore never exceeds 100 %:
     every one of them is timed at no more than the accelerator's peak."""
-    moe = moe_layer_count(model)
-    attn = sum(n * attention_pairs(seq, window, chunk) for n, window, chunk in attention_layer_kinds(model)) \
-        * 4.0 * model.q_dim / seq
-    per_layer = ((model.layers - moe) * 2.0 * layer_matmul_params(model, False)
-                 + moe * 2.0 * layer_matmul_params(model, True) + attn)
-    return _tokens(batch, seq) * 3.0 * (per_layer + 2.0 * model.hidden * model.vocab)
+    return _tokens(batch, seq) * 3.0 * (_layers_forward_flops_per_token(model, seq) + 2.0 * model.hidden * model.vocab)
 
 
 def attention_pairs(seq: int, window: int | None = None, chunk: int | None = None) -> float:

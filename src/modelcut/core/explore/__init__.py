@@ -27,7 +27,9 @@ expert parallelism e runs over the divisors of the experts that divide d (the ep
 carved from the data-parallel ranks, :mod:`.mesh`; ``Space.eps`` narrows it), expert tensor
 parallelism equal to t. Every layout takes the default rank order, Megatron-core's
 tp-cp-ep-dp-pp (:data:`..specs.DEFAULT_ORDER`), which keeps the ep group on the ranks next to
-tp and cp and the pipeline outermost; a dense model keeps e = 1.
+tp and cp and the pipeline outermost; a dense model keeps e = 1. On a stack that takes an uneven
+split (``uneven_split``), a layout with a pipeline comes also with a lighter last rank, the layer
+count that balances the output layer by FLOPs (:func:`..plan.lighter_last`, ``Structure.last_layers``).
 
 **Fit.** A layout is feasible when its peak device memory (:mod:`.memory`, buffers
 allowance included) is at most the accelerator's capacity less ``margin`` (a fraction,

@@ -18,7 +18,7 @@ INTERLEAVE = ("layers", "layers+2", "any")
 #: The fields of a stack's capabilities (the TOML's keys besides ``framework``, ``base``, ``sources``).
 FIELDS = ("zero", "zero_with_pipeline", "zero0_flat_mesh_only", "hybrid_shard", "schedules", "context_parallel", "cp_kinds",
           "cp_seq_multiple_tp", "sequence_parallel", "mixture_of_experts", "expert_parallel", "ep_with_tp_needs_sp",
-          "moe_tensor_parallel", "interleave", "interleave_min_pp", "recompute")
+          "moe_tensor_parallel", "interleave", "interleave_min_pp", "uneven_split", "recompute")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,8 @@ class Capabilities:
     ``cp_seq_multiple_tp``: the sequence splits into 2·cp·tp pieces; ``sequence_parallel``;
     ``mixture_of_experts``, ``expert_parallel``, ``ep_with_tp_needs_sp``, ``moe_tensor_parallel``
     (tp > 1 on a mixture-of-experts model); ``interleave``
-    (:data:`INTERLEAVE`) and ``interleave_min_pp`` for v > 1; ``recompute`` variants
+    (:data:`INTERLEAVE`) and ``interleave_min_pp`` for v > 1; ``uneven_split``: a last pipeline
+    rank given its own layer count (:attr:`..specs.Layout.last_layers`); ``recompute`` variants
     (:data:`..specs.RECOMPUTE_VARIANTS`: the levels and selective recomputation's module lists). ``sources``:
     field -> where it was read."""
 
@@ -53,6 +54,7 @@ class Capabilities:
     moe_tensor_parallel: bool = True
     interleave: str = "any"
     interleave_min_pp: int = 2
+    uneven_split: bool = False
     recompute: tuple[str, ...] = RECOMPUTE_VARIANTS
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -98,7 +100,8 @@ class Violation:
 def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1,
                ep: int = 1, vpp: int = 1, schedule: str | None = None, cp_kind: str | None = None,
                seq: int | None = None, sequence_parallel: bool | None = None, zero: int | None = None,
-               recompute: str | None = None, dp_shard: int | None = None) -> list[Violation]:
+               recompute: str | None = None, dp_shard: int | None = None,
+               last_layers: int | None = None) -> list[Violation]:
     """Every rule of ``caps`` the layout breaks, in the order of :data:`FIELDS` (empty: the stack
     runs it). Knobs left None are not checked (the explorer checks a structure before its
     recomputation and ZeRO variants)."""
@@ -150,6 +153,8 @@ def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1
                 what = f"{l} layers" + (f" (or {l} + 2 with the embedding and the loss)" if caps.interleave ==
                                         "layers+2" else "")
                 bad("interleave", f"pp·v = {stages} chunks that do not divide {what}")
+    if pp > 1 and last_layers is not None and not caps.uneven_split:
+        bad("uneven_split", f"a last pipeline rank of its own size ({last_layers} layers)")
     if recompute is not None and recompute not in caps.recompute:
         bad("recompute", f"{recompute} recomputation (it offers {', '.join(caps.recompute)})")
     return out

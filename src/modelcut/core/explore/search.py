@@ -23,7 +23,7 @@ from .why import MEMORY_TERMS
 DEFAULT_MARGIN = 0.02
 #: Structure fields a ``must`` query (``--check``) may name besides recompute and zero.
 STRUCTURE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "schedule", "vpp", "ep", "cp_kind", "etp", "dp_shard",
-                  "cp_a2a")
+                  "cp_a2a", "last_layers")
 
 
 @dataclass
@@ -71,7 +71,8 @@ class Evaluated:
                "stages_total_bytes": [x.total_bytes for x in self.stages]}
         out = {"tp": s.tp, "cp": s.cp, "ep": s.ep, "etp": s.expert_tp if s.ep > 1 else None,
                "cp_kind": s.cp_kind if s.cp > 1 else None, "cp_a2a": s.cp_a2a, "pp": s.pp, "dp": s.dp, "dp_shard": s.dp_shard,
-               "vpp": s.vpp, "micro_batch": s.micro_batch, "order": list(self.run.layout.order),
+               "vpp": s.vpp, "last_layers": s.last_layers, "micro_batch": s.micro_batch,
+               "order": list(self.run.layout.order),
                "sequence_parallel": self.run.layout.sequence_parallel,
                "recompute": self.recompute, "recompute_modules": (list(self.run.training.recompute_modules)
                                                                   if self.run.training.recompute_modules else None),
@@ -239,7 +240,8 @@ class _Search:
             if caps is not None:
                 bad = violations(caps, self.model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp,
                                  schedule=s.schedule, cp_kind=s.cp_kind if s.cp > 1 else None, seq=self.seq,
-                                 sequence_parallel=s.tp > 1 and self.sp_ok, dp_shard=s.dp_shard)
+                                 sequence_parallel=s.tp > 1 and self.sp_ok, dp_shard=s.dp_shard,
+                                 last_layers=s.last_layers)
                 if self._rejected(bad, n_variants, _matches(s, self.want)):
                     continue
             variants = self.allowed_variants(s)

@@ -11,6 +11,7 @@ from typing import Iterator
 from ..costs import flops
 from ..costs.context import CP_KINDS, heads_split_problem
 from ..costs.mesh import Mesh, group_crosses_nodes, members_in_node
+from ..plan import lighter_last
 from ..sim import registry
 from ..specs import DEFAULT_ORDER, RECOMPUTE_VARIANTS, Layout, ModelSpec, Run, Training, partial_training, recompute_variant
 
@@ -39,6 +40,8 @@ class Space:
     fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
     order: tuple[str, ...] = DEFAULT_ORDER    # the rank order of every layout searched
     hybrid_shard: bool = True                 # also shard ZeRO's states within a node (node_shard)
+    uneven_split: bool | None = None          # also a lighter last pipeline rank (..plan.lighter_last);
+    #                                           None: the caller's default (the service: where the stack takes one)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Structure:
     etp: int | None = None       # expert tensor parallelism (None: tp, Megatron-core's default)
     dp_shard: int | None = None  # hybrid sharding's shard group (None: the whole of dp)
     cp_a2a: int | None = None    # the a2a+p2p form's all-to-all groups' size (:func:`hierarchical_a2a`)
+    last_layers: int | None = None  # a lighter last pipeline rank's layers (None: the even split)
 
     @property
     def expert_tp(self) -> int:
@@ -174,7 +178,9 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
     a pipeline only the registry's one-stage default is tried. With ``space.hybrid_shard``, a dense
     model's layout whose data-parallel group leaves a node comes twice: sharded over the whole
     group, and with its ZeRO states sharded within a node and replicated across nodes
-    (:func:`node_shard`)."""
+    (:func:`node_shard`). With ``space.uneven_split``, a layout with a pipeline comes twice where
+    a lighter last rank balances the output layer (:func:`..plan.lighter_last`): with the even split,
+    and with that rank's layers (Megatron-core's ``num_layers_in_last_pipeline_stage``)."""
     single = registry.default_schedule(1)
     for t in divisors(gpus):
         if not tp_ok(model, t):
@@ -203,9 +209,14 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                             if p == 1 and registry.get(sched) is not single:
                                 continue
                             for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only):
+                                lasts: tuple[int | None, ...] = (None,)
+                                if space.uneven_split and p > 1 and registry.get(sched).placement != "v":
+                                    n = lighter_last(model, p, v, seq)
+                                    lasts = (None, n) if n is not None else lasts
                                 for kind, a in kinds:
                                     for sh in shards:
-                                        yield Structure(t, c, p, d, b, sched, v, e, kind, et, sh, a)
+                                        for n in lasts:
+                                            yield Structure(t, c, p, d, b, sched, v, e, kind, et, sh, a, n)
 
 
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
@@ -220,7 +231,8 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
     :data:`..specs.EVERY` one layer in ``count`` on each rank (:func:`..specs.partial_training`)."""
     lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, etp=s.etp, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
-                 schedule=s.schedule, cp_kind=s.cp_kind, cp_a2a=s.cp_a2a, order=order, dp_shard=s.dp_shard)
+                 schedule=s.schedule, cp_kind=s.cp_kind, cp_a2a=s.cp_a2a, order=order, dp_shard=s.dp_shard,
+                 last_layers=s.last_layers)
     level, modules = recompute_variant(recompute)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=level, recompute_modules=modules, precision=precision,

@@ -26,7 +26,9 @@ def why(best, other) -> dict[str, Any]:
     a, b = best.as_dict(), other.as_dict()
     a["recompute"], b["recompute"] = recompute_label(a), recompute_label(b)
     a["cp_kind"], b["cp_kind"] = cp_form_label(a["cp_kind"], a["cp_a2a"]), cp_form_label(b["cp_kind"], b["cp_a2a"])
-    knobs = {k: (a[k], b[k]) for k in ("tp", "cp", "ep", "etp", "cp_kind", "pp", "dp", "dp_shard", "vpp", "micro_batch",
+    for d in (a, b):
+        d["last_layers"] = d["last_layers"] or "even"      # a lighter last rank's layers, else the even split
+    knobs = {k: (a[k], b[k]) for k in ("tp", "cp", "ep", "etp", "cp_kind", "pp", "dp", "dp_shard", "vpp", "last_layers", "micro_batch",
                                         "recompute", "zero", "schedule") if a[k] != b[k]
              and not (k == "cp_kind" and None in (a[k], b[k]))}     # a form only where both split the sequence
     time_terms = []

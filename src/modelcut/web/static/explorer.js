@@ -39,7 +39,10 @@
   function layoutName(x) {
     return `tp ${x.tp} · cp ${x.cp}` + (x.cp > 1 ? ` (${cpForm(x)})` : '') + ` · pp ${x.pp} · dp ${dpName(x)}` + expertsName(x);
   }
-  function scheduleName(x) { return x.vpp > 1 ? `${x.schedule}, v = ${x.vpp}` : x.schedule; }
+  function scheduleName(x) {
+    const last = x.last_layers ? `, last rank ${x.last_layers} layers` : '';
+    return (x.vpp > 1 ? `${x.schedule}, v = ${x.vpp}` : x.schedule) + last;
+  }
 
   /** The GPU as the API takes it: a catalog name, held to the power limit field's watts where set. */
   function gpuName() {
@@ -303,7 +306,7 @@
         h('td', {text: String(x.rank)}),
         h('td', {class: 'left'}, [`${x.tp}·${x.cp}·${x.pp}·${dpName(x)}` + expertsName(x)].concat(x.cp > 1
           ? [h('br'), h('span', {class: 'small muted', 'data-testid': 'cp-form', text: cpForm(x)})] : [])),
-        h('td', {class: 'left', text: x.schedule}),
+        h('td', {class: 'left', text: x.schedule + (x.last_layers ? `, last ${x.last_layers}` : '')}),
         h('td', {text: String(x.vpp)}),
         h('td', {text: String(x.micro_batch)}),
         h('td', {class: 'left', text: recomputeName(x)}),
@@ -405,6 +408,7 @@
     if (x.cp > 1) layout.cp_kind = x.cp_kind;
     if (x.cp_a2a) layout.cp_a2a = x.cp_a2a;
     if (x.dp_shard) layout.dp_shard = x.dp_shard;
+    if (x.last_layers) layout.last_layers = x.last_layers;
     const training = {seq_len: ans.seq, global_batch: ans.global_batch, micro_batch: x.micro_batch,
                       recompute: x.recompute_modules ? 'selective' : (x.recompute_layers || x.recompute_every) ? 'full' : x.recompute,
                       precision: ans.precision};
