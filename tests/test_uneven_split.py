@@ -202,7 +202,11 @@ def test_the_explorer_balances_the_last_rank_on_a_stack_that_takes_it():
 def test_a_stack_without_it_names_the_rule():
     caps = catalog.capabilities("nemo-24.07")
     bad = violations(caps, MODEL, tp=2, pp=4, dp=8, last_layers=7)
-    assert [v.rule for v in bad] == ["uneven_split"] and "7 layers" in bad[0].line()
+    assert [v.rule for v in bad] == ["uneven_split"] and "7 layers on the last rank" in bad[0].line()
+    run = replace(_run(first_layers=11, last_layers=7), training=Training(seq_len=4096, global_batch=256))
+    notes = predict(PredictRequest(run=run, framework="nemo-24.07")).prediction.notes
+    assert any("uneven_split" in n and "11 layers on the first rank, 7 layers on the last rank" in n for n in notes)
+    assert not any("uneven_split" in n for n in _predict(_run(last_layers=7)).prediction.notes)
     assert not violations(catalog.capabilities("megatron-core"), MODEL, tp=2, pp=4, dp=8, last_layers=7)
 
 

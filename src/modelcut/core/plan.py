@@ -140,6 +140,7 @@ def first_last_split(layers: int, p: int, v: int, first: int | None, last: int |
     return tuple(per_rank[s % p] // v for s in range(p * v))   # stage c·p + r is chunk c of rank r
 
 
+@lru_cache(maxsize=4096)
 def lighter_last(model: ModelSpec, p: int, v: int, seq: int) -> int | None:
     """The layers a lighter last pipeline rank holds (Megatron-core's
     ``num_layers_in_last_pipeline_stage``, :func:`first_last_split` with ``last`` alone) to carry the

@@ -101,7 +101,7 @@ def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1
                ep: int = 1, vpp: int = 1, schedule: str | None = None, cp_kind: str | None = None,
                seq: int | None = None, sequence_parallel: bool | None = None, zero: int | None = None,
                recompute: str | None = None, dp_shard: int | None = None,
-               last_layers: int | None = None) -> list[Violation]:
+               first_layers: int | None = None, last_layers: int | None = None) -> list[Violation]:
     """Every rule of ``caps`` the layout breaks, in the order of :data:`FIELDS` (empty: the stack
     runs it). Knobs left None are not checked (the explorer checks a structure before its
     recomputation and ZeRO variants)."""
@@ -153,8 +153,10 @@ def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1
                 what = f"{l} layers" + (f" (or {l} + 2 with the embedding and the loss)" if caps.interleave ==
                                         "layers+2" else "")
                 bad("interleave", f"pp·v = {stages} chunks that do not divide {what}")
-    if pp > 1 and last_layers is not None and not caps.uneven_split:
-        bad("uneven_split", f"a last pipeline rank of its own size ({last_layers} layers)")
+    if pp > 1 and (first_layers is not None or last_layers is not None) and not caps.uneven_split:
+        ends = ", ".join(f"{n} layers on the {end} rank" for end, n in (("first", first_layers), ("last", last_layers))
+                         if n is not None)
+        bad("uneven_split", f"an uneven pipeline split ({ends})")
     if recompute is not None and recompute not in caps.recompute:
         bad("recompute", f"{recompute} recomputation (it offers {', '.join(caps.recompute)})")
     return out
