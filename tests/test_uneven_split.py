@@ -16,7 +16,7 @@ from modelcut.core.errors import ModelcutError
 from modelcut.core.memory import stage_memory
 from modelcut.core.plan import first_last_split
 from modelcut.core.specs import Layout, Run, Training
-from modelcut.service.megatron_args import run_document
+from modelcut.service.megatron_args import _layout_split, run_document
 from modelcut.service.predict import PredictRequest, predict
 from modelcut.web import app as webapp
 
@@ -220,3 +220,36 @@ def test_its_launch_settings_read_back_to_the_same_prediction(tmp_path, capsys):
     assert assert_round_trip("from-megatron", text, req, res.framework, tmp_path, capsys) == \
         pytest.approx(e.step_time_s, rel=1e-9)
     assert "model.config.num_layers_in_last_pipeline_stage=7" in nemo_overrides(e, res.framework).splitlines()
+
+
+@pytest.mark.parametrize("layout, ends", [
+    ("E,t*10|t*10|t*10|t*10,L", {}),                                  # the even split
+    ("Et*11|t*11|t*11|t*7L", {"last_layers": 7}),
+    ("Et*8|(t*11|)*2t*10,L", {"first_layers": 8, "last_layers": 10}),
+    ("E(t*2|)*4(t*3|)*4(t*3|)*4,(t*2|)*3t*2L", {}),    # v = 4: the even split of 40 over 16, lighter at the ends
+])
+def test_from_megatron_reads_a_layout_string_stage_by_stage(layout, ends):
+    base = ("--num-layers 40 --hidden-size 6144 --num-attention-heads 48 --seq-length 4096 --micro-batch-size 1 "
+            "--global-batch-size 256 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --bf16 "
+            "--vocab-size 256000")
+    doc, _ = run_document(base + f' --pipeline-model-parallel-layout "{layout}"', gpu="h100", gpus=64)
+    got = {k: doc["layout"][k] for k in ("first_layers", "last_layers") if k in doc["layout"]}
+    assert got == ends
+    v = doc["layout"].get("vpp", 1)
+    run = Run(MODEL, "h100", Layout(tp=2, pp=4, dp=8, vpp=v, schedule="interleaved" if v > 1 else "1f1b", **ends),
+              Training(seq_len=4096, global_batch=256))
+    assert _predict(run).prediction.stage_layers == _layout_split(layout, 4)     # the string's own split, timed
+
+
+@pytest.mark.parametrize("layout, words", [
+    ("Et*12|t*11|t*10|t*7,L", "not [12, 11, 10, 7]"),
+    ("Et*10|t*10|t*10|t*9", "holds 39 transformer layers, the model 40"),
+    ("Ex|t|t|t", "'x' is no layer type"),
+    ("Et*10|t*10|t*10", "not a multiple of pp"),
+])
+def test_a_layout_string_modelcut_cannot_time_is_one_line(layout, words):
+    base = ("--num-layers 40 --hidden-size 6144 --num-attention-heads 48 --seq-length 4096 --micro-batch-size 1 "
+            "--global-batch-size 256 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --bf16 "
+            "--vocab-size 256000")
+    with pytest.raises(ModelcutError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        run_document(base + f' --pipeline-model-parallel-layout "{layout}"', gpu="h100", gpus=64)

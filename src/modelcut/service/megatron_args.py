@@ -55,6 +55,7 @@ from typing import Any
 from .. import catalog
 from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
+from ..core.plan import even_split, first_last_split
 from ..core.specs import CP_KINDS, fp8_recipe_name
 from ..core.step.frameworks import MEGATRON_FSDP_SHARDING
 from .limits import Limits
@@ -217,22 +218,52 @@ def _model(flags: dict[str, list[str]], tp: int, vocab: int | None) -> dict[str,
     return table
 
 
-def _virtual_stages(text: str, pp: int) -> int:
-    """The virtual stages a rank holds under ``--pipeline-model-parallel-layout`` (its stages, "|"
-    between them, "(...)*k" repeating a run: megatron/core/transformer/pipeline_parallel_layer_layout.py),
-    over pp. modelcut then splits the layers as the stack's rule does for that many stages (the
-    string's own split is not read: docs/default-model.md, "From Megatron-LM arguments")."""
-    expanded = text.replace(" ", "")
+def _layout_split(text: str, pp: int) -> tuple[int, ...]:
+    """The transformer layers of each virtual stage, in the string's order, under
+    ``--pipeline-model-parallel-layout``: its stages "|" apart, "(...)*k" and "x*k" repeating,
+    commas cosmetic; "t" a transformer layer, "E" the embedding, "L" the loss, "m" a multi-token
+    prediction layer, which modelcut does not time (core_v0.15.0
+    megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``). The stage
+    count is a multiple of pp."""
+    expanded = text.replace(" ", "").replace(",", "")
     pattern = re.compile(r"\(([^()]*)\)\*(\d+)")
     while (m := pattern.search(expanded)) is not None:
         expanded = expanded[:m.start()] + m.group(1) * int(m.group(2)) + expanded[m.end():]
     if "(" in expanded or ")" in expanded:
         raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: cannot read its repeats")
-    stages = len(expanded.split("|"))
-    if stages % pp:
-        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: {stages} stages are not a multiple of "
+    expanded = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), expanded)
+    unknown = sorted(set(expanded) - set("ELtm|"))
+    if unknown:
+        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: {unknown[0]!r} is no layer type "
+                            "(E, t, m, L)")
+    stages = expanded.split("|")
+    if len(stages) % pp:
+        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: {len(stages)} stages are not a multiple of "
                             f"pp ({pp})")
-    return stages // pp
+    return tuple(st.count("t") for st in stages)
+
+
+def _layout_ends(text: str, split: tuple[int, ...], layers: int | None, pp: int) -> dict[str, int]:
+    """A layout string's split as modelcut times it: {} where it is the plan's even split
+    (:func:`..core.plan.even_split`), else first_layers/last_layers where only the end ranks differ
+    from the middle ones and each rank's chunks are equal (:func:`..core.plan.first_last_split`);
+    any other split is one line."""
+    if layers is not None and sum(split) != layers:
+        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r} holds {sum(split)} transformer layers, "
+                            f"the model {layers}")
+    if split == even_split(sum(split), len(split)):
+        return {}
+    ranks = [split[r::pp] for r in range(pp)]
+    middle = {sum(c) for c in ranks[1:-1]}
+    if pp > 1 and all(len(set(c)) == 1 for c in ranks) and len(middle) <= 1:
+        share = middle.pop() if middle else None
+        ends = {f"{end}_layers": sum(c) for end, c in (("first", ranks[0]), ("last", ranks[-1]))
+                if share is None or sum(c) != share}
+        if ends and first_last_split(sum(split), pp, len(split) // pp, ends.get("first_layers"),
+                                     ends.get("last_layers")) == split:
+            return ends
+    raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: modelcut times the even split or end ranks of "
+                        f"their own size (--decoder-first/last-pipeline-num-layers), not {list(split)}")
 
 
 def _recompute(flags: dict[str, list[str]]) -> dict[str, Any]:
@@ -291,8 +322,9 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
     layers = _int(flags, "num-layers")
     vpp = _int(flags, "num-virtual-stages-per-pipeline-rank")
     split = _one(flags, "pipeline-model-parallel-layout")
-    if split is not None and vpp is None:
-        vpp = _virtual_stages(split, pp)
+    stage_layers = _layout_split(split, pp) if split is not None else None
+    if stage_layers is not None and vpp is None:
+        vpp = len(stage_layers) // pp
     per_stage = _int(flags, "num-layers-per-virtual-pipeline-stage")
     if vpp is None and per_stage is not None:
         if layers is None or layers % (pp * per_stage):
@@ -301,6 +333,8 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
         vpp = layers // (pp * per_stage)
     if vpp is not None and vpp > 1:
         layout["vpp"] = vpp
+    if stage_layers is not None:
+        layout.update(_layout_ends(split, stage_layers, catalog.model(model).layers if model else layers, pp))
     for end in ("first", "last"):     # Megatron-core's uneven split: that rank's layers, the rest even
         n = _int(flags, f"decoder-{end}-pipeline-num-layers")
         if n is not None:
