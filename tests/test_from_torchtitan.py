@@ -76,8 +76,11 @@ def test_pipeline_stages_as_torchtitan_counts_them():
     doc, _ = _doc(base | {"parallelism": par}, gpus=16)
     assert doc["layout"]["schedule"] == "interleaved" and doc["layout"]["vpp"] == 6     # ceil((32 + 1 + 1) / 3) = 12, over 2
     assert doc["training"]["micro_batch"] == 2 and doc["training"]["local_batch"] == 8
-    doc, _ = _doc(base | {"parallelism": par | {"module_fqns_per_model_part": [["a"]] * 8}}, gpus=16)
-    assert doc["layout"]["vpp"] == 4
+    parts = [[f"layers.{4 * i + j}" for j in range(4)] for i in range(8)]
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    doc, _ = _doc(base | {"parallelism": par | {"module_fqns_per_model_part": parts}}, gpus=16)
+    assert doc["layout"]["vpp"] == 4 and "last_layers" not in doc["layout"]      # 4 blocks a stage: even
 
 
 @pytest.mark.parametrize("conf, needle", [

@@ -253,3 +253,23 @@ def test_a_layout_string_modelcut_cannot_time_is_one_line(layout, words):
             "--vocab-size 256000")
     with pytest.raises(ModelcutError, match=words.replace("[", r"\[").replace("]", r"\]")):
         run_document(base + f' --pipeline-model-parallel-layout "{layout}"', gpu="h100", gpus=64)
+
+
+def test_torchtitan_stacks_take_it_and_read_it_back(tmp_path, capsys):
+    """On fsdp-compile (torchtitan) the explorer offers a lighter last rank too; its --emit torchtitan
+    names each stage's modules (module_fqns_per_model_part), which from-torchtitan reads back to the
+    same split and step time; a split that is neither even nor end-rank is one line."""
+    from modelcut.export.emit import torchtitan_toml
+    from modelcut.service.torchtitan_config import run_file_text as titan_text
+    model = catalog.model("llama3-8b")
+    req = ExploreRequest(model=model, hw=catalog.hardware("h100"), gpus=32, seq=8192, global_batch_tokens=1 << 20,
+                         framework="fsdp-compile", check={"pp": 4, "last_layers": 5}, top=3)
+    res = run_explore(req)
+    e = res.checked[0]
+    assert e.structure.last_layers == 5 and e.prediction.stage_layers[-1] == 5
+    text = torchtitan_toml(e, res.framework)
+    assert assert_round_trip("from-torchtitan", text, req, res.framework, tmp_path, capsys) == \
+        pytest.approx(e.step_time_s, rel=1e-9)
+    bad = text.replace('"layers.0", ', "", 1)          # a block fewer on the first stage
+    with pytest.raises(ModelcutError, match="holds 31 transformer blocks, the model 32"):
+        titan_text(bad, "job.toml", gpu="h100", gpus=32, model="llama3-8b")

@@ -140,6 +140,28 @@ def first_last_split(layers: int, p: int, v: int, first: int | None, last: int |
     return tuple(per_rank[s % p] // v for s in range(p * v))   # stage c·p + r is chunk c of rank r
 
 
+def end_ranks(split: tuple[int, ...], p: int) -> dict[str, int] | None:
+    """A split (layers per virtual stage, stage c·p + r being chunk c of rank r) as a layout gives
+    it: {} where it is :func:`even_split`'s; ``first_layers``/``last_layers`` where only the end
+    ranks differ from the middle ones and each rank's chunks are equal (:func:`first_last_split`
+    gives it back); None for any other split."""
+    if split == even_split(sum(split), len(split)):
+        return {}
+    if p < 2 or len(split) % p:
+        return None
+    ranks = [split[r::p] for r in range(p)]
+    middle = {sum(c) for c in ranks[1:-1]}
+    if any(len(set(c)) > 1 for c in ranks) or len(middle) > 1:
+        return None
+    share = middle.pop() if middle else None
+    ends = {f"{end}_layers": sum(c) for end, c in (("first", ranks[0]), ("last", ranks[-1]))
+            if share is None or sum(c) != share}
+    if ends and first_last_split(sum(split), p, len(split) // p, ends.get("first_layers"),
+                                 ends.get("last_layers")) == split:
+        return ends
+    return None
+
+
 @lru_cache(maxsize=4096)
 def lighter_last(model: ModelSpec, p: int, v: int, seq: int) -> int | None:
     """The layers a lighter last pipeline rank holds (Megatron-core's

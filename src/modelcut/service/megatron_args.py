@@ -55,7 +55,7 @@ from typing import Any
 from .. import catalog
 from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
-from ..core.plan import even_split, first_last_split
+from ..core.plan import end_ranks
 from ..core.specs import CP_KINDS, fp8_recipe_name
 from ..core.step.frameworks import MEGATRON_FSDP_SHARDING
 from .limits import Limits
@@ -244,26 +244,17 @@ def _layout_split(text: str, pp: int) -> tuple[int, ...]:
 
 
 def _layout_ends(text: str, split: tuple[int, ...], layers: int | None, pp: int) -> dict[str, int]:
-    """A layout string's split as modelcut times it: {} where it is the plan's even split
-    (:func:`..core.plan.even_split`), else first_layers/last_layers where only the end ranks differ
-    from the middle ones and each rank's chunks are equal (:func:`..core.plan.first_last_split`);
-    any other split is one line."""
+    """A layout string's split as modelcut times it (:func:`..core.plan.end_ranks`): {} for the plan's
+    even split, else the end ranks' layers; any other split, or one whose layers are not the model's,
+    is one line."""
     if layers is not None and sum(split) != layers:
         raise ModelcutError(f"--pipeline-model-parallel-layout {text!r} holds {sum(split)} transformer layers, "
                             f"the model {layers}")
-    if split == even_split(sum(split), len(split)):
-        return {}
-    ranks = [split[r::pp] for r in range(pp)]
-    middle = {sum(c) for c in ranks[1:-1]}
-    if pp > 1 and all(len(set(c)) == 1 for c in ranks) and len(middle) <= 1:
-        share = middle.pop() if middle else None
-        ends = {f"{end}_layers": sum(c) for end, c in (("first", ranks[0]), ("last", ranks[-1]))
-                if share is None or sum(c) != share}
-        if ends and first_last_split(sum(split), pp, len(split) // pp, ends.get("first_layers"),
-                                     ends.get("last_layers")) == split:
-            return ends
-    raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: modelcut times the even split or end ranks of "
-                        f"their own size (--decoder-first/last-pipeline-num-layers), not {list(split)}")
+    ends = end_ranks(split, pp)
+    if ends is None:
+        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: modelcut times the even split or end ranks "
+                            f"of their own size (--decoder-first/last-pipeline-num-layers), not {list(split)}")
+    return ends
 
 
 def _recompute(flags: dict[str, list[str]]) -> dict[str, Any]:

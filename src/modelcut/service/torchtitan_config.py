@@ -15,7 +15,8 @@ defaults where a key is absent; train.py for the batch):
   ``context_parallel_rotate_method`` (default allgather: K and V gathered whole; alltoall: passed
   round the ring), ``pipeline_parallel_degree`` with
   ``pipeline_parallel_schedule`` (torch.distributed.pipelining's names, default 1F1B) and
-  ``pipeline_parallel_microbatch_size`` (default 1), ``expert_parallel_degree`` and
+  ``pipeline_parallel_microbatch_size`` (default 1), ``module_fqns_per_model_part`` (the stages and,
+  where the split is not the plan's even one, the end ranks' blocks), ``expert_parallel_degree`` and
   ``expert_tensor_parallel_degree`` (default 1), ``data_parallel_replicate_degree`` (default 1) and
   ``data_parallel_shard_degree`` (default -1: the ranks left): FSDP shards over the shard degree
   times cp (``ParallelDims.fsdp_enabled``: dp_shard > 1 or cp > 1) (ZeRO-3, or with ``fsdp_reshard_after_forward = "never"`` the weights kept after the forward,
@@ -36,11 +37,13 @@ Every other key is listed as not read.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from typing import Any
 
 from .. import catalog
 from ..core.errors import ModelcutError
+from ..core.plan import end_ranks
 from ..core.sim import registry
 from ..core.specs import fp8_recipe_name
 from ..core.step.frameworks import TORCHTITAN_ROTATE
@@ -148,9 +151,12 @@ def run_document(conf: dict, *, gpu: str, gpus: int, model: str | None = None,
         if local % mb:
             raise ModelcutError(f"[training] local_batch_size {local} is not a multiple of pipeline_parallel_microbatch_size {mb}")
         layout["schedule"] = _schedule(par.get("pipeline_parallel_schedule", "1F1B"))
-        stages = _virtual_stages(par, pp, catalog.model(model).layers)
+        layers = catalog.model(model).layers
+        stages = _virtual_stages(par, pp, layers)
         if stages is not None and stages > 1:
             layout["vpp"] = stages
+        if par.get("module_fqns_per_model_part") is not None:
+            layout.update(_split_ends(par["module_fqns_per_model_part"], pp, layers))
         training.update(micro_batch=mb, local_batch=local)
     else:
         training["micro_batch"] = local
@@ -230,6 +236,24 @@ def _virtual_stages(par: dict, pp: int, layers: int) -> int | None:
                                 f"multiple of pp ({pp})")
         return stages // pp
     return None
+
+
+def _split_ends(parts: list, pp: int, layers: int) -> dict[str, int]:
+    """``module_fqns_per_model_part``'s split as modelcut times it (:func:`..core.plan.end_ranks`):
+    each part's transformer blocks (``layers.N``; the embedding, norm and output hold none), {} for
+    the plan's even split, else the end ranks' layers; any other split, or one whose blocks are not
+    the model's, is one line."""
+    if not all(isinstance(part, list) and all(isinstance(x, str) for x in part) for part in parts):
+        raise ModelcutError("[parallelism] module_fqns_per_model_part must be lists of module names")
+    split = tuple(sum(1 for x in part if re.fullmatch(r"layers\.\d+", x)) for part in parts)
+    if sum(split) != layers:
+        raise ModelcutError(f"[parallelism] module_fqns_per_model_part holds {sum(split)} transformer blocks, "
+                            f"the model {layers}")
+    ends = end_ranks(split, pp)
+    if ends is None:
+        raise ModelcutError(f"[parallelism] module_fqns_per_model_part: modelcut times the even split or end ranks of "
+                            f"their own size, not {list(split)}")
+    return ends
 
 
 def _float8_recipe(conf: dict) -> str:
