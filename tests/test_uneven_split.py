@@ -271,5 +271,5 @@ def test_torchtitan_stacks_take_it_and_read_it_back(tmp_path, capsys):
     assert assert_round_trip("from-torchtitan", text, req, res.framework, tmp_path, capsys) == \
         pytest.approx(e.step_time_s, rel=1e-9)
     bad = text.replace('"layers.0", ', "", 1)          # a block fewer on the first stage
-    with pytest.raises(ModelcutError, match="holds 31 transformer blocks, the model 32"):
+    with pytest.raises(ModelcutError, match="holds 31 transformer layers, the model 32"):
         titan_text(bad, "job.toml", gpu="h100", gpus=32, model="llama3-8b")

@@ -55,11 +55,10 @@ from typing import Any
 from .. import catalog
 from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
-from ..core.plan import end_ranks
 from ..core.specs import CP_KINDS, fp8_recipe_name
 from ..core.step.frameworks import MEGATRON_FSDP_SHARDING
 from .limits import Limits
-from .runfile import check_target, imported_text
+from .runfile import check_target, imported_text, split_ends
 
 #: The flags that take several values (argparse nargs "+" or "*"): --cp-comm-type may name one form a
 #: layer; the others list sizes or module names.
@@ -243,20 +242,6 @@ def _layout_split(text: str, pp: int) -> tuple[int, ...]:
     return tuple(st.count("t") for st in stages)
 
 
-def _layout_ends(text: str, split: tuple[int, ...], layers: int | None, pp: int) -> dict[str, int]:
-    """A layout string's split as modelcut times it (:func:`..core.plan.end_ranks`): {} for the plan's
-    even split, else the end ranks' layers; any other split, or one whose layers are not the model's,
-    is one line."""
-    if layers is not None and sum(split) != layers:
-        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r} holds {sum(split)} transformer layers, "
-                            f"the model {layers}")
-    ends = end_ranks(split, pp)
-    if ends is None:
-        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: modelcut times the even split or end ranks "
-                            f"of their own size (--decoder-first/last-pipeline-num-layers), not {list(split)}")
-    return ends
-
-
 def _recompute(flags: dict[str, list[str]]) -> dict[str, Any]:
     gran = _choice(flags, "recompute-granularity", None, ("full", "selective"))
     if gran is None:
@@ -325,7 +310,8 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
     if vpp is not None and vpp > 1:
         layout["vpp"] = vpp
     if stage_layers is not None:
-        layout.update(_layout_ends(split, stage_layers, catalog.model(model).layers if model else layers, pp))
+        layout.update(split_ends(stage_layers, pp, catalog.model(model).layers if model else layers,
+                                 f"--pipeline-model-parallel-layout {split!r}"))
     for end in ("first", "last"):     # Megatron-core's uneven split: that rank's layers, the rest even
         n = _int(flags, f"decoder-{end}-pipeline-num-layers")
         if n is not None:

@@ -68,6 +68,7 @@ from pathlib import Path
 from .. import catalog
 from ..catalog import LAYOUT_KEYS, MODEL_KEYS, TRAINING_KEYS
 from ..core.errors import ModelcutError
+from ..core.plan import end_ranks
 from ..core.sim import registry
 from ..core.specs import Run
 from ..core.step.checks import check_run
@@ -291,6 +292,19 @@ def check_target(gpu: str, gpus: int, limits: Limits | None = None) -> None:
         raise ModelcutError(f"--gpus must be at least 1, got {gpus!r}")
     (limits or DEFAULT).check("max_gpus", gpus, "--gpus")
     catalog.hardware(gpu)
+
+
+def split_ends(split: tuple[int, ...], pp: int, layers: int | None, where: str) -> dict[str, int]:
+    """An imported split (a stack's own per-stage layer list, ``where`` naming it) as a layout gives it
+    (:func:`..core.plan.end_ranks`): {} for the plan's even split, else ``first_layers``/``last_layers``;
+    any other split, or one whose transformer layers are not the model's, is one line."""
+    if layers is not None and sum(split) != layers:
+        raise ModelcutError(f"{where} holds {sum(split)} transformer layers, the model {layers}")
+    ends = end_ranks(split, pp)
+    if ends is None:
+        raise ModelcutError(f"{where}: modelcut times the even split or end ranks of their own size "
+                            f"(first_layers/last_layers), not {list(split)}")
+    return ends
 
 
 def imported_text(doc: dict, source: str, header: list[str], limits: Limits | None = None) -> str:

@@ -43,12 +43,11 @@ from typing import Any
 
 from .. import catalog
 from ..core.errors import ModelcutError
-from ..core.plan import end_ranks
 from ..core.sim import registry
 from ..core.specs import fp8_recipe_name
 from ..core.step.frameworks import TORCHTITAN_ROTATE
 from .limits import Limits
-from .runfile import check_target, imported_text
+from .runfile import check_target, imported_text, split_ends
 
 #: The keys read, by table (module doc).
 _READ = {
@@ -156,7 +155,8 @@ def run_document(conf: dict, *, gpu: str, gpus: int, model: str | None = None,
         if stages is not None and stages > 1:
             layout["vpp"] = stages
         if par.get("module_fqns_per_model_part") is not None:
-            layout.update(_split_ends(par["module_fqns_per_model_part"], pp, layers))
+            layout.update(split_ends(_part_blocks(par["module_fqns_per_model_part"]), pp, layers,
+                                     "[parallelism] module_fqns_per_model_part"))
         training.update(micro_batch=mb, local_batch=local)
     else:
         training["micro_batch"] = local
@@ -238,22 +238,12 @@ def _virtual_stages(par: dict, pp: int, layers: int) -> int | None:
     return None
 
 
-def _split_ends(parts: list, pp: int, layers: int) -> dict[str, int]:
-    """``module_fqns_per_model_part``'s split as modelcut times it (:func:`..core.plan.end_ranks`):
-    each part's transformer blocks (``layers.N``; the embedding, norm and output hold none), {} for
-    the plan's even split, else the end ranks' layers; any other split, or one whose blocks are not
-    the model's, is one line."""
+def _part_blocks(parts: list) -> tuple[int, ...]:
+    """``module_fqns_per_model_part``'s transformer blocks a part (``layers.N``; the embedding, norm
+    and output hold none)."""
     if not all(isinstance(part, list) and all(isinstance(x, str) for x in part) for part in parts):
         raise ModelcutError("[parallelism] module_fqns_per_model_part must be lists of module names")
-    split = tuple(sum(1 for x in part if re.fullmatch(r"layers\.\d+", x)) for part in parts)
-    if sum(split) != layers:
-        raise ModelcutError(f"[parallelism] module_fqns_per_model_part holds {sum(split)} transformer blocks, "
-                            f"the model {layers}")
-    ends = end_ranks(split, pp)
-    if ends is None:
-        raise ModelcutError(f"[parallelism] module_fqns_per_model_part: modelcut times the even split or end ranks of "
-                            f"their own size, not {list(split)}")
-    return ends
+    return tuple(sum(1 for x in part if re.fullmatch(r"layers\.\d+", x)) for part in parts)
 
 
 def _float8_recipe(conf: dict) -> str:
