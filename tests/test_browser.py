@@ -762,6 +762,28 @@ def test_explorer_shows_the_picked_layouts_layer_line_by_line(server, page):
     assert not page.errors
 
 
+def test_explorer_shows_a_lighter_last_rank_and_picks_it(server, page):
+    """A layout whose last pipeline rank holds fewer layers (the explorer's balance for the output
+    layer) says so in the table and the heading, and its detail is predicted with that split."""
+    q = {"model": "nemotron3-22b", "gpu": "h100-sxm5-80gb", "gpus": 64, "seq": 4096, "global_batch_tokens": "1M",
+         "top": 10}
+    ans = api(server, "/api/explore", q)
+    k = next(i for i, x in enumerate(ans["layouts"]) if x["last_layers"])
+    x = ans["layouts"][k]
+    page.goto(server + "/explorer?model=nemotron3-22b&gpu=h100-sxm5-80gb&gpus=64&seq=4096&tokens=1M&top=10")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    row = page.locator("[data-testid=layouts] tbody tr").nth(k)
+    assert f"{x['schedule']}, last {x['last_layers']}" in row.inner_text()
+    with page.expect_request(lambda r: r.url.endswith("/api/predict") and r.method == "POST") as req:
+        row.click()
+    assert req.value.post_data_json["layout"]["last_layers"] == x["last_layers"]
+    page.wait_for_selector(f"h2:has-text('Layout #{k + 1}')")
+    assert f"last rank {x['last_layers']} layers" in page.inner_text(f"h2:has-text('Layout #{k + 1}')")
+    page.wait_for_selector("[data-testid=layer] tbody tr")
+    assert_no_overlapping_text(page)
+    assert not page.errors
+
+
 def test_runs_page_shows_a_picked_runs_step_and_layer(server, page):
     """Picking a run on the runs page shows GET /api/runs/{id}'s answer: its step time and terms and,
     under the default model, its longest layer line by line; switching to the seed model clears it."""
