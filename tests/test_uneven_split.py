@@ -273,3 +273,27 @@ def test_torchtitan_stacks_take_it_and_read_it_back(tmp_path, capsys):
     bad = text.replace('"layers.0", ', "", 1)          # a block fewer on the first stage
     with pytest.raises(ModelcutError, match="holds 31 transformer layers, the model 32"):
         titan_text(bad, "job.toml", gpu="h100", gpus=32, model="llama3-8b")
+
+
+@pytest.mark.parametrize("name, p, tp, seq, fw, gpus", [
+    ("llama3-8b", 4, 2, 8192, "megatron-core", 32), ("gpt-oss-120b", 4, 1, 4096, "megatron-bridge", 64),
+    ("nemotron4-340b", 8, 8, 4096, "megatron-core", 256), ("qwen2.5-7b", 4, 1, 4096, "fsdp-compile", 16),
+])
+def test_the_flops_choice_is_the_time_models_fastest_nearby(name, p, tp, seq, fw, gpus):
+    """The lighter last rank chosen by FLOPs is faster, in the time model, than the splits a step
+    lighter and a step heavier on the last rank (the next counts Megatron-core's rules allow)."""
+    model = catalog.model(name)
+    n = lighter_last(model, p, 1, seq)
+    assert n is not None
+    dp = gpus // (tp * p)
+
+    def step(last: int) -> float:
+        lay = Layout(tp=tp, pp=p, dp=dp, last_layers=last, ep=8 if model.is_moe else 1)
+        return _predict_on(Run(model, "h100", lay, Training(seq_len=seq, global_batch=dp * 16)), fw)
+
+    near = [k for k in (n - (p - 1), n + (p - 1)) if 1 <= k < model.layers]
+    assert near and all(step(n) < step(k) for k in near)
+
+
+def _predict_on(run: Run, fw: str) -> float:
+    return predict(PredictRequest(run=run, framework=fw)).prediction.step_time_s
