@@ -113,9 +113,10 @@ def test_from_megatron_reads_the_flags():
     doc, _ = run_document(base + " --decoder-first-pipeline-num-layers 11 --decoder-last-pipeline-num-layers 7",
                           gpu="h100", gpus=64)
     assert (doc["layout"]["first_layers"], doc["layout"]["last_layers"]) == (11, 7)
-    with pytest.raises(ModelcutError, match="refuses the two together"):
-        run_document(base + ' --decoder-last-pipeline-num-layers 7 --pipeline-model-parallel-layout "E,t*10|t*10|t*10|t*10,L"',
-                     gpu="h100", gpus=64)
+    for layout in ("E,t*10|t*10|t*10|t*10,L", "Et*11|t*11|t*11|t*7L"):     # even or not, the pair is refused
+        with pytest.raises(ModelcutError, match="refuses the two together"):
+            run_document(base + f' --decoder-last-pipeline-num-layers 7 --pipeline-model-parallel-layout "{layout}"',
+                         gpu="h100", gpus=64)
 
 
 @settings(max_examples=25, deadline=None)

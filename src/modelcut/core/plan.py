@@ -117,9 +117,9 @@ def first_last_split(layers: int, p: int, v: int, first: int | None, last: int |
     if p < 2:
         raise ModelcutError("first/last pipeline-stage layers need at least two pipeline stages")
     mid_ranks = p - 2
-    given = (first or 0) + (last or 0)
-    if given > layers:
-        raise ModelcutError(f"first/last pipeline-stage layers ({given}) exceed the model's {layers} layers")
+    ends = (first or 0) + (last or 0)
+    if ends > layers:
+        raise ModelcutError(f"first/last pipeline-stage layers ({ends}) exceed the model's {layers} layers")
     if first is None or last is None:
         given = first if first is not None else last
         rest, share = layers - given, mid_ranks + 1

@@ -309,9 +309,6 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
         vpp = layers // (pp * per_stage)
     if vpp is not None and vpp > 1:
         layout["vpp"] = vpp
-    if stage_layers is not None:
-        layout.update(split_ends(stage_layers, pp, catalog.model(model).layers if model else layers,
-                                 f"--pipeline-model-parallel-layout {split!r}"))
     for end in ("first", "last"):     # Megatron-core's uneven split: that rank's layers, the rest even
         n = _int(flags, f"decoder-{end}-pipeline-num-layers")
         if n is not None:
@@ -319,6 +316,9 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
                 raise ModelcutError(f"--decoder-{end}-pipeline-num-layers with --pipeline-model-parallel-layout: "
                                     "Megatron-LM refuses the two together")
             layout[f"{end}_layers"] = n
+    if stage_layers is not None:
+        layout.update(split_ends(stage_layers, pp, catalog.model(model).layers if model else layers,
+                                 f"--pipeline-model-parallel-layout {split!r}"))
     layout["schedule"] = "interleaved" if pp > 1 and (vpp or 1) > 1 else "1f1b"
     ep = _int(flags, "expert-model-parallel-size", 1)
     if ep > 1:
