@@ -39,7 +39,7 @@ def test_a_launch_script_reads_as_megatron_lm_would_run_it():
     assert lay["schedule"] == "interleaved" and lay["cp_kind"] == "ring" and lay["sequence_parallel"]
     assert lay["zero"] == 1
     assert tr == {"seq_len": 8192, "micro_batch": 1, "global_batch": 128, "recompute": "selective",
-                  "precision": "bf16", "cross_entropy": "mcore-fused"}
+                  "precision": "bf16", "cross_entropy": "mcore-fused", "grad_reduce": "fp32"}   # --bf16: fp32
     assert doc["settings"] == {"framework": "megatron-core",
                                "overlap": "grad_reduce=on,param_gather=on,tp_comm=on,p2p_async=on"}
     assert unread == ["--data-path", "--lr", "--nproc_per_node", "--tokenizer-type"]

@@ -64,7 +64,8 @@ FLAGS = {"gpus": "--gpus", "seq": "--seq", "global_batch_tokens": "--global-batc
          "gpus_per_node": "--gpus-per-node", "margin": "--margin", "micro_batches": "--micro-batches",
          "schedules": "--schedules", "eps": "--eps", "cp_kinds": "--cp-kinds", "mode": "--mode",
          "framework": "--framework", "gpu": "--gpu", "pareto_within": "--pareto-within",
-         "precision": "--precision", "fp8_recipe": "--fp8-recipe", "check": "--check", "overlap": "--overlap"}
+         "precision": "--precision", "fp8_recipe": "--fp8-recipe", "grad_reduce": "--grad-reduce", "check": "--check",
+         "overlap": "--overlap"}
 
 
 def _shape(e: Evaluated) -> str:
@@ -192,6 +193,10 @@ def explore(
                                             "search each, their best layouts side by side"),
     fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise, "
                                                                          "mxfp8, (torchao) rowwise or rowwise_with_gw_hp (default: the stack's choice)"),
+    grad_reduce: Optional[str] = typer.Option(None, "--grad-reduce", help="the type gradients are reduced in across "
+                                              "data parallelism: fp32 or the 16-bit type (float32, bfloat16 too; FSDP's "
+                                              "reduce_dtype, Composer's mixed_precision DEFAULT = fp32, PURE = 16-bit; "
+                                              "default: the stack's)"),
     max_layouts: Optional[int] = limit_option("max_layouts"),
     max_gpus: Optional[int] = limit_option("max_gpus"),
     max_seq: Optional[int] = limit_option("max_seq"),
@@ -223,7 +228,7 @@ def explore(
         given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
                                 ("--global-batch-tokens", global_batch_tokens),
                                 ("--framework", framework), ("--overlap", overlap), ("--precision", precision),
-                                ("--fp8-recipe", fp8_recipe)) if v is not None]
+                                ("--fp8-recipe", fp8_recipe), ("--grad-reduce", grad_reduce)) if v is not None]
         if given:
             raise ModelcutError(f"--run takes its problem and stack from the catalog; drop {given[0]}")
         if check is not None and run == "all":
@@ -250,7 +255,7 @@ def explore(
               "check": inputs.check_spec(check) if check else None,
               "eps": list(inputs.int_list(eps, "--eps")) if eps is not None else None,
               "cp_kinds": list(inputs.names(cp_kinds)), "pareto_within": pareto_within, "exhaustive": exhaustive,
-              "precision": precision, "fp8_recipe": fp8_recipe}
+              "precision": precision, "fp8_recipe": fp8_recipe, "grad_reduce": grad_reduce}
     wanted = list(inputs.names(precision)) if precision is not None else []
     if len(wanted) > 1:
         if hi is not None:
@@ -444,7 +449,8 @@ def show(res: ExploreResult) -> None:
     con.print(f"[bold]{spec.name}[/bold] on {gpus:,} × {hw.name}, sequence {seq:,}, {tokens:,} tokens a step "
               f"({tokens // seq:,} sequences), mode {mode}, framework {fw}"
               + (f", {req.space.precision}" + (f" ({options.fp8.recipe} scaling)" if options.fp8 is not None else "")
-                 if req.space.precision != "bf16" else ""))
+                 if req.space.precision != "bf16" else "")
+              + (f", gradients reduced in {req.space.grad_reduce}" if req.space.grad_reduce else ""))
     rejected = sum(s["rule_rejections"].values())
     con.print(f"searched {s['space']:,} layouts the stack runs ({s['structures']:,} shapes × recomputation × ZeRO"
               + (f"; {rejected:,} it cannot run left out" if rejected else "") + f"), {s['memory_evaluations']:,} "

@@ -180,6 +180,10 @@ def predict(
                                                             "several, e.g. bf16,fp8: the run at each, side by side"),
     fp8_recipe: str = typer.Option(None, "--fp8-recipe", help="with fp8: delayed, current, blockwise, mxfp8, (torchao) rowwise or rowwise_with_gw_hp "
                                                               "(default: the stack's, else Transformer Engine's)"),
+    grad_reduce: str = typer.Option(None, "--grad-reduce", help="the type gradients are reduced in across data "
+                                                                "parallelism: fp32 or the 16-bit type (float32, bfloat16 "
+                                                                "too; default: the run's [training] grad_reduce, else "
+                                                                "the stack's)"),
     trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
                                          help="default mode: write the predicted step as a Chrome trace-event "
                                               "JSON (Perfetto): each device's ops, exposed communication, "
@@ -216,8 +220,8 @@ def predict(
         results = service.predict_each_precision(service.PredictRequest(
             run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
             overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
-            profile=service.load_profile(profile), published=pr, fp8_recipe=fp8_recipe, layers=layers),
-            service.precision_list(precision), lim)
+            profile=service.load_profile(profile), published=pr, fp8_recipe=fp8_recipe, layers=layers,
+            grad_reduce=grad_reduce), service.precision_list(precision), lim)
         if as_json:
             print(json.dumps(results.as_dict()))
             return
@@ -229,7 +233,7 @@ def predict(
             run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
             overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
             profile=service.load_profile(profile), budget=budget, published=pr, precision=precision,
-            fp8_recipe=fp8_recipe, timeline=trace is not None, layers=layers), lim)
+            fp8_recipe=fp8_recipe, timeline=trace is not None, layers=layers, grad_reduce=grad_reduce), lim)
     if trace is not None:
         from ..export import chrome_trace
         write_trace(trace, chrome_trace.step_trace(result.prediction.timeline, result.trace_label(),

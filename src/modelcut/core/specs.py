@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
 from .errors import ModelcutError
+from .units import BF16_BYTES, FP32_BYTES
 
 Recompute = Literal["none", "selective", "full"]
 #: The activation-recomputation levels, least recomputed first: none, selective (Korthikanti et al.
@@ -362,6 +363,27 @@ FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "rowwise", "rowwise_w
 PRECISION_NAMES = {"bfloat16": "bf16", "amp_bf16": "bf16", "bf16-mixed": "bf16", "bf16_mixed": "bf16",
                    "float16": "fp16", "half": "fp16", "amp_fp16": "fp16", "16-mixed": "fp16", "fp16-mixed": "fp16",
                    "float8": "fp8", "amp_fp8": "fp8"}
+#: The data types gradients may cross the data-parallel wire in (``Training.grad_reduce``): FP32,
+#: or the run's 16-bit type. Each stack has a name for the switch: PyTorch FSDP's
+#: ``MixedPrecision(reduce_dtype=...)`` / FSDP2's ``MixedPrecisionPolicy(reduce_dtype=...)``,
+#: torchtitan's ``mixed_precision_reduce`` ("float32" or "bfloat16"), Composer's FSDP
+#: ``mixed_precision`` (DEFAULT: ``reduce_dtype=torch.float32``; PURE: the precision's 16-bit type;
+#: mosaicml/composer composer/distributed/mosaic_parallelism.py ``get_mixed_precision``),
+#: Megatron-LM's ``--accumulate-allreduce-grads-in-fp32`` and ``--grad-reduce-in-bf16`` (with
+#: ``--bf16`` it reduces in FP32 unless ``--grad-reduce-in-bf16``: megatron/training/arguments.py
+#: ``validate_args`` at d98e8a64dd), NeMo's ``ddp.grad_reduce_in_fp32``.
+GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+#: Other names of those types: torch's dtype names.
+GRAD_REDUCE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+
+
+def grad_reduce_name(name: str) -> str:
+    """A gradient-reduction type as a stack spells it ("float32", "bfloat16", any case) as
+    modelcut's; a name it does not know comes back lower-cased, for the caller's check."""
+    key = str(name).strip().lower()
+    return GRAD_REDUCE_NAMES.get(key, key)
+
+
 #: Other names of the FP8 recipes: Megatron-core's ``--fp8-recipe tensorwise`` (Transformer Engine's
 #: Float8CurrentScaling) and torchao's TENSORWISE float8 recipe (dynamic per-tensor scales) are
 #: current scaling.
@@ -419,7 +441,10 @@ class Training:
     (torchtitan's per-layer selective checkpointing, ``activation_checkpoint.mode = "selective"``
     with ``selective_ac_option = "k"``: v0.2.0 torchtitan/distributed/activation_checkpoint.py
     ``_apply_layer_sac``, a module-global count of the blocks wrapped, checkpointing block n when
-    n % k == 0; job_config.py's default option is "2")."""
+    n % k == 0; job_config.py's default option is "2"); ``grad_reduce``, the data type gradients
+    cross the data-parallel wire in (:data:`GRAD_REDUCE_DTYPES`: "fp32", or the run's 16-bit
+    type; None: the stack's, ``Framework.grad_bytes``), which where the stack reduces its gradient
+    buffer in place is that buffer's type too (:meth:`.step.frameworks.Framework.for_training`)."""
 
     seq_len: int
     global_batch: int
@@ -432,6 +457,7 @@ class Training:
     recompute_modules: tuple[str, ...] | None = None
     recompute_layers: int | None = None
     recompute_every: int | None = None
+    grad_reduce: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
@@ -477,6 +503,22 @@ class Training:
                 raise ModelcutError(f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}")
             if self.precision != "fp8":
                 raise ModelcutError(f"fp8_recipe {self.fp8_recipe!r} needs precision = \"fp8\"")
+        if self.grad_reduce is not None:
+            if self.grad_reduce not in GRAD_REDUCE_DTYPES:
+                raise ModelcutError(f"grad_reduce must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {self.grad_reduce!r}")
+            if self.grad_reduce != "fp32" and self.grad_reduce != self.half:
+                raise ModelcutError(f"grad_reduce {self.grad_reduce!r} is not this run's 16-bit type: a {self.precision} "
+                                    f"run reduces gradients in fp32 or {self.half}")
+
+    @property
+    def half(self) -> str:
+        """The run's 16-bit type: fp16 for an fp16 run, else bf16 (FP8 runs keep bf16 beside their products)."""
+        return "fp16" if self.precision == "fp16" else "bf16"
+
+    @property
+    def grad_reduce_bytes(self) -> int | None:
+        """Bytes a gradient element takes on the data-parallel wire as the run says (None: the stack's)."""
+        return None if self.grad_reduce is None else (FP32_BYTES if self.grad_reduce == "fp32" else BF16_BYTES)
 
     @property
     def tokens_per_step(self) -> int:

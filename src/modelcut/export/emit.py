@@ -193,6 +193,11 @@ def megatron_args(e: Evaluated, framework=None) -> str:
                      "--cross-entropy-loss-fusion")
     precision, f8 = _precision(e)
     lines.append("--fp16" if precision == "fp16" else "--bf16")
+    # the gradients' reduce type as timed, against Megatron-LM's own rule (fp32 with --bf16, 16-bit with --fp16)
+    if framework is not None and precision == "fp16" and framework.grad_bytes == 4:
+        lines.append("--accumulate-allreduce-grads-in-fp32")
+    elif framework is not None and precision != "fp16" and framework.grad_bytes == 2:
+        lines.append("--grad-reduce-in-bf16")
     if f8 is not None and f8.recipe not in _MCORE_RECIPE:
         lines.append(f"# fp8 with {f8.recipe} scaling: torchao's recipe, which Megatron-LM has no flag for")
     elif f8 is not None:
@@ -282,6 +287,8 @@ def torchtitan_toml(e: Evaluated, framework=None) -> str:
     precision, f8 = _precision(e)
     if precision == "fp16":
         out.append('# fp16: torchtitan\'s mixed_precision_param takes "bfloat16" or "float32" only (v0.2.2 job_config.py)')
+    if framework is not None and framework.grad_bytes == 2:   # FSDP's reduce type as timed (torchtitan's default float32)
+        out.append('mixed_precision_reduce = "bfloat16"   # later torchtitan releases; v0.2.2 takes "float32" only')
     if f8 is not None:
         if f8.recipe == "current":
             gather = "true" if f8.param_gather else "false"
@@ -368,6 +375,9 @@ def nemo_overrides(e: Evaluated, framework=None) -> str:
             lines.append("model.config.cross_entropy_fusion_impl=te")
     lines += [f"data.micro_batch_size={tr.micro_batch}", f"data.global_batch_size={tr.global_batch}",
               f"data.seq_length={tr.seq_len}"]
+    if framework is not None:     # the gradients' reduce type as timed (Megatron-Bridge v0.2.0's recipes set it true,
+        #                             recipes/llama/llama3.py; its performance scripts false, scripts/performance/utils/helpers.py)
+        lines.append(f"trainer.strategy.ddp.grad_reduce_in_fp32={'true' if framework.grad_bytes == 4 else 'false'}")
     precision, f8 = _precision(e)
     if f8 is not None and f8.recipe not in _MCORE_RECIPE:
         lines.append(f"# fp8 with {f8.recipe} scaling: torchao's recipe, which NeMo 2.0's plugins have no name for")

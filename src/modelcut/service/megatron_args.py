@@ -36,7 +36,9 @@ megatron/core/model_parallel_config.py):
   micro-batch × dp), ``--recompute-granularity``, ``--recompute-method``, ``--recompute-num-layers``,
   ``--recompute-modules``, ``--bf16``/``--fp16`` (neither: fp32, which modelcut does not time),
   ``--fp8-format`` with ``--fp8-recipe`` (default delayed; tensorwise is current scaling),
-  ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl`` (default native);
+  ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl`` (default native), the
+  gradients' reduce type from ``--grad-reduce-in-bf16`` and ``--accumulate-allreduce-grads-in-fp32``
+  (with ``--bf16`` fp32 unless the first; with ``--fp16`` fp16 unless the second: ``validate_args``);
 * **the overlaps**, each as Megatron-LM's default leaves it where its flag is absent:
   ``--overlap-grad-reduce`` and ``--overlap-param-gather`` (off), ``--tp-comm-overlap`` (off),
   ``--no-overlap-p2p-communication`` (overlap on).
@@ -68,7 +70,8 @@ _MULTI = ("cp-comm-type", "hierarchical-context-parallel-sizes", "recompute-modu
 _SWITCHES = ("sequence-parallel", "use-distributed-optimizer", "use-megatron-fsdp", "swiglu", "group-query-attention",
              "untie-embeddings-and-output-weights", "disable-bias-linear", "add-qkv-bias", "bf16", "fp16",
              "cross-entropy-loss-fusion", "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
-             "no-overlap-p2p-communication", "fp8-param-gather")
+             "no-overlap-p2p-communication", "fp8-param-gather", "grad-reduce-in-bf16",
+             "accumulate-allreduce-grads-in-fp32")
 
 _MODEL_FLAGS = ("num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
                 "num-query-groups", "kv-channels", "swiglu", "untie-embeddings-and-output-weights", "normalization",
@@ -85,7 +88,8 @@ _RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-ty
               "num-distributed-optimizer-instances", "seq-length", "micro-batch-size", "global-batch-size",
               "recompute-granularity", "recompute-method", "recompute-num-layers", "recompute-modules", "bf16",
               "fp16", "fp8-format", "fp8-recipe", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
-              "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "no-overlap-p2p-communication")
+              "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "no-overlap-p2p-communication",
+              "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32")
 #: Megatron-core's --fp8-recipe names (TransformerConfig.fp8_recipe; "custom" is not timed), read as
 #: modelcut's recipes by :func:`..core.specs.fp8_recipe_name` (tensorwise is current scaling).
 _MCORE_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
@@ -356,6 +360,13 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
         training["precision"] = "bf16"
     else:
         raise ModelcutError("neither --bf16 nor --fp16: Megatron-LM would train in fp32, which modelcut does not time")
+    # the gradients' reduce type as validate_args sets it: with --bf16, fp32 unless --grad-reduce-in-bf16
+    # (which wins over --accumulate-allreduce-grads-in-fp32); with --fp16, the 16-bit type unless
+    # --accumulate-allreduce-grads-in-fp32
+    if training["precision"] == "fp16":
+        training["grad_reduce"] = "fp32" if _on(flags, "accumulate-allreduce-grads-in-fp32") else "fp16"
+    else:
+        training["grad_reduce"] = "bf16" if _on(flags, "grad-reduce-in-bf16") else "fp32"
     if _on(flags, "cross-entropy-loss-fusion"):
         impl = _choice(flags, "cross-entropy-fusion-impl", "native", ("native", "te"))
         training["cross_entropy"] = "fused" if impl == "te" else "mcore-fused"

@@ -25,7 +25,8 @@ from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.explore.rules import violations
 from ..core.memory import memory_report
-from ..core.specs import BLOCKS, EVERY, PRECISIONS, Hardware, Run, fp8_recipe_name, precision_name, recipe_among
+from ..core.specs import (BLOCKS, EVERY, PRECISIONS, Hardware, Run, fp8_recipe_name, grad_reduce_name, precision_name,
+                          recipe_among)
 from ..core.step import MODES, predict as step_predict
 from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
@@ -81,6 +82,7 @@ class PredictRequest:
     published: PublishedRun | None = None
     precision: str | None = None       # overrides the run's [training] precision
     fp8_recipe: str | None = None      # and its FP8 recipe
+    grad_reduce: str | None = None     # overrides the run's [training] grad_reduce (--grad-reduce)
     timeline: bool = False             # keep the default model's step as a timeline (core.step.timeline)
     layers: bool = False               # itemise one micro-batch's units (core.step.layer_budget)
 
@@ -95,6 +97,14 @@ def with_precision(run: Run, precision: str | None, fp8_recipe: str | None) -> R
     recipe = (fp8_recipe_name(fp8_recipe) if fp8_recipe is not None
               else (tr.fp8_recipe if prec == "fp8" else None))
     return replace(run, training=replace(tr, precision=prec, fp8_recipe=recipe))
+
+
+def with_grad_reduce(run: Run, grad_reduce: str | None) -> Run:
+    """The run with its gradients' reduce type replaced where given (``--grad-reduce``, as the
+    stacks spell it too: "float32", "bfloat16"); checked against its precision by :class:`Training`."""
+    if grad_reduce is None:
+        return run
+    return replace(run, training=replace(run.training, grad_reduce=grad_reduce_name(grad_reduce)))
 
 
 @dataclass
@@ -275,7 +285,8 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     if req.eta is not None and (isinstance(req.eta, bool) or not isinstance(req.eta, (int, float))
                                 or not 0.01 <= req.eta <= 1):
         raise ModelcutError(f"eta must be a fraction of peak from 0.01 to 1, got {req.eta!r}")
-    run, hw = with_precision(req.run, req.precision, req.fp8_recipe), catalog.hardware(req.run.gpu)
+    run = with_grad_reduce(with_precision(req.run, req.precision, req.fp8_recipe), req.grad_reduce)
+    hw = catalog.hardware(req.run.gpu)
     check_sizes(run, limits)
     layers = None
     if req.mode == "seed":

@@ -23,8 +23,9 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS, cp_kind_name
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import (CROSS_ENTROPY_KINDS, FP8_RECIPES, PRECISIONS, UNTIMED_FP8_RECIPES, ExploreRecompute, Recompute,
-                          RecomputeModule, fp8_recipe_name, precision_name)
+from ..core.specs import (CROSS_ENTROPY_KINDS, FP8_RECIPES, GRAD_REDUCE_DTYPES, PRECISIONS, UNTIMED_FP8_RECIPES,
+                          ExploreRecompute, Recompute, RecomputeModule, fp8_recipe_name, grad_reduce_name,
+                          precision_name)
 from ..core.sim import registry
 from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS, option_name
@@ -168,6 +169,12 @@ CpKind = Annotated[Literal[CP_KINDS], _spelled(cp_kind_name)]  # type: ignore[va
 Fp8Recipe = Annotated[Literal[FP8_RECIPES],  # type: ignore[valid-type]
                       _spelled(fp8_recipe_name, UNTIMED_FP8_RECIPES)]
 CrossEntropy = Literal[CROSS_ENTROPY_KINDS]  # type: ignore[valid-type]
+#: the gradients' reduce type, as torch names it too ("float32", "bfloat16")
+GradReduce = Annotated[Literal[GRAD_REDUCE_DTYPES], _spelled(grad_reduce_name)]  # type: ignore[valid-type]
+_GRAD_REDUCE_HELP = ("the type gradients are reduced in across data parallelism: fp32 or the run's 16-bit type "
+                     "(float32, bfloat16 as torch names them; PyTorch FSDP's reduce_dtype, torchtitan's "
+                     "mixed_precision_reduce, Composer's FSDP mixed_precision DEFAULT = fp32 and PURE = 16-bit, "
+                     "Megatron-LM's --grad-reduce-in-bf16; default: the stack's)")
 
 
 def _recompute_spelled(value):
@@ -392,6 +399,7 @@ class TrainingIn(Strict):
         None, description="with recompute full: k, every k-th layer of each pipeline rank recomputed whole, the "
                           "rest kept, torchtitan's per-layer selective checkpointing (selective_ac_option = \"k\"; "
                           "default: every layer)")
+    grad_reduce: Optional[GradReduce] = Field(None, description=_GRAD_REDUCE_HELP)
 
 
 class HardwareIn(Strict):
@@ -527,6 +535,7 @@ class ExploreInput(ModelChoice):
     exhaustive: bool = Field(False, description="time every layout that fits (no lower bound)")
     precision: Precision = Field("bf16", description="the products' precision of every layout searched")
     fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe")
+    grad_reduce: Optional[GradReduce] = Field(None, description=_GRAD_REDUCE_HELP)
     precisions: Optional[Precisions] = Field(
         None, description="search each of these precisions in place of precision, one search each: the answer "
                           "is {precisions, searches, fastest}; fp8_recipe goes with fp8")

@@ -53,6 +53,10 @@ recompute = "full"       # none | selective | full (true / false: llm-foundry's 
 # local_batch = 8        # with a pipeline on torch.distributed.pipelining (nemo-automodel, torchtitan):
 #                        # sequences per data-parallel rank per schedule run; the step runs
 #                        # global_batch / (dp · local_batch) of them (default: one)
+# grad_reduce = "fp32"   # the type gradients are reduced in across data parallelism: fp32 or the run's
+#                        # 16-bit type (float32, bfloat16 too; FSDP's reduce_dtype, torchtitan's
+#                        # mixed_precision_reduce, Composer's FSDP mixed_precision DEFAULT = fp32 and
+#                        # PURE = 16-bit, Megatron-LM's --grad-reduce-in-bf16; default: the stack's)
 # cross_entropy = "fused"  # the loss's kernel: fp32-passes | fused | mcore-fused | torch | torch-fp32 | torch-compiled | flash-attn (default: the
 #                        # framework's; Megatron-core's cross_entropy_loss_fusion off is fp32-passes)
 ```
@@ -129,7 +133,7 @@ def load_run(path: str | Path, limits: Limits | None = None) -> Run:
 
 #: Fields whose request type reads other spellings as modelcut's names (requests.Precision, Fp8Recipe,
 #: RecomputeIn).
-_SPELLED = ("precision", "fp8_recipe", "recompute")
+_SPELLED = ("precision", "fp8_recipe", "recompute", "grad_reduce")
 
 
 def _fields(model, table: dict, where: str, lim: Limits, allowed=None) -> dict:

@@ -27,6 +27,8 @@ defaults where a key is absent; train.py for the batch):
   sequences without a pipeline, one schedule run's with one), ``global_batch_size`` (default -1:
   local × dp; the step accumulates gradients over global/(local · dp) such batches);
   ``mixed_precision_param`` float32 is fp32 training, which modelcut does not time;
+  ``mixed_precision_reduce`` (default float32; bfloat16 where a release takes it) is the FSDP
+  gradients' reduce type, written only where the file gives it;
 * ``[activation_checkpoint] mode`` none, selective or full (default selective), with
   ``selective_ac_option`` "op" (per op) or an integer k (one block in k whole; default "2");
 * ``[compile] enable`` (default off) picks the preset: fsdp-compile (torchtitan compiled) or fsdp
@@ -44,7 +46,7 @@ from typing import Any
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.sim import registry
-from ..core.specs import fp8_recipe_name
+from ..core.specs import fp8_recipe_name, grad_reduce_name
 from ..core.step.frameworks import TORCHTITAN_ROTATE
 from .limits import Limits
 from .runfile import check_target, imported_text, split_ends
@@ -58,7 +60,7 @@ _READ = {
                     "data_parallel_shard_degree", "fsdp_reshard_after_forward", "enable_async_tensor_parallel",
                     "module_fqns_per_model_part", "pipeline_parallel_layers_per_stage",
                     "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"),
-    "training": ("seq_len", "local_batch_size", "global_batch_size", "mixed_precision_param"),
+    "training": ("seq_len", "local_batch_size", "global_batch_size", "mixed_precision_param", "mixed_precision_reduce"),
     "activation_checkpoint": ("mode", "selective_ac_option"),
     "compile": ("enable", "enable_async_tensor_parallel"),
 }
@@ -168,6 +170,11 @@ def run_document(conf: dict, *, gpu: str, gpus: int, model: str | None = None,
     training["global_batch"] = glob
     if tr.get("mixed_precision_param", "bfloat16") == "float32":
         raise ModelcutError("[training] mixed_precision_param float32 is fp32 training, which modelcut does not time")
+    if "mixed_precision_reduce" in tr:
+        reduce = tr["mixed_precision_reduce"]
+        if reduce not in ("float32", "bfloat16"):
+            raise ModelcutError(f"[training] mixed_precision_reduce must be \"float32\" or \"bfloat16\", got {reduce!r}")
+        training["grad_reduce"] = grad_reduce_name(reduce)
     mode = ac.get("mode", "selective")
     if mode not in ("none", "selective", "full"):
         raise ModelcutError(f"[activation_checkpoint] mode must be none, selective or full, got {mode!r}")

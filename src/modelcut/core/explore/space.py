@@ -38,6 +38,7 @@ class Space:
     cp_kinds: tuple[str, ...] = CP_KINDS      # tried when c > 1
     precision: str = "bf16"                   # the products' precision of every layout searched
     fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
+    grad_reduce: str | None = None            # the gradients' reduce type (None: the stack's; ..specs.GRAD_REDUCE_DTYPES)
     order: tuple[str, ...] = DEFAULT_ORDER    # the rank order of every layout searched
     hybrid_shard: bool = True                 # also shard ZeRO's states within a node (node_shard)
     uneven_split: bool | None = None          # also a lighter last pipeline rank (..plan.lighter_last);
@@ -222,7 +223,7 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
              gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
              fp8_recipe: str | None = None, order: tuple[str, ...] = DEFAULT_ORDER,
-             count: int = 1) -> Run:
+             count: int = 1, grad_reduce: str | None = None) -> Run:
     """The run of one layout under a recomputation variant (:func:`..specs.recompute_variant`):
     sequence parallelism with t > 1 (where the stack has it,
     ``sequence_parallel``); the rank order ``order``, by default the layouts' default,
@@ -236,5 +237,6 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
     level, modules = recompute_variant(recompute)
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=level, recompute_modules=modules, precision=precision,
-                                         fp8_recipe=fp8_recipe, **partial_training(recompute, count)),
+                                         fp8_recipe=fp8_recipe, grad_reduce=grad_reduce,
+                                         **partial_training(recompute, count)),
                gpus_per_node=gpus_per_node)

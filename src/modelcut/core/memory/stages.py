@@ -382,9 +382,11 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     * FlashAttention (no s² score matrix) unless the stack runs the unfused softmax attention;
     * ZeRO-3/FSDP keep or free the gathered weights after the forward as the stack does;
     * the gradient buffer in the stack's dtype (``grad_buffer_bytes``: FP32, or 16-bit where the
-      stack reduces gradients in 16 bits);
+      stack reduces gradients in 16 bits), or in the run's ``grad_reduce`` type where the stack
+      reduces that buffer in place (``Framework.for_training``);
     * context parallelism in the stack's form when the layout leaves it open;
     * FP8 as the stack runs it on ``hw`` (its weight copies, its FP8-kept inputs)."""
+    framework = framework.for_training(run.training)
     run = framework.resolve(run)
     opts = stack_options(framework, options)
     if hw is not None and run.training.precision == "fp8":
@@ -456,7 +458,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
             "framework": fw_name,
             "fp8_recipe": options.fp8.recipe if options.fp8 is not None else None,
         },
-        "dtypes": dtypes(options, "fp16" if run.training.precision == "fp16" else "bf16",
+        "dtypes": dtypes(options, run.training.half,
                          res.zero >= 2 and not res.grads_sharded, run.training.cross_entropy),
     }
     if hw is not None:

@@ -39,6 +39,7 @@ def lower_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     """Seconds the step takes at least on the default model (module doc), for ``plan`` (the one the
     step model resolves for the run: :func:`.default.default_plan`, one pipeline schedule run):
     the bound of one run, times the runs a step (:func:`..plan.flushes`)."""
+    framework = framework.for_training(run.training)   # the stack as the run sets it, as the step model does
     run = framework.resolve(run)      # what the run leaves open, as the step model resolves it
     return plans.flushes(run.layout, run.training) * _flush_bound(run, hw, eff, framework, plan)
 

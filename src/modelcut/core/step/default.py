@@ -176,11 +176,17 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
     (a :class:`.frameworks.Framework`, its overlap overrides applied). With several pipeline
     schedule runs a step (:func:`..plan.flushes`) one run is timed, its batch
     :func:`..plan.flush_training`'s, and the step repeats it (:func:`_finish`). ``timeline``: keep
-    the step's :mod:`.timeline` in the prediction (not for DeepSpeed v0.3's ZeRO-3 replay)."""
+    the step's :mod:`.timeline` in the prediction (not for DeepSpeed v0.3's ZeRO-3 replay).
+    The stack as the run sets it (:meth:`.frameworks.Framework.for_training`: its gradients'
+    reduce type)."""
+    framework = framework.for_training(run.training)
     full = stack_run(run, framework)
     run = one_schedule_run(full)
     L = run.layout
     notes: list[str] = [f"framework {framework.name}"]
+    if run.training.grad_reduce is not None:
+        notes.append(f"gradients reduced in {run.training.grad_reduce} across data parallelism "
+                     f"({framework.grad_bytes} bytes an element on the wire; the run's grad_reduce)")
     plan = default_plan(run)
     eager = mcore_eager_paths(run.model) if framework.mcore_layers else ()
     if eager:

@@ -35,7 +35,7 @@ from ..costs.moe import DISPATCH_SMS
 from ..costs.fp8 import LIBRARY_RECIPES
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency_under
 from ..errors import ModelcutError
-from ..specs import FP8_RECIPES, Layout, Run
+from ..specs import FP8_RECIPES, Layout, Run, Training
 from .layers import CE_BYTES
 from ..units import (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST, GRAD_BYTES,
                      OPTIMIZER_STATE_BYTES, WEIGHT_BYTES)
@@ -161,7 +161,10 @@ class Framework:
     where Megatron's DDP reduces in 16 bits and so allocates the buffer in the parameters' dtype
     (``grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype``, Megatron-LM core_v0.8.0
     megatron/core/distributed/distributed_data_parallel.py; in 2021 ``_get_buffer_type``,
-    megatron/model/distributed.py at v2.5); ``param_bytes``/``optimizer_bytes``: bytes per
+    megatron/model/distributed.py at v2.5); ``grad_buffer_reduced``: that buffer is the one the
+    stack reduces, in place (Megatron's DDP), so a run's ``grad_reduce`` sets its type too
+    (:meth:`for_training`); elsewhere (PyTorch FSDP's sharded gradients, in the parameters' dtype)
+    it does not; ``param_bytes``/``optimizer_bytes``: bytes per
     parameter of the stored weights and of the optimizer's states (memory): 2 and 12 where the
     optimizer keeps FP32 master weights and Adam moments beside 16-bit weights (Megatron,
     DeepSpeed: :data:`..units.WEIGHT_BYTES`, :data:`..units.OPTIMIZER_STATE_BYTES`); 4 and 8 where
@@ -256,6 +259,7 @@ class Framework:
     expert_grad_bytes: int | None = None
     unsharded_grad_bytes: int | None = None
     grad_buffer_bytes: int = GRAD_BYTES
+    grad_buffer_reduced: bool = False
     grad_accum_bytes: int = GRAD_ACCUM_BYTES_16
     param_bytes: int = WEIGHT_BYTES
     optimizer_bytes: int = OPTIMIZER_STATE_BYTES
@@ -387,6 +391,37 @@ class Framework:
         if run.training.cross_entropy is None:
             run = replace(run, training=replace(run.training, cross_entropy=self.cross_entropy))
         return run
+
+    def for_training(self, training: Training) -> "Framework":
+        """This stack as a run's ``training`` sets what the stack leaves to each run: the type
+        gradients are reduced in (``training.grad_reduce``; None: the stack's). It sets the
+        bytes on the data-parallel wire (``grad_bytes``, and ``expert_grad_bytes`` where the stack
+        reduces the routed experts' in the same type); the gradients FSDP2 accumulates whole in its
+        reduce dtype (``unsharded_grad_bytes``, where the stack keeps them); and, where the stack
+        reduces its gradient buffer in place (``grad_buffer_reduced``: Megatron's DDP allocates it
+        in the reduce type), that buffer's type and what accumulating a weight gradient into it
+        moves without the fused accumulation (``grad_accum_bytes``: 6 into a 16-bit buffer, 10 into
+        an FP32 one; DeepSpeed's cast through a temporary copy stays as it is). Idempotent: the
+        step model, its lower bound and memory each apply it."""
+        return self.with_grad_reduce(training.grad_reduce_bytes)
+
+    def with_grad_reduce(self, b: int | None) -> "Framework":
+        """This stack reducing gradients in ``b`` bytes an element (4: FP32, 2: the 16-bit type;
+        None: as it does): :meth:`for_training`."""
+        if b is None:
+            return self
+        changes: dict = {"grad_bytes": b}
+        if self.expert_grad_bytes == self.grad_bytes:
+            changes["expert_grad_bytes"] = b
+        if self.unsharded_grad_bytes is not None:
+            changes["unsharded_grad_bytes"] = b
+        if self.grad_buffer_reduced:
+            changes["grad_buffer_bytes"] = b
+            if self.grad_accum_bytes in (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32):
+                changes["grad_accum_bytes"] = GRAD_ACCUM_BYTES_32 if b == 4 else GRAD_ACCUM_BYTES_16
+        if all(getattr(self, k) == v for k, v in changes.items()):
+            return self        # already so (applied before, or the stack's own type)
+        return replace(self, **changes)
 
     def expert_tp(self, run: Run) -> int | None:
         """The routed experts' tensor parallelism the run gets: its layout's, else the stack's

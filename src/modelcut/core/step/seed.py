@@ -208,6 +208,9 @@ def predict(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) 
     if L.hybrid:
         notes.append(f"dp_shard {L.dp_shard} not modelled: the deck's model shards nothing (one gradient all-reduce "
                      "over dp); --mode default times hybrid sharding")
+    if tr.grad_reduce is not None and tr.grad_reduce_bytes != BF16_BYTES:
+        notes.append(f"grad_reduce {tr.grad_reduce} not modelled: the deck's model all-reduces gradients in BF16; "
+                     "--mode default times the run's reduce type")
     p, m, v = plan.p, plan.m, plan.v
     F = flops.reported_flops(model, tr)
     # Work: F spread over the pipeline's slots (DualPipe: each micro-batch passes one of the two copies).
