@@ -784,6 +784,34 @@ def test_explorer_shows_a_lighter_last_rank_and_picks_it(server, page):
     assert not page.errors
 
 
+def test_the_explorer_reduces_gradients_in_the_type_chosen_and_keeps_it(server, page):
+    """The form's gradient-reduce type goes to the API as grad_reduce, the stack line names it, the
+    URL keeps it, and a picked layout is predicted with it; a type the precision cannot take is one line."""
+    page.goto(server + "/explorer?model=mpt-7b&gpu=h100-sxm5-80gb&gpus=64&seq=2048&tokens=256K&top=5"
+              "&framework=llm-foundry")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    assert page.eval_on_selector_all("#reduce option", "os => os.map(o => o.value)") == ["", "fp32", "bf16", "fp16"]
+    page.select_option("#reduce", "fp32")
+    with page.expect_request("**/api/explore/stream") as req:
+        page.click("#go")
+    assert req.value.post_data_json["grad_reduce"] == "fp32"
+    page.wait_for_function("() => document.querySelector('[data-testid=stack]')"
+                           " && document.querySelector('[data-testid=stack]').textContent.includes('fp32')")
+    assert page.inner_text("[data-testid=stack]") == ("Stack: llm-foundry; matrix products in bf16; "
+                                                      "gradients reduced in fp32.")
+    assert "reduce=fp32" in page.url
+    row = page.locator("[data-testid=layouts] tbody tr").first
+    with page.expect_request(lambda r: r.url.endswith("/api/predict") and r.method == "POST") as req:
+        row.click()
+    assert req.value.post_data_json["training"]["grad_reduce"] == "fp32"
+    page.select_option("#reduce", "fp16")
+    page.click("#go")
+    page.wait_for_selector("[data-testid=error]:not(:empty)")
+    err = page.inner_text("[data-testid=error]")
+    assert "16-bit type" in err and "\n" not in err.strip()
+    assert not page.errors
+
+
 def test_runs_page_shows_a_picked_runs_step_and_layer(server, page):
     """Picking a run on the runs page shows GET /api/runs/{id}'s answer: its step time and terms and,
     under the default model, its longest layer line by line; switching to the seed model clears it."""

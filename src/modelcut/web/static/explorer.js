@@ -7,7 +7,7 @@
   const UPLOAD = '__upload__';
   const KNOB_NAME = {cp_kind: 'context-parallel form', micro_batch: 'micro-batch', vpp: 'chunks v', zero: 'ZeRO'};
   const DEFAULTS = {model: 'llama3-8b', gpu: 'h100-sxm5-80gb', gpus: '64', seq: '8192', tokens: '4M', top: '20',
-                    framework: '', precision: 'bf16', recipe: ''};   // framework: the catalog's default, set on load
+                    framework: '', precision: 'bf16', recipe: '', reduce: ''};   // framework: the catalog's default, set on load
   const LIMIT = '#b3261e';   // the memory limit's mark: a solid red line, not a dashed one (no menu look-alike)
   let hfConfig = null;
   let last = null;
@@ -88,6 +88,7 @@
     if (prec.includes(',')) body.precisions = prec.split(',');   // one search per precision, side by side
     else body.precision = prec;
     if (prec.split(',').includes('fp8') && $('recipe').value) body.fp8_recipe = $('recipe').value;
+    if ($('reduce').value) body.grad_reduce = $('reduce').value;   // the gradients' reduce type (empty: the stack's)
     return body;
   }
 
@@ -108,6 +109,7 @@
     const prec = body.precisions ? body.precisions.join(',') : body.precision;
     if (prec !== DEFAULTS.precision) q.set('precision', prec);
     if (body.fp8_recipe) q.set('recipe', body.fp8_recipe);
+    if (body.grad_reduce) q.set('reduce', body.grad_reduce);
     history.replaceState(null, '', location.pathname + '?' + q.toString());
   }
 
@@ -239,7 +241,8 @@
       h('p', {text: `Memory limit ${gb(sum.limit_bytes)}: ${hw.name}'s ${gb(sum.capacity_bytes)} less a `
         + `${fmt(sum.margin * 100, 1)} % margin. Model: ${ans.model.name}, ${ans.model.layers} layers.`}),
       h('p', {'data-testid': 'stack', text: `Stack: ${ans.framework || DEFAULTS.framework}; matrix products in `
-        + `${ans.precision}${ans.fp8_recipe ? `, ${ans.fp8_recipe} scaling` : ''}.`}));
+        + `${ans.precision}${ans.fp8_recipe ? `, ${ans.fp8_recipe} scaling` : ''}`
+        + `${ans.grad_reduce ? `; gradients reduced in ${ans.grad_reduce}` : ''}.`}));
     for (const n of ans.notes) $('summary').append(h('p', {class: 'muted', text: n}));
     $('title').textContent = `${ans.model.name} on ${fmt(sum.gpus, 0)} × ${hw.name}: layouts that fit, fastest first`;
     renderWhy(ans);
@@ -416,6 +419,7 @@
     if (x.recompute_layers) training.recompute_layers = x.recompute_layers;
     if (x.recompute_every) training.recompute_every = x.recompute_every;
     if (ans.fp8_recipe) training.fp8_recipe = ans.fp8_recipe;
+    if (ans.grad_reduce) training.grad_reduce = ans.grad_reduce;
     return Object.assign(out, {layout, training});
   }
 
@@ -573,6 +577,7 @@
     $('framework').addEventListener('change', fillRecipes);
     if ([...$('precision').options].some((o) => o.value === st.precision)) $('precision').value = st.precision;
     if ([...$('recipe').options].some((o) => o.value === st.recipe)) $('recipe').value = st.recipe;
+    if ([...$('reduce').options].some((o) => o.value === st.reduce)) $('reduce').value = st.reduce;
     const syncRecipe = () => { $('recipe').disabled = !$('precision').value.split(',').includes('fp8'); };
     syncRecipe();
     $('precision').addEventListener('change', syncRecipe);
