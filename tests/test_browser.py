@@ -790,7 +790,9 @@ def test_the_explorer_reduces_gradients_in_the_type_chosen_and_keeps_it(server, 
     page.goto(server + "/explorer?model=mpt-7b&gpu=h100-sxm5-80gb&gpus=64&seq=2048&tokens=256K&top=5"
               "&framework=llm-foundry")
     page.wait_for_selector("[data-testid=layouts] tbody tr")
-    assert page.eval_on_selector_all("#reduce option", "os => os.map(o => o.value)") == ["", "fp32", "bf16", "fp16"]
+    cat = httpx.get(server + "/api/catalog").json()     # the choices the API takes, no second list in the page
+    assert page.eval_on_selector_all("#reduce option", "os => os.map(o => o.value)") == ["", *cat["grad_reduce_dtypes"]]
+    assert cat["grad_reduce_dtypes"] == ["fp32", "bf16", "fp16"]
     page.select_option("#reduce", "fp32")
     with page.expect_request("**/api/explore/stream") as req:
         page.click("#go")

@@ -541,6 +541,7 @@
       if (cat.precisions.includes('fp8')) {
         $('precision').append(h('option', {value: 'bf16,fp8', text: 'bf16 + fp8, side by side'}));
       }
+      for (const g of cat.grad_reduce_dtypes || []) $('reduce').append(h('option', {value: g, text: g}));
       stackRecipes = cat.framework_fp8_recipes || {};
       // a link may name a stack as its users do (framework=torchtitan): the preset it names
       const alias = (cat.framework_aliases || {})[String(st.framework || '').toLowerCase()];
