@@ -36,6 +36,13 @@ def test_deck_hardware_figures():
     assert (h100.peak_flops_16, h100.link_bw, h100.net_bw, h100.per_node) == (989e12, 450e9, 50e9, 8)
 
 
+def test_the_a100s_hold_what_nvml_reports_both_in_gib():
+    """The datasheets' 40 GB and 80 GB of the A100 are 40 and 80 GiB (NVML: 40,960 and 81,920 MiB):
+    both counted alike, so a layout that fits in 40 GiB is not refused for a 40 GB one."""
+    small, big = catalog.hardware("a100-sxm4-40gb"), catalog.hardware("a100-sxm4-80gb")
+    assert small.mem_bytes == 40 * 2**30 and big.mem_bytes == 80 * 2**30
+
+
 def test_hardware_catalog_lines_carry_sources():
     from importlib import resources
     text = resources.files("modelcut.catalog").joinpath("hardware.toml").read_text()
