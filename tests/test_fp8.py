@@ -525,3 +525,37 @@ def test_a_stack_older_than_a_recipe_refuses_it_in_one_line(capsys):
     from dataclasses import replace
     with pytest.raises(ModelcutError, match="fp8_only must list recipes of transformer-engine"):
         replace(catalog.framework("nemo"), fp8_only=("rowwise",))
+
+
+def test_a_run_may_say_whether_its_fp8_weights_are_gathered_in_fp8(tmp_path, capsys):
+    """[training] fp8_param_gather overrides the stack's: on megatron-core (off by default) it keeps
+    the linear weights in FP8 and gathers them so; the memory is never more and the step never
+    slower than with the bf16 copy; without fp8 it is one line."""
+    from modelcut.cli import main
+    text = ('[model]\nname = "llama3-70b"\n[hardware]\ngpu = "h100"\ngpus = 64\n[layout]\ntp = 4\npp = 1\ndp = 16\n'
+            'zero = 3\n[training]\nseq_len = 8192\nglobal_batch = 128\nprecision = "fp8"\nfp8_recipe = "current"\n'
+            '{}[settings]\nframework = "megatron-core"\n')
+    f = tmp_path / "run.toml"
+    out = {}
+    for k, line in (("stack", ""), ("on", "fp8_param_gather = true\n"), ("off", "fp8_param_gather = false\n")):
+        f.write_text(text.format(line))
+        assert main(["predict", str(f), "--json"]) == 0
+        out[k] = json.loads(capsys.readouterr().out)
+    assert out["stack"]["step_time_s"] == out["off"]["step_time_s"]          # megatron-core: off
+    assert out["on"]["memory"]["peak_bytes"] < out["off"]["memory"]["peak_bytes"]
+    assert out["on"]["step_time_s"] <= out["off"]["step_time_s"]              # ZeRO-3 gathers 1 byte, not 2
+    f.write_text(text.format("fp8_param_gather = true\n").replace('precision = "fp8"\nfp8_recipe = "current"\n', ""))
+    assert main(["predict", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "fp8_param_gather needs precision" in err and len(err.strip().splitlines()) == 1
+
+
+def test_torchtitans_float8_all_gather_is_off_unless_the_file_turns_it_on():
+    import tomllib
+    from modelcut.service.torchtitan_config import run_document
+    conf = ('[model]\nname = "llama3"\nflavor = "8B"\nconverters = ["quantize.linear.float8"]\n'
+            '[training]\nlocal_batch_size = 1\nseq_len = 8192\n[quantize.linear.float8]\n{}')
+    doc, _ = run_document(tomllib.loads(conf.format("")), gpu="h100", gpus=64)
+    assert doc["training"]["fp8_param_gather"] is False          # torchtitan's default
+    doc, _ = run_document(tomllib.loads(conf.format("enable_fsdp_float8_all_gather = true\n")), gpu="h100", gpus=64)
+    assert doc["training"]["fp8_param_gather"] is True

@@ -16,7 +16,7 @@ from modelcut.cli import main
 from modelcut.core.errors import ModelcutError
 from modelcut.export.emit import megatron_args
 from modelcut.service.explore import ExploreRequest, catalog_request, run_explore
-from modelcut.service.megatron_args import parse_flags, run_document
+from modelcut.service.megatron_args import expand_literals, parse_flags, run_document
 
 from helpers import assert_round_trip
 
@@ -221,3 +221,51 @@ def test_any_argument_list_reads_or_is_one_line(pairs, gpus, model):
         assert "\n" not in str(exc)
     else:
         assert tomllib.loads(out)["hardware"]["gpus"] == gpus
+
+
+ARRAYS = (Path(__file__).parent / "data" / "llama3-8b-megatron-arrays.sh").read_text()
+
+
+def test_a_script_of_bash_arrays_and_literal_variables_reads_as_written():
+    """Megatron-LM's example scripts keep their flags in bash arrays, their sizes in variables and
+    some flags in a conditional's quoted words: each read as the shell would hand them over."""
+    doc, unread = run_document(ARRAYS, gpu="h100", gpus=64)
+    m, lay, tr = doc["model"], doc["layout"], doc["training"]
+    assert (m["layers"], m["hidden"], m["ffn_hidden"], m["kv_heads"], m["vocab"]) == (32, 4096, 14336, 8, 128256)
+    assert (lay["tp"], lay["pp"], lay["dp"], lay["zero"]) == (2, 1, 32, 1) and lay["sequence_parallel"]
+    assert "cp" not in lay or lay["cp"] == 1                      # the commented-out flag inside the array
+    assert (tr["seq_len"], tr["micro_batch"], tr["global_batch"]) == (8192, 1, 128)     # $SEQ, ${SEQ}, $GBS
+    assert (tr["precision"], tr["fp8_recipe"], tr["fp8_param_gather"], tr["grad_reduce"]) == ("fp8", "current", True,
+                                                                                                "bf16")
+    assert doc["settings"]["overlap"] == "grad_reduce=on,param_gather=on,tp_comm=off,p2p_async=on"   # TRAIN+=(DDP)
+    # the launcher's flags, the data and checkpoint flags: listed, none of them a value of another flag
+    assert unread == ["--data-path", "--load", "--mock-data", "--nnodes", "--nproc_per_node", "--save",
+                      "--tokenizer-type"]
+
+
+def test_shell_words_end_a_flags_values_and_a_variable_left_unset_is_one_line():
+    flags = parse_flags('A=(--x 1 --y) B+=("--z 3" --w)\nC=("${A[@]}")\n'
+                        'torchrun --q "E,t*10|(t*11|)*2t*10,L" --r 5)\nif [[ 1 ]]; then --s 2; fi')
+    assert flags == {"x": ["1"], "y": [], "z": ["3"], "w": [], "q": ["E,t*10|(t*11|)*2t*10,L"], "r": ["5"],
+                     "s": ["2"]}
+    assert expand_literals('N=4\nM=${N}\nP=${Q:-7}\nW=$(($N*2))\n--a $M --b $P --c $W') \
+        .splitlines()[-1] == "--a 4 --b 7 --c $W"      # arithmetic: left as written
+    with pytest.raises(ModelcutError, match=r"cannot read '\$UNSET' .*expand the script's variables"):
+        run_document(ARRAYS.replace("--tensor-model-parallel-size $TP", "--tensor-model-parallel-size $UNSET"),
+                     gpu="h100", gpus=64)
+
+
+def test_fp8_param_gather_is_read_and_keeps_the_weights_in_fp8(tmp_path, capsys):
+    """--fp8-param-gather: the linear weights held in FP8 (and their transposes) in place of a bf16
+    copy beside FP8 ones; absent, Megatron-LM's default, off."""
+    def run(text):
+        f = tmp_path / "a.sh"
+        f.write_text(text)
+        out = tmp_path / "run.toml"
+        assert main(["from-megatron", str(f), "--gpu", "h100", "--gpus", "64", "-o", str(out)]) == 0
+        assert main(["predict", str(out), "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+    on, off = run(ARRAYS), run(ARRAYS.replace('"--fp8-param-gather"', ""))
+    assert on["memory"]["peak_bytes"] < off["memory"]["peak_bytes"]
+    assert "fp8 weight and its fp8 transpose (FP8 parameters)" in on["memory"]["dtypes"]["weights_bytes"]
+    assert "beside the bf16 copy" in off["memory"]["dtypes"]["fp8_weights_bytes"]

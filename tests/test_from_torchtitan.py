@@ -33,11 +33,11 @@ def test_a_job_configuration_reads_as_torchtitan_would_run_it():
     assert doc["model"] == {"name": "llama3-8b"}             # [model] llama3 8B
     assert doc["layout"] == {"tp": 1, "cp": 1, "pp": 1, "dp": 64, "zero": 3, "dp_shard": 32}   # 2 replicas of 32
     assert doc["training"] == {"seq_len": 8192, "micro_batch": 2, "global_batch": 256, "recompute": "selective",
-                               "precision": "fp8", "fp8_recipe": "current"}
+                               "precision": "fp8", "fp8_recipe": "current", "fp8_param_gather": True}
     assert doc["settings"] == {"framework": "fsdp-compile", "overlap": "tp_comm=off"}
     unread = text.splitlines()[1]
     assert unread.startswith("# keys not read: ") and "[optimizer]" in unread and "[training] steps" in unread
-    assert "enable_fsdp_float8_all_gather" in unread
+    assert "enable_fsdp_float8_all_gather" not in unread and "precompute_float8_dynamic_scale_for_fsdp" in unread
 
 
 @pytest.mark.parametrize("name, flavor, model", [

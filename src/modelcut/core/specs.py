@@ -444,7 +444,11 @@ class Training:
     n % k == 0; job_config.py's default option is "2"); ``grad_reduce``, the data type gradients
     cross the data-parallel wire in (:data:`GRAD_REDUCE_DTYPES`: "fp32", or the run's 16-bit
     type; None: the stack's, ``Framework.grad_bytes``), which where the stack reduces its gradient
-    buffer in place is that buffer's type too (:meth:`.step.frameworks.Framework.for_training`)."""
+    buffer in place is that buffer's type too (:meth:`.step.frameworks.Framework.for_training`);
+    ``fp8_param_gather``, with fp8, whether the linear layers' weights are kept and gathered in FP8
+    (Megatron-LM's ``--fp8-param-gather``, NeMo's ``fp8_param_gather``, torchtitan's
+    ``enable_fsdp_float8_all_gather``; None: the stack's, ``Framework.fp8_param_gather``; where the
+    recipe cannot, :func:`.costs.fp8.resolve` keeps them 16-bit)."""
 
     seq_len: int
     global_batch: int
@@ -458,6 +462,7 @@ class Training:
     recompute_layers: int | None = None
     recompute_every: int | None = None
     grad_reduce: str | None = None
+    fp8_param_gather: bool | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
@@ -503,6 +508,11 @@ class Training:
                 raise ModelcutError(f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}")
             if self.precision != "fp8":
                 raise ModelcutError(f"fp8_recipe {self.fp8_recipe!r} needs precision = \"fp8\"")
+        if self.fp8_param_gather is not None:
+            if not isinstance(self.fp8_param_gather, bool):
+                raise ModelcutError(f"fp8_param_gather must be true or false, got {self.fp8_param_gather!r}")
+            if self.fp8_param_gather and self.precision != "fp8":
+                raise ModelcutError(f"fp8_param_gather needs precision = \"fp8\", got {self.precision!r}")
         if self.grad_reduce is not None:
             if self.grad_reduce not in GRAD_REDUCE_DTYPES:
                 raise ModelcutError(f"grad_reduce must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {self.grad_reduce!r}")

@@ -35,7 +35,8 @@ megatron/core/model_parallel_config.py):
 * **training**: ``--seq-length``, ``--micro-batch-size``, ``--global-batch-size`` (default
   micro-batch × dp), ``--recompute-granularity``, ``--recompute-method``, ``--recompute-num-layers``,
   ``--recompute-modules``, ``--bf16``/``--fp16`` (neither: fp32, which modelcut does not time),
-  ``--fp8-format`` with ``--fp8-recipe`` (default delayed; tensorwise is current scaling),
+  ``--fp8-format`` with ``--fp8-recipe`` (default delayed; tensorwise is current scaling) and
+  ``--fp8-param-gather`` (default off),
   ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl`` (default native), the
   gradients' reduce type from ``--grad-reduce-in-bf16`` and ``--accumulate-allreduce-grads-in-fp32``
   (with ``--bf16`` fp32 unless the first; with ``--fp16`` fp16 unless the second: ``validate_args``);
@@ -89,29 +90,93 @@ _RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-ty
               "recompute-granularity", "recompute-method", "recompute-num-layers", "recompute-modules", "bf16",
               "fp16", "fp8-format", "fp8-recipe", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
               "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "no-overlap-p2p-communication",
-              "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32")
+              "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32", "fp8-param-gather")
 #: Megatron-core's --fp8-recipe names (TransformerConfig.fp8_recipe; "custom" is not timed), read as
 #: modelcut's recipes by :func:`..core.specs.fp8_recipe_name` (tensorwise is current scaling).
 _MCORE_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+
+
+#: A shell variable assigned a literal on a line of its own (``TP_SIZE=2``, ``export SEQ=8192``,
+#: ``NAME="value"``): what :func:`expand_literals` substitutes.
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"$`]*\"|'[^']*'|[^\s\"'$`();|&<>]*)\s*(?:#.*)?$")
+#: A reference to a variable, ``$NAME``, ``${NAME}`` or ``${NAME:-default}`` (also a positional ``${1:-...}``).
+_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?::?-(\"[^\"$`]*\"|'[^']*'|[^}$`\"']*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+#: Words of shell syntax that end a flag's values in a script: a bash array's parentheses and
+#: assignment (``ARGS=(``, ``ARGS+=(``, ``)``), another assignment, an array's expansion
+#: (``${ARGS[@]}``), the keywords of a conditional or a loop.
+_SHELL_WORDS = frozenset({"(", ")", "if", "then", "elif", "else", "fi", "for", "do", "done", "while", "case", "esac",
+                          "[[", "]]", "[", "]", ";", "&&", "||", "!"})
+_ARRAY_OPEN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=\((.*)$")
+_SHELL_WORD = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*\+?=.*|\$\{?[A-Za-z_][A-Za-z0-9_]*\[[@*]\]\}?)$")
+
+
+def expand_literals(text: str) -> str:
+    """A script's variables replaced where it assigns them a literal: ``NAME=value`` lines (the
+    last assignment before a use wins, as the shell runs them top to bottom), a reference's
+    ``:-default`` where the script assigns none (a positional argument's too). What is assigned
+    from a command, arithmetic or another variable stays as written, and a flag that reads it is
+    one line asking for the script's variables expanded."""
+    known: dict[str, str] = {}
+    out = []
+
+    def lit(v: str) -> str:
+        return v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'" else v
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        if name in known:
+            return known[name]
+        if m.group(1) and m.group(2) is not None:          # ${NAME:-default}, NAME unassigned
+            return lit(m.group(2))
+        return m.group(0)
+
+    for line in text.splitlines():
+        line = _REF.sub(sub, line)
+        a = _ASSIGN.match(line)
+        if a:
+            known[a.group(1)] = lit(a.group(2))
+        out.append(line)
+    return "\n".join(out)
 
 
 def parse_flags(text: str) -> dict[str, list[str]]:
     """A launch line or script's Megatron-LM flags: {name without "--": its values}, the last
     occurrence winning as argparse lets it. Words before the first flag (``torchrun``,
     ``pretrain_gpt.py``) and ``#`` comments are passed over; a backslash ends a line as the shell
-    reads it; ``--name=value`` is ``--name value``."""
+    reads it; ``--name=value`` is ``--name value``. A script's literal variables are substituted
+    (:func:`expand_literals`), its bash arrays read (``ARGS=(`` ... ``)`` and shell keywords end a
+    flag's values) and a quoted ``"--flag value"`` word split as the unquoted array expansion
+    splits it, so that Megatron-LM's own example scripts read as written."""
     try:
-        words = shlex.split(text.replace("\\\n", " "), comments=True)
+        words = shlex.split(expand_literals(text).replace("\\\n", " "), comments=True)
     except ValueError as exc:
         raise ModelcutError(f"cannot read the arguments: {exc}") from None
     out: dict[str, list[str]] = {}
     name: str | None = None
     for w in words:
+        opened = _ARRAY_OPEN.match(w)        # ARGS=(--first ...: the assignment ends a flag, its first word is read
+        if opened:
+            name, w = None, opened.group(1)
+        closes = (w.endswith(")") and w.count(")") > w.count("(")) or (w.endswith(";") and w != ";")   # --last) / --x 2;
+        if closes:
+            w = w[:-1]
+        if not w:
+            name = None if closes else name
+            continue
+        if w.startswith("--") and len(w) > 2 and " " in w.strip():
+            w, *rest = w.split()          # "--fp8-format hybrid" in an array: two words once expanded
+        else:
+            rest = []
         if w.startswith("--") and len(w) > 2:
             name, _, value = w[2:].partition("=")
             out[name] = [value] if value else []
+            out[name] += rest
+        elif w in _SHELL_WORDS or _SHELL_WORD.match(w):
+            name = None                   # shell syntax: no flag's value
         elif name is not None:
             out[name].append(w)
+        if closes:
+            name = None
     return out
 
 
@@ -354,6 +419,7 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
         _choice(flags, "fp8-format", None, ("e4m3", "hybrid"))
         training["precision"] = "fp8"
         training["fp8_recipe"] = fp8_recipe_name(_choice(flags, "fp8-recipe", "delayed", _MCORE_RECIPES))
+        training["fp8_param_gather"] = _on(flags, "fp8-param-gather")     # Megatron-LM's default: off
     elif _on(flags, "fp16"):
         training["precision"] = "fp16"
     elif _on(flags, "bf16"):

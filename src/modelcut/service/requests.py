@@ -400,6 +400,10 @@ class TrainingIn(Strict):
                           "rest kept, torchtitan's per-layer selective checkpointing (selective_ac_option = \"k\"; "
                           "default: every layer)")
     grad_reduce: Optional[GradReduce] = Field(None, description=_GRAD_REDUCE_HELP)
+    fp8_param_gather: Optional[bool] = Field(None, description="with fp8: the linear layers' weights kept and "
+                                                               "gathered in FP8 (Megatron-LM's --fp8-param-gather, "
+                                                               "torchtitan's enable_fsdp_float8_all_gather; default: "
+                                                               "the stack's)")
 
 
 class HardwareIn(Strict):

@@ -9,8 +9,9 @@ defaults where a key is absent; train.py for the batch):
   qwen3 30B-A3B: qwen3-30b-a3b, deepseek_v3 671B: deepseek-v3-671b, llama4 17bx128e: Maverick's alias
   llama4-17bx128e), unless ``--model`` names one;
   ``converters`` with ``quantize.linear.float8`` (or ``float8``) is FP8 by tensorwise scaling
-  (current) or ``[quantize.linear.float8] recipe_name``'s rowwise recipes, with ``quantize.linear.mx``
-  MXFP8;
+  (current) or ``[quantize.linear.float8] recipe_name``'s rowwise recipes, its
+  ``enable_fsdp_float8_all_gather`` (default false) the run's FP8 weight gather, with
+  ``quantize.linear.mx`` MXFP8;
 * ``[parallelism]``: ``tensor_parallel_degree``, ``context_parallel_degree`` with
   ``context_parallel_rotate_method`` (default allgather: K and V gathered whole; alltoall: passed
   round the ring), ``pipeline_parallel_degree`` with
@@ -193,7 +194,7 @@ def run_document(conf: dict, *, gpu: str, gpus: int, model: str | None = None,
         raise ModelcutError("[model] converters must be a list")
     if any(c in _FLOAT8 for c in converters):
         recipe = _float8_recipe(conf)
-        training.update(precision="fp8", fp8_recipe=recipe)
+        training.update(precision="fp8", fp8_recipe=recipe, fp8_param_gather=_float8_all_gather(conf))
     elif any(c in _MX for c in converters):
         training.update(precision="fp8", fp8_recipe="mxfp8")
     else:
@@ -209,12 +210,12 @@ def run_document(conf: dict, *, gpu: str, gpus: int, model: str | None = None,
     unread = [f"[{t}] {k}" for t, table in conf.items() if isinstance(table, dict) and t in _READ
               for k in table if k not in _READ[t]]
     unread += [f"[{t}]" for t in conf if t not in _READ and t not in ("quantize", "float8", "mx")]
-    # the float8 options besides the recipe are the stack's (fsdp-compile gathers FP8 weights, leaves
+    # the float8 options besides the recipe and the FP8 all-gather are the stack's (fsdp-compile leaves
     # the output layer in bf16: frameworks.toml), not the run's
     for where, q in (("quantize.linear.float8", conf.get("quantize", {}).get("linear", {}).get("float8", {})),
                      ("float8", conf.get("float8", {}))):
         if isinstance(q, dict):
-            unread += [f"[{where}] {k}" for k in q if k != "recipe_name"]
+            unread += [f"[{where}] {k}" for k in q if k not in ("recipe_name", "enable_fsdp_float8_all_gather")]
     return doc, unread
 
 
@@ -251,6 +252,15 @@ def _part_blocks(parts: list) -> tuple[int, ...]:
     if not all(isinstance(part, list) and all(isinstance(x, str) for x in part) for part in parts):
         raise ModelcutError("[parallelism] module_fqns_per_model_part must be lists of module names")
     return tuple(sum(1 for x in part if re.fullmatch(r"layers\.\d+", x)) for part in parts)
+
+
+def _float8_all_gather(conf: dict) -> bool:
+    """torchtitan's ``enable_fsdp_float8_all_gather`` (default false: v0.2.2 job_config.py Float8Linear)."""
+    q = conf.get("quantize", {}).get("linear", {}).get("float8", conf.get("float8", {}))
+    v = q.get("enable_fsdp_float8_all_gather", False) if isinstance(q, dict) else False
+    if not isinstance(v, bool):
+        raise ModelcutError(f"[quantize.linear.float8] enable_fsdp_float8_all_gather must be true or false, got {v!r}")
+    return v
 
 
 def _float8_recipe(conf: dict) -> str:

@@ -393,8 +393,10 @@ class Framework:
         return run
 
     def for_training(self, training: Training) -> "Framework":
-        """This stack as a run's ``training`` sets what the stack leaves to each run: the type
-        gradients are reduced in (``training.grad_reduce``; None: the stack's). It sets the
+        """This stack as a run's ``training`` sets what the stack leaves to each run: whether its
+        FP8 weights are kept and gathered in FP8 (``training.fp8_param_gather``; None: the
+        stack's ``fp8_param_gather``), and the type gradients are reduced in
+        (``training.grad_reduce``; None: the stack's). The second sets the
         bytes on the data-parallel wire (``grad_bytes``, and ``expert_grad_bytes`` where the stack
         reduces the routed experts' in the same type); the gradients FSDP2 accumulates whole in its
         reduce dtype (``unsharded_grad_bytes``, where the stack keeps them); and, where the stack
@@ -403,7 +405,10 @@ class Framework:
         moves without the fused accumulation (``grad_accum_bytes``: 6 into a 16-bit buffer, 10 into
         an FP32 one; DeepSpeed's cast through a temporary copy stays as it is). Idempotent: the
         step model, its lower bound and memory each apply it."""
-        return self.with_grad_reduce(training.grad_reduce_bytes)
+        fw = self
+        if training.fp8_param_gather is not None and training.fp8_param_gather != self.fp8_param_gather:
+            fw = replace(self, fp8_param_gather=training.fp8_param_gather)
+        return fw.with_grad_reduce(training.grad_reduce_bytes)
 
     def with_grad_reduce(self, b: int | None) -> "Framework":
         """This stack reducing gradients in ``b`` bytes an element (4: FP32, 2: the 16-bit type;
