@@ -250,6 +250,7 @@ def test_shell_words_end_a_flags_values_and_a_variable_left_unset_is_one_line():
                      "s": ["2"]}
     assert expand_literals('N=4\nM=${N}\nP=${Q:-7}\nW=$(($N*2))\n--a $M --b $P --c $W') \
         .splitlines()[-1] == "--a 4 --b 7 --c $W"      # arithmetic: left as written
+    assert expand_literals("T=1\nT=$(nproc)\n--t $T\nU=$T\nT=2\n--t $T").splitlines()[2::3] == ["--t $T", "--t 2"]
     with pytest.raises(ModelcutError, match=r"cannot read '\$UNSET' .*expand the script's variables"):
         run_document(ARRAYS.replace("--tensor-model-parallel-size $TP", "--tensor-model-parallel-size $UNSET"),
                      gpu="h100", gpus=64)

@@ -99,6 +99,7 @@ _MCORE_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 #: A shell variable assigned a literal on a line of its own (``TP_SIZE=2``, ``export SEQ=8192``,
 #: ``NAME="value"``): what :func:`expand_literals` substitutes.
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"$`]*\"|'[^']*'|[^\s\"'$`();|&<>]*)\s*(?:#.*)?$")
+_ANY_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
 #: A reference to a variable, ``$NAME``, ``${NAME}`` or ``${NAME:-default}`` (also a positional ``${1:-...}``).
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?::?-(\"[^\"$`]*\"|'[^']*'|[^}$`\"']*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 #: Words of shell syntax that end a flag's values in a script: a bash array's parentheses and
@@ -135,6 +136,8 @@ def expand_literals(text: str) -> str:
         a = _ASSIGN.match(line)
         if a:
             known[a.group(1)] = lit(a.group(2))
+        elif (other := _ANY_ASSIGN.match(line)) is not None:
+            known.pop(other.group(1), None)      # reassigned from a command or arithmetic: no longer known
         out.append(line)
     return "\n".join(out)
 
