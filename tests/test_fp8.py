@@ -559,3 +559,23 @@ def test_torchtitans_float8_all_gather_is_off_unless_the_file_turns_it_on():
     assert doc["training"]["fp8_param_gather"] is False          # torchtitan's default
     doc, _ = run_document(tomllib.loads(conf.format("enable_fsdp_float8_all_gather = true\n")), gpu="h100", gpus=64)
     assert doc["training"]["fp8_param_gather"] is True
+
+
+def test_the_explorer_takes_fp8_param_gather_for_its_fp8_searches(capsys):
+    """--fp8-param-gather: every layout of an FP8 search keeps its weights in FP8 (the answer says
+    so, and the best layout needs no more memory than without); beside bf16 it goes to the FP8
+    search only; alone with bf16 it is one line."""
+    args = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "16", "--seq", "4096",
+            "--global-batch-tokens", "512K", "--top", "1", "--json"]
+    ans = {}
+    for k, extra in (("on", ["--precision", "fp8", "--fp8-param-gather"]), ("off", ["--precision", "fp8"])):
+        assert main(args + extra) == 0
+        ans[k] = json.loads(capsys.readouterr().out)
+    assert ans["on"]["fp8_param_gather"] is True and ans["off"]["fp8_param_gather"] is None
+    assert ans["on"]["layouts"][0]["memory"]["peak_bytes"] <= ans["off"]["layouts"][0]["memory"]["peak_bytes"] * 1.001 \
+        or ans["on"]["layouts"][0]["step_time_s"] < ans["off"]["layouts"][0]["step_time_s"]
+    assert main(args + ["--precision", "bf16,fp8", "--fp8-param-gather"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert [s["fp8_param_gather"] for s in both["searches"]] == [None, True]
+    assert main(args + ["--precision", "bf16", "--fp8-param-gather"]) == 2
+    assert "fp8_param_gather needs precision" in capsys.readouterr().err

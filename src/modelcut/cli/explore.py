@@ -65,7 +65,7 @@ FLAGS = {"gpus": "--gpus", "seq": "--seq", "global_batch_tokens": "--global-batc
          "schedules": "--schedules", "eps": "--eps", "cp_kinds": "--cp-kinds", "mode": "--mode",
          "framework": "--framework", "gpu": "--gpu", "pareto_within": "--pareto-within",
          "precision": "--precision", "fp8_recipe": "--fp8-recipe", "grad_reduce": "--grad-reduce", "check": "--check",
-         "overlap": "--overlap"}
+         "overlap": "--overlap", "fp8_param_gather": "--fp8-param-gather"}
 
 
 def _shape(e: Evaluated) -> str:
@@ -197,6 +197,9 @@ def explore(
                                               "data parallelism: fp32 or the 16-bit type (float32, bfloat16 too; FSDP's "
                                               "reduce_dtype, Composer's mixed_precision DEFAULT = fp32, PURE = 16-bit; "
                                               "default: the stack's)"),
+    fp8_param_gather: Optional[bool] = typer.Option(None, "--fp8-param-gather/--no-fp8-param-gather",
+                                                    help="with fp8: the linear weights kept and gathered in FP8 "
+                                                         "(Megatron-LM's --fp8-param-gather; default: the stack's)"),
     max_layouts: Optional[int] = limit_option("max_layouts"),
     max_gpus: Optional[int] = limit_option("max_gpus"),
     max_seq: Optional[int] = limit_option("max_seq"),
@@ -228,7 +231,8 @@ def explore(
         given = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq", seq),
                                 ("--global-batch-tokens", global_batch_tokens),
                                 ("--framework", framework), ("--overlap", overlap), ("--precision", precision),
-                                ("--fp8-recipe", fp8_recipe), ("--grad-reduce", grad_reduce)) if v is not None]
+                                ("--fp8-recipe", fp8_recipe), ("--grad-reduce", grad_reduce),
+                                ("--fp8-param-gather", fp8_param_gather)) if v is not None]
         if given:
             raise ModelcutError(f"--run takes its problem and stack from the catalog; drop {given[0]}")
         if check is not None and run == "all":
@@ -255,7 +259,8 @@ def explore(
               "check": inputs.check_spec(check) if check else None,
               "eps": list(inputs.int_list(eps, "--eps")) if eps is not None else None,
               "cp_kinds": list(inputs.names(cp_kinds)), "pareto_within": pareto_within, "exhaustive": exhaustive,
-              "precision": precision, "fp8_recipe": fp8_recipe, "grad_reduce": grad_reduce}
+              "precision": precision, "fp8_recipe": fp8_recipe, "grad_reduce": grad_reduce,
+              "fp8_param_gather": fp8_param_gather}
     wanted = list(inputs.names(precision)) if precision is not None else []
     if len(wanted) > 1:
         if hi is not None:

@@ -91,8 +91,8 @@ def stack(req: ExploreRequest) -> Framework | None:
             raise ModelcutError("overlap overrides apply to --mode default (or name a --framework)")
         return None
     fw = catalog.framework(req.framework).with_overlap(req.overlap)
-    fw = fw.with_grad_reduce(Training(seq_len=1, global_batch=1, precision=req.space.precision,
-                                      grad_reduce=req.space.grad_reduce).grad_reduce_bytes)
+    fw = fw.for_training(Training(seq_len=1, global_batch=1, precision=req.space.precision,
+                                  grad_reduce=req.space.grad_reduce, fp8_param_gather=req.space.fp8_param_gather))
     if req.reshard is not None:
         fw = replace(fw, reshard_after_forward=req.reshard, reshard_with_pipeline=req.reshard)
     return fw
@@ -291,6 +291,7 @@ class ExploreResult:
             "global_batch": req.global_batch_tokens // req.seq, "mode": req.mode,
             "framework": self.framework.name if self.framework is not None else None,
             "precision": req.space.precision, "fp8_recipe": req.space.fp8_recipe, "grad_reduce": req.space.grad_reduce,
+            "fp8_param_gather": req.space.fp8_param_gather,
             "memory_assumptions": {"flash_attention": o.flash_attention, "reshard_after_forward": o.reshard_after_forward,
                                    "reshard_with_pipeline": o.reshard_with_pipeline,
                                    "pipeline_grad_sync": o.pipeline_grad_sync, "flat_grad_sync": o.flat_grad_sync,
@@ -564,13 +565,15 @@ class PrecisionSearches:
 
 
 def precision_requests(inp: ExploreInput, limits: Limits | None = None) -> list[ExploreRequest]:
-    """The searches a request asks for: one, or one per ``precisions`` entry (``fp8_recipe`` with
-    the FP8 one), each built as a one-precision request is."""
+    """The searches a request asks for: one, or one per ``precisions`` entry (``fp8_recipe`` and
+    ``fp8_param_gather`` with the FP8 one), each built as a one-precision request is."""
     if not inp.precisions:
         return [explore_request(inp, limits)]
     recipe_among(inp.precisions, inp.fp8_recipe)
     return [explore_request(inp.model_copy(update={"precision": p, "precisions": None,
-                                                   "fp8_recipe": inp.fp8_recipe if p == "fp8" else None}), limits)
+                                                   "fp8_recipe": inp.fp8_recipe if p == "fp8" else None,
+                                                   "fp8_param_gather": inp.fp8_param_gather if p == "fp8" else None}),
+                            limits)
             for p in inp.precisions]
 
 
@@ -606,7 +609,8 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
         check["ep"] = L.ep
         check["etp"] = L.etp or L.tp
     space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})), order=L.order,
-                  precision=tr.precision, fp8_recipe=tr.fp8_recipe, grad_reduce=tr.grad_reduce)
+                  precision=tr.precision, fp8_recipe=tr.fp8_recipe, grad_reduce=tr.grad_reduce,
+                  fp8_param_gather=tr.fp8_param_gather)
     return ExploreRequest(run.model, catalog.hardware(run.gpu), L.gpus, tr.seq_len, tr.global_batch * tr.seq_len,
                           run.gpus_per_node, mode, st.framework if st is not None else None,
                           overlap=dict(st.overlap) if st is not None and st.overlap else None, space=space,
@@ -657,7 +661,7 @@ def explore_request(inp: ExploreInput, limits: Limits | None = None) -> ExploreR
     if inp.cp_kinds is not None:
         kw["cp_kinds"] = tuple(inp.cp_kinds)
     space = Space(allow_tp_across_nodes=inp.allow_tp_across_nodes, precision=inp.precision,
-                  fp8_recipe=inp.fp8_recipe, grad_reduce=inp.grad_reduce, **kw)
+                  fp8_recipe=inp.fp8_recipe, grad_reduce=inp.grad_reduce, fp8_param_gather=inp.fp8_param_gather, **kw)
     check = inp.check.model_dump(exclude_none=True) if inp.check is not None else None
     return ExploreRequest(spec, hw, inp.gpus, inp.seq, inputs.parse_tokens(inp.global_batch_tokens),
                           inp.gpus_per_node, inp.mode, inp.framework, inp.margin, space, check=check, top=inp.top,

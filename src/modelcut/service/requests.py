@@ -540,6 +540,8 @@ class ExploreInput(ModelChoice):
     precision: Precision = Field("bf16", description="the products' precision of every layout searched")
     fp8_recipe: Optional[Fp8Recipe] = Field(None, description="with fp8: the scaling recipe")
     grad_reduce: Optional[GradReduce] = Field(None, description=_GRAD_REDUCE_HELP)
+    fp8_param_gather: Optional[bool] = Field(None, description="with fp8: every layout's linear weights kept and "
+                                                               "gathered in FP8 (default: the stack's)")
     precisions: Optional[Precisions] = Field(
         None, description="search each of these precisions in place of precision, one search each: the answer "
                           "is {precisions, searches, fastest}; fp8_recipe goes with fp8")
