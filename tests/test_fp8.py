@@ -579,3 +579,17 @@ def test_the_explorer_takes_fp8_param_gather_for_its_fp8_searches(capsys):
     assert [s["fp8_param_gather"] for s in both["searches"]] == [None, True]
     assert main(args + ["--precision", "bf16", "--fp8-param-gather"]) == 2
     assert "fp8_param_gather needs precision" in capsys.readouterr().err
+
+
+def test_predicting_a_run_at_other_precisions_keeps_what_each_can_take(tmp_path, capsys):
+    """--precision bf16,fp16,fp8 on a run that gathers FP8 weights and reduces in bf16: the FP8
+    gathering goes with fp8 only, the 16-bit reduction stays 16-bit in each precision's type."""
+    f = tmp_path / "run.toml"
+    f.write_text('[model]\nname = "llama3-8b"\n[hardware]\ngpu = "h100"\ngpus = 16\n[layout]\ndp = 16\n'
+                 '[training]\nseq_len = 4096\nglobal_batch = 64\nprecision = "fp8"\nfp8_param_gather = true\n'
+                 'grad_reduce = "bf16"\n[settings]\nframework = "megatron-core"\n')
+    assert main(["predict", str(f), "--precision", "bf16,fp16,fp8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["precisions"] == ["bf16", "fp16", "fp8"] and len(out["predictions"]) == 3
+    notes = [" ".join(p["notes"]) for p in out["predictions"]]
+    assert "reduced in bf16" in notes[0] and "reduced in fp16" in notes[1] and "reduced in bf16" in notes[2]

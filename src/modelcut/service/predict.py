@@ -89,14 +89,19 @@ class PredictRequest:
 
 def with_precision(run: Run, precision: str | None, fp8_recipe: str | None) -> Run:
     """The run with its products' precision (and FP8 recipe) replaced where given (``--precision``,
-    ``--fp8-recipe``); a recipe given alone keeps the run's precision, so it needs an FP8 run."""
+    ``--fp8-recipe``); a recipe given alone keeps the run's precision, so it needs an FP8 run. What
+    the run says of its FP8 weights' gathering goes with FP8 only, and a 16-bit gradient reduction
+    stays 16-bit in the new precision's type (bf16 or fp16)."""
     if precision is None and fp8_recipe is None:
         return run
     tr = run.training
     prec = precision_name(precision) if precision is not None else tr.precision
     recipe = (fp8_recipe_name(fp8_recipe) if fp8_recipe is not None
               else (tr.fp8_recipe if prec == "fp8" else None))
-    return replace(run, training=replace(tr, precision=prec, fp8_recipe=recipe))
+    half = "fp16" if prec == "fp16" else "bf16"
+    reduce = half if tr.grad_reduce in ("bf16", "fp16") else tr.grad_reduce
+    return replace(run, training=replace(tr, precision=prec, fp8_recipe=recipe, grad_reduce=reduce,
+                                         fp8_param_gather=tr.fp8_param_gather if prec == "fp8" else None))
 
 
 def with_grad_reduce(run: Run, grad_reduce: str | None) -> Run:
