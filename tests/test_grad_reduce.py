@@ -212,3 +212,10 @@ def test_the_seed_model_says_it_does_not_model_it():
     from helpers import predict_seed
     r = _run(gpus=16, grad_reduce="fp32")
     assert any("grad_reduce fp32 not modelled" in n for n in predict_seed(r, H100).notes)
+
+
+def test_several_precisions_reduce_16_bit_in_each_ones_type(capsys):
+    assert main(["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "16", "--seq", "4096",
+                 "--global-batch-tokens", "512K", "--precision", "bf16,fp16", "--grad-reduce", "bf16", "--top", "1",
+                 "--json"]) == 0
+    assert [s["grad_reduce"] for s in json.loads(capsys.readouterr().out)["searches"]] == ["bf16", "fp16"]

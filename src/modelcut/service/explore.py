@@ -566,13 +566,17 @@ class PrecisionSearches:
 
 def precision_requests(inp: ExploreInput, limits: Limits | None = None) -> list[ExploreRequest]:
     """The searches a request asks for: one, or one per ``precisions`` entry (``fp8_recipe`` and
-    ``fp8_param_gather`` with the FP8 one), each built as a one-precision request is."""
+    ``fp8_param_gather`` with the FP8 one, a 16-bit ``grad_reduce`` in each one's 16-bit type),
+    each built as a one-precision request is."""
     if not inp.precisions:
         return [explore_request(inp, limits)]
     recipe_among(inp.precisions, inp.fp8_recipe)
+    def reduce(p: str) -> str | None:      # a 16-bit reduction in each precision's own 16-bit type
+        return ("fp16" if p == "fp16" else "bf16") if inp.grad_reduce in ("bf16", "fp16") else inp.grad_reduce
     return [explore_request(inp.model_copy(update={"precision": p, "precisions": None,
                                                    "fp8_recipe": inp.fp8_recipe if p == "fp8" else None,
-                                                   "fp8_param_gather": inp.fp8_param_gather if p == "fp8" else None}),
+                                                   "fp8_param_gather": inp.fp8_param_gather if p == "fp8" else None,
+                                                   "grad_reduce": reduce(p)}),
                             limits)
             for p in inp.precisions]
 
