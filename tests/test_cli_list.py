@@ -57,6 +57,15 @@ def test_frameworks_list_says_whose_context_parallelism_and_which_nccl(capsys):
     assert rows["megatron-2021"]["nccl"] == "2.9"
 
 
+def test_frameworks_list_says_how_each_reduces_gradients_and_gathers_fp8_weights(capsys):
+    """The defaults a run's grad_reduce and fp8_param_gather override, as the step model reads them."""
+    rows = {r["name"]: r for r in _json(capsys, "list", "frameworks", "--json")}
+    assert {n: rows[n]["grad_reduce"] for n in ("megatron-core", "nemo", "fsdp", "llm-foundry")} == {
+        "megatron-core": "fp32", "nemo": "16-bit", "fsdp": "fp32", "llm-foundry": "16-bit"}
+    assert rows["nemo"]["fp8_param_gather"] and rows["fsdp-compile"]["fp8_param_gather"]
+    assert not rows["megatron-core"]["fp8_param_gather"]
+
+
 def test_unknown_kind_is_one_line(capsys):
     assert main(["list", "gpus"]) == 2
     err = capsys.readouterr().err

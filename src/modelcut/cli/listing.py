@@ -46,7 +46,9 @@ _COLUMNS: dict[str, list[tuple[str, Callable[[dict], Any]]]] = {
                    ("ZeRO", lambda r: r["default_zero"]), ("Overlaps", lambda r: ", ".join(r["overlaps"]) or "-"),
                    ("Selective", lambda r: r["selective"]), ("torch.compile", lambda r: "yes" if r["compiled"] else "no"),
                    ("Context parallel", lambda r: f"{r['cp_impl']}, {r['cp_kind']}"), ("NCCL", lambda r: r["nccl"]),
-                   ("FP8", lambda r: f"{r['fp8_library']}: {', '.join(r['fp8_recipes'])}" if r['fp8_recipes'] else "-"),
+                   ("FP8", lambda r: f"{r['fp8_library']}: {', '.join(r['fp8_recipes'])}"
+                    + (", FP8 weights gathered" if r["fp8_param_gather"] else "") if r['fp8_recipes'] else "-"),
+                   ("Grads reduced", lambda r: r["grad_reduce"]),
                    ("Source", lambda r: r["source"])],
     "schedules": [("Schedule", lambda r: r["name"]), ("Chunks", lambda r: r["default_chunks"]),
                   ("Fixed", lambda r: "yes" if r["chunks_fixed"] else "no"),

@@ -11,6 +11,7 @@ from ..core.costs.context import CP_KIND_DOCS, CP_KIND_LABELS, CP_KINDS
 from ..core.costs.flops import param_count
 from ..core.sim import registry
 from ..core.specs import FP8_RECIPES, GRAD_REDUCE_DTYPES, PRECISIONS
+from ..core.units import FP32_BYTES
 from ..core.step import MODES
 
 
@@ -79,7 +80,8 @@ def _frameworks() -> list[dict[str, Any]]:
                     "overlaps": [k for k, on in dataclasses.asdict(fw.overlap).items() if on],
                     "selective": fw.selective, "compiled": fw.torch_compile, "cp_impl": fw.cp_impl,
                     "cp_kind": fw.cp_kind, "nccl": fw.nccl, "fp8_library": fw.fp8_library,
-                    "fp8_recipes": list(fw.fp8_recipes), "source": fw.source})
+                    "fp8_recipes": list(fw.fp8_recipes), "fp8_param_gather": fw.fp8_param_gather,
+                    "grad_reduce": "fp32" if fw.grad_bytes == FP32_BYTES else "16-bit", "source": fw.source})
     return out
 
 
