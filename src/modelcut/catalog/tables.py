@@ -17,7 +17,7 @@ LAYOUT_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "sequence_parallel", 
                "cp_kind", "order", "dp_shard", "cp_a2a", "first_layers", "last_layers")
 TRAINING_KEYS = ("seq_len", "global_batch", "micro_batch", "recompute", "precision", "fp8_recipe", "local_batch",
                  "cross_entropy", "recompute_modules", "recompute_layers", "recompute_every", "grad_reduce",
-                 "fp8_param_gather")
+                 "fp8_param_gather", "attention")
 
 
 def _unknown(table: dict, allowed, where: str) -> None:

@@ -363,6 +363,10 @@ FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "rowwise", "rowwise_w
 PRECISION_NAMES = {"bfloat16": "bf16", "amp_bf16": "bf16", "bf16-mixed": "bf16", "bf16_mixed": "bf16",
                    "float16": "fp16", "half": "fp16", "amp_fp16": "fp16", "16-mixed": "fp16", "fp16-mixed": "fp16",
                    "float8": "fp8", "amp_fp8": "fp8"}
+#: The attention kernels the step model times (:mod:`.costs.kernels`): the unfused softmax path,
+#: FlashAttention-2, -3 and -4, cuDNN's fused attention (Transformer Engine's FusedAttention).
+ATTENTION_KINDS = ("unfused", "flash2", "flash3", "cudnn", "flash4")
+
 #: The data types gradients may cross the data-parallel wire in (``Training.grad_reduce``): FP32,
 #: or the run's 16-bit type. Each stack has a name for the switch: PyTorch FSDP's
 #: ``MixedPrecision(reduce_dtype=...)`` / FSDP2's ``MixedPrecisionPolicy(reduce_dtype=...)``,
@@ -448,7 +452,9 @@ class Training:
     ``fp8_param_gather``, with fp8, whether the linear layers' weights are kept and gathered in FP8
     (Megatron-LM's ``--fp8-param-gather``, NeMo's ``fp8_param_gather``, torchtitan's
     ``enable_fsdp_float8_all_gather``; None: the stack's, ``Framework.fp8_param_gather``; where the
-    recipe cannot, :func:`.costs.fp8.resolve` keeps them 16-bit)."""
+    recipe cannot, :func:`.costs.fp8.resolve` keeps them 16-bit); ``attention``, the attention
+    kernel (:data:`ATTENTION_KINDS`; None: the stack's, ``Framework.attention``), as Megatron-LM's
+    ``--attention-backend`` or NeMo's ``attention_backend`` choose it."""
 
     seq_len: int
     global_batch: int
@@ -463,6 +469,7 @@ class Training:
     recompute_every: int | None = None
     grad_reduce: str | None = None
     fp8_param_gather: bool | None = None
+    attention: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
@@ -508,6 +515,8 @@ class Training:
                 raise ModelcutError(f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}")
             if self.precision != "fp8":
                 raise ModelcutError(f"fp8_recipe {self.fp8_recipe!r} needs precision = \"fp8\"")
+        if self.attention is not None and self.attention not in ATTENTION_KINDS:
+            raise ModelcutError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}")
         if self.fp8_param_gather is not None:
             if not isinstance(self.fp8_param_gather, bool):
                 raise ModelcutError(f"fp8_param_gather must be true or false, got {self.fp8_param_gather!r}")

@@ -118,6 +118,12 @@ def _stack(framework) -> tuple[dict[str, bool] | None, str | None]:
     return framework.overlap.as_dict(), framework.cross_entropy
 
 
+#: Megatron-LM's --attention-backend for each kernel a run may name (the reverse of
+#: ``service/megatron_args.py`` ``ATTENTION_BACKENDS``; FlashAttention-3 and -4 are Transformer
+#: Engine's flash backend where the container installs them).
+_MEGATRON_BACKEND = {"flash2": "flash", "flash3": "flash", "flash4": "flash", "cudnn": "fused", "unfused": "unfused"}
+
+
 def megatron_args(e: Evaluated, framework=None) -> str:
     """Megatron-LM arguments for the layout, one per line, with ``#`` notes where a setting
     has no Megatron-LM flag. ``framework``: the stack the layout was timed on; its overlaps are
@@ -191,6 +197,8 @@ def megatron_args(e: Evaluated, framework=None) -> str:
     elif loss not in (None, "fp32-passes"):
         lines.append(f"# the loss timed as {loss}: Megatron-LM runs its fp32 passes, or its fused kernels with "
                      "--cross-entropy-loss-fusion")
+    if tr.attention is not None:      # the kernel the run names, as Megatron-LM's backend (auto: the stack's)
+        lines.append(f"--attention-backend {_MEGATRON_BACKEND[tr.attention]}")
     precision, f8 = _precision(e)
     lines.append("--fp16" if precision == "fp16" else "--bf16")
     # the gradients' reduce type as timed, against Megatron-LM's own rule (fp32 with --bf16, 16-bit with --fp16)
@@ -375,6 +383,8 @@ def nemo_overrides(e: Evaluated, framework=None) -> str:
             lines.append("model.config.cross_entropy_fusion_impl=te")
     lines += [f"data.micro_batch_size={tr.micro_batch}", f"data.global_batch_size={tr.global_batch}",
               f"data.seq_length={tr.seq_len}"]
+    if tr.attention is not None:      # Megatron-core's AttnBackend, which NeMo's model config takes
+        lines.append(f"model.config.attention_backend={_MEGATRON_BACKEND[tr.attention]}")
     if framework is not None:     # the gradients' reduce type as timed (Megatron-Bridge v0.2.0's recipes set it true,
         #                             recipes/llama/llama3.py; its performance scripts false, scripts/performance/utils/helpers.py)
         lines.append(f"trainer.strategy.ddp.grad_reduce_in_fp32={'true' if framework.grad_bytes == 4 else 'false'}")

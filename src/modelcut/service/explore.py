@@ -92,7 +92,8 @@ def stack(req: ExploreRequest) -> Framework | None:
         return None
     fw = catalog.framework(req.framework).with_overlap(req.overlap)
     fw = fw.for_training(Training(seq_len=1, global_batch=1, precision=req.space.precision,
-                                  grad_reduce=req.space.grad_reduce, fp8_param_gather=req.space.fp8_param_gather))
+                                  grad_reduce=req.space.grad_reduce, fp8_param_gather=req.space.fp8_param_gather,
+                                  attention=req.space.attention))
     if req.reshard is not None:
         fw = replace(fw, reshard_after_forward=req.reshard, reshard_with_pipeline=req.reshard)
     return fw
@@ -291,7 +292,7 @@ class ExploreResult:
             "global_batch": req.global_batch_tokens // req.seq, "mode": req.mode,
             "framework": self.framework.name if self.framework is not None else None,
             "precision": req.space.precision, "fp8_recipe": req.space.fp8_recipe, "grad_reduce": req.space.grad_reduce,
-            "fp8_param_gather": req.space.fp8_param_gather,
+            "fp8_param_gather": req.space.fp8_param_gather, "attention": req.space.attention,
             "memory_assumptions": {"flash_attention": o.flash_attention, "reshard_after_forward": o.reshard_after_forward,
                                    "reshard_with_pipeline": o.reshard_with_pipeline,
                                    "pipeline_grad_sync": o.pipeline_grad_sync, "flat_grad_sync": o.flat_grad_sync,
@@ -614,7 +615,7 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
         check["etp"] = L.etp or L.tp
     space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})), order=L.order,
                   precision=tr.precision, fp8_recipe=tr.fp8_recipe, grad_reduce=tr.grad_reduce,
-                  fp8_param_gather=tr.fp8_param_gather)
+                  fp8_param_gather=tr.fp8_param_gather, attention=tr.attention)
     return ExploreRequest(run.model, catalog.hardware(run.gpu), L.gpus, tr.seq_len, tr.global_batch * tr.seq_len,
                           run.gpus_per_node, mode, st.framework if st is not None else None,
                           overlap=dict(st.overlap) if st is not None and st.overlap else None, space=space,
@@ -665,7 +666,8 @@ def explore_request(inp: ExploreInput, limits: Limits | None = None) -> ExploreR
     if inp.cp_kinds is not None:
         kw["cp_kinds"] = tuple(inp.cp_kinds)
     space = Space(allow_tp_across_nodes=inp.allow_tp_across_nodes, precision=inp.precision,
-                  fp8_recipe=inp.fp8_recipe, grad_reduce=inp.grad_reduce, fp8_param_gather=inp.fp8_param_gather, **kw)
+                  fp8_recipe=inp.fp8_recipe, grad_reduce=inp.grad_reduce, fp8_param_gather=inp.fp8_param_gather,
+                  attention=inp.attention, **kw)
     check = inp.check.model_dump(exclude_none=True) if inp.check is not None else None
     return ExploreRequest(spec, hw, inp.gpus, inp.seq, inputs.parse_tokens(inp.global_batch_tokens),
                           inp.gpus_per_node, inp.mode, inp.framework, inp.margin, space, check=check, top=inp.top,

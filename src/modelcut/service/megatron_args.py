@@ -36,7 +36,8 @@ megatron/core/model_parallel_config.py):
   micro-batch × dp), ``--recompute-granularity``, ``--recompute-method``, ``--recompute-num-layers``,
   ``--recompute-modules``, ``--bf16``/``--fp16`` (neither: fp32, which modelcut does not time),
   ``--fp8-format`` with ``--fp8-recipe`` (default delayed; tensorwise is current scaling) and
-  ``--fp8-param-gather`` (default off),
+  ``--fp8-param-gather`` (default off), ``--attention-backend`` (:data:`ATTENTION_BACKENDS`; default
+  auto, the stack's kernel),
   ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl`` (default native), the
   gradients' reduce type from ``--grad-reduce-in-bf16`` and ``--accumulate-allreduce-grads-in-fp32``
   (with ``--bf16`` fp32 unless the first; with ``--fp16`` fp16 unless the second: ``validate_args``);
@@ -90,7 +91,15 @@ _RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-ty
               "recompute-granularity", "recompute-method", "recompute-num-layers", "recompute-modules", "bf16",
               "fp16", "fp8-format", "fp8-recipe", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
               "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "no-overlap-p2p-communication",
-              "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32", "fp8-param-gather")
+              "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32", "fp8-param-gather",
+              "attention-backend")
+#: Megatron-core's --attention-backend (AttnBackend, megatron/core/transformer/enums.py; the
+#: Transformer Engine backend each sets, megatron/core/models/common/language_module/language_module.py:
+#: flash sets NVTE_FLASH_ATTN=1, fused NVTE_FUSED_ATTN=1) as modelcut's kernel: flash is
+#: FlashAttention-2 (Transformer Engine runs FlashAttention-3 only where the container installs it:
+#: a RUN.toml says attention = "flash3" then), fused cuDNN's fused attention, unfused and local the
+#: unfused softmax path; auto leaves it to the stack.
+ATTENTION_BACKENDS = {"flash": "flash2", "fused": "cudnn", "unfused": "unfused", "local": "unfused", "auto": None}
 #: Megatron-core's --fp8-recipe names (TransformerConfig.fp8_recipe; "custom" is not timed), read as
 #: modelcut's recipes by :func:`..core.specs.fp8_recipe_name` (tensorwise is current scaling).
 _MCORE_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
@@ -436,6 +445,9 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
         training["grad_reduce"] = "fp32" if _on(flags, "accumulate-allreduce-grads-in-fp32") else "fp16"
     else:
         training["grad_reduce"] = "bf16" if _on(flags, "grad-reduce-in-bf16") else "fp32"
+    kernel = ATTENTION_BACKENDS[_choice(flags, "attention-backend", "auto", tuple(ATTENTION_BACKENDS))]
+    if kernel is not None:
+        training["attention"] = kernel
     if _on(flags, "cross-entropy-loss-fusion"):
         impl = _choice(flags, "cross-entropy-fusion-impl", "native", ("native", "te"))
         training["cross_entropy"] = "fused" if impl == "te" else "mcore-fused"

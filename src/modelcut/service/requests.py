@@ -23,7 +23,7 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS, cp_kind_name
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import (CROSS_ENTROPY_KINDS, FP8_RECIPES, GRAD_REDUCE_DTYPES, PRECISIONS, UNTIMED_FP8_RECIPES,
+from ..core.specs import (ATTENTION_KINDS, CROSS_ENTROPY_KINDS, FP8_RECIPES, GRAD_REDUCE_DTYPES, PRECISIONS, UNTIMED_FP8_RECIPES,
                           ExploreRecompute, Recompute, RecomputeModule, fp8_recipe_name, grad_reduce_name,
                           precision_name)
 from ..core.sim import registry
@@ -404,6 +404,9 @@ class TrainingIn(Strict):
                                                                "gathered in FP8 (Megatron-LM's --fp8-param-gather, "
                                                                "torchtitan's enable_fsdp_float8_all_gather; default: "
                                                                "the stack's)")
+    attention: Optional[Literal[ATTENTION_KINDS]] = Field(  # type: ignore[valid-type]
+        None, description="the attention kernel: unfused, flash2, flash3, cudnn (Transformer Engine's fused "
+                          "attention) or flash4 (Megatron-LM's --attention-backend; default: the stack's)")
 
 
 class HardwareIn(Strict):
@@ -542,6 +545,9 @@ class ExploreInput(ModelChoice):
     grad_reduce: Optional[GradReduce] = Field(None, description=_GRAD_REDUCE_HELP)
     fp8_param_gather: Optional[bool] = Field(None, description="with fp8: every layout's linear weights kept and "
                                                                "gathered in FP8 (default: the stack's)")
+    attention: Optional[Literal[ATTENTION_KINDS]] = Field(  # type: ignore[valid-type]
+        None, description="every layout's attention kernel: unfused, flash2, flash3, cudnn or flash4 (default: the "
+                          "stack's)")
     precisions: Optional[Precisions] = Field(
         None, description="search each of these precisions in place of precision, one search each: the answer "
                           "is {precisions, searches, fastest}; fp8_recipe goes with fp8")

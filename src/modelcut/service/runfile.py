@@ -53,6 +53,8 @@ recompute = "full"       # none | selective | full (true / false: llm-foundry's 
 # local_batch = 8        # with a pipeline on torch.distributed.pipelining (nemo-automodel, torchtitan):
 #                        # sequences per data-parallel rank per schedule run; the step runs
 #                        # global_batch / (dp · local_batch) of them (default: one)
+# attention = "flash3"   # the attention kernel: unfused | flash2 | flash3 | cudnn | flash4 (Megatron-LM's
+#                        # --attention-backend: flash, fused = cudnn, unfused; default: the stack's)
 # fp8_param_gather = true  # with fp8: the linear weights kept and gathered in FP8 (Megatron-LM's
 #                        # --fp8-param-gather, torchtitan's enable_fsdp_float8_all_gather; default: the stack's)
 # grad_reduce = "fp32"   # the type gradients are reduced in across data parallelism: fp32 or the run's

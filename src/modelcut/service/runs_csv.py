@@ -54,6 +54,7 @@ CSV_COLUMNS: dict[str, str] = {
     "precision": "the matrix products' precision: bf16, fp16 or fp8 (default bf16)",
     "fp8_recipe": "with fp8: delayed, current, blockwise, mxfp8, (torchao) rowwise or rowwise_with_gw_hp (default: the stack's)",
     "cross_entropy": f"the loss's kernel: {', '.join(CROSS_ENTROPY_KINDS)} (default: the framework's)",
+    "attention": "the attention kernel: unfused, flash2, flash3, cudnn or flash4 (default: the framework's)",
     "fp8_param_gather": "with fp8: true/false, the linear layers' weights kept and gathered in FP8 (default: the framework's)",
     "grad_reduce": "the gradients' reduce type across data parallelism: fp32 or the run's 16-bit type (float32, "
                    "bfloat16 too; Composer's FSDP mixed_precision DEFAULT is fp32, PURE 16-bit; default: the framework's)",

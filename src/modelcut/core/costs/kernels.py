@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ..errors import ModelcutError
-from ..specs import Hardware, Training
+from ..specs import ATTENTION_KINDS, Hardware, Training
 from ..units import BF16_BYTES
 from .tables import quantization
 
@@ -53,7 +53,6 @@ FP8_BYTES = 1.0
 #: 78.6 %, GB200 72.9 %; stas00/ml-engineering compute/accelerator/README.md at commit 744d01e1).
 UNMEASURED_FRACTION = 0.786
 
-ATTENTION_KINDS = ("unfused", "flash2", "flash3", "cudnn", "flash4")
 #: The kernels that skip the key blocks a sliding window masks out entirely. FlashAttention-2
 #: (from v2.3) and -3 bound each query block's loop over key blocks by the window
 #: (Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_kernel.h, ``n_block_min`` when

@@ -265,7 +265,8 @@ class _Search:
         return make_run(self.model, self.hw.name, s, self.seq, self.gb, r, z, self.gpus_per_node,
                         sequence_parallel=self.sp_ok, precision=self.space.precision,
                         fp8_recipe=self.space.fp8_recipe, order=self.space.order, count=count,
-                        grad_reduce=self.space.grad_reduce, fp8_param_gather=self.space.fp8_param_gather)
+                        grad_reduce=self.space.grad_reduce, fp8_param_gather=self.space.fp8_param_gather,
+                        attention=self.space.attention)
 
     def _peak(self, run: Run, plan: PipelinePlan, r: str, z: int) -> float:
         """One variant's peak bytes: the shared fast path, or from the full schedule (``cached=False``)."""

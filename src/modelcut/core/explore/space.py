@@ -40,6 +40,7 @@ class Space:
     fp8_recipe: str | None = None             # with fp8: the recipe (None: the stack's choice)
     grad_reduce: str | None = None            # the gradients' reduce type (None: the stack's; ..specs.GRAD_REDUCE_DTYPES)
     fp8_param_gather: bool | None = None      # with fp8: the weights kept and gathered in FP8 (None: the stack's)
+    attention: str | None = None              # the attention kernel (None: the stack's; ..specs.ATTENTION_KINDS)
     order: tuple[str, ...] = DEFAULT_ORDER    # the rank order of every layout searched
     hybrid_shard: bool = True                 # also shard ZeRO's states within a node (node_shard)
     uneven_split: bool | None = None          # also a lighter last pipeline rank (..plan.lighter_last);
@@ -224,7 +225,8 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
              gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
              fp8_recipe: str | None = None, order: tuple[str, ...] = DEFAULT_ORDER,
-             count: int = 1, grad_reduce: str | None = None, fp8_param_gather: bool | None = None) -> Run:
+             count: int = 1, grad_reduce: str | None = None, fp8_param_gather: bool | None = None,
+             attention: str | None = None) -> Run:
     """The run of one layout under a recomputation variant (:func:`..specs.recompute_variant`):
     sequence parallelism with t > 1 (where the stack has it,
     ``sequence_parallel``); the rank order ``order``, by default the layouts' default,
@@ -239,6 +241,6 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
     return Run(model, gpu, lay, Training(seq_len=seq, global_batch=global_batch, micro_batch=s.micro_batch,
                                          recompute=level, recompute_modules=modules, precision=precision,
                                          fp8_recipe=fp8_recipe, grad_reduce=grad_reduce,
-                                         fp8_param_gather=fp8_param_gather,
+                                         fp8_param_gather=fp8_param_gather, attention=attention,
                                          **partial_training(recompute, count)),
                gpus_per_node=gpus_per_node)

@@ -393,9 +393,10 @@ class Framework:
         return run
 
     def for_training(self, training: Training) -> "Framework":
-        """This stack as a run's ``training`` sets what the stack leaves to each run: whether its
-        FP8 weights are kept and gathered in FP8 (``training.fp8_param_gather``; None: the
-        stack's ``fp8_param_gather``), and the type gradients are reduced in
+        """This stack as a run's ``training`` sets what the stack leaves to each run: its attention
+        kernel (``training.attention``; None: the stack's ``attention``), whether its FP8 weights
+        are kept and gathered in FP8 (``training.fp8_param_gather``; None: the stack's
+        ``fp8_param_gather``), and the type gradients are reduced in
         (``training.grad_reduce``; None: the stack's). The second sets the
         bytes on the data-parallel wire (``grad_bytes``, and ``expert_grad_bytes`` where the stack
         reduces the routed experts' in the same type); the gradients FSDP2 accumulates whole in its
@@ -407,7 +408,9 @@ class Framework:
         step model, its lower bound and memory each apply it."""
         fw = self
         if training.fp8_param_gather is not None and training.fp8_param_gather != self.fp8_param_gather:
-            fw = replace(self, fp8_param_gather=training.fp8_param_gather)
+            fw = replace(fw, fp8_param_gather=training.fp8_param_gather)
+        if training.attention is not None and training.attention != self.attention:
+            fw = replace(fw, attention=training.attention)
         return fw.with_grad_reduce(training.grad_reduce_bytes)
 
     def with_grad_reduce(self, b: int | None) -> "Framework":
