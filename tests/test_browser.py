@@ -814,6 +814,31 @@ def test_the_explorer_reduces_gradients_in_the_type_chosen_and_keeps_it(server, 
     assert not page.errors
 
 
+def test_the_explorer_runs_the_attention_kernel_chosen_and_keeps_it(server, page):
+    """The form's attention kernel (its choices from GET /api/catalog) goes to the API as attention,
+    the stack line names it, the link keeps it and a picked layout is predicted with it."""
+    page.goto(server + "/explorer?model=llama3-8b&gpu=h100-sxm5-80gb&gpus=16&seq=8192&tokens=512K&top=5"
+              "&attention=flash3")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    cat = httpx.get(server + "/api/catalog").json()
+    assert page.eval_on_selector_all("#attention option", "os => os.map(o => o.value)") == ["",
+                                                                                          *cat["attention_kinds"]]
+    assert page.input_value("#attention") == "flash3"                  # from the link
+    page.wait_for_function("() => document.querySelector('[data-testid=stack]')"
+                           " && document.querySelector('[data-testid=stack]').textContent.includes('flash3')")
+    assert page.inner_text("[data-testid=stack]").endswith("; attention by flash3.")
+    row = page.locator("[data-testid=layouts] tbody tr").first
+    with page.expect_request(lambda r: r.url.endswith("/api/predict") and r.method == "POST") as req:
+        row.click()
+    assert req.value.post_data_json["training"]["attention"] == "flash3"
+    page.select_option("#attention", "cudnn")
+    with page.expect_request("**/api/explore/stream") as req:
+        page.click("#go")
+    assert req.value.post_data_json["attention"] == "cudnn"
+    page.wait_for_function("() => location.search.includes('attention=cudnn')")
+    assert not page.errors
+
+
 def test_runs_page_shows_a_picked_runs_step_and_layer(server, page):
     """Picking a run on the runs page shows GET /api/runs/{id}'s answer: its step time and terms and,
     under the default model, its longest layer line by line; switching to the seed model clears it."""

@@ -10,7 +10,7 @@ from ..core.errors import ModelcutError
 from ..core.costs.context import CP_KIND_DOCS, CP_KIND_LABELS, CP_KINDS
 from ..core.costs.flops import param_count
 from ..core.sim import registry
-from ..core.specs import FP8_RECIPES, GRAD_REDUCE_DTYPES, PRECISIONS
+from ..core.specs import ATTENTION_KINDS, FP8_RECIPES, GRAD_REDUCE_DTYPES, PRECISIONS
 from ..core.units import FP32_BYTES
 from ..core.step import MODES
 
@@ -36,7 +36,7 @@ def listing() -> dict[str, Any]:
             "frameworks": list(catalog.framework_names()),
             "default_framework": catalog.default_framework(),
             "precisions": list(PRECISIONS), "fp8_recipes": list(FP8_RECIPES),
-            "grad_reduce_dtypes": list(GRAD_REDUCE_DTYPES),
+            "grad_reduce_dtypes": list(GRAD_REDUCE_DTYPES), "attention_kinds": list(ATTENTION_KINDS),
             "framework_fp8_recipes": {name: list(catalog.framework(name).fp8_recipes)
                                       for name in catalog.framework_names()},
             "framework_aliases": {alias: name for name in catalog.framework_names()

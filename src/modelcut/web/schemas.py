@@ -100,6 +100,7 @@ class CatalogResponse(BaseModel):
     fp8_recipes: list[str] = Field(description="FP8 scaling recipes a request may name (fp8_recipe)")
     grad_reduce_dtypes: list[str] = Field(description="the types a request may reduce gradients in (grad_reduce; "
                                                       "fp32, or the run's 16-bit type)")
+    attention_kinds: list[str] = Field(description="the attention kernels a request may name (attention)")
     framework_fp8_recipes: dict[str, list[str]] = Field(
         description="the FP8 recipes each preset's FP8 library runs (Transformer Engine's or torchao's)")
     framework_aliases: dict[str, str] = Field(description="other names of the presets (torchtitan, megatron-lm, …)")

@@ -7,7 +7,7 @@
   const UPLOAD = '__upload__';
   const KNOB_NAME = {cp_kind: 'context-parallel form', micro_batch: 'micro-batch', vpp: 'chunks v', zero: 'ZeRO'};
   const DEFAULTS = {model: 'llama3-8b', gpu: 'h100-sxm5-80gb', gpus: '64', seq: '8192', tokens: '4M', top: '20',
-                    framework: '', precision: 'bf16', recipe: '', reduce: ''};   // framework: the catalog's default, set on load
+                    framework: '', precision: 'bf16', recipe: '', reduce: '', attention: ''};   // framework: the catalog's default, set on load
   const LIMIT = '#b3261e';   // the memory limit's mark: a solid red line, not a dashed one (no menu look-alike)
   let hfConfig = null;
   let last = null;
@@ -89,6 +89,7 @@
     else body.precision = prec;
     if (prec.split(',').includes('fp8') && $('recipe').value) body.fp8_recipe = $('recipe').value;
     if ($('reduce').value) body.grad_reduce = $('reduce').value;   // the gradients' reduce type (empty: the stack's)
+    if ($('attention').value) body.attention = $('attention').value;   // the attention kernel (empty: the stack's)
     return body;
   }
 
@@ -110,6 +111,7 @@
     if (prec !== DEFAULTS.precision) q.set('precision', prec);
     if (body.fp8_recipe) q.set('recipe', body.fp8_recipe);
     if (body.grad_reduce) q.set('reduce', body.grad_reduce);
+    if (body.attention) q.set('attention', body.attention);
     history.replaceState(null, '', location.pathname + '?' + q.toString());
   }
 
@@ -242,7 +244,8 @@
         + `${fmt(sum.margin * 100, 1)} % margin. Model: ${ans.model.name}, ${ans.model.layers} layers.`}),
       h('p', {'data-testid': 'stack', text: `Stack: ${ans.framework || DEFAULTS.framework}; matrix products in `
         + `${ans.precision}${ans.fp8_recipe ? `, ${ans.fp8_recipe} scaling` : ''}`
-        + `${ans.grad_reduce ? `; gradients reduced in ${ans.grad_reduce}` : ''}.`}));
+        + `${ans.grad_reduce ? `; gradients reduced in ${ans.grad_reduce}` : ''}`
+        + `${ans.attention ? `; attention by ${ans.attention}` : ''}.`}));
     for (const n of ans.notes) $('summary').append(h('p', {class: 'muted', text: n}));
     $('title').textContent = `${ans.model.name} on ${fmt(sum.gpus, 0)} × ${hw.name}: layouts that fit, fastest first`;
     renderWhy(ans);
@@ -420,6 +423,7 @@
     if (x.recompute_every) training.recompute_every = x.recompute_every;
     if (ans.fp8_recipe) training.fp8_recipe = ans.fp8_recipe;
     if (ans.grad_reduce) training.grad_reduce = ans.grad_reduce;
+    if (ans.attention) training.attention = ans.attention;
     return Object.assign(out, {layout, training});
   }
 
@@ -542,6 +546,7 @@
         $('precision').append(h('option', {value: 'bf16,fp8', text: 'bf16 + fp8, side by side'}));
       }
       for (const g of cat.grad_reduce_dtypes || []) $('reduce').append(h('option', {value: g, text: g}));
+      for (const k of cat.attention_kinds || []) $('attention').append(h('option', {value: k, text: k}));
       stackRecipes = cat.framework_fp8_recipes || {};
       // a link may name a stack as its users do (framework=torchtitan): the preset it names
       const alias = (cat.framework_aliases || {})[String(st.framework || '').toLowerCase()];
@@ -579,6 +584,7 @@
     if ([...$('precision').options].some((o) => o.value === st.precision)) $('precision').value = st.precision;
     if ([...$('recipe').options].some((o) => o.value === st.recipe)) $('recipe').value = st.recipe;
     if ([...$('reduce').options].some((o) => o.value === st.reduce)) $('reduce').value = st.reduce;
+    if ([...$('attention').options].some((o) => o.value === st.attention)) $('attention').value = st.attention;
     const syncRecipe = () => { $('recipe').disabled = !$('precision').value.split(',').includes('fp8'); };
     syncRecipe();
     $('precision').addEventListener('change', syncRecipe);
