@@ -66,3 +66,19 @@ def test_from_megatron_reads_the_attention_backend_and_emit_writes_it_back(tmp_p
     assert "model.config.attention_backend=fused" in capsys.readouterr().out.splitlines()
     assert main(args + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["attention"] == "cudnn"
+
+
+def test_predict_takes_the_choices_as_flags_over_the_file(tmp_path, capsys):
+    """--attention, --grad-reduce and --fp8-param-gather on predict replace the file's; at several
+    precisions FP8 gathering goes with fp8 only."""
+    base = _predict(tmp_path, capsys, 'attention = "flash2"\n')
+    assert main(["predict", str(tmp_path / "run.toml"), "--attention", "cudnn", "--json"]) == 0
+    flagged = json.loads(capsys.readouterr().out)
+    assert flagged["step_time_s"] == _predict(tmp_path, capsys, 'attention = "cudnn"\n')["step_time_s"]
+    assert flagged["step_time_s"] != base["step_time_s"]
+    assert main(["predict", str(tmp_path / "run.toml"), "--precision", "bf16,fp8", "--fp8-param-gather",
+                 "--grad-reduce", "bf16", "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert len(both["predictions"]) == 2
+    assert main(["predict", str(tmp_path / "run.toml"), "--fp8-param-gather"]) == 2      # a bf16 run
+    assert "fp8_param_gather needs precision" in capsys.readouterr().err

@@ -184,6 +184,12 @@ def predict(
                                                                 "parallelism: fp32 or the 16-bit type (float32, bfloat16 "
                                                                 "too; default: the run's [training] grad_reduce, else "
                                                                 "the stack's)"),
+    attention: str = typer.Option(None, "--attention", help="the attention kernel: unfused, flash2, flash3, cudnn "
+                                                            "or flash4 (default: the run's [training] attention, else "
+                                                            "the stack's)"),
+    fp8_param_gather: Optional[bool] = typer.Option(None, "--fp8-param-gather/--no-fp8-param-gather",
+                                                    help="with fp8: the linear weights kept and gathered in FP8 "
+                                                         "(default: the run's, else the stack's)"),
     trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
                                          help="default mode: write the predicted step as a Chrome trace-event "
                                               "JSON (Perfetto): each device's ops, exposed communication, "
@@ -221,7 +227,8 @@ def predict(
             run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
             overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
             profile=service.load_profile(profile), published=pr, fp8_recipe=fp8_recipe, layers=layers,
-            grad_reduce=grad_reduce), service.precision_list(precision), lim)
+            grad_reduce=grad_reduce, attention=attention, fp8_param_gather=fp8_param_gather),
+            service.precision_list(precision), lim)
         if as_json:
             print(json.dumps(results.as_dict()))
             return
@@ -233,7 +240,8 @@ def predict(
             run, mode=opts.mode, eta=opts.eta, framework=opts.framework,
             overlap=opts.overlap.model_dump(exclude_none=True) if opts.overlap is not None else None,
             profile=service.load_profile(profile), budget=budget, published=pr, precision=precision,
-            fp8_recipe=fp8_recipe, timeline=trace is not None, layers=layers, grad_reduce=grad_reduce), lim)
+            fp8_recipe=fp8_recipe, timeline=trace is not None, layers=layers, grad_reduce=grad_reduce,
+            attention=attention, fp8_param_gather=fp8_param_gather), lim)
     if trace is not None:
         from ..export import chrome_trace
         write_trace(trace, chrome_trace.step_trace(result.prediction.timeline, result.trace_label(),

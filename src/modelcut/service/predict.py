@@ -83,6 +83,8 @@ class PredictRequest:
     precision: str | None = None       # overrides the run's [training] precision
     fp8_recipe: str | None = None      # and its FP8 recipe
     grad_reduce: str | None = None     # overrides the run's [training] grad_reduce (--grad-reduce)
+    attention: str | None = None       # and its attention kernel (--attention)
+    fp8_param_gather: bool | None = None   # and its FP8 weight gathering (--fp8-param-gather)
     timeline: bool = False             # keep the default model's step as a timeline (core.step.timeline)
     layers: bool = False               # itemise one micro-batch's units (core.step.layer_budget)
 
@@ -104,12 +106,15 @@ def with_precision(run: Run, precision: str | None, fp8_recipe: str | None) -> R
                                          fp8_param_gather=tr.fp8_param_gather if prec == "fp8" else None))
 
 
-def with_grad_reduce(run: Run, grad_reduce: str | None) -> Run:
-    """The run with its gradients' reduce type replaced where given (``--grad-reduce``, as the
-    stacks spell it too: "float32", "bfloat16"); checked against its precision by :class:`Training`."""
-    if grad_reduce is None:
-        return run
-    return replace(run, training=replace(run.training, grad_reduce=grad_reduce_name(grad_reduce)))
+def with_choices(run: Run, grad_reduce: str | None = None, attention: str | None = None,
+                 fp8_param_gather: bool | None = None) -> Run:
+    """The run with the choices it may make for its stack replaced where given: its gradients'
+    reduce type (``--grad-reduce``, as the stacks spell it too: "float32", "bfloat16"), its attention
+    kernel (``--attention``), its FP8 weight gathering (``--fp8-param-gather``); each checked
+    against the run by :class:`Training` (a 16-bit type the run's, FP8 gathering with fp8)."""
+    changes = {k: v for k, v in (("grad_reduce", grad_reduce_name(grad_reduce) if grad_reduce is not None else None),
+                                 ("attention", attention), ("fp8_param_gather", fp8_param_gather)) if v is not None}
+    return replace(run, training=replace(run.training, **changes)) if changes else run
 
 
 @dataclass
@@ -290,7 +295,8 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     if req.eta is not None and (isinstance(req.eta, bool) or not isinstance(req.eta, (int, float))
                                 or not 0.01 <= req.eta <= 1):
         raise ModelcutError(f"eta must be a fraction of peak from 0.01 to 1, got {req.eta!r}")
-    run = with_grad_reduce(with_precision(req.run, req.precision, req.fp8_recipe), req.grad_reduce)
+    run = with_choices(with_precision(req.run, req.precision, req.fp8_recipe), req.grad_reduce, req.attention,
+                       req.fp8_param_gather)
     hw = catalog.hardware(req.run.gpu)
     check_sizes(run, limits)
     layers = None
@@ -364,11 +370,17 @@ class PrecisionPredictions:
 def predict_each_precision(req: PredictRequest, precisions: list[str],
                            limits: Limits | None = None) -> PrecisionPredictions:
     """The same run at each precision (:func:`predict` with ``precision`` replaced; the request's
-    FP8 recipe with the FP8 one), side by side."""
+    FP8 recipe and FP8 gathering with the FP8 one, a 16-bit reduction in each one's 16-bit type),
+    side by side."""
     recipe_among(precisions, req.fp8_recipe)
     if req.layers and len(precisions) > 1:
         raise ModelcutError("one micro-batch itemised (--layers, layers) takes one precision; give one, not several")
-    return PrecisionPredictions([predict(replace(req, precision=p, fp8_recipe=req.fp8_recipe if p == "fp8" else None),
+    def reduce(p: str) -> str | None:      # a 16-bit reduction in each precision's own 16-bit type
+        g = grad_reduce_name(req.grad_reduce) if req.grad_reduce is not None else None
+        return ("fp16" if p == "fp16" else "bf16") if g in ("bf16", "fp16") else g
+    return PrecisionPredictions([predict(replace(req, precision=p, fp8_recipe=req.fp8_recipe if p == "fp8" else None,
+                                                 fp8_param_gather=req.fp8_param_gather if p == "fp8" else None,
+                                                 grad_reduce=reduce(p)),
                                          limits) for p in precisions])
 
 
