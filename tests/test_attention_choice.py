@@ -10,7 +10,8 @@ import pytest
 from modelcut.cli import main
 from modelcut.core.errors import ModelcutError
 from modelcut.core.specs import ATTENTION_KINDS, Training
-from modelcut.service.megatron_args import ATTENTION_BACKENDS, run_document
+from modelcut.core.step.frameworks import ATTENTION_BACKENDS, MEGATRON_ATTENTION_BACKEND
+from modelcut.service.megatron_args import run_document
 
 SHAPE = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 8192 --micro-batch-size 1 "
          "--global-batch-size 64 --vocab-size 32000 --bf16 ")
@@ -55,6 +56,9 @@ def test_from_megatron_reads_the_attention_backend_and_emit_writes_it_back(tmp_p
         doc, unread = run_document(SHAPE + f"--attention-backend {backend}", gpu="h100", gpus=8)
         assert doc["training"].get("attention") == kernel and not unread
     assert set(k for k in ATTENTION_BACKENDS.values() if k) <= set(ATTENTION_KINDS)
+    assert set(MEGATRON_ATTENTION_BACKEND) == set(ATTENTION_KINDS)            # every kernel a run names emits
+    assert all(ATTENTION_BACKENDS[b] == k for k, b in MEGATRON_ATTENTION_BACKEND.items() if k in ("flash2", "cudnn",
+                                                                                                     "unfused"))
     with pytest.raises(ModelcutError, match="attention-backend"):
         run_document(SHAPE + "--attention-backend sdpa", gpu="h100", gpus=8)
     args = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "16", "--seq", "8192",

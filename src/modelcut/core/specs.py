@@ -381,6 +381,17 @@ GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 GRAD_REDUCE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 
+def half_type(precision: str) -> str:
+    """A precision's 16-bit type: fp16 for fp16, else bf16 (FP8 runs keep bf16 beside their products)."""
+    return "fp16" if precision == "fp16" else "bf16"
+
+
+def reduce_at(grad_reduce: str | None, precision: str) -> str | None:
+    """A gradient reduce type carried to ``precision``: fp32 (or None, the stack's) as it is, a
+    16-bit one as that precision's own 16-bit type (:func:`half_type`)."""
+    return half_type(precision) if grad_reduce in ("bf16", "fp16") else grad_reduce
+
+
 def grad_reduce_name(name: str) -> str:
     """A gradient-reduction type as a stack spells it ("float32", "bfloat16", any case) as
     modelcut's; a name it does not know comes back lower-cased, for the caller's check."""
@@ -531,8 +542,8 @@ class Training:
 
     @property
     def half(self) -> str:
-        """The run's 16-bit type: fp16 for an fp16 run, else bf16 (FP8 runs keep bf16 beside their products)."""
-        return "fp16" if self.precision == "fp16" else "bf16"
+        """The run's 16-bit type (:func:`half_type`)."""
+        return half_type(self.precision)
 
     @property
     def grad_reduce_bytes(self) -> int | None:

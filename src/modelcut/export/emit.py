@@ -64,7 +64,7 @@ from __future__ import annotations
 from ..core.costs.fp8 import ROWWISE
 from ..core.explore import Evaluated
 from ..core.sim import registry
-from ..core.step.frameworks import MEGATRON_FSDP_SHARDING, TORCHTITAN_ROTATE
+from ..core.step.frameworks import MEGATRON_ATTENTION_BACKEND, MEGATRON_FSDP_SHARDING, TORCHTITAN_ROTATE
 
 #: modelcut's context-parallel forms by Megatron-LM's --cp-comm-type names (NeMo's cp_comm_type spells
 #: the all-gather form all_gather: Megatron-core transformer_config.py, Transformer Engine).
@@ -116,12 +116,6 @@ def _stack(framework) -> tuple[dict[str, bool] | None, str | None]:
     if framework is None:
         return None, None
     return framework.overlap.as_dict(), framework.cross_entropy
-
-
-#: Megatron-LM's --attention-backend for each kernel a run may name (the reverse of
-#: ``service/megatron_args.py`` ``ATTENTION_BACKENDS``; FlashAttention-3 and -4 are Transformer
-#: Engine's flash backend where the container installs them).
-_MEGATRON_BACKEND = {"flash2": "flash", "flash3": "flash", "flash4": "flash", "cudnn": "fused", "unfused": "unfused"}
 
 
 def megatron_args(e: Evaluated, framework=None) -> str:
@@ -198,7 +192,7 @@ def megatron_args(e: Evaluated, framework=None) -> str:
         lines.append(f"# the loss timed as {loss}: Megatron-LM runs its fp32 passes, or its fused kernels with "
                      "--cross-entropy-loss-fusion")
     if tr.attention is not None:      # the kernel the run names, as Megatron-LM's backend (auto: the stack's)
-        lines.append(f"--attention-backend {_MEGATRON_BACKEND[tr.attention]}")
+        lines.append(f"--attention-backend {MEGATRON_ATTENTION_BACKEND[tr.attention]}")
     precision, f8 = _precision(e)
     lines.append("--fp16" if precision == "fp16" else "--bf16")
     # the gradients' reduce type as timed, against Megatron-LM's own rule (fp32 with --bf16, 16-bit with --fp16)
@@ -384,7 +378,7 @@ def nemo_overrides(e: Evaluated, framework=None) -> str:
     lines += [f"data.micro_batch_size={tr.micro_batch}", f"data.global_batch_size={tr.global_batch}",
               f"data.seq_length={tr.seq_len}"]
     if tr.attention is not None:      # Megatron-core's AttnBackend, which NeMo's model config takes
-        lines.append(f"model.config.attention_backend={_MEGATRON_BACKEND[tr.attention]}")
+        lines.append(f"model.config.attention_backend={MEGATRON_ATTENTION_BACKEND[tr.attention]}")
     if framework is not None:     # the gradients' reduce type as timed (Megatron-Bridge v0.2.0's recipes set it true,
         #                             recipes/llama/llama3.py; its performance scripts false, scripts/performance/utils/helpers.py)
         lines.append(f"trainer.strategy.ddp.grad_reduce_in_fp32={'true' if framework.grad_bytes == 4 else 'false'}")

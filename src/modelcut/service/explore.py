@@ -37,7 +37,7 @@ from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions, stack_options
 from ..core.costs import fp8 as fp8_mod
 from ..core.costs.context import heads_split_problem
-from ..core.specs import PARTIAL, Hardware, ModelSpec, Run, Training, recipe_among
+from ..core.specs import PARTIAL, Hardware, ModelSpec, Run, Training, recipe_among, reduce_at
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.frameworks import Framework
@@ -572,12 +572,10 @@ def precision_requests(inp: ExploreInput, limits: Limits | None = None) -> list[
     if not inp.precisions:
         return [explore_request(inp, limits)]
     recipe_among(inp.precisions, inp.fp8_recipe)
-    def reduce(p: str) -> str | None:      # a 16-bit reduction in each precision's own 16-bit type
-        return ("fp16" if p == "fp16" else "bf16") if inp.grad_reduce in ("bf16", "fp16") else inp.grad_reduce
     return [explore_request(inp.model_copy(update={"precision": p, "precisions": None,
                                                    "fp8_recipe": inp.fp8_recipe if p == "fp8" else None,
                                                    "fp8_param_gather": inp.fp8_param_gather if p == "fp8" else None,
-                                                   "grad_reduce": reduce(p)}),
+                                                   "grad_reduce": reduce_at(inp.grad_reduce, p)}),
                             limits)
             for p in inp.precisions]
 

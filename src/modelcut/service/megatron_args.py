@@ -36,7 +36,7 @@ megatron/core/model_parallel_config.py):
   micro-batch × dp), ``--recompute-granularity``, ``--recompute-method``, ``--recompute-num-layers``,
   ``--recompute-modules``, ``--bf16``/``--fp16`` (neither: fp32, which modelcut does not time),
   ``--fp8-format`` with ``--fp8-recipe`` (default delayed; tensorwise is current scaling) and
-  ``--fp8-param-gather`` (default off), ``--attention-backend`` (:data:`ATTENTION_BACKENDS`; default
+  ``--fp8-param-gather`` (default off), ``--attention-backend`` (:data:`..core.step.frameworks.ATTENTION_BACKENDS`; default
   auto, the stack's kernel),
   ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl`` (default native), the
   gradients' reduce type from ``--grad-reduce-in-bf16`` and ``--accumulate-allreduce-grads-in-fp32``
@@ -60,7 +60,7 @@ from .. import catalog
 from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
 from ..core.specs import CP_KINDS, fp8_recipe_name
-from ..core.step.frameworks import MEGATRON_FSDP_SHARDING
+from ..core.step.frameworks import ATTENTION_BACKENDS, MEGATRON_FSDP_SHARDING
 from .limits import Limits
 from .runfile import check_target, imported_text, split_ends
 
@@ -93,13 +93,6 @@ _RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-ty
               "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "no-overlap-p2p-communication",
               "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32", "fp8-param-gather",
               "attention-backend")
-#: Megatron-core's --attention-backend (AttnBackend, megatron/core/transformer/enums.py; the
-#: Transformer Engine backend each sets, megatron/core/models/common/language_module/language_module.py:
-#: flash sets NVTE_FLASH_ATTN=1, fused NVTE_FUSED_ATTN=1) as modelcut's kernel: flash is
-#: FlashAttention-2 (Transformer Engine runs FlashAttention-3 only where the container installs it:
-#: a RUN.toml says attention = "flash3" then), fused cuDNN's fused attention, unfused and local the
-#: unfused softmax path; auto leaves it to the stack.
-ATTENTION_BACKENDS = {"flash": "flash2", "fused": "cudnn", "unfused": "unfused", "local": "unfused", "auto": None}
 #: Megatron-core's --fp8-recipe names (TransformerConfig.fp8_recipe; "custom" is not timed), read as
 #: modelcut's recipes by :func:`..core.specs.fp8_recipe_name` (tensorwise is current scaling).
 _MCORE_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")

@@ -26,7 +26,7 @@ from ..core.errors import ModelcutError
 from ..core.explore.rules import violations
 from ..core.memory import memory_report
 from ..core.specs import (BLOCKS, EVERY, PRECISIONS, Hardware, Run, fp8_recipe_name, grad_reduce_name, precision_name,
-                          recipe_among)
+                          recipe_among, reduce_at)
 from ..core.step import MODES, predict as step_predict
 from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
@@ -100,9 +100,7 @@ def with_precision(run: Run, precision: str | None, fp8_recipe: str | None) -> R
     prec = precision_name(precision) if precision is not None else tr.precision
     recipe = (fp8_recipe_name(fp8_recipe) if fp8_recipe is not None
               else (tr.fp8_recipe if prec == "fp8" else None))
-    half = "fp16" if prec == "fp16" else "bf16"
-    reduce = half if tr.grad_reduce in ("bf16", "fp16") else tr.grad_reduce
-    return replace(run, training=replace(tr, precision=prec, fp8_recipe=recipe, grad_reduce=reduce,
+    return replace(run, training=replace(tr, precision=prec, fp8_recipe=recipe, grad_reduce=reduce_at(tr.grad_reduce, prec),
                                          fp8_param_gather=tr.fp8_param_gather if prec == "fp8" else None))
 
 
@@ -375,12 +373,10 @@ def predict_each_precision(req: PredictRequest, precisions: list[str],
     recipe_among(precisions, req.fp8_recipe)
     if req.layers and len(precisions) > 1:
         raise ModelcutError("one micro-batch itemised (--layers, layers) takes one precision; give one, not several")
-    def reduce(p: str) -> str | None:      # a 16-bit reduction in each precision's own 16-bit type
-        g = grad_reduce_name(req.grad_reduce) if req.grad_reduce is not None else None
-        return ("fp16" if p == "fp16" else "bf16") if g in ("bf16", "fp16") else g
+    flag = grad_reduce_name(req.grad_reduce) if req.grad_reduce is not None else None
     return PrecisionPredictions([predict(replace(req, precision=p, fp8_recipe=req.fp8_recipe if p == "fp8" else None,
                                                  fp8_param_gather=req.fp8_param_gather if p == "fp8" else None,
-                                                 grad_reduce=reduce(p)),
+                                                 grad_reduce=reduce_at(flag, p)),
                                          limits) for p in precisions])
 
 

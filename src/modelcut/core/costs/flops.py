@@ -204,6 +204,11 @@ def _layer_forward_flops_per_token(model: ModelSpec, seq: int, moe: bool) -> flo
     return 2.0 * layer_matmul_params(model, moe) + 4.0 * seq * model.q_dim
 
 
+def _logits_forward_flops_per_token(model: ModelSpec) -> float:
+    """The output layer's forward FLOPs for one token: the logits, 2·h·V."""
+    return 2.0 * model.hidden * model.vocab
+
+
 def _layers_forward_flops_per_token(model: ModelSpec, seq: int) -> float:
     """Every transformer layer's forward FLOPs for one token: the products and the attention over
     the causally unmasked pairs (:func:`causal_model_flops`)."""
@@ -218,7 +223,7 @@ def layer_and_output_flops_per_token(model: ModelSpec, seq: int) -> tuple[float,
     """(an average transformer layer's, the output layer's) forward FLOPs for one token, counted as
     :func:`causal_model_flops` counts them: the layers' averaged over the model's layers (dense and
     MoE alike); the logits 2·h·V."""
-    return _layers_forward_flops_per_token(model, seq) / model.layers, 2.0 * model.hidden * model.vocab
+    return _layers_forward_flops_per_token(model, seq) / model.layers, _logits_forward_flops_per_token(model)
 
 
 # ---------------------------------------------------------------- per-step counts
@@ -231,7 +236,7 @@ def causal_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
     token per layer (a sliding-window or chunked layer's over its pairs, :func:`attention_pairs`); no
     recomputation. The FLOPs behind the default model's MFU, which therefore never exceeds 100 %:
     every one of them is timed at no more than the accelerator's peak."""
-    return _tokens(batch, seq) * 3.0 * (_layers_forward_flops_per_token(model, seq) + 2.0 * model.hidden * model.vocab)
+    return _tokens(batch, seq) * 3.0 * (_layers_forward_flops_per_token(model, seq) + _logits_forward_flops_per_token(model))
 
 
 def attention_pairs(seq: int, window: int | None = None, chunk: int | None = None) -> float:
@@ -268,7 +273,7 @@ def megatron_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
     moe = moe_layer_count(model)
     per_token = 3.0 * ((model.layers - moe) * _layer_forward_flops_per_token(model, seq, False)
                        + moe * _layer_forward_flops_per_token(model, seq, True))
-    return _tokens(batch, seq) * (per_token + 6.0 * model.hidden * model.vocab)
+    return _tokens(batch, seq) * (per_token + 3.0 * _logits_forward_flops_per_token(model))
 
 
 def recompute_flops(model: ModelSpec, batch: int, seq: int, recompute: str,

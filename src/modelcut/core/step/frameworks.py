@@ -69,6 +69,17 @@ OPTION_ALIASES: dict[str, str] = {
 #: by the ZeRO stage it is (Megatron-LM d98e8a64dd megatron/training/arguments.py: no_shard, optim,
 #: optim_grads, optim_grads_params, the last the default): what ``--emit`` writes and ``from-megatron`` reads.
 MEGATRON_FSDP_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+#: Megatron-core's --attention-backend (AttnBackend, megatron/core/transformer/enums.py; the
+#: Transformer Engine backend each sets, megatron/core/models/common/language_module/language_module.py:
+#: flash sets NVTE_FLASH_ATTN=1, fused NVTE_FUSED_ATTN=1) as modelcut's kernel: flash is
+#: FlashAttention-2 (Transformer Engine runs FlashAttention-3 only where the container installs it:
+#: a RUN.toml says attention = "flash3" then), fused cuDNN's fused attention, unfused and local the
+#: unfused softmax path; auto leaves it to the stack.
+ATTENTION_BACKENDS = {"flash": "flash2", "fused": "cudnn", "unfused": "unfused", "local": "unfused", "auto": None}
+#: The backend ``--emit`` writes for each kernel a run names (FlashAttention-3 and -4 are Transformer
+#: Engine's flash backend where the container installs them).
+MEGATRON_ATTENTION_BACKEND = {"flash2": "flash", "flash3": "flash", "flash4": "flash", "cudnn": "fused",
+                              "unfused": "unfused"}
 #: torchtitan's ``context_parallel_rotate_method`` by modelcut's form: PyTorch's context parallelism
 #: gathers K and V whole or rotates them round the ring (torch.distributed.tensor.experimental
 #: ``_RotateMethod`` ALL_GATHER, ALL_TO_ALL; torchtitan v0.2.2 job_config.py): what ``--emit
