@@ -8,7 +8,9 @@ framework, and ``pareto``: the ranked layouts no other beats in both step time a
 each {rank, step_time_s, peak_bytes}), ``notes``, ``layouts`` (the fastest ``top``, each with its
 ``rank``, knobs, step time, throughput, breakdown, memory, ``microbatches`` and ``stage_layers``),
 ``why`` (the best against the runner-up: ``knobs``, ``step_time_s``, ``time_terms`` and
-``memory_terms`` as {term, best, runner_up, difference}, ``text``) and, with a ``check``: the
+``memory_terms`` as {term, best, runner_up, difference}, ``pipeline``: the runner-up's busiest
+pipeline rank where its load is uneven, {device, busy_s, mean_s, holds}, else null; ``text``) and,
+with a ``check``: the
 best layout matching it, its ``rank`` and ``ratio_to_best``, ``why`` (the best against it), or,
 where none is ranked, ``rule`` (the stack's rule its layouts break: framework, rule, message,
 source, text) or ``least_peak_bytes`` (the least memory its layouts need), and ``text``, the
@@ -144,9 +146,12 @@ def why_text(w: dict, a: str = "#1", b: str = "#2") -> str:
     t_best, t_other = w["step_time_s"]
     terms = [f"{TERM_NAMES[k]} {d:+.2f} s" for k, _, _, d in w["time_terms"][:3] if abs(d) > 1e-9]
     mem = [f"{TERM_NAMES[k]} {d / GB:+.1f} GB" for k, _, _, d in w["memory_terms"][:2] if abs(d) >= 0.05 * GB]
+    u = w.get("pipeline")
     return (f"{a} beats {b} by {t_other - t_best:.3f} s ({(t_other / t_best - 1) * 100:.1f} %): they differ in "
             f"{knobs}; {b} spends {', '.join(terms) or 'the same time in every term'}"
-            + (f"; its peak device holds {', '.join(mem)}" if mem else "") + ".")
+            + (f"; its peak device holds {', '.join(mem)}" if mem else "")
+            + (f"; its pipeline rank {u.device} works {u.busy_s:.3f} s against {u.mean_s:.3f} s on the average "
+               f"rank (it holds {u.holds})" if u is not None else "") + ".")
 
 
 def why_json(w: dict, a: str = "#1", b: str = "#2") -> dict[str, Any]:
@@ -154,7 +159,14 @@ def why_json(w: dict, a: str = "#1", b: str = "#2") -> dict[str, Any]:
             "time_terms": [{"term": k, "best": x, "runner_up": y, "difference": d} for k, x, y, d in w["time_terms"]],
             "memory_terms": [{"term": k, "best": x, "runner_up": y, "difference": d}
                              for k, x, y, d in w["memory_terms"]],
+            "pipeline": balance_json(w.get("pipeline")),
             "text": why_text(w, a, b)}
+
+
+def balance_json(u) -> dict[str, Any] | None:
+    """An uneven pipeline (:class:`..core.step.balance.Balance`) as JSON: the busiest ``device``, its
+    ``busy_s``, the ranks' ``mean_s``, and what it ``holds``."""
+    return None if u is None else {"device": u.device, "busy_s": u.busy_s, "mean_s": u.mean_s, "holds": u.holds}
 
 
 def layout_json(e: Evaluated, rank: int) -> dict[str, Any]:

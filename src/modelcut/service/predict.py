@@ -3,7 +3,7 @@
 
 :class:`PredictResult.as_dict` is the documented JSON: the prediction's fields
 (``step_time_s, tflops_per_gpu, mfu, breakdown, flops_per_step, microbatches, vpp, schedule, mode,
-eta, stage_layers, pipeline_method, notes``), ``memory`` (:func:`modelcut.core.memory.memory_report`,
+eta, stage_layers, pipeline_method, device_busy_s, notes``), ``memory`` (:func:`modelcut.core.memory.memory_report`,
 or ``{"error": ...}`` where the memory model cannot describe the layout), and, when asked for,
 ``published`` (the catalog run's figure beside the prediction) and ``budget``.
 """

@@ -146,6 +146,9 @@ class PredictResponse(BaseModel):
     eta: float
     stage_layers: list[int]
     pipeline_method: str
+    device_busy_s: list[float] = Field(description="each pipeline device's op time over the step (default mode "
+                                                   "with a pipeline; empty otherwise): the busiest sets the "
+                                                   "schedule's pace")
     notes: list[str]
     layout: dict[str, Any] = Field(description="the layout as timed, what the run left open filled as its stack "
                                                "runs it: tp, cp, pp, dp, ep, etp, vpp, schedule, zero, "

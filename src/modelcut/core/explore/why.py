@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..costs.context import cp_form_label
+from ..step.balance import Balance, pipeline_balance
 
 BREAKDOWN_TERMS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "a2a_s")
 MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes")
@@ -18,11 +19,19 @@ def recompute_label(d: dict[str, Any]) -> str:
     return f"{d['recompute']} {n}" if n else d["recompute"]
 
 
+def _balance(e) -> Balance | None:
+    """An evaluated layout's uneven pipeline (:func:`..step.balance.pipeline_balance`), if any."""
+    p = e.prediction
+    return None if p is None else pipeline_balance(p.plan, p.device_busy_s)
+
+
 def why(best, other) -> dict[str, Any]:
     """Why ``best`` beats ``other``: the knobs that differ (the recomputation with its count,
     :func:`recompute_label`; the context-parallel form with its groups,
-    :func:`..costs.context.cp_form_label`), and the
-    time and memory terms in order of how much they differ (other − best)."""
+    :func:`..costs.context.cp_form_label`), the
+    time and memory terms in order of how much they differ (other − best), and ``pipeline``:
+    ``other``'s busiest pipeline device where its load is uneven and more so than ``best``'s
+    (:class:`..step.balance.Balance`; None otherwise)."""
     a, b = best.as_dict(), other.as_dict()
     a["recompute"], b["recompute"] = recompute_label(a), recompute_label(b)
     a["cp_kind"], b["cp_kind"] = cp_form_label(a["cp_kind"], a["cp_a2a"]), cp_form_label(b["cp_kind"], b["cp_a2a"])
@@ -43,5 +52,7 @@ def why(best, other) -> dict[str, Any]:
         x, y = getattr(pa, k), getattr(pb, k)
         mem_terms.append((k, x, y, y - x))
     mem_terms.sort(key=lambda t: -abs(t[3]))
+    ub, uo = _balance(best), _balance(other)
+    pipeline = uo if uo is not None and (ub is None or uo.excess > ub.excess) else None
     return {"knobs": knobs, "step_time_s": (best.step_time_s, other.step_time_s),
-            "time_terms": time_terms, "memory_terms": mem_terms}
+            "time_terms": time_terms, "memory_terms": mem_terms, "pipeline": pipeline}

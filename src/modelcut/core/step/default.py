@@ -43,6 +43,7 @@ from ..plan import PipelinePlan
 from ..sim import registry
 from ..sim.engine import Timing, simulate
 from ..specs import Hardware, Run
+from .balance import pipeline_balance
 from .checks import check_run
 from .data_parallel import device_ends
 from .frameworks import Framework
@@ -104,10 +105,11 @@ def _overlapped_unit(durations: list[tuple[float, float, float]], a2a_fb: list[t
     return unit
 
 
-def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: list[str]) -> DefaultBreakdown:
+def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends,
+               notes: list[str]) -> tuple[DefaultBreakdown, tuple[float, ...]]:
     """The busiest device's terms (the most op time; with uneven stages, e.g. an MoE model's dense
     first layers, the device that ends last may be a light one that mostly waits); its idle time
-    until the step ends is the bubble."""
+    until the step ends is the bubble. Also each device's op time (:mod:`.balance`)."""
     step_ends = [e.end for e in ends]
     if unit is None:    # a device's busy time is its ops' durations
         busy = [plan.passes * sum(sum(costs.durations[st.index]) for st in plan.on_device(d)) for d in range(plan.p)]
@@ -128,7 +130,7 @@ def _breakdown(plan: PipelinePlan, trace, costs: StageCosts, unit, ends, notes: 
     bd = DefaultBreakdown(compute_s=sums[0], tp_s=sums[1], cp_s=sums[2], p2p_s=sums[4], bubble_s=0.0,
                           dp_s=ends[crit].exposed + sums[5], a2a_s=max(sums[3] - hidden, 0.0), optimizer_s=ends[crit].optimizer)
     bd.bubble_s = max(max(step_ends) - bd.total_s, 0.0)
-    return bd
+    return bd, tuple(float(b) for b in busy)
 
 
 def reported_step_flops(run: Run, plan: PipelinePlan, selective: str = "attention") -> float:
@@ -149,10 +151,11 @@ def reported_step_flops(run: Run, plan: PipelinePlan, selective: str = "attentio
 
 def _finish(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, T: float, bd: DefaultBreakdown,
             plan: PipelinePlan, notes: list[str], stage_layers: tuple[int, ...],
-            segments: tuple[list, list] | None = None) -> Prediction:
+            segments: tuple[list, list] | None = None, busy: tuple[float, ...] = ()) -> Prediction:
     """The step of ``flushes`` schedule runs (:func:`..plan.flushes`), each timed as ``T`` with its
     breakdown ``bd``: every term repeats with each run, the optimizer steps once. ``segments``:
-    one run's timeline and its optimizer steps (:mod:`.timeline`), repeated as the step is."""
+    one run's timeline and its optimizer steps (:mod:`.timeline`), repeated as the step is;
+    ``busy``: one run's op time on each pipeline device, repeated too."""
     tr = run.training
     f = plans.flushes(run.layout, tr)
     line = repeated(segments[0], f, T - bd.optimizer_s, segments[1]) if segments is not None else ()
@@ -168,7 +171,8 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, T: fl
     return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=work / (n * T * mfu_peak(hw, tr)),
                       breakdown=bd, flops_per_step=F, microbatches=plan.m, vpp=plan.v, schedule=plan.name,
                       notes=notes, mode="default", eta=eff.gemm, stage_layers=stage_layers,
-                      pipeline_method="simulation", plan=plan, flushes=f, timeline=line)
+                      pipeline_method="simulation", plan=plan, flushes=f, timeline=line,
+                      device_busy_s=tuple(f * b for b in busy))
 
 
 def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timeline: bool = False) -> Prediction:
@@ -235,13 +239,16 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
     else:
         trace = simulate(sched, Timing(stage_durations=costs.durations, p2p=p2p, overlap=unit), validate=False)
     ends = device_ends(run, hw, eff, framework, plan, trace, bw)
-    bd = _breakdown(plan, trace, costs, unit, ends, notes)
+    bd, busy = _breakdown(plan, trace, costs, unit, ends, notes)
     if len(set(plan.layers)) > 1:
         notes.append(f"uneven stages: {min(plan.layers)} to {max(plan.layers)} layers per chunk")
+    uneven = pipeline_balance(plan, busy)
+    if uneven is not None:
+        notes.append(uneven.sentence())
     segs = None
     if timeline:
         lasts = [e.end - e.exposed - e.optimizer for e in ends]
         segs = (pipeline_segments(sched.orders, trace.starts, trace.ends,
                                   [(last, e.exposed) for last, e in zip(lasts, ends)]),
                 [optimizer_segment(device_track(d), e.end - e.optimizer, e.optimizer) for d, e in enumerate(ends)])
-    return _finish(full, hw, eff, framework, max(e.end for e in ends), bd, plan, notes, plan.layers, segs)
+    return _finish(full, hw, eff, framework, max(e.end for e in ends), bd, plan, notes, plan.layers, segs, busy)

@@ -50,7 +50,9 @@ class Prediction:
     (eq. 3 of Narayanan et al. 2021 with full recomputation, PaLM's 6N + 12·l·s·d otherwise, the
     deck's count) over n·T. ``mfu``: the seed's, that count over n·T·peak; the default model's, the
     work it times, :func:`..costs.flops.causal_model_flops` (causal attention, no recomputation),
-    over n·T·peak, never above 1."""
+    over n·T·peak, never above 1. ``device_busy_s``: each pipeline device's op time over the step
+    (the default model with a pipeline; empty otherwise): the busiest sets the schedule's pace
+    (:func:`.balance.pipeline_balance`)."""
 
     step_time_s: float
     tflops_per_gpu: float
@@ -68,11 +70,13 @@ class Prediction:
     plan: PipelinePlan | None = field(default=None, repr=False, compare=False)
     flushes: int = 1            # pipeline schedule runs per step, each of ``microbatches``
     timeline: tuple = field(default=(), repr=False, compare=False)   # :class:`.timeline.Segment` s, when asked
+    device_busy_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("step_time_s", "tflops_per_gpu", "mfu", "flops_per_step", "eta"):
             setattr(self, name, float(getattr(self, name)))
         self.microbatches, self.vpp, self.flushes = int(self.microbatches), int(self.vpp), int(self.flushes)
+        self.device_busy_s = tuple(float(b) for b in self.device_busy_s)
 
     def as_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu,
@@ -80,4 +84,5 @@ class Prediction:
                 "microbatches": self.microbatches, "flushes": self.flushes, "vpp": self.vpp,
                 "schedule": self.schedule,
                 "mode": self.mode, "eta": self.eta, "stage_layers": list(self.stage_layers),
-                "pipeline_method": self.pipeline_method, "notes": list(self.notes)}
+                "pipeline_method": self.pipeline_method, "device_busy_s": list(self.device_busy_s),
+                "notes": list(self.notes)}

@@ -283,8 +283,11 @@
       if (gap <= 1e-9 * Math.max(1, w.step_time_s[0])) {
         el.append(h('br'), `It ties with ${other} on step time and needs less memory.`);
       } else {
+        const u = w.pipeline;
         el.append(h('br'), `It beats ${other} by ${seconds(gap)} per step`
-          + (terms.length ? `; the runner-up spends ${terms.join(' and ')}.` : '.'));
+          + (terms.length ? `; the runner-up spends ${terms.join(' and ')}` : '')
+          + (u ? `; its pipeline rank ${u.device} works ${seconds(u.busy_s)} against ${seconds(u.mean_s)} `
+            + `on the average rank (it holds ${u.holds})` : '') + '.');
       }
     }
   }
