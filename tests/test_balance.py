@@ -80,3 +80,13 @@ def test_explorer_why_names_the_uneven_rank(capsys):
     assert f"its pipeline rank 7 works {u['busy_s']:.3f} s" in out["check"]["why"]["text"]
     w = {"knobs": {}, "step_time_s": (1.0, 1.0), "time_terms": [], "memory_terms": [], "pipeline": None}
     assert "pipeline rank" not in why_text(w)
+
+
+def test_run_all_row_names_the_uneven_rank():
+    """``explore --run all``'s row for a published layout with an uneven pipeline carries its busiest
+    rank (Megatron-Bridge's Llama 3 70B on 64 H100: the last of 8 ranks holds the output layer and
+    loss beside its 10 layers)."""
+    from modelcut.service.explore import catalog_request, check_row, run_explore
+    row = check_row(run_explore(catalog_request("mbridge2511-llama3-70b-64", "default", 1)))
+    u = row["pipeline"]
+    assert u["device"] == 7 and "output layer and loss" in u["holds"] and u["busy_s"] > 1.05 * u["mean_s"]

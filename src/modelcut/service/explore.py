@@ -634,17 +634,21 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
 
 def check_row(res: ExploreResult) -> dict[str, Any]:
     """One line of the catalog table (``modelcut explore --run all``): the published layout's rank
-    and gap to the best, the best layout, and the time term that differs most between them."""
+    and gap to the best, the best layout, the time term that differs most between them, and
+    ``pipeline``: the published layout's busiest pipeline rank where its load is uneven
+    (:func:`balance_json`; None otherwise)."""
     ans = res.check_answer() or {}
     best = res.layouts[0] if res.layouts else None
     row: dict[str, Any] = {"framework": res.framework.name if res.framework else None, "rank": ans.get("rank"),
                            "ratio_to_best": ans.get("ratio_to_best"), "text": ans.get("text"),
-                           "best": layout_json(best, 1) if best is not None else None, "term": None}
+                           "best": layout_json(best, 1) if best is not None else None, "term": None,
+                           "pipeline": None}
     if ans.get("why"):
         terms = ans["why"]["time_terms"]
         if terms:
             t = terms[0]
             row["term"] = {"term": t["term"], "difference_s": t["difference"]}
+        row["pipeline"] = ans["why"].get("pipeline")
     return row
 
 
