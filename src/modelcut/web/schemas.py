@@ -147,7 +147,8 @@ class PredictResponse(BaseModel):
     stage_layers: list[int]
     pipeline_method: str
     device_busy_s: list[float] = Field(description="each pipeline device's op time over the step (default mode "
-                                                   "with a pipeline; empty otherwise): the busiest sets the "
+                                                   "with a pipeline, one entry without; empty in the seed mode "
+                                                   "and for ZeRO-3 without a pipeline): the busiest sets the "
                                                    "schedule's pace")
     notes: list[str]
     layout: dict[str, Any] = Field(description="the layout as timed, what the run left open filled as its stack "

@@ -51,7 +51,7 @@ class Prediction:
     deck's count) over n·T. ``mfu``: the seed's, that count over n·T·peak; the default model's, the
     work it times, :func:`..costs.flops.causal_model_flops` (causal attention, no recomputation),
     over n·T·peak, never above 1. ``device_busy_s``: each pipeline device's op time over the step
-    (the default model with a pipeline; empty otherwise): the busiest sets the schedule's pace
+    (the default model: one entry a pipeline device, one without a pipeline; empty in the seed mode and for ZeRO-3 without a pipeline): the busiest sets the schedule's pace
     (:func:`.balance.pipeline_balance`)."""
 
     step_time_s: float
