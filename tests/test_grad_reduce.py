@@ -220,3 +220,32 @@ def test_several_precisions_reduce_16_bit_in_each_ones_type(capsys):
                  "--global-batch-tokens", "512K", "--precision", "bf16,fp16", "--grad-reduce", "bf16", "--top", "1",
                  "--json"]) == 0
     assert [s["grad_reduce"] for s in json.loads(capsys.readouterr().out)["searches"]] == ["bf16", "fp16"]
+
+
+def test_fsdp1_readies_each_gradient_before_its_reduction():
+    """FSDP1 (llm-foundry) casts each unsharded bf16 gradient to the reduce type where it differs
+    and divides it in place before the collective (torch 2.13 _post_backward_hook, _reduce_grad):
+    14 bytes a parameter into fp32, 4 in bf16, nothing for one rank. Charged on the communication
+    stream, it slows a step by at most those bytes at HBM speed, and only the FSDP1 stack pays."""
+    from dataclasses import replace as _replace
+    from modelcut.core.costs.kernels import mem_time
+    from modelcut.core.costs.residency import fsdp1_reduce_prep_bytes
+    from pathlib import Path
+    from modelcut.core.step.default import predict as step
+    from modelcut.service.predict import efficiency_for
+    from modelcut.service.runfile import load_run_with_settings
+    assert fsdp1_reduce_prep_bytes(10.0, 2, 4, 8) == 140.0
+    assert fsdp1_reduce_prep_bytes(10.0, 2, 2, 2) == 40.0
+    assert fsdp1_reduce_prep_bytes(10.0, 2, 4, 1) == 0.0
+    assert catalog.framework("llm-foundry").fsdp1_reduce
+    assert not catalog.framework("fsdp").fsdp1_reduce and not catalog.framework("fsdp-compile").fsdp1_reduce
+    run, _ = load_run_with_settings(Path(__file__).parent / "data" / "mpt-13b-llm-foundry.toml")
+    hw = catalog.hardware(run.gpu)
+    eff = efficiency_for(hw)
+    fw = catalog.framework("llm-foundry")
+    for b, kind in ((2, "bf16"), (4, "fp32")):
+        r = _replace(run, training=_replace(run.training, grad_reduce=kind))
+        on = step(r, hw, eff, fw)
+        off = step(r, hw, eff, _replace(fw, fsdp1_reduce=False))
+        prep = mem_time(fsdp1_reduce_prep_bytes(13e9, 2, b, 256) * 1.01, hw, eff)   # MPT-13B's ~13e9 weights
+        assert 0 < on.step_time_s - off.step_time_s <= prep

@@ -41,6 +41,20 @@ gathered bytes read and written, :func:`copy_out_bytes`. Before a unit's reduce-
 (``foreach_reduce_scatter_copy_in``, ``chunk_cat``), still on the current stream; only then does the
 reduce-scatter stream wait for it: each gradient read in its own dtype and written in the reduce
 dtype, :func:`copy_in_bytes`. ``Framework.fsdp2_copies`` says which stacks run it.
+
+**FSDP1's reduction.** PyTorch's ``FullyShardedDataParallel`` (FSDP1) takes the all-gather in place
+(its flat parameter) and reduces from the flat gradient, but readies that gradient first, on its
+post-backward stream, the stream its reduce-scatter (or all-reduce) is issued from (torch 2.13
+``torch/distributed/fsdp/_runtime_utils.py``). ``_post_backward_hook`` casts the unsharded gradient
+to the reduce dtype where it is computed in another (``flat_param.grad.to(handle._reduce_dtype)``:
+Composer's DEFAULT mixed precision, bf16 gradients reduced in fp32); ``_reduce_grad`` (and
+``_reduce_grad_no_shard``) then divide it in place by the pre-divide factor before the collective
+(``_div_if_needed(padded_unsharded_grad, state._gradient_predivide_factor)``), a factor above 1 for
+every group of two or more ranks (``_init_utils.py``: ``DefaultState._get_gradient_predivide_factor``
+of the data-parallel world size doubles while the size divides by it and exceeds it). So each
+reduction moves :func:`fsdp1_reduce_prep_bytes` through HBM ahead of its collective, on the
+communication stream. ``Framework.fsdp1_reduce`` says which stacks run it. (FSDP2 divides through
+NCCL's average for bf16 and fp32 and casts in its copy-in, above.)
 """
 
 from __future__ import annotations
@@ -138,6 +152,19 @@ def copy_out_bytes(gathered_bytes: float) -> float:
     if gathered_bytes < 0:
         raise ModelcutError(f"gathered bytes must be non-negative, got {gathered_bytes}")
     return 2.0 * gathered_bytes
+
+
+def fsdp1_reduce_prep_bytes(params: float, grad_bytes: int, reduce_bytes: int, ranks: int) -> float:
+    """HBM bytes FSDP1 moves to ready ``params`` unsharded gradient elements, computed in
+    ``grad_bytes`` each, for a reduction in ``reduce_bytes`` each over ``ranks`` ranks (module doc):
+    the cast where the types differ, params · (grad_bytes + reduce_bytes), then the in-place
+    pre-division, params · 2 · reduce_bytes; nothing for a group of one (no collective, a factor of 1)."""
+    if params < 0:
+        raise ModelcutError(f"parameters must be non-negative, got {params}")
+    if ranks < 2:
+        return 0.0
+    cast = grad_bytes + reduce_bytes if grad_bytes != reduce_bytes else 0
+    return params * (cast + 2 * reduce_bytes)
 
 
 def copy_in_bytes(params: float, grad_bytes: int, reduce_bytes: int) -> float:

@@ -161,6 +161,21 @@ def last_backwards(plan: PipelinePlan, trace: Trace) -> dict[int, tuple[float, f
     return out
 
 
+def fsdp1_prep_s(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, dense: float,
+                 expert: float = 0.0) -> float:
+    """Seconds FSDP1 spends readying ``dense`` (and routed ``expert``) unsharded gradient elements,
+    computed in the run's 16-bit type, for their reduction over the data-parallel group (dp·cp
+    ranks, FSDP1's world for its pre-divide factor), on the communication stream ahead of the
+    collective: :func:`..costs.residency.fsdp1_reduce_prep_bytes` at HBM speed; none unless the
+    stack reduces through FSDP1 (``fsdp1_reduce``)."""
+    if not framework.fsdp1_reduce:
+        return 0.0
+    ranks = run.layout.dp * run.layout.cp
+    n = (residency.fsdp1_reduce_prep_bytes(dense, BF16_BYTES, framework.grad_bytes, ranks)
+         + residency.fsdp1_reduce_prep_bytes(expert, BF16_BYTES, framework.expert_grad_b, ranks))
+    return mem_time(n, hw, eff) if n else 0.0
+
+
 def blocking_stage_reduce(run: Run, framework: Framework) -> bool:
     """Whether each pipeline stage's gradient reduce-scatter holds the compute stream: with a
     pipeline, sharded gradients (FSDP, ZeRO ≥ 2) and a stack that reduces them once a schedule run
@@ -196,7 +211,8 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner, framework.replica_reduce_stream)
 
     def reduce_time(dense: float, expert: float = 0.0) -> float:
-        return coll("reduce-scatter" if sharded else "all-reduce", dense * grad_b, expert * grad_e)
+        return (coll("reduce-scatter" if sharded else "all-reduce", dense * grad_b, expert * grad_e)
+                + fsdp1_prep_s(run, hw, eff, framework, dense, expert))
 
     tied_extra = 0.0
     if model.tied_embeddings and p > 1:   # the end stages' two copies of the word embeddings agree

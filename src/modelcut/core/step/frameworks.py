@@ -254,7 +254,10 @@ class Framework:
     ``sequence_parallel``: whether it cuts norms and dropouts over tp when the layout does not say
     (and tp > 1; :meth:`resolve`); ``fsdp2_copies``: under ZeRO-3 the stack is PyTorch's FSDP2,
     whose all-gather copy-out and reduce-scatter copy-in run on the compute stream
-    (:mod:`..costs.residency`, "FSDP2's copies"); ``replica_reduce_stream``: with hybrid sharding
+    (:mod:`..costs.residency`, "FSDP2's copies"); ``fsdp1_reduce``: the stack reduces gradients
+    through PyTorch FSDP1's post-backward hook, which casts each unsharded gradient to the reduce
+    type and divides it in place ahead of the collective, on the communication stream
+    (:mod:`..costs.residency`, "FSDP1's reduction"); ``replica_reduce_stream``: with hybrid sharding
     the replicas' all-reduce of a unit's gradient shard runs on a stream of its own, beside the next
     unit's reduce-scatter (PyTorch FSDP; :func:`.data_parallel.dp_collective`); ``default_etp``: the routed experts' tensor
     parallelism when an MoE layout with tp > 1 names none (None: tp, Megatron-core's default;
@@ -303,6 +306,7 @@ class Framework:
     pipeline_grad_sync: str = "microbatch"
     flat_grad_sync: str = "microbatch"
     fsdp2_copies: bool = False
+    fsdp1_reduce: bool = False
     replica_reduce_stream: bool = False
     default_etp: int | None = None
     source: str = ""

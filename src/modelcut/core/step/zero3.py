@@ -19,7 +19,7 @@ from .layers import LayerTime, PassTime, dense_linears
 from .timeline import stream_segments
 from .result import DefaultBreakdown
 from ..costs import fp8 as fp8_mod
-from .data_parallel import dp_collective, fsdp2_copies, run_residency
+from .data_parallel import dp_collective, fsdp1_prep_s, fsdp2_copies, run_residency
 from .stage_costs import Kernels, a2a_time, moe_a2a, not_recomputed
 from ..plan import PipelinePlan, Stage
 
@@ -58,7 +58,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
 
     def rs(params) -> float:
         a, b = split(params)
-        return coll("reduce-scatter", a * grad_b, b * grad_e)
+        return coll("reduce-scatter", a * grad_b, b * grad_e) + fsdp1_prep_s(run, hw, eff, fw, a, b)
 
     # FSDP2's copies on the compute stream (costs.residency, data_parallel.fsdp2_copies)
     resid = run_residency(run, fw, m)
