@@ -24,8 +24,9 @@ product at :data:`UNMEASURED_FRACTION` of its dense peak, times the shape's quan
 
 **Attention.** *Unfused* (Megatron-LM 2021-2022, ``megatron/model/transformer.py``
 ``CoreAttention``): QKᵀ and A·V as batched products over b·heads, the full s×s scores (no causal
-saving), Megatron's fused scale-mask-softmax (one read and one write of the scores) and a
-separate dropout (read, write, 1-byte mask). *Fused* (FlashAttention-2/3/4, cuDNN): no s×s
+saving), Megatron's fused scale-mask-softmax (one read and one write of the scores; its causal
+kernel reads each query's row only up to the query, the stack's ``causal_softmax_max_seq``:
+:func:`causal_softmax_rows`) and a separate dropout (read, write, 1-byte mask). *Fused* (FlashAttention-2/3/4, cuDNN): no s×s
 tensor in HBM; forward FLOPs 4·b·heads·s_q·s_k·d (× ½ causal), backward 2.5 × forward, at the
 kernel's measured TFLOP/s for its direction, mask, head dimension and sequence length
 (:class:`.tables.AttentionCurves`), with the wave quantization of b·heads·⌈s_q/128⌉ thread blocks
@@ -287,21 +288,40 @@ def _waves(blocks: float, sms: int | None) -> float:
     return blocks / (-(-blocks // sms) * sms)
 
 
-def _unfused(b: int, bh: int, s_q: int, s_k: int, d: int, dropout: bool, hw: Hardware, eff: Efficiency
-             ) -> AttentionTime:
+def causal_softmax_rows(s_q: int, s_k: int, bh: int, max_seq: int) -> float:
+    """The share of each score row Megatron-LM's causal softmax reads: (s + 1)/(2·s), the keys at or
+    before each query (the lower triangle with its diagonal), where its fused upper-triangular
+    kernel runs; 1 (the whole row) where it does not. The kernel loads a row's elements only up to
+    its query (``local_seq = blockIdx.x + 1``, ``batch_element_count = local_seq``) and writes the
+    whole row, zeros past the query (``copy_zero_vector``); its backward loads the output gradient
+    and the softmax output the same way and writes the whole row (Megatron-LM 0fa7175f09,
+    2021-03-19, and 7fccd6a17a, 2022-06-01: ``megatron/fused_kernels/scaled_upper_triang_masked_softmax.h``).
+    It runs for self-attention (s_q = s_k) with 16 < s_k ≤ ``max_seq`` (the kernel's
+    ``TORCH_INTERNAL_ASSERT(softmax_elements <= 2048)`` at both commits), s_q and b·heads multiples
+    of 4 (``megatron/model/fused_softmax.py`` ``FusedScaleMaskSoftmax``); ``max_seq`` 0: the stack
+    has no such kernel."""
+    if s_q == s_k and 16 < s_k <= max_seq and s_q % 4 == 0 and bh % 4 == 0:
+        return (s_k + 1) / (2 * s_k)
+    return 1.0
+
+
+def _unfused(b: int, bh: int, s_q: int, s_k: int, d: int, dropout: bool, hw: Hardware, eff: Efficiency,
+             rows: float = 1.0) -> AttentionTime:
     """Forward: S = QKᵀ (s_q×s_k×d), fused scale-mask-softmax, dropout, O = P·V (s_q×d×s_k);
-    backward: dP = dO·Vᵀ, dV = Pᵀ·dO, dropout backward, softmax backward, dQ = dS·K, dK = dSᵀ·Q."""
+    backward: dP = dO·Vᵀ, dV = Pᵀ·dO, dropout backward, softmax backward, dQ = dS·K, dK = dSᵀ·Q.
+    ``rows``: the share of each score row the softmax reads (:func:`causal_softmax_rows`); it
+    writes them whole."""
     qk = gemm_time(s_q, s_k, d, hw, eff, bh)
     av = gemm_time(s_q, d, s_k, hw, eff, bh)
     elems = bh * s_q * s_k
-    soft_f = mem_time(elems * 2 * BYTES, hw, eff)                           # read S, write P
+    soft_f = mem_time(elems * (rows + 1) * BYTES, hw, eff)                  # read S, write P
     drop_f = mem_time(elems * (2 * BYTES + 1), hw, eff) if dropout else 0.0  # read, write, mask
     d_p = gemm_time(s_q, s_k, d, hw, eff, bh)
     d_v = gemm_time(s_k, d, s_q, hw, eff, bh)
     d_q = gemm_time(s_q, d, s_k, hw, eff, bh)
     d_k = gemm_time(s_k, d, s_q, hw, eff, bh)
     drop_b = mem_time(elems * (2 * BYTES + 1), hw, eff) if dropout else 0.0
-    soft_b = mem_time(elems * 3 * BYTES, hw, eff)                           # read P, dP; write dS
+    soft_b = mem_time(elems * (2 * rows + 1) * BYTES, hw, eff)              # read P, dP; write dS
     fwd_math, bwd_math = qk + av, d_p + d_v + d_q + d_k
     return AttentionTime(fwd_math + soft_f + drop_f, bwd_math + drop_b + soft_b, fwd_math, bwd_math,
                          4.0 * bh * s_q * s_k * d)
@@ -343,18 +363,22 @@ def window_tile_share(s: int, window: int | None, tile: int = ATTENTION_TILE) ->
 
 
 def attention_time(kind: str, b: int, heads: int, s_q: int, s_k: int, d: int, causal: bool,
-                   dropout: bool, hw: Hardware, eff: Efficiency, window: int | None = None) -> AttentionTime:
+                   dropout: bool, hw: Hardware, eff: Efficiency, window: int | None = None,
+                   softmax_max_seq: int = 0) -> AttentionTime:
     """Attention core of ``heads`` local heads of width ``d``, ``s_q`` queries against ``s_k``
     keys, ``b`` sequences (module doc for each ``kind``). With a causal sliding ``window`` a
     kernel that skips the masked blocks (:data:`WINDOW_SKIPPING`) does :func:`window_tile_share`
-    of the causal work; the others the whole causal attention."""
+    of the causal work; the others the whole causal attention. ``softmax_max_seq``: the longest
+    keys the stack's fused causal softmax takes, for the unfused path (:func:`causal_softmax_rows`;
+    0, none)."""
     if kind not in ATTENTION_KINDS:
         raise ModelcutError(f"attention kind must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
     if min(b, heads, s_q, s_k, d) < 1:
         raise ModelcutError("attention sizes must be positive")
     bh = b * heads
     if kind == "unfused":
-        return _unfused(b, bh, s_q, s_k, d, dropout, hw, eff)
+        rows = causal_softmax_rows(s_q, s_k, bh, softmax_max_seq) if causal else 1.0
+        return _unfused(b, bh, s_q, s_k, d, dropout, hw, eff, rows)
     share = window_tile_share(s_k, window) if causal and kind in WINDOW_SKIPPING and s_q == s_k else 1.0
     # a windowed query block runs as few key blocks as a causal attention of length s_eq does on
     # average, (s_eq/tile + 1)/2 of them: the kernel's measured rate at that length

@@ -257,7 +257,10 @@ class Framework:
     (:mod:`..costs.residency`, "FSDP2's copies"); ``fsdp1_reduce``: the stack reduces gradients
     through PyTorch FSDP1's post-backward hook, which casts each unsharded gradient to the reduce
     type and divides it in place ahead of the collective, on the communication stream
-    (:mod:`..costs.residency`, "FSDP1's reduction"); ``replica_reduce_stream``: with hybrid sharding
+    (:mod:`..costs.residency`, "FSDP1's reduction"); ``causal_softmax_max_seq``: the longest key
+    sequence the stack's fused causal softmax takes on its unfused attention path, which reads each
+    score row only up to its query (:func:`..costs.kernels.causal_softmax_rows`; 0: no such kernel,
+    the whole row); ``replica_reduce_stream``: with hybrid sharding
     the replicas' all-reduce of a unit's gradient shard runs on a stream of its own, beside the next
     unit's reduce-scatter (PyTorch FSDP; :func:`.data_parallel.dp_collective`); ``default_etp``: the routed experts' tensor
     parallelism when an MoE layout with tp > 1 names none (None: tp, Megatron-core's default;
@@ -307,6 +310,7 @@ class Framework:
     flat_grad_sync: str = "microbatch"
     fsdp2_copies: bool = False
     fsdp1_reduce: bool = False
+    causal_softmax_max_seq: int = 0
     replica_reduce_stream: bool = False
     default_etp: int | None = None
     source: str = ""

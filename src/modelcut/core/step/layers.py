@@ -233,6 +233,7 @@ class LayerSetup:
     cp_impl: str = "transformer-engine"  # whose context parallelism (:data:`..costs.context.CP_IMPLS`)
     compiled: bool = False            # the stack compiles its blocks (TorchInductor fuses elementwise chains)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # selective's modules (module doc)
+    causal_softmax_max_seq: int = 0   # the stack's fused causal softmax, unfused path (kernels.causal_softmax_rows)
 
     def __post_init__(self) -> None:
         if self.cross_entropy not in CE_BYTES:
@@ -632,10 +633,10 @@ def _chunked_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: E
     q, r = divmod(s, c) if c < s else (1, 0)
     c = min(c, s)
     parts = [attention_time(setup.attention, setup.micro_batch * q, model.heads // setup.tp, c, c, model.d_head,
-                            True, model.dropout, hw, eff)]
+                            True, model.dropout, hw, eff, softmax_max_seq=setup.causal_softmax_max_seq)]
     if r:
         parts.append(attention_time(setup.attention, setup.micro_batch, model.heads // setup.tp, r, r, model.d_head,
-                                    True, model.dropout, hw, eff))
+                                    True, model.dropout, hw, eff, softmax_max_seq=setup.causal_softmax_max_seq))
     return AttentionTime(*[sum(v) / setup.cp for v in zip(*(_fields(a) for a in parts))])
 
 
@@ -657,11 +658,13 @@ def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effi
         args = (setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head, True,
                 model.dropout, hw, eff)
     kinds = flops.attention_layer_kinds(model)
+    fused_softmax = setup.causal_softmax_max_seq
     if len(kinds) == 1 and kinds[0][1] is None and kinds[0][2] is None:
-        return attention_time(*args)
+        return attention_time(*args, softmax_max_seq=fused_softmax)
     mix = [0.0] * 5
     for n, window, chunk in kinds:
-        a = _chunked_attention(model, setup, hw, eff) if chunk is not None else attention_time(*args, window=window)
+        a = (_chunked_attention(model, setup, hw, eff) if chunk is not None
+             else attention_time(*args, window=window, softmax_max_seq=fused_softmax))
         mix = [acc + n / model.layers * v for acc, v in zip(mix, _fields(a))]
     return AttentionTime(*mix)
 
