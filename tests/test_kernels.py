@@ -182,3 +182,28 @@ def test_the_fp8_ratio_the_docs_quote_is_the_b200_tables():
     assert ratio[256] == pytest.approx(1.0, abs=0.05)
     assert ratio[2048] == pytest.approx(1.45, abs=0.01)
     assert ratio[4096] == pytest.approx(1.95, abs=0.01)
+
+
+def test_megatron_causal_softmax_reads_the_lower_triangle():
+    """Megatron-LM's fused causal softmax (its unfused attention path) reads each score row up to the
+    query, (s + 1)/(2s) of it, within its limits (16 < s <= 2048, s and b·heads multiples of 4), else
+    the whole row; its unfused attention is then faster, by the softmax bytes alone."""
+    from modelcut import catalog
+    from modelcut.core.costs.kernels import Efficiency, attention_time, causal_softmax_rows
+    assert causal_softmax_rows(2048, 2048, 32, 2048) == (2048 + 1) / 4096
+    assert causal_softmax_rows(4096, 4096, 32, 2048) == 1.0      # past the kernel's limit
+    assert causal_softmax_rows(2048, 2048, 30, 2048) == 1.0      # b·heads not a multiple of 4
+    assert causal_softmax_rows(1024, 2048, 32, 2048) == 1.0      # not self-attention
+    assert causal_softmax_rows(2048, 2048, 32, 0) == 1.0         # a stack without the kernel
+    for name in ("megatron-2021", "megatron-2021-torch-ddp", "megatron-2022", "megatron-deepspeed",
+                 "megatron-deepspeed-2022"):
+        assert catalog.framework(name).causal_softmax_max_seq == 2048
+    assert catalog.framework("fsdp").causal_softmax_max_seq == 0
+    hw, eff = catalog.hardware("a100"), Efficiency(0.86, 0.8, 1.0)
+    whole = attention_time("unfused", 1, 32, 2048, 2048, 128, True, True, hw, eff)
+    rows = attention_time("unfused", 1, 32, 2048, 2048, 128, True, True, hw, eff, softmax_max_seq=2048)
+    assert rows.fwd < whole.fwd and rows.bwd < whole.bwd
+    assert rows.fwd_math == whole.fwd_math and rows.bwd_math == whole.bwd_math     # the products alike
+    # not causal: the whole row either way
+    nc = attention_time("unfused", 1, 32, 2048, 2048, 128, False, True, hw, eff, softmax_max_seq=2048)
+    assert nc.fwd == attention_time("unfused", 1, 32, 2048, 2048, 128, False, True, hw, eff).fwd
