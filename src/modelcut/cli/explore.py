@@ -366,7 +366,7 @@ def show_runs(run_id: str, mode: str, top: int, as_json: bool, emit: str | None,
         term, u = row["term"], row["pipeline"]
         t.add_row(rid, pub, str(row["rank"]), f"{(row['ratio_to_best'] - 1) * 100:+.1f} %", _shape(res.layouts[0]),
                   (f"{TERMS.get(term['term'], term['term'])} {term['difference_s']:+.2f} s" if term else "")
-                  + (f"; rank {u['device']} +{(u['busy_s'] / u['mean_s'] - 1) * 100:.0f} %" if u else ""))
+                  + (f"; rank {u['device']} +{u['excess'] * 100:.0f} %" if u else ""))
     con.print(t)
     for line in notes:
         con.print(line, soft_wrap=True, markup=False, highlight=False)

@@ -9,7 +9,7 @@ each {rank, step_time_s, peak_bytes}), ``notes``, ``layouts`` (the fastest ``top
 ``rank``, knobs, step time, throughput, breakdown, memory, ``microbatches`` and ``stage_layers``),
 ``why`` (the best against the runner-up: ``knobs``, ``step_time_s``, ``time_terms`` and
 ``memory_terms`` as {term, best, runner_up, difference}, ``pipeline``: the runner-up's busiest
-pipeline rank where its load is uneven, {device, busy_s, mean_s, holds}, else null; ``text``) and,
+pipeline rank where its load is uneven, {device, busy_s, mean_s, excess, holds}, else null; ``text``) and,
 with a ``check``: the
 best layout matching it, its ``rank`` and ``ratio_to_best``, ``why`` (the best against it), or,
 where none is ranked, ``rule`` (the stack's rule its layouts break: framework, rule, message,
@@ -165,8 +165,9 @@ def why_json(w: dict, a: str = "#1", b: str = "#2") -> dict[str, Any]:
 
 def balance_json(u) -> dict[str, Any] | None:
     """An uneven pipeline (:class:`..core.step.balance.Balance`) as JSON: the busiest ``device``, its
-    ``busy_s``, the ranks' ``mean_s``, and what it ``holds``."""
-    return None if u is None else {"device": u.device, "busy_s": u.busy_s, "mean_s": u.mean_s, "holds": u.holds}
+    ``busy_s``, the ranks' ``mean_s``, its ``excess`` over the mean (a fraction), and what it ``holds``."""
+    return None if u is None else {"device": u.device, "busy_s": u.busy_s, "mean_s": u.mean_s, "excess": u.excess,
+                                   "holds": u.holds}
 
 
 def layout_json(e: Evaluated, rank: int) -> dict[str, Any]:
