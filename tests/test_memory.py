@@ -251,11 +251,30 @@ def test_full_recomputation_keeps_one_layer_working_set():
 
 
 def test_buffers_are_reported_apart():
+    """The allowance is the fixed bytes plus the fragmentation share of what the step allocates
+    and frees: the activations, not the weights, gradients and optimizer states it holds."""
     opts = MemoryOptions(buffer_fixed_bytes=1e9, fragmentation=0.1)
     s = stage_memory(make_run(gpt(4, 512, 8)), options=opts)[0]
     tensors = s.weights_bytes + s.gradients_bytes + s.optimizer_bytes + s.activations_bytes
-    assert s.buffers_bytes == pytest.approx(1e9 + 0.1 * tensors)
+    assert s.buffers_bytes == pytest.approx(1e9 + 0.1 * s.activations_bytes)
     assert s.total_bytes == pytest.approx(tensors + s.buffers_bytes)
+
+
+def test_fragmentation_counts_zero3_gathers_not_the_held_states():
+    """Under ZeRO-3 the gathered 16-bit weights are allocated and freed layer by layer, so the
+    fragmentation share counts them beside the activations; the shards held stay out. Doubling
+    the data-parallel group halves the held shards and leaves the gathers and the allowance."""
+    opts = MemoryOptions(buffer_fixed_bytes=0.0, fragmentation=0.1)
+    m = gpt(8, 1024, 16)
+    a, b = (stage_memory(make_run(m, dp=d, zero=3, gb=d), options=opts)[0] for d in (2, 4))
+    assert a.activations_bytes == pytest.approx(b.activations_bytes)
+    assert a.buffers_bytes == pytest.approx(b.buffers_bytes)
+    assert a.buffers_bytes > 0.1 * a.activations_bytes * 1.01       # the gathered copy is counted
+    assert a.weights_bytes > b.weights_bytes
+    # the fast path the explorer takes gives the same totals
+    run = make_run(m, dp=2, zero=3, gb=2)
+    assert variant_peaks(run, memory_plan(run, opts), [("none", 3)], options=opts)[("none", 3)] == \
+        pytest.approx(a.total_bytes)
 
 
 def test_memory_report_is_json():

@@ -37,7 +37,8 @@ class MemoryOptions:
     0.5–1 GiB on current GPUs) and NCCL communicator buffers (NCCL_BUFFSIZE, 4 MiB, per
     channel and peer, over the tp, cp, pp and dp communicators): 2 GiB in all, an allowance,
     not a measurement. ``fragmentation``: the caching allocator's reserved-but-unused share,
-    as a fraction of the tensors (5 %, an allowance). ``fp8``: FP8 weight copies (their own
+    as a fraction of the bytes the step allocates and frees, the activations and ZeRO-3's
+    gathered weights (5 %, an allowance; :func:`_total`). ``fp8``: FP8 weight copies (their own
     line, :func:`..costs.fp8.weight_copy_bytes` per linear parameter held unsharded) and linear
     inputs kept in FP8.
     ``reshard_with_pipeline``/``pipeline_grad_sync``/``flat_grad_sync``: the stack's resharding with a
@@ -165,8 +166,14 @@ def state_bytes(params: float, expert_params: float, zero: int, d: int, de: int,
         return w, g, o
     dense_g = whole_grad_bytes if whole_grad_bytes is not None and zero >= 2 and not g_shard else grad_bytes
     a, b = one(params, d, dense_g), one(expert_params, de, grad_bytes)
-    w = a[0] + b[0] + (WEIGHT_BYTES * gathered_params if zero >= 3 else 0.0)
+    w = a[0] + b[0] + gathered_bytes(zero, gathered_params)
     return w, a[1] + b[1], a[2] + b[2]
+
+
+def gathered_bytes(zero: int, gathered_params: float) -> float:
+    """Bytes of ZeRO-3's gathered 16-bit copy of ``gathered_params`` parameters (none below
+    ZeRO-3)."""
+    return WEIGHT_BYTES * gathered_params if zero >= 3 else 0.0
 
 
 def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute: str,
@@ -275,8 +282,10 @@ def _fp8_copies(run: Run, options: MemoryOptions, params, zero: int, plan: Pipel
 
 
 def _states(run: Run, options: MemoryOptions, params, zero: int, plan: PipelinePlan) -> np.ndarray:
-    """Per device: (weights, gradients, optimizer) bytes under a ZeRO stage, what is resident as
-    :func:`..costs.residency.residency` says (the rule the step time reads)."""
+    """Per device: (weights, gradients, optimizer, gathered) bytes under a ZeRO stage, what is
+    resident as :func:`..costs.residency.residency` says (the rule the step time reads); the
+    weights include ZeRO-3's gathered copy, and ``gathered`` repeats it apart (the weights the step
+    gathers and frees, which :func:`_total`'s fragmentation counts)."""
     d, de = shard_groups(run)
     res = options.residency(zero, plan.p, plan.m)
     rows = []
@@ -289,12 +298,22 @@ def _states(run: Run, options: MemoryOptions, params, zero: int, plan: PipelineP
         else:
             gathered = 0.0
         rows.append(state_bytes(dense, expert, zero, d, de, gathered, res.grads_sharded, options.grad_bytes,
-                                options.param_bytes, options.optimizer_bytes, options.whole_grad_bytes))
-    return np.array(rows).reshape(len(rows), 3)
+                                options.param_bytes, options.optimizer_bytes, options.whole_grad_bytes)
+                    + (gathered_bytes(zero, gathered),))
+    return np.array(rows).reshape(len(rows), 4)
 
 
-def _total(options: MemoryOptions, tensors: np.ndarray) -> np.ndarray:
-    return tensors + options.buffer_fixed_bytes + options.fragmentation * tensors
+def _total(options: MemoryOptions, tensors: np.ndarray, churned: np.ndarray) -> np.ndarray:
+    """Device bytes: the ``tensors``, the fixed allowance, and ``fragmentation`` times the bytes
+    the step allocates and frees (``churned``: the activations and ZeRO-3's gathered weights).
+    The weights, the gradients, the optimizer states and FP8 weight copies are allocated at the
+    same sizes step after step and held through it (gradients a stack sets to None come back at
+    the same sizes in the same order), so they leave no freed blocks of other sizes behind: the
+    caching allocator fragments where freed blocks cannot serve later requests of other sizes
+    (blocks of different segments never merge; a segment is its request rounded up to 2 MiB,
+    20 MiB between 1 and 10 MiB: E. Yang, "When does fragmentation occur in the CUDA caching
+    allocator?", pytorch/devlogs content/eager/2026-06-01-cuda-caching-allocator.md)."""
+    return tensors + options.buffer_fixed_bytes + options.fragmentation * churned
 
 
 def stage_memory(run: Run, hw: Hardware | None = None, *, options: MemoryOptions = DEFAULT_OPTIONS,
@@ -306,12 +325,13 @@ def stage_memory(run: Run, hw: Hardware | None = None, *, options: MemoryOptions
     plan = plan or memory_plan(run, options, vpp, schedule, stage_layers)
     acts, share = _activations(run, options, plan, run.training.recompute, cached)
     params = _device_params(run, plan)
-    states = _states(run, options, params, run.layout.zero_stage, plan)
+    states4 = _states(run, options, params, run.layout.zero_stage, plan)
+    states, gathered = states4[:, :3], states4[:, 3]
     copies = _fp8_copies(run, options, params, run.layout.zero_stage, plan)
     if options.fp8 is not None and options.fp8.param_gather:
         states[:, 0] += copies          # FP8 parameters: the FP8 weights are the weights
         copies = np.zeros_like(copies)
-    totals = _total(options, states.sum(axis=1) + copies + acts)
+    totals = _total(options, states.sum(axis=1) + copies + acts, acts + gathered)
     out = []
     for dev in range(plan.p):
         w, g, o = (float(x) for x in states[dev])
@@ -342,9 +362,9 @@ def variant_peaks(run: Run, plan: PipelinePlan, variants: list[tuple[str, int]],
     # each variant's own modules: none from the run the variants share
     bare = replace(run, training=replace(run.training, recompute_modules=None))
     acts = {r: _activations(bare, options, plan, r)[0] for r in {r for r, _ in variants}}
-    states = {z: _states(run, options, params, z, plan).sum(axis=1) + _fp8_copies(run, options, params, z, plan)
-              for z in {z for _, z in variants}}
-    return {(r, z): float(_total(options, acts[r] + states[z]).max()) for r, z in variants}
+    states = {z: _states(run, options, params, z, plan) for z in {z for _, z in variants}}
+    held = {z: st[:, :3].sum(axis=1) + _fp8_copies(run, options, params, z, plan) for z, st in states.items()}
+    return {(r, z): float(_total(options, acts[r] + held[z], acts[r] + states[z][:, 3]).max()) for r, z in variants}
 
 
 def peak_bytes(stages: list[StageMemory]) -> float:
