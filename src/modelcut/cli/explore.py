@@ -514,5 +514,5 @@ def show(res: ExploreResult) -> None:
     con.print(f"[dim]memory: FlashAttention {'on' if options.flash_attention else 'off'}, ZeRO-3 "
               f"{'reshards' if options.reshard_after_forward else 'keeps weights'} (with a pipeline: "
               f"{'as without' if options.reshard_with_pipeline is None else ('reshards' if options.reshard_with_pipeline else 'keeps them')}), "
-              f"buffers allowance {options.buffer_fixed_bytes / 2**30:.0f} GiB + {options.fragmentation:.0%}; "
+              f"buffers allowance {options.buffer_fixed_bytes / 2**30:.0f} GiB + {options.fragmentation:.0%} of the activations and gathers; "
               f"recomputation variants {', '.join(searched_recomputes(req))}[/dim]")

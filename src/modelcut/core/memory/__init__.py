@@ -113,7 +113,9 @@ instead (the layout's ``first_layers``/``last_layers``).
 
 **Framework buffers** are a stated allowance, reported apart: ``buffer_fixed_bytes`` for
 the CUDA context, cuBLAS/cuDNN workspaces and NCCL communicator buffers, and
-``fragmentation`` times the tensors above for the caching allocator's fragmentation.
+``fragmentation`` times what the step allocates and frees (the activations and ZeRO-3's
+gathered weights) for the caching allocator's fragmentation; the states held through the step
+leave no freed blocks to fragment (:func:`.stages._total`).
 """
 
 from .activations import (cp_kept_extra_bytes, cp_transient_bytes, embedding_activation_bytes,
