@@ -573,3 +573,37 @@ def test_megatron_lms_llama3_8b_fp8_example_fits_its_node(capsys):
     # the allowance still counts: the activations' 5 % and the fixed 2 GiB
     s = mem["stages"][0]
     assert s["buffers_bytes"] == pytest.approx(2 * 2**30 + 0.05 * s["activations_bytes"])
+
+
+def test_a_peak_over_only_by_the_allowance_says_the_tensors_fit(capsys):
+    """Where the counted tensors fit and the allowance (an estimate) takes the peak over, the
+    report says so (``tensors_fit``) and ``predict`` prints it beside "does not fit"; a peak
+    whose tensors alone are over says nothing of the kind."""
+    from dataclasses import replace
+    from modelcut.cli import main
+    hw = catalog.hardware("h100")
+    run = make_run(gpt(8, 1024, 16), dp=1, gb=1)
+    s = stage_memory(run)[0]
+    tensors = s.total_bytes - s.buffers_bytes
+    between = memory_report(run, replace(hw, mem_bytes=tensors + s.buffers_bytes / 2))
+    assert between["fits"] is False and between["tensors_fit"] is True
+    below = memory_report(run, replace(hw, mem_bytes=tensors * 0.99))
+    assert below["fits"] is False and below["tensors_fit"] is False
+    assert main(["predict", "--run", "deepseek-v3-2048"]) == 0
+    assert "the tensors alone fit" not in capsys.readouterr().out
+
+
+def test_predict_says_when_only_the_allowance_is_over(tmp_path, capsys):
+    """Megatron-LM's Llama 3 8B FP8 example at 8,704 tokens a sequence: its tensors fit the H100,
+    the 2 GiB and 5 % allowance takes it over, and the peak line says which."""
+    from pathlib import Path
+    from modelcut.cli import main
+    text = (Path(__file__).parent / "data" / "llama3-8b-megatron-fp8-8.toml").read_text()
+    f = tmp_path / "longer.toml"
+    f.write_text(text.replace("seq_len = 8192", "seq_len = 8704"))
+    assert main(["predict", str(f), "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)["memory"]
+    assert mem["fits"] is False and mem["tensors_fit"] is True
+    assert main(["predict", str(f)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "does not fit in 85.5 GB = 79.6 GiB; over by the buffers allowance, an estimate: the tensors alone fit" in out

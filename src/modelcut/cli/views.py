@@ -26,7 +26,9 @@ def extra_lines(result: PredictResult) -> list[str]:
         out.append(f"peak memory      {mem['peak_bytes'] / 1e9:.1f} GB ({mem['peak_bytes'] / 2**30:.1f} GiB) on pipeline "
                    f"rank {worst['stage']} "
                    f"({'fits' if mem.get('fits') else 'does not fit'} in {hw.mem_bytes / 1e9:.1f} GB = "
-                   f"{hw.mem_bytes / 2**30:.1f} GiB)")
+                   f"{hw.mem_bytes / 2**30:.1f} GiB"
+                   + ("; over by the buffers allowance, an estimate: the tensors alone fit"
+                      if not mem.get("fits") and mem.get("tensors_fit") else "") + ")")
     if pub is not None:
         figures = [f"{pub[k]:g}{unit}" for k, unit in (("published_step_time_s", " s a step"),
                                                         ("published_tflops", " TFLOP/s per GPU"),

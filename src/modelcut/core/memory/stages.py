@@ -455,8 +455,10 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
                   options: MemoryOptions = DEFAULT_OPTIONS, framework: Framework | None = None) -> dict[str, Any]:
     """The JSON piece for ``predict --json``: ``{"stages": [{"stage", "layers", "weights_bytes",
     "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "total_bytes",
-    ...}, ...], "peak_bytes", "assumptions", "capacity_bytes", "fits"}``, for ``plan`` (a
-    prediction's) under the ``framework`` it assumed (:func:`for_framework`)."""
+    ...}, ...], "peak_bytes", "assumptions", "capacity_bytes", "fits", "tensors_fit"}``, for
+    ``plan`` (a prediction's) under the ``framework`` it assumed (:func:`for_framework`);
+    ``tensors_fit``: every stage's tensors fit without the buffers allowance (where ``fits`` is
+    false, the allowance, an estimate, is what takes the peak over)."""
     fw_name = None
     if framework is not None:
         run, options = for_framework(run, framework, options, hw)
@@ -484,4 +486,7 @@ def memory_report(run: Run, hw: Hardware | None = None, *, plan: PipelinePlan | 
     if hw is not None:
         rep["capacity_bytes"] = hw.mem_bytes
         rep["fits"] = peak <= hw.mem_bytes
+        # over only by the allowance: the counted tensors of every stage fit, the estimate of the
+        # context, NCCL buffers and fragmentation (MemoryOptions) takes it over
+        rep["tensors_fit"] = max(s.total_bytes - s.buffers_bytes for s in stages) <= hw.mem_bytes
     return rep
