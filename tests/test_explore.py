@@ -618,3 +618,23 @@ def test_zero1_is_timed_beside_zero0_where_both_fit():
     assert (s.tp, s.cp, s.pp, s.dp, best.zero) == (8, 1, 1, 96, 1)
     plain = [e for e in res.exploration.layouts if e.structure == s and e.recompute == best.recompute and e.zero == 0]
     assert plain and all(e.step_time_s > best.step_time_s for e in plain)
+
+
+def test_catalog_search_times_the_published_layout_as_predict_does():
+    """``explore --run`` searches with the run's own loss kernel (NeMo 24.07's rows name Megatron-core's
+    unfused fp32 passes, not the nemo preset's fused loss), so the published layout, at the run's
+    micro-batch and interleaving, steps as ``predict --run`` says."""
+    from modelcut.service.explore import catalog_request, run_explore
+    from modelcut.service.predict import catalog_run
+    rid = "nemo2407-nemotron-340b-128"
+    req = catalog_request(rid, top=1)
+    _, run, _ = catalog_run(rid, "default")
+    assert run.training.cross_entropy == "fp32-passes" and req.space.cross_entropy == "fp32-passes"
+    best = run_explore(req).check_answer()["best"]
+    assert (best["micro_batch"], best["vpp"], best["recompute"]) == (1, 12, "none")
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["predict", "--run", rid, "--json"]) == 0
+    assert best["step_time_s"] == pytest.approx(json.loads(buf.getvalue())["step_time_s"], rel=1e-9)

@@ -266,7 +266,7 @@ class _Search:
                         sequence_parallel=self.sp_ok, precision=self.space.precision,
                         fp8_recipe=self.space.fp8_recipe, order=self.space.order, count=count,
                         grad_reduce=self.space.grad_reduce, fp8_param_gather=self.space.fp8_param_gather,
-                        attention=self.space.attention)
+                        attention=self.space.attention, cross_entropy=self.space.cross_entropy)
 
     def _peak(self, run: Run, plan: PipelinePlan, r: str, z: int) -> float:
         """One variant's peak bytes: the shared fast path, or from the full schedule (``cached=False``)."""

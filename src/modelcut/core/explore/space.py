@@ -41,6 +41,7 @@ class Space:
     grad_reduce: str | None = None            # the gradients' reduce type (None: the stack's; ..specs.GRAD_REDUCE_DTYPES)
     fp8_param_gather: bool | None = None      # with fp8: the weights kept and gathered in FP8 (None: the stack's)
     attention: str | None = None              # the attention kernel (None: the stack's; ..specs.ATTENTION_KINDS)
+    cross_entropy: str | None = None          # the loss's kernel (None: the stack's; ..specs.CROSS_ENTROPY_KINDS)
     order: tuple[str, ...] = DEFAULT_ORDER    # the rank order of every layout searched
     hybrid_shard: bool = True                 # also shard ZeRO's states within a node (node_shard)
     uneven_split: bool | None = None          # also a lighter last pipeline rank (..plan.lighter_last);
@@ -226,7 +227,7 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
              gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
              fp8_recipe: str | None = None, order: tuple[str, ...] = DEFAULT_ORDER,
              count: int = 1, grad_reduce: str | None = None, fp8_param_gather: bool | None = None,
-             attention: str | None = None) -> Run:
+             attention: str | None = None, cross_entropy: str | None = None) -> Run:
     """The run of one layout under a recomputation variant (:func:`..specs.recompute_variant`):
     sequence parallelism with t > 1 (where the stack has it,
     ``sequence_parallel``); the rank order ``order``, by default the layouts' default,
@@ -242,5 +243,5 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
                                          recompute=level, recompute_modules=modules, precision=precision,
                                          fp8_recipe=fp8_recipe, grad_reduce=grad_reduce,
                                          fp8_param_gather=fp8_param_gather, attention=attention,
-                                         **partial_training(recompute, count)),
+                                         cross_entropy=cross_entropy, **partial_training(recompute, count)),
                gpus_per_node=gpus_per_node)
