@@ -638,3 +638,16 @@ def test_catalog_search_times_the_published_layout_as_predict_does():
     with contextlib.redirect_stdout(buf):
         assert main(["predict", "--run", rid, "--json"]) == 0
     assert best["step_time_s"] == pytest.approx(json.loads(buf.getvalue())["step_time_s"], rel=1e-9)
+
+
+def test_stacks_that_split_layers_freely_are_searched_with_unequal_chunks(capsys):
+    """Llama 3 8B's 32 layers over 4 stages of 3 chunks each: twelve chunks of 2 or 3 layers. The
+    fsdp stack (torch.distributed.pipelining: any split, interleave "any") runs it and the search
+    offers it; Megatron-core (the chunks divide the layers, or the layers and the two end slots)
+    does not."""
+    args = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "64", "--seq", "8192",
+            "--global-batch-tokens", "2M", "--check", "tp=1,cp=1,pp=4,dp=16,vpp=3", "--framework"]
+    assert main(args + ["fsdp"]) == 0
+    assert "vpp=3: best such layout ranks" in " ".join(capsys.readouterr().out.split())
+    assert main(args + ["megatron-core"]) == 0
+    assert "no layout of the searched space is like it" in " ".join(capsys.readouterr().out.split())

@@ -467,6 +467,11 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
     if space.uneven_split is not False:
         # a lighter last rank where the stack takes one; the deck's seed model is searched on the even split
         space = replace(space, uneven_split=req.mode == "default" and caps is not None and caps.uneven_split)
+    if space.balanced_vpp_only is None:
+        # a stack whose chunks take any number of layers (interleave "any": torch.distributed.pipelining's
+        # stage builders, torchtitan's and NeMo AutoModel's) runs unequal ones too, and is searched so
+        space = replace(space, balanced_vpp_only=not (req.mode == "default" and caps is not None
+                                                      and caps.interleave == "any"))
     if caps is not None and space.schedules == DEFAULT_SCHEDULES:
         # by default: the registry's explored schedules and every other one the stack runs
         space = replace(space, schedules=tuple(dict.fromkeys(DEFAULT_SCHEDULES + caps.schedules)))

@@ -31,7 +31,8 @@ class Space:
     zeros: tuple[int, ...] = ZERO_ORDER
     allow_tp_across_nodes: bool = False
     min_tokens_per_cp_rank: int = 1024
-    balanced_vpp_only: bool = True
+    balanced_vpp_only: bool | None = None    # interleaved chunks only where p·v divides the layers (None: the caller's
+    #                                           default; the core: yes; the service: not where the stack splits freely)
     eps: tuple[int, ...] | None = None       # None: every divisor of the experts dividing d
     expert_tp_one: bool = True                # with t > 1 on an MoE model, ep groups over tp ranks (etp 1)
     default_etp: int | None = None            # the stack's experts' tensor parallelism (Framework.default_etp)
@@ -212,7 +213,7 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                         for sched in space.schedules:
                             if p == 1 and registry.get(sched) is not single:
                                 continue
-                            for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only):
+                            for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only is not False):
                                 lasts: tuple[int | None, ...] = (None,)
                                 if space.uneven_split and p > 1 and registry.get(sched).placement != "v":
                                     n = lighter_last(model, p, v, seq)
