@@ -641,13 +641,18 @@ def test_catalog_search_times_the_published_layout_as_predict_does():
 
 
 def test_stacks_that_split_layers_freely_are_searched_with_unequal_chunks(capsys):
-    """Llama 3 8B's 32 layers over 4 stages of 3 chunks each: twelve chunks of 2 or 3 layers. The
-    fsdp stack (torch.distributed.pipelining: any split, interleave "any") runs it and the search
-    offers it; Megatron-core (the chunks divide the layers, or the layers and the two end slots)
-    does not."""
-    args = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "64", "--seq", "8192",
-            "--global-batch-tokens", "2M", "--check", "tp=1,cp=1,pp=4,dp=16,vpp=3", "--framework"]
+    """Llama 3 8B's 32 layers over 3 stages, which no chunk count splits evenly (3·v divides
+    neither 32 nor 34), in 3 chunks each: nine chunks of 3 or 4 layers. The fsdp stack
+    (torch.distributed.pipelining: any split, interleave "any") runs it and the search offers it;
+    Megatron-core (the chunks divide the layers, or the layers and the two end slots) does not. At
+    4 stages, where 8 chunks of 4 layers exist, the unequal counts are not searched."""
+    from modelcut.core.explore.space import chunk_counts
+    args = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "48", "--seq", "4096",
+            "--global-batch-tokens", "1M", "--check", "tp=2,cp=1,pp=3,dp=8,vpp=3", "--framework"]
     assert main(args + ["fsdp"]) == 0
     assert "vpp=3: best such layout ranks" in " ".join(capsys.readouterr().out.split())
     assert main(args + ["megatron-core"]) == 0
     assert "no layout of the searched space is like it" in " ".join(capsys.readouterr().out.split())
+    assert 3 not in chunk_counts(LLAMA8, 4, "interleaved", 16, False)
+    assert 3 in chunk_counts(LLAMA8, 3, "interleaved", 15, False)
+    assert chunk_counts(LLAMA8, 3, "interleaved", 15, True) == []

@@ -31,8 +31,10 @@ class Space:
     zeros: tuple[int, ...] = ZERO_ORDER
     allow_tp_across_nodes: bool = False
     min_tokens_per_cp_rank: int = 1024
-    balanced_vpp_only: bool | None = None    # interleaved chunks only where p·v divides the layers (None: the caller's
-    #                                           default; the core: yes; the service: not where the stack splits freely)
+    balanced_vpp_only: bool | None = None    # interleaved chunks only where p·v divides the layers; False: unequal
+    #                                           ones too where no equal split exists at that depth (chunk_counts);
+    #                                           None: the caller's default (the core: equal only; the service: False
+    #                                           where the stack splits freely)
     eps: tuple[int, ...] | None = None       # None: every divisor of the experts dividing d
     expert_tp_one: bool = True                # with t > 1 on an MoE model, ep groups over tp ranks (etp 1)
     default_etp: int | None = None            # the stack's experts' tensor parallelism (Framework.default_etp)
@@ -128,6 +130,16 @@ def vpp_choices(model: ModelSpec, p: int, schedule: str, m: int, balanced_only: 
     return registry.get(schedule).chunk_choices(p, m, model.layers, balanced_only)
 
 
+def chunk_counts(model: ModelSpec, p: int, schedule: str, m: int, balanced_only: bool | None) -> list[int]:
+    """The chunk counts the search tries at pipeline depth p: :func:`vpp_choices`' equal splits,
+    and where ``balanced_only`` is False and the layers split evenly for no chunk count at this
+    depth (DeepSeek-V3's 61 over 4 stages), its unequal ones (the chunks one layer apart): a stack
+    that splits freely runs them where nothing else interleaves, and a search over every unequal
+    count where equal ones exist would hold about three times the layouts."""
+    even = vpp_choices(model, p, schedule, m, True)
+    return even if balanced_only is not False or even else vpp_choices(model, p, schedule, m, False)
+
+
 def node_shard(t: int, c: int, p: int, d: int, gpus_per_node: int, order: tuple[str, ...] = DEFAULT_ORDER) -> int | None:
     """Hybrid sharding's shard group as practitioners lay it (FSDP's ``HYBRID_SHARD`` shards within
     a node and replicates across nodes; torchtitan's HSDP over a node's GPUs): the data-parallel
@@ -213,7 +225,7 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                         for sched in space.schedules:
                             if p == 1 and registry.get(sched) is not single:
                                 continue
-                            for v in vpp_choices(model, p, sched, m, space.balanced_vpp_only is not False):
+                            for v in chunk_counts(model, p, sched, m, space.balanced_vpp_only):
                                 lasts: tuple[int | None, ...] = (None,)
                                 if space.uneven_split and p > 1 and registry.get(sched).placement != "v":
                                     n = lighter_last(model, p, v, seq)
