@@ -184,3 +184,12 @@ def _as_toml(conf: dict) -> str:
             return "[" + ", ".join(value(x) for x in v) + "]"
         return repr(v)
     return "\n".join(f"[{t}]\n" + "\n".join(f"{k} = {value(v)}" for k, v in table.items()) for t, table in conf.items())
+
+
+def test_a_rotate_method_that_is_not_a_name_is_one_line():
+    """A list where torchtitan takes a rotation's name (hypothesis found it: the lookup raised
+    TypeError, a traceback) stops at one line naming the key."""
+    conf = {"model": {"name": "llama3", "flavor": "8B"},
+            "parallelism": {"context_parallel_degree": 2, "context_parallel_rotate_method": [["a"], ["a"]]}}
+    with pytest.raises(ModelcutError, match="context_parallel_rotate_method must be allgather or alltoall"):
+        run_file_text(_as_toml(conf), "fuzz.toml", gpu="h100", gpus=8)

@@ -132,7 +132,7 @@ def run_document(conf: dict, *, gpu: str, gpus: int, model: str | None = None,
     layout: dict[str, Any] = {"tp": tp, "cp": cp, "pp": pp, "dp": dp}
     if cp > 1:      # K and V gathered whole, or passed round the ring (PyTorch's rotation by all-to-all)
         rotate = par.get("context_parallel_rotate_method", "allgather")
-        if rotate not in TORCHTITAN_ROTATE:
+        if not isinstance(rotate, str) or rotate not in TORCHTITAN_ROTATE:
             raise ModelcutError(f"[parallelism] context_parallel_rotate_method must be allgather or alltoall, "
                                 f"got {rotate!r}")
         layout["cp_kind"] = TORCHTITAN_ROTATE[rotate]
