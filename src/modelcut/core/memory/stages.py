@@ -325,8 +325,8 @@ def stage_memory(run: Run, hw: Hardware | None = None, *, options: MemoryOptions
     plan = plan or memory_plan(run, options, vpp, schedule, stage_layers)
     acts, share = _activations(run, options, plan, run.training.recompute, cached)
     params = _device_params(run, plan)
-    states4 = _states(run, options, params, run.layout.zero_stage, plan)
-    states, gathered = states4[:, :3], states4[:, 3]
+    held = _states(run, options, params, run.layout.zero_stage, plan)
+    states, gathered = held[:, :3], held[:, 3]
     copies = _fp8_copies(run, options, params, run.layout.zero_stage, plan)
     if options.fp8 is not None and options.fp8.param_gather:
         states[:, 0] += copies          # FP8 parameters: the FP8 weights are the weights
