@@ -134,3 +134,66 @@ def test_run_files_and_the_api_take_a_local_batch():
         no = c.post("/api/predict", json={**body, "training": bad["training"]})
         assert no.status_code == 422 and "local_batch" in no.json()["detail"], no.text
 
+
+
+@settings(max_examples=40, deadline=None)
+@given(gpus=st.sampled_from([8, 16, 32, 64]), gb=st.sampled_from([32, 64, 96, 128]),
+       lb=st.integers(1, 12))
+def test_the_explorer_searches_only_layouts_a_local_batch_runs(gpus, gb, lb):
+    """With a local batch, every pipelined layout searched runs whole schedule runs of it (dp ·
+    local_batch divides the batch, the micro-batch divides the local batch); layouts without a
+    pipeline are searched as without one; and a run the search makes carries it where p > 1."""
+    from modelcut.core.explore.space import Space, local_batch_of, make_run, structures
+    space = Space(local_batch=lb)
+    got = list(structures(LLAMA8, gpus, 4096, gb, 8, space))
+    plain = [s for s in structures(LLAMA8, gpus, 4096, gb, 8, Space()) if s.pp == 1]
+    assert [s for s in got if s.pp == 1] == plain
+    for s in got:
+        if s.pp > 1:
+            assert gb % (s.dp * lb) == 0 and lb % s.micro_batch == 0
+            r = make_run(LLAMA8, H100.name, s, 4096, gb, "none", 1, local_batch=local_batch_of(space, s.pp))
+            assert plans.flushes(r.layout, r.training) == gb // (s.dp * lb)
+    want = {(s.tp, s.cp, s.pp, s.dp, s.micro_batch) for s in structures(LLAMA8, gpus, 4096, gb, 8, Space())
+            if s.pp > 1 and gb % (s.dp * lb) == 0 and lb % s.micro_batch == 0}
+    assert {(s.tp, s.cp, s.pp, s.dp, s.micro_batch) for s in got if s.pp > 1} == want
+
+
+def test_explore_run_times_a_pipelined_published_layout_over_its_runs(capsys):
+    """NeMo AutoModel's Kimi K2 (pp 8, local batch 8: 2 schedule runs a step, runs.toml) is searched
+    with its local batch, so ``explore --run`` times its published layout as ``predict --run`` does
+    (one run of 16 micro-batches would have shrunk the bubble: 7.66 s against 8.41)."""
+    import json
+
+    from modelcut.cli import main
+    from modelcut.service.explore import catalog_request, run_explore
+    rid = "automodel-kimi-k2-256"
+    req = catalog_request(rid, top=1)
+    assert req.space.local_batch == 8
+    best = run_explore(req).check_answer()["best"]
+    assert main(["predict", "--run", rid, "--json"]) == 0
+    assert best["step_time_s"] == pytest.approx(json.loads(capsys.readouterr().out)["step_time_s"], rel=1e-9)
+
+
+def test_explore_takes_a_local_batch_on_the_command_line_and_the_api(capsys):
+    from fastapi.testclient import TestClient
+
+    from modelcut.cli import main
+    from modelcut.web import app as webapp
+    args = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "16", "--seq", "4096",
+            "--global-batch-tokens", "256K", "--framework", "nemo-automodel", "--top", "50", "--json"]
+    assert main(args + ["--local-batch", "2"]) == 0
+    import json
+    rows = json.loads(capsys.readouterr().out)["layouts"]
+    piped = [r for r in rows if r["pp"] > 1]
+    assert piped and all(64 % (r["dp"] * 2) == 0 and 2 % r["micro_batch"] == 0 for r in piped)
+    assert main(args + ["--local-batch", "0"]) == 2
+    assert "--local-batch must be at least 1" in capsys.readouterr().err
+    assert main(["explore", "--run", "automodel-kimi-k2-256", "--local-batch", "2"]) == 2
+    assert "drop --local-batch" in capsys.readouterr().err
+    body = {"model": "llama3-8b", "gpu": "h100", "gpus": 16, "seq": 4096, "global_batch_tokens": "256K",
+            "framework": "nemo-automodel", "local_batch": 2, "top": 3}
+    with TestClient(webapp.create_app()) as c:
+        ok = c.post("/api/explore", json=body)
+        assert ok.status_code == 200, ok.text
+        no = c.post("/api/explore", json={**body, "local_batch": 0})
+        assert no.status_code == 422 and "local_batch" in no.text, no.text

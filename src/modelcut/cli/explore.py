@@ -65,7 +65,8 @@ FLAGS = {"gpus": "--gpus", "seq": "--seq", "global_batch_tokens": "--global-batc
          "schedules": "--schedules", "eps": "--eps", "cp_kinds": "--cp-kinds", "mode": "--mode",
          "framework": "--framework", "gpu": "--gpu", "pareto_within": "--pareto-within",
          "precision": "--precision", "fp8_recipe": "--fp8-recipe", "grad_reduce": "--grad-reduce", "check": "--check",
-         "overlap": "--overlap", "fp8_param_gather": "--fp8-param-gather", "attention": "--attention"}
+         "overlap": "--overlap", "fp8_param_gather": "--fp8-param-gather", "attention": "--attention",
+         "local_batch": "--local-batch"}
 
 
 def _shape(e: Evaluated) -> str:
@@ -203,6 +204,10 @@ def explore(
     attention: Optional[str] = typer.Option(None, "--attention", help="every layout's attention kernel: unfused, "
                                             "flash2, flash3, cudnn or flash4 (default: the stack's; --flash/--no-flash "
                                             "only changes memory)"),
+    local_batch: Optional[int] = typer.Option(None, "--local-batch", help="with a pipeline: sequences per "
+                                              "data-parallel rank per schedule run (torch.distributed.pipelining's "
+                                              "local batch: torchtitan's local_batch_size, NeMo AutoModel's); "
+                                              "default: one run a step"),
     max_layouts: Optional[int] = limit_option("max_layouts"),
     max_gpus: Optional[int] = limit_option("max_gpus"),
     max_seq: Optional[int] = limit_option("max_seq"),
@@ -235,7 +240,8 @@ def explore(
                                 ("--global-batch-tokens", global_batch_tokens),
                                 ("--framework", framework), ("--overlap", overlap), ("--precision", precision),
                                 ("--fp8-recipe", fp8_recipe), ("--grad-reduce", grad_reduce),
-                                ("--fp8-param-gather", fp8_param_gather), ("--attention", attention)) if v is not None]
+                                ("--fp8-param-gather", fp8_param_gather), ("--attention", attention),
+                                ("--local-batch", local_batch)) if v is not None]
         if given:
             raise ModelcutError(f"--run takes its problem and stack from the catalog; drop {given[0]}")
         if check is not None and run == "all":
@@ -263,7 +269,7 @@ def explore(
               "eps": list(inputs.int_list(eps, "--eps")) if eps is not None else None,
               "cp_kinds": list(inputs.names(cp_kinds)), "pareto_within": pareto_within, "exhaustive": exhaustive,
               "precision": precision, "fp8_recipe": fp8_recipe, "grad_reduce": grad_reduce,
-              "fp8_param_gather": fp8_param_gather, "attention": attention}
+              "fp8_param_gather": fp8_param_gather, "attention": attention, "local_batch": local_batch}
     wanted = list(inputs.names(precision)) if precision is not None else []
     if len(wanted) > 1:
         if hi is not None:

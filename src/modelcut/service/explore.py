@@ -620,7 +620,8 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
     sequence and tokens a step, on its stack (runs_dev.toml), checking its published layout
     (tp, cp, pp, dp, and ep for an MoE model); the run's micro-batch among those tried, every layout
     in the run's rank order and at the run's precision (an FP8 run's layouts all in FP8, with its
-    recipe), with the run's own kernel choices (attention, loss) and gradient reduction."""
+    recipe), with the run's own kernel choices (attention, loss), gradient reduction and local
+    batch (a pipelined layout's schedule runs a step, as predict times the run)."""
     pr = catalog.published_run(run_id)
     st = catalog.run_settings().get(run_id)
     run = catalog.apply_settings(pr.run, st)
@@ -631,7 +632,8 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
         check["etp"] = L.etp or L.tp
     space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})), order=L.order,
                   precision=tr.precision, fp8_recipe=tr.fp8_recipe, grad_reduce=tr.grad_reduce,
-                  fp8_param_gather=tr.fp8_param_gather, attention=tr.attention, cross_entropy=tr.cross_entropy)
+                  fp8_param_gather=tr.fp8_param_gather, attention=tr.attention, cross_entropy=tr.cross_entropy,
+                  local_batch=tr.local_batch)
     return ExploreRequest(run.model, catalog.hardware(run.gpu), L.gpus, tr.seq_len, tr.global_batch * tr.seq_len,
                           run.gpus_per_node, mode, st.framework if st is not None else None,
                           overlap=dict(st.overlap) if st is not None and st.overlap else None, space=space,
@@ -687,7 +689,7 @@ def explore_request(inp: ExploreInput, limits: Limits | None = None) -> ExploreR
         kw["cp_kinds"] = tuple(inp.cp_kinds)
     space = Space(allow_tp_across_nodes=inp.allow_tp_across_nodes, precision=inp.precision,
                   fp8_recipe=inp.fp8_recipe, grad_reduce=inp.grad_reduce, fp8_param_gather=inp.fp8_param_gather,
-                  attention=inp.attention, **kw)
+                  attention=inp.attention, local_batch=inp.local_batch, **kw)
     check = inp.check.model_dump(exclude_none=True) if inp.check is not None else None
     return ExploreRequest(spec, hw, inp.gpus, inp.seq, inputs.parse_tokens(inp.global_batch_tokens),
                           inp.gpus_per_node, inp.mode, inp.framework, inp.margin, space, check=check, top=inp.top,

@@ -551,6 +551,10 @@ class ExploreInput(ModelChoice):
     precisions: Optional[Precisions] = Field(
         None, description="search each of these precisions in place of precision, one search each: the answer "
                           "is {precisions, searches, fastest}; fp8_recipe goes with fp8")
+    local_batch: Optional[Tokens] = Field(None, description="with a pipeline: sequences per data-parallel rank per "
+                                                            "schedule run (torch.distributed.pipelining's local "
+                                                            "batch); pipelined layouts it does not fit are not "
+                                                            "searched (default: one run a step)")
 
 
 class MeshInput(Strict):

@@ -16,7 +16,8 @@ from ..plan import PipelinePlan
 from ..sim import registry
 from ..specs import BLOCKS, DEFAULT_RECOMPUTE_MODULES, EVERY, PARTIAL, Hardware, ModelSpec, Run, recompute_variant
 from .rules import Capabilities, Violation, violations
-from .space import RECOMPUTE_ORDER, ZERO_ORDER, Space, Structure, make_run, recompute_choices, structures
+from .space import (RECOMPUTE_ORDER, ZERO_ORDER, Space, Structure, local_batch_of, make_run, recompute_choices,
+                    structures)
 from .why import MEMORY_TERMS
 
 #: Fraction of the accelerator's memory kept free (see the package docstring).
@@ -266,7 +267,8 @@ class _Search:
                         sequence_parallel=self.sp_ok, precision=self.space.precision,
                         fp8_recipe=self.space.fp8_recipe, order=self.space.order, count=count,
                         grad_reduce=self.space.grad_reduce, fp8_param_gather=self.space.fp8_param_gather,
-                        attention=self.space.attention, cross_entropy=self.space.cross_entropy)
+                        attention=self.space.attention, cross_entropy=self.space.cross_entropy,
+                        local_batch=local_batch_of(self.space, s.pp))
 
     def _peak(self, run: Run, plan: PipelinePlan, r: str, z: int) -> float:
         """One variant's peak bytes: the shared fast path, or from the full schedule (``cached=False``)."""

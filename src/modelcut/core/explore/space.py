@@ -49,6 +49,10 @@ class Space:
     hybrid_shard: bool = True                 # also shard ZeRO's states within a node (node_shard)
     uneven_split: bool | None = None          # also a lighter last pipeline rank (..plan.lighter_last);
     #                                           None: the caller's default (the service: where the stack takes one)
+    local_batch: int | None = None            # with a pipeline, sequences a data-parallel rank puts through one
+    #                                           schedule run (..specs.Training.local_batch); layouts with p > 1
+    #                                           whose dp·local_batch does not divide the batch, or whose
+    #                                           micro-batch does not divide it, are not searched; None: one run
 
 
 @dataclass(frozen=True)
@@ -221,7 +225,10 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                     for b in space.micro_batches:
                         if (global_batch // d) % b:
                             continue
-                        m = global_batch // (d * b)
+                        lb = local_batch_of(space, p)
+                        if lb is not None and (global_batch % (d * lb) or lb % b):
+                            continue
+                        m = (lb if lb is not None else global_batch // d) // b   # micro-batches a schedule run
                         for sched in space.schedules:
                             if p == 1 and registry.get(sched) is not single:
                                 continue
@@ -236,17 +243,24 @@ def structures(model: ModelSpec, gpus: int, seq: int, global_batch: int, gpus_pe
                                             yield Structure(t, c, p, d, b, sched, v, e, kind, et, sh, a, n)
 
 
+def local_batch_of(space: Space, p: int) -> int | None:
+    """The local batch a layout of pipeline depth p runs with: ``space.local_batch`` with a
+    pipeline, none without one (a stack without a pipeline accumulates micro-batches, not runs)."""
+    return space.local_batch if p > 1 else None
+
+
 def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: int, recompute: str, zero: int,
              gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
              fp8_recipe: str | None = None, order: tuple[str, ...] = DEFAULT_ORDER,
              count: int = 1, grad_reduce: str | None = None, fp8_param_gather: bool | None = None,
-             attention: str | None = None, cross_entropy: str | None = None) -> Run:
+             attention: str | None = None, cross_entropy: str | None = None, local_batch: int | None = None) -> Run:
     """The run of one layout under a recomputation variant (:func:`..specs.recompute_variant`):
     sequence parallelism with t > 1 (where the stack has it,
     ``sequence_parallel``); the rank order ``order``, by default the layouts' default,
     Megatron-core's (ep next to tp and cp, the pipeline outermost: :data:`..specs.DEFAULT_ORDER`);
     under :data:`..specs.BLOCKS` the first ``count`` layers of each chunk recomputed whole, under
-    :data:`..specs.EVERY` one layer in ``count`` on each rank (:func:`..specs.partial_training`)."""
+    :data:`..specs.EVERY` one layer in ``count`` on each rank (:func:`..specs.partial_training`);
+    ``local_batch``: the sequences a data-parallel rank puts through one schedule run (:func:`local_batch_of`)."""
     lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, etp=s.etp, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
                  schedule=s.schedule, cp_kind=s.cp_kind, cp_a2a=s.cp_a2a, order=order, dp_shard=s.dp_shard,
@@ -256,5 +270,6 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
                                          recompute=level, recompute_modules=modules, precision=precision,
                                          fp8_recipe=fp8_recipe, grad_reduce=grad_reduce,
                                          fp8_param_gather=fp8_param_gather, attention=attention,
-                                         cross_entropy=cross_entropy, **partial_training(recompute, count)),
+                                         cross_entropy=cross_entropy, local_batch=local_batch,
+                                         **partial_training(recompute, count)),
                gpus_per_node=gpus_per_node)
