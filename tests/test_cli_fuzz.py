@@ -75,6 +75,7 @@ simulate = st.tuples(argv("simulate", [], **{"-s": names, "-p": ints, "-m": ints
 seqs = st.sampled_from(["2048", "4096"] + [str(x) for x in HUGE + BAD_INTS]) | st.sampled_from(["1.5", "abc", ""])
 explore = argv("explore", [], **{"--model": models, "--gpu": gpus, "--gpus": ints, "--seq": seqs,
                                  "--global-batch-tokens": tokens, "--top": ints, "--micro-batches": lists,
+                                 "--local-batch": ints,
                                  "--schedules": names, "--check": checks, "--eps": lists,
                                  "--cp-kinds": st.sampled_from(["ring", "allgather", "nope", ""]),
                                  "--margin": floats, "--gpus-per-node": ints,
@@ -98,7 +99,7 @@ TOML_KEYS = {"model": ["layers", "hidden", "heads", "vocab", "ffn_hidden", "kv_h
                        "capacity_factor", "max_seq", "head_dim", "dense_layers"],
              "hardware": ["gpus", "gpus_per_node", "gpu"],
              "layout": ["tp", "cp", "pp", "dp", "vpp", "zero", "ep", "schedule", "sequence_parallel", "cp_kind"],
-             "training": ["seq_len", "global_batch", "micro_batch", "recompute"]}
+             "training": ["seq_len", "global_batch", "micro_batch", "recompute", "local_batch"]}
 BASE = {"model": {"layers": "4", "hidden": "512", "heads": "8", "vocab": "32000"},
         "hardware": {"gpu": '"a100"'}, "layout": {"tp": "1", "pp": "2", "dp": "1"},
         "training": {"seq_len": "1024", "global_batch": "8", "micro_batch": "1"}}
