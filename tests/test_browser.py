@@ -862,3 +862,34 @@ def test_runs_page_shows_a_picked_runs_step_and_layer(server, page):
     page.wait_for_function("() => !document.querySelector('[data-testid=run-detail] h2')")
     assert_no_overlapping_text(page)
     assert not page.errors
+
+
+def test_the_explorer_runs_a_pipeline_over_the_local_batch_given_and_keeps_it(server, page):
+    """The form's local batch goes to the API as local_batch, the stack line names it, the link keeps
+    it, and a picked pipelined layout is predicted with it (its schedule runs a step as searched);
+    a local batch that is not a whole number is one line on the page, with no request."""
+    page.goto(server + "/explorer?model=llama3-8b&gpu=h100-sxm5-80gb&gpus=16&seq=4096&tokens=256K&top=60"
+              "&framework=nemo-automodel&local=2")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    assert page.input_value("#local") == "2"                           # from the link
+    page.wait_for_function("() => document.querySelector('[data-testid=stack]')"
+                           " && document.querySelector('[data-testid=stack]').textContent.includes('2 sequences')")
+    with page.expect_request("**/api/explore/stream") as req:
+        page.click("#go")
+    assert req.value.post_data_json["local_batch"] == 2
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    assert "local=2" in page.url
+    ans = api(server, "/api/explore", {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "gpus": 16, "seq": 4096,
+                                       "global_batch_tokens": "256K", "top": 60, "framework": "nemo-automodel",
+                                       "local_batch": 2})
+    piped = [x["rank"] for x in ans["layouts"] if x["pp"] > 1]
+    assert ans["local_batch"] == 2 and piped
+    row = page.locator(f"[data-testid=layouts] tbody tr[data-rank='{piped[0]}']")
+    with page.expect_request(lambda r: r.url.endswith("/api/predict") and r.method == "POST") as req:
+        row.click()
+    assert req.value.post_data_json["training"]["local_batch"] == 2
+    page.fill("#local", "0")
+    page.click("#go")
+    page.wait_for_selector("[data-testid=error]:not(:empty)")
+    assert "Local batch" in page.inner_text("[data-testid=error]")
+    assert not page.errors

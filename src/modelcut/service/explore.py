@@ -306,6 +306,7 @@ class ExploreResult:
             "framework": self.framework.name if self.framework is not None else None,
             "precision": req.space.precision, "fp8_recipe": req.space.fp8_recipe, "grad_reduce": req.space.grad_reduce,
             "fp8_param_gather": req.space.fp8_param_gather, "attention": req.space.attention,
+            "local_batch": req.space.local_batch,
             "memory_assumptions": {"flash_attention": o.flash_attention, "reshard_after_forward": o.reshard_after_forward,
                                    "reshard_with_pipeline": o.reshard_with_pipeline,
                                    "pipeline_grad_sync": o.pipeline_grad_sync, "flat_grad_sync": o.flat_grad_sync,

@@ -201,6 +201,8 @@ class ExploreResponse(BaseModel):
     framework: str | None
     precision: str = Field(description="the products' precision of every layout searched")
     fp8_recipe: str | None = Field(description="with fp8: the scaling recipe asked for (None: the stack's)")
+    local_batch: int | None = Field(None, description="with a pipeline: sequences a data-parallel rank puts through "
+                                                      "one schedule run (None: one run a step)")
     memory_assumptions: dict[str, Any]
     check: dict[str, Any] | None = None
 

@@ -7,7 +7,7 @@
   const UPLOAD = '__upload__';
   const KNOB_NAME = {cp_kind: 'context-parallel form', micro_batch: 'micro-batch', vpp: 'chunks v', zero: 'ZeRO'};
   const DEFAULTS = {model: 'llama3-8b', gpu: 'h100-sxm5-80gb', gpus: '64', seq: '8192', tokens: '4M', top: '20',
-                    framework: '', precision: 'bf16', recipe: '', reduce: '', attention: ''};   // framework: the catalog's default, set on load
+                    framework: '', precision: 'bf16', recipe: '', reduce: '', attention: '', local: ''};   // framework: the catalog's default, set on load
   const LIMIT = '#b3261e';   // the memory limit's mark: a solid red line, not a dashed one (no menu look-alike)
   let hfConfig = null;
   let last = null;
@@ -90,6 +90,12 @@
     if (prec.split(',').includes('fp8') && $('recipe').value) body.fp8_recipe = $('recipe').value;
     if ($('reduce').value) body.grad_reduce = $('reduce').value;   // the gradients' reduce type (empty: the stack's)
     if ($('attention').value) body.attention = $('attention').value;   // the attention kernel (empty: the stack's)
+    const local = $('local').value.trim();   // a pipeline's schedule run a local batch (empty: one run a step)
+    if (local) {
+      const x = Number(local);
+      if (!Number.isInteger(x) || x < 1) throw new Error('Local batch: a whole number of 1 or more, or empty');
+      body.local_batch = x;
+    }
     return body;
   }
 
@@ -112,6 +118,7 @@
     if (body.fp8_recipe) q.set('recipe', body.fp8_recipe);
     if (body.grad_reduce) q.set('reduce', body.grad_reduce);
     if (body.attention) q.set('attention', body.attention);
+    if (body.local_batch) q.set('local', body.local_batch);
     history.replaceState(null, '', location.pathname + '?' + q.toString());
   }
 
@@ -245,7 +252,8 @@
       h('p', {'data-testid': 'stack', text: `Stack: ${ans.framework || DEFAULTS.framework}; matrix products in `
         + `${ans.precision}${ans.fp8_recipe ? `, ${ans.fp8_recipe} scaling` : ''}`
         + `${ans.grad_reduce ? `; gradients reduced in ${ans.grad_reduce}` : ''}`
-        + `${ans.attention ? `; attention by ${ans.attention}` : ''}.`}));
+        + `${ans.attention ? `; attention by ${ans.attention}` : ''}`
+        + `${ans.local_batch ? `; a pipeline runs its schedule once per ${ans.local_batch} sequences a replica` : ''}.`}));
     for (const n of ans.notes) $('summary').append(h('p', {class: 'muted', text: n}));
     $('title').textContent = `${ans.model.name} on ${fmt(sum.gpus, 0)} × ${hw.name}: layouts that fit, fastest first`;
     renderWhy(ans);
@@ -427,6 +435,7 @@
     if (ans.fp8_recipe) training.fp8_recipe = ans.fp8_recipe;
     if (ans.grad_reduce) training.grad_reduce = ans.grad_reduce;
     if (ans.attention) training.attention = ans.attention;
+    if (ans.local_batch && x.pp > 1) training.local_batch = ans.local_batch;   // the search's schedule runs
     return Object.assign(out, {layout, training});
   }
 
@@ -588,6 +597,7 @@
     if ([...$('recipe').options].some((o) => o.value === st.recipe)) $('recipe').value = st.recipe;
     if ([...$('reduce').options].some((o) => o.value === st.reduce)) $('reduce').value = st.reduce;
     if ([...$('attention').options].some((o) => o.value === st.attention)) $('attention').value = st.attention;
+    $('local').value = st.local;
     const syncRecipe = () => { $('recipe').disabled = !$('precision').value.split(',').includes('fp8'); };
     syncRecipe();
     $('precision').addEventListener('change', syncRecipe);
