@@ -1,6 +1,7 @@
 """The shipped catalogs and Hugging Face config.json reading."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -179,6 +180,19 @@ def test_hf_config_errors():
         catalog.load_hf_config("tests/data/hf/missing-field.json")
     with pytest.raises(ModelcutError, match="no 'architectures'"):
         catalog.model_from_hf_config({"hidden_size": 4})
+
+
+@pytest.mark.parametrize("file, key", [("llama3-8b.json", "max_position_embeddings"), ("mpt-7b.json", "max_seq_len")])
+@pytest.mark.parametrize("value", [[1, 2], 0, 1.5, "long", True])
+def test_a_config_s_longest_sequence_is_a_whole_number_or_one_line(file, key, value):
+    """A model's longest sequence of the wrong type was kept as it came (a list made the explorer's
+    cached split of the layers raise TypeError, found by fuzzing the web API); it is refused by name."""
+    base = json.loads(open(f"tests/data/hf/{file}").read())
+    with pytest.raises(ModelcutError, match=f"{key} must be a positive whole number"):
+        catalog.model_from_hf_config({**base, key: value})
+    assert catalog.model_from_hf_config({**base, key: None}).max_seq in (None, 2048)
+    with pytest.raises(ModelcutError, match="max_seq must be"):
+        replace(catalog.model("llama3-8b"), max_seq=[8192])
 
 
 def test_hf_config_from_dict_and_bad_json(tmp_path):

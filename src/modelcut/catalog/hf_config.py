@@ -166,6 +166,12 @@ def _whole(cfg: dict, key: str, arch: str, default: Any = ..., minimum: int = 1)
     return v
 
 
+def _length(cfg: dict, key: str, arch: str, default: Any = None) -> int | None:
+    """The model's longest sequence (``max_position_embeddings`` and its other names): a positive
+    whole number, or ``default`` where the field is absent or null; one line naming it otherwise."""
+    return default if cfg.get(key) is None else _whole(cfg, key, arch)
+
+
 def _whole_list(cfg: dict, key: str, arch: str, default: Any = ..., what: str = "whole numbers") -> list[int]:
     """A list of whole numbers of the config (layer indices, flags): one line naming the field otherwise."""
     v = _get(cfg, key, arch, default)
@@ -210,7 +216,7 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             heads=_get(cfg, "n_head", arch), kv_heads=_get(cfg, "n_head", arch),
             vocab=_get(cfg, "vocab_size", arch), gated_mlp=False,
             tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)),  # PretrainedConfig default
-            norm="layernorm", bias=True, max_seq=_get(cfg, "n_positions", arch), learned_positions=True,
+            norm="layernorm", bias=True, max_seq=_whole(cfg, "n_positions", arch), learned_positions=True,
             source=f"Hugging Face config.json ({arch})")
     if fam == "gpt_neox":
         return ModelSpec(
@@ -220,7 +226,7 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             vocab=_get(cfg, "vocab_size", arch), gated_mlp=False,
             tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),  # GPTNeoXConfig default
             norm="layernorm", bias=bool(_get(cfg, "attention_bias", arch, True)),
-            max_seq=_get(cfg, "max_position_embeddings", arch, None), source=f"Hugging Face config.json ({arch})")
+            max_seq=_length(cfg, "max_position_embeddings", arch), source=f"Hugging Face config.json ({arch})")
     if fam == "mpt":
         return _mpt(cfg, arch, name)
     if fam == "llama4":
@@ -237,7 +243,7 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             head_dim=None if head_dim is None or head_dim * heads == hidden else head_dim, norm="layernorm",
             bias=bool(cfg.get("attention_bias", False)) and bool(cfg.get("mlp_bias", False)),
             qkv_bias=bool(cfg.get("attention_bias", False)), dropout=False,
-            max_seq=_get(cfg, "max_position_embeddings", arch, None), source=f"Hugging Face config.json ({arch})")
+            max_seq=_length(cfg, "max_position_embeddings", arch), source=f"Hugging Face config.json ({arch})")
     # Llama-like: Llama, Mistral, Qwen2/3, Mixtral, Qwen MoE, DeepSeek (RMSNorm, SwiGLU, RoPE).
     heads = _whole(cfg, "num_attention_heads", arch)
     hidden = _whole(cfg, "hidden_size", arch)
@@ -285,7 +291,7 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         qkv_bias=(True if fam in ("qwen2", "qwen2_moe")
                   else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
                                                   "olmo", "olmo2") else None)),
-        dropout=False, max_seq=_get(cfg, "max_position_embeddings", arch, None),
+        dropout=False, max_seq=_length(cfg, "max_position_embeddings", arch),
         rope_mscale=rope_attention_factor(cfg, arch), source=f"Hugging Face config.json ({arch})", **kw)
 
 
@@ -317,7 +323,7 @@ def _mpt(cfg: dict, arch: str, name: str) -> ModelSpec:
     for d in drops:
         if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))):
             raise ModelcutError(f"config.json ({arch}): dropout probabilities must be numbers, got {d!r}")
-    max_seq = _get(cfg, "max_seq_len", arch, 2048)
+    max_seq = _length(cfg, "max_seq_len", arch, 2048)
     return ModelSpec(
         name=name, layers=_get(cfg, "n_layers", arch), hidden=hidden, ffn_hidden=ffn_hidden, heads=heads,
         kv_heads=kv, vocab=_get(cfg, "vocab_size", arch), gated_mlp=ffn.get("ffn_type", "mptmlp") == "mptglu",
@@ -420,7 +426,7 @@ def _llama4(cfg: dict, arch: str, name: str) -> ModelSpec:
         heads=heads, kv_heads=_get(text, "num_key_value_heads", arch, heads), vocab=_get(text, "vocab_size", arch),
         gated_mlp=True, tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),
         head_dim=None if head_dim * heads == hidden else head_dim, norm="rmsnorm", bias=False, qkv_bias=False,
-        dropout=False, max_seq=_get(text, "max_position_embeddings", arch, None),
+        dropout=False, max_seq=_length(text, "max_position_embeddings", arch),
         experts=_get(text, "num_local_experts", arch), top_k=_get(text, "num_experts_per_tok", arch, 1),
         expert_ffn_hidden=_get(text, "intermediate_size", arch), shared_experts=1, moe_every=step,
         attention_chunk=chunk if chunked else None, chunked_layers=chunked,

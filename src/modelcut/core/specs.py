@@ -159,7 +159,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         _positive(self, "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts", "top_k")
-        _positive(self, "head_dim", "expert_ffn_hidden")
+        _positive(self, "head_dim", "expert_ffn_hidden", "max_seq")
         if self.heads % self.kv_heads:
             raise ModelcutError(f"{self.name}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.head_dim is None and self.hidden % self.heads:
