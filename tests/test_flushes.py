@@ -197,3 +197,21 @@ def test_explore_takes_a_local_batch_on_the_command_line_and_the_api(capsys):
         assert ok.status_code == 200, ok.text
         no = c.post("/api/explore", json={**body, "local_batch": 0})
         assert no.status_code == 422 and "local_batch" in no.text, no.text
+
+
+def test_the_seed_model_runs_a_local_batch_as_that_many_schedule_runs():
+    """The deck's model times one schedule run of the local batch and repeats it (each run with its
+    bubble and all-reduce): f times the one run's step, slower than one run of all the micro-batches,
+    the FLOPs and so the TFLOP/s those of the whole step."""
+    from modelcut.core.step import seed
+    r = run(local_batch=4, zero=1)               # 64 sequences over dp 4: 4 runs of 4
+    whole = seed.predict(r, H100, 0.5)
+    one = seed.predict(replace(r, training=plans.flush_training(r.layout, r.training)), H100, 0.5)
+    flat = seed.predict(replace(r, training=replace(r.training, local_batch=None)), H100, 0.5)
+    assert whole.flushes == 4 and whole.microbatches == one.microbatches == 4 and flat.microbatches == 16
+    assert whole.step_time_s == pytest.approx(4 * one.step_time_s, rel=1e-12)
+    assert whole.breakdown.bubble_s == pytest.approx(4 * one.breakdown.bubble_s, rel=1e-12)
+    assert whole.step_time_s > flat.step_time_s
+    assert whole.flops_per_step == pytest.approx(flat.flops_per_step, rel=1e-12)
+    assert whole.tflops_per_gpu == pytest.approx(flat.flops_per_step / (16 * whole.step_time_s) / 1e12, rel=1e-12)
+    assert any("4 pipeline schedule runs a step" in n for n in whole.notes)

@@ -45,11 +45,17 @@ docs/systems-model.md):
   parameters over the d·cp/ep group. ZeRO stages move the same bytes (reduce-scatter +
   all-gather = all-reduce) and are not distinguished;
 * T = T_pipe + T_dp; TFLOP/s per GPU = F/(n·T); MFU = F/(n·T·peak);
+* a local batch (``training.local_batch`` with a pipeline: torch.distributed.pipelining's stacks
+  run their schedule once per local batch, :func:`..plan.flushes`): f = global batch/(d·local)
+  schedule runs a step, each of local/b micro-batches with its own bubble and all-reduce, timed
+  as one and repeated, T = f·(T_pipe + T_dp) (an extension: the deck's runs have none);
 * η is passed in: the analysis layer fits it on the deck's calibration run, Megatron's 1.7B
   run (:func:`modelcut.analysis.validation.fit_eta`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from .. import plan as plans
 from ..costs import comm, context, flops
@@ -202,6 +208,11 @@ def predict(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) 
     if run.training.partial_recompute:
         raise ModelcutError("the seed model recomputes every layer or none; recompute_layers and recompute_every "
                             "(some layers) are the default model's (--mode default)")
+    f = plans.flushes(run.layout, run.training)
+    if f > 1:
+        one = predict(replace(run, training=plans.flush_training(run.layout, run.training)), hw, eta,
+                      force_simulation)
+        return _repeated(run, hw, one, f)
     model, L, tr = run.model, run.layout, run.training
     n = L.gpus
     plan, notes = seed_plan(run)
@@ -237,3 +248,16 @@ def predict(run: Run, hw: Hardware, eta: float, force_simulation: bool = False) 
     return Prediction(step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=F / (n * T * hw.peak_flops_16),
                       breakdown=bd, flops_per_step=F, microbatches=m, vpp=v, schedule=plan.name, notes=notes,
                       mode="seed", eta=eta, stage_layers=plan.layers, pipeline_method=method, plan=plan)
+
+
+def _repeated(run: Run, hw: Hardware, one: Prediction, f: int) -> Prediction:
+    """The step of ``f`` schedule runs (module doc, a local batch), each the prediction ``one`` of
+    one run's batch: every term f times, the FLOPs the whole step's."""
+    T = f * one.step_time_s
+    F = flops.reported_flops(run.model, run.training)
+    n = run.layout.gpus
+    bd = Breakdown(**{k: f * v for k, v in one.breakdown.as_dict().items()})
+    notes = [*one.notes, f"{f} pipeline schedule runs a step, each of {one.microbatches} micro-batches (local batch "
+                         f"{run.training.local_batch}): each fills and drains the pipeline and reduces its gradients"]
+    return replace(one, step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=F / (n * T * hw.peak_flops_16),
+                   breakdown=bd, flops_per_step=F, notes=notes, flushes=f)
