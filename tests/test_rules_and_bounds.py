@@ -64,6 +64,12 @@ def test_every_preset_has_rules_and_every_rule_a_source():
     ("megatron-core", dict(tp=2, ep=4, dp=8, sequence_parallel=False), "ep_with_tp_needs_sp"),
     ("megatron-2022", dict(recompute="full", zero=0, pp=1), None),
     ("megatron-2021", dict(recompute="selective", zero=0), "recompute"),
+    ("megatron-core", dict(tp=8, pp=16, dp=64, local_batch=4), "local_batch"),     # one schedule a step
+    ("nemo-24.07", dict(tp=8, pp=16, dp=64, local_batch=4), "local_batch"),        # as its base, nemo
+    ("deepspeed-zero3", dict(pp=4, dp=16, zero=1, local_batch=4), "local_batch"),  # one TrainSchedule a step
+    ("fsdp-compile", dict(pp=4, dp=16, local_batch=4), None),                      # a schedule run a local batch
+    ("nemo-automodel", dict(pp=4, dp=16, local_batch=4), None),
+    ("megatron-core", dict(tp=8, pp=1, dp=64, local_batch=4), None),               # no pipeline: no runs to count
 ])
 def test_rules(stack, knobs, rule):
     model = QWEN_MOE if "ep" in knobs else LLAMA405

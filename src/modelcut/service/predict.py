@@ -282,7 +282,8 @@ def stack_violations(run: Run, fw: Framework, pred: Prediction) -> list:
                       seq=run.training.seq_len, sequence_parallel=L.sequence_parallel, zero=L.zero,
                       recompute=(BLOCKS if run.training.recompute_layers is not None
                                  else EVERY if run.training.partial_recompute else run.training.recompute),
-                      dp_shard=L.dp_shard, first_layers=L.first_layers, last_layers=L.last_layers)
+                      dp_shard=L.dp_shard, first_layers=L.first_layers, last_layers=L.last_layers,
+                      local_batch=run.training.local_batch)
 
 
 def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:

@@ -18,7 +18,7 @@ INTERLEAVE = ("layers", "layers+2", "any")
 #: The fields of a stack's capabilities (the TOML's keys besides ``framework``, ``base``, ``sources``).
 FIELDS = ("zero", "zero_with_pipeline", "zero0_flat_mesh_only", "hybrid_shard", "schedules", "context_parallel", "cp_kinds",
           "cp_seq_multiple_tp", "sequence_parallel", "mixture_of_experts", "expert_parallel", "ep_with_tp_needs_sp",
-          "moe_tensor_parallel", "interleave", "interleave_min_pp", "uneven_split", "recompute")
+          "moe_tensor_parallel", "interleave", "interleave_min_pp", "uneven_split", "local_batch", "recompute")
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,9 @@ class Capabilities:
     ``mixture_of_experts``, ``expert_parallel``, ``ep_with_tp_needs_sp``, ``moe_tensor_parallel``
     (tp > 1 on a mixture-of-experts model); ``interleave``
     (:data:`INTERLEAVE`) and ``interleave_min_pp`` for v > 1; ``uneven_split``: a last pipeline
-    rank given its own layer count (:attr:`..specs.Layout.last_layers`); ``recompute`` variants
+    rank given its own layer count (:attr:`..specs.Layout.last_layers`); ``local_batch``: with a
+    pipeline, the schedule run once per local batch, gradients accumulated over the runs
+    (:attr:`..specs.Training.local_batch`; otherwise one schedule a step over every micro-batch); ``recompute`` variants
     (:data:`..specs.RECOMPUTE_VARIANTS`: the levels and selective recomputation's module lists). ``sources``:
     field -> where it was read."""
 
@@ -55,6 +57,7 @@ class Capabilities:
     interleave: str = "any"
     interleave_min_pp: int = 2
     uneven_split: bool = False
+    local_batch: bool = False
     recompute: tuple[str, ...] = RECOMPUTE_VARIANTS
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -101,7 +104,8 @@ def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1
                ep: int = 1, vpp: int = 1, schedule: str | None = None, cp_kind: str | None = None,
                seq: int | None = None, sequence_parallel: bool | None = None, zero: int | None = None,
                recompute: str | None = None, dp_shard: int | None = None,
-               first_layers: int | None = None, last_layers: int | None = None) -> list[Violation]:
+               first_layers: int | None = None, last_layers: int | None = None,
+               local_batch: int | None = None) -> list[Violation]:
     """Every rule of ``caps`` the layout breaks, in the order of :data:`FIELDS` (empty: the stack
     runs it). Knobs left None are not checked (the explorer checks a structure before its
     recomputation and ZeRO variants)."""
@@ -157,6 +161,9 @@ def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1
         ends = ", ".join(f"{n} layers on the {end} rank" for end, n in (("first", first_layers), ("last", last_layers))
                          if n is not None)
         bad("uneven_split", f"an uneven pipeline split ({ends})")
+    if pp > 1 and local_batch is not None and not caps.local_batch:
+        bad("local_batch", f"a local batch of {local_batch} (its pipeline schedule runs once a step, over every "
+                           "micro-batch)")
     if recompute is not None and recompute not in caps.recompute:
         bad("recompute", f"{recompute} recomputation (it offers {', '.join(caps.recompute)})")
     return out

@@ -242,7 +242,7 @@ class _Search:
                 bad = violations(caps, self.model, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, vpp=s.vpp,
                                  schedule=s.schedule, cp_kind=s.cp_kind if s.cp > 1 else None, seq=self.seq,
                                  sequence_parallel=s.tp > 1 and self.sp_ok, dp_shard=s.dp_shard,
-                                 last_layers=s.last_layers)
+                                 last_layers=s.last_layers, local_batch=local_batch_of(space, s.pp))
                 if self._rejected(bad, n_variants, _matches(s, self.want)):
                     continue
             variants = self.allowed_variants(s)
