@@ -186,6 +186,7 @@ def test_explore_takes_a_local_batch_on_the_command_line_and_the_api(capsys):
     rows = json.loads(capsys.readouterr().out)["layouts"]
     piped = [r for r in rows if r["pp"] > 1]
     assert piped and all(64 % (r["dp"] * 2) == 0 and 2 % r["micro_batch"] == 0 for r in piped)
+    assert all(r["local_batch"] == (2 if r["pp"] > 1 else None) for r in rows)   # each layout's own
     assert main(args + ["--local-batch", "0"]) == 2
     assert "--local-batch must be at least 1" in capsys.readouterr().err
     assert main(["explore", "--run", "automodel-kimi-k2-256", "--local-batch", "2"]) == 2

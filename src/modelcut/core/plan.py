@@ -81,6 +81,13 @@ def flush_training(layout: Layout, training: Training) -> Training:
     return replace(training, global_batch=training.global_batch // f, local_batch=None)
 
 
+def flushes_note(f: int, m: int, local_batch: int | None) -> str:
+    """What a step of ``f`` schedule runs of ``m`` micro-batches each does (:func:`flushes`), as
+    both step models note it."""
+    return (f"{f} pipeline schedule runs a step, each of {m} micro-batches (local batch {local_batch}): each "
+            "fills and drains the pipeline and reduces its gradients")
+
+
 # ---------------------------------------------------------------- splits
 
 def even_split(layers: int, stages: int) -> tuple[int, ...]:

@@ -175,6 +175,7 @@ def layout_json(e: Evaluated, rank: int) -> dict[str, Any]:
     d["rank"] = rank
     d["microbatches"] = e.prediction.microbatches
     d["stage_layers"] = list(e.prediction.stage_layers)
+    d["local_batch"] = e.run.training.local_batch     # the search's local batch where this layout has a pipeline
     return d
 
 
@@ -622,7 +623,7 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
     (tp, cp, pp, dp, and ep for an MoE model); the run's micro-batch among those tried, every layout
     in the run's rank order and at the run's precision (an FP8 run's layouts all in FP8, with its
     recipe), with the run's own kernel choices (attention, loss), gradient reduction and local
-    batch (a pipelined layout's schedule runs a step, as predict times the run)."""
+    batch (how many schedule runs a pipelined layout makes a step, as predict times the run)."""
     pr = catalog.published_run(run_id)
     st = catalog.run_settings().get(run_id)
     run = catalog.apply_settings(pr.run, st)

@@ -163,8 +163,7 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, T: fl
         opt = bd.optimizer_s
         T = f * (T - opt) + opt
         bd = DefaultBreakdown(**{k: (v if k == "optimizer_s" else f * v) for k, v in bd.as_dict().items()})
-        notes.append(f"{f} pipeline schedule runs a step, each of {plan.m} micro-batches (local batch "
-                     f"{tr.local_batch}): each fills and drains the pipeline and reduces its gradients")
+        notes.append(plans.flushes_note(f, plan.m, tr.local_batch))
     F = reported_step_flops(run, plan, framework.selective)
     n = run.layout.gpus
     work = flops.causal_model_flops(run.model, tr.global_batch, tr.seq_len)

@@ -257,7 +257,6 @@ def _repeated(run: Run, hw: Hardware, one: Prediction, f: int) -> Prediction:
     F = flops.reported_flops(run.model, run.training)
     n = run.layout.gpus
     bd = Breakdown(**{k: f * v for k, v in one.breakdown.as_dict().items()})
-    notes = [*one.notes, f"{f} pipeline schedule runs a step, each of {one.microbatches} micro-batches (local batch "
-                         f"{run.training.local_batch}): each fills and drains the pipeline and reduces its gradients"]
+    notes = [*one.notes, plans.flushes_note(f, one.microbatches, run.training.local_batch)]
     return replace(one, step_time_s=T, tflops_per_gpu=F / (n * T) / 1e12, mfu=F / (n * T * hw.peak_flops_16),
                    breakdown=bd, flops_per_step=F, notes=notes, flushes=f)

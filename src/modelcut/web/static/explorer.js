@@ -435,7 +435,7 @@
     if (ans.fp8_recipe) training.fp8_recipe = ans.fp8_recipe;
     if (ans.grad_reduce) training.grad_reduce = ans.grad_reduce;
     if (ans.attention) training.attention = ans.attention;
-    if (ans.local_batch && x.pp > 1) training.local_batch = ans.local_batch;   // the search's schedule runs
+    if (x.local_batch) training.local_batch = x.local_batch;   // the layout's schedule runs, as searched
     return Object.assign(out, {layout, training});
   }
 
