@@ -175,7 +175,6 @@ def layout_json(e: Evaluated, rank: int) -> dict[str, Any]:
     d["rank"] = rank
     d["microbatches"] = e.prediction.microbatches
     d["stage_layers"] = list(e.prediction.stage_layers)
-    d["local_batch"] = e.run.training.local_batch     # the search's local batch where this layout has a pipeline
     return d
 
 

@@ -79,6 +79,7 @@ class Evaluated:
                                                                   if self.run.training.recompute_modules else None),
                "recompute_layers": self.run.training.recompute_layers,
                "recompute_every": self.run.training.recompute_every,
+               "local_batch": self.run.training.local_batch,
                "zero": self.zero, "schedule": s.schedule,
                "step_time_s": None, "tflops_per_gpu": None, "mfu": None, "feasible": self.feasible,
                "memory": mem, "breakdown": None}
