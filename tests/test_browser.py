@@ -271,6 +271,11 @@ def test_explorer_lists_layouts_and_animates_the_picked_one(server, page):
     assert rows.count() == len(ans["layouts"]) > 1
     first = ans["layouts"][0]
     assert f"{first['tp']}·{first['cp']}·{first['pp']}·{first['dp']}" in rows.nth(0).inner_text()
+    # the schedule column names a schedule only where there is a pipeline to run it
+    for i, x in enumerate(ans["layouts"]):
+        cell = rows.nth(i).locator("td").nth(2).inner_text()
+        assert cell == ("\u2014" if x["pp"] == 1 else x["schedule"] + (f", last {x['last_layers']}" if x["last_layers"] else ""))
+    assert {x["pp"] == 1 for x in ans["layouts"]} == {True, False}   # both kinds shown
     gap = ans["why"]["step_time_s"][1] - ans["why"]["step_time_s"][0]
     assert ("beats the runner-up" if gap > 1e-9 else "ties with the runner-up") in page.inner_text("#why")
     shot(page, "explorer-1280x800")

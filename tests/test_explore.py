@@ -656,3 +656,27 @@ def test_stacks_that_split_layers_freely_are_searched_with_unequal_chunks(capsys
     assert 3 not in chunk_counts(LLAMA8, 4, "interleaved", 16, False)
     assert 3 in chunk_counts(LLAMA8, 3, "interleaved", 15, False)
     assert chunk_counts(LLAMA8, 3, "interleaved", 15, True) == []
+
+
+def test_the_explorer_table_names_a_schedule_only_with_a_pipeline(capsys, monkeypatch):
+    """A layout without a pipeline (pp 1) runs no schedule: the table's schedule column shows "—"
+    for it and the layout's schedule for a pipelined one; the best's one-line description says
+    "no pipeline" where it has none."""
+    import re
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ["explore", "--model", "gpt-1.7b", "--gpu", "a100", "--gpus", "8", "--seq", "2048",
+            "--global-batch-tokens", "131072", "--top", "20"]
+    assert main(args + ["--json"]) == 0
+    layouts = json.loads(capsys.readouterr().out)["layouts"]
+    assert {x["pp"] == 1 for x in layouts} == {True, False}
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    table = out.split("fastest layouts that fit")[1].split("time breakdown")[0]
+    rows = {c[0]: c for c in (re.split(r"\s{2,}", ln.strip()) for ln in table.splitlines()) if c[0].isdigit()}
+    assert len(rows) == len(layouts)
+    for x in layouts:
+        row = rows[str(x["rank"])]
+        assert row[1] == f"{x['tp']}·{x['cp']}·{x['pp']}·{x['dp']}"
+        assert row[5] == ("—" if x["pp"] == 1 else x["schedule"] + (f", last {x['last_layers']}" if x["last_layers"] else ""))
+    best = next(ln for ln in out.splitlines() if ln.startswith("#1: "))
+    assert ("no pipeline" in best) == (layouts[0]["pp"] == 1)

@@ -101,7 +101,15 @@ def _recompute(e: Evaluated) -> str:
 def _knobs(e: Evaluated) -> list[str]:
     s = e.structure
     return [_shape(e), SHORT.get(s.cp_kind, cp_form_label(s.cp_kind, s.cp_a2a)) if s.cp > 1 else "—", str(s.vpp), str(s.micro_batch),
-            s.schedule + (f", last {s.last_layers}" if s.last_layers else ""), _recompute(e), str(e.zero)]
+            _schedule(e), _recompute(e), str(e.zero)]
+
+
+def _schedule(e: Evaluated) -> str:
+    """The pipeline schedule as a table shows it: "—" without a pipeline (pp 1 runs no schedule)."""
+    s = e.structure
+    if s.pp == 1:
+        return "—"
+    return s.schedule + (f", last {s.last_layers}" if s.last_layers else "")
 
 
 def _layers(res: ExploreResult | None, pick: int):
@@ -117,7 +125,8 @@ def _describe(e: Evaluated) -> str:
     ep = f", ep {s.ep}" if s.ep > 1 else ""
     dp = f"dp {s.dp}" + (f" (ZeRO sharded over {s.dp_shard}, replicated {s.dp // s.dp_shard}×)" if s.dp_shard else "")
     last = f" with {s.last_layers} layers on the last rank" if s.last_layers else ""
-    return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}{last}, {dp}, {s.schedule} v {s.vpp}, micro-batch {s.micro_batch}, "
+    sched = f"{s.schedule} v {s.vpp}" if s.pp > 1 else "no pipeline"
+    return (f"tp {s.tp}, {cp}{ep}, pp {s.pp}{last}, {dp}, {sched}, micro-batch {s.micro_batch}, "
             f"recompute {e.recompute}" + (f" ({e.run.training.recompute_layers} layers a chunk)"
                                           if e.run.training.recompute_layers is not None else
                                           f" (one layer in {e.run.training.recompute_every} on each rank)"
@@ -438,7 +447,8 @@ def show_precisions(results: list[ExploreResult]) -> None:
             continue
         e = r.layouts[0]
         k = _knobs(e)
-        t.add_row(name, f"{k[0]}{' ' + k[1] if k[1] != '—' else ''}, {k[4]} v{k[2]}, b {k[3]}, {k[5]}, ZeRO-{k[6]}",
+        sched = f"{k[4]} v{k[2]}" if k[4] != "—" else "no pipeline"
+        t.add_row(name, f"{k[0]}{' ' + k[1] if k[1] != '—' else ''}, {sched}, b {k[3]}, {k[5]}, ZeRO-{k[6]}",
                   f"{e.step_time_s:.3f}", f"{e.prediction.mfu:.1%}", f"{e.peak_bytes / GB:.1f}",
                   f"{base / e.step_time_s:.2f}×" if base else "—")
     con.print(t)

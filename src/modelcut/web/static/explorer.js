@@ -40,6 +40,7 @@
     return `tp ${x.tp} · cp ${x.cp}` + (x.cp > 1 ? ` (${cpForm(x)})` : '') + ` · pp ${x.pp} · dp ${dpName(x)}` + expertsName(x);
   }
   function scheduleName(x) {
+    if (x.pp === 1) return 'no pipeline';   // pp 1 runs no schedule
     const last = x.last_layers ? `, last rank ${x.last_layers} layers` : '';
     return (x.vpp > 1 ? `${x.schedule}, v = ${x.vpp}` : x.schedule) + last;
   }
@@ -323,7 +324,7 @@
         h('td', {text: String(x.rank)}),
         h('td', {class: 'left'}, [`${x.tp}·${x.cp}·${x.pp}·${dpName(x)}` + expertsName(x)].concat(x.cp > 1
           ? [h('br'), h('span', {class: 'small muted', 'data-testid': 'cp-form', text: cpForm(x)})] : [])),
-        h('td', {class: 'left', text: x.schedule + (x.last_layers ? `, last ${x.last_layers}` : '')}),
+        h('td', {class: 'left', text: x.pp === 1 ? '\u2014' : x.schedule + (x.last_layers ? `, last ${x.last_layers}` : '')}),
         h('td', {text: String(x.vpp)}),
         h('td', {text: String(x.micro_batch)}),
         h('td', {class: 'left', text: recomputeName(x)}),
