@@ -165,3 +165,31 @@ def test_the_cli_and_the_api_take_the_stacks_overlap_names(capsys):
     assert a.status_code == b.status_code == 200 and a.json()["step_time_s"] == b.json()["step_time_s"]
     assert a.json()["step_time_s"] == pytest.approx(got["tp_comm=on"])
     assert c.post("/api/predict", json=body | {"overlap": {"colour": True}}).status_code == 422
+
+
+def test_an_unknown_name_at_the_boundary_gets_the_catalogs_own_line(capsys):
+    """The one input boundary (CLI flags and the web API) words an unknown model, GPU or
+    framework as the catalog does: a catalog too long for a line (the models) names its closest
+    entries and where the whole list is, instead of printing all of them; a short one is listed."""
+    from fastapi.testclient import TestClient
+    from modelcut.web.app import create_app
+    args = ["explore", "--gpu", "h100", "--gpus", "8", "--seq", "4096", "--global-batch-tokens", "32768"]
+    assert main(args + ["--model", "qwen2-72b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "modelcut: error: " + _refusal(catalog.model, "qwen2-72b")
+    assert "closest: qwen2.5-72b" in err and "modelcut list models" in err and "gpt-1.7b" not in err
+    assert len(err.splitlines()) == 1
+    assert main(args[:2] + ["a200"] + args[3:] + ["--model", "llama3-8b"]) == 2
+    assert capsys.readouterr().err.strip() == "modelcut: error: " + _refusal(catalog.hardware, "a200")
+    assert main(args + ["--model", "llama3-8b", "--framework", "megatorn"]) == 2
+    assert capsys.readouterr().err.strip() == "modelcut: error: " + _refusal(catalog.framework, "megatorn")
+    body = {"model": "qwen2-72b", "gpu": "h100", "gpus": 8, "seq": 4096, "global_batch_tokens": 32768}
+    r = TestClient(create_app()).post("/api/explore", json=body)
+    assert r.status_code == 422 and r.json()["detail"] == _refusal(catalog.model, "qwen2-72b")
+
+
+def _refusal(lookup, name) -> str:
+    """The catalog's own line for a name it does not know."""
+    with pytest.raises(ModelcutError) as exc:
+        lookup(name)
+    return str(exc.value)

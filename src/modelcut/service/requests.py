@@ -667,10 +667,18 @@ def _known(field: str) -> tuple[str, tuple[str, ...]] | None:
     return None
 
 
-def _cap_problem(name: str) -> str | None:
-    """Why ``<gpu>@<watts>w`` names no GPU, in the catalog's words (None: it does)."""
+#: The catalog lookups whose own refusal words an unknown name best: the closest names where the
+#: catalog is too long to list in a line, and why ``<gpu>@<watts>w`` names no GPU.
+_LOOKUPS = {"GPU": catalog.hardware, "model": catalog.model, "framework": catalog.framework}
+
+
+def _catalog_problem(what: str, name: object) -> str | None:
+    """Why ``name`` names no catalog entry, in the catalog's words (None: it does, or no lookup)."""
+    lookup = _LOOKUPS.get(what)
+    if lookup is None or not isinstance(name, str):
+        return None
     try:
-        catalog.hardware(name)
+        lookup(name)
     except ModelcutError as exc:
         return str(exc)
     return None
@@ -717,9 +725,8 @@ def one_line(exc: ValidationError | list[dict], where: str = "", names: dict[str
                 line = field + line[len(leaf):]
         elif known is not None:
             what, choices = known
-            line = f"unknown {what} {_shown(err.get('input'))}; choose one of {', '.join(choices)}"
-            if what == "GPU" and "@" in str(err.get("input")):   # a power cap: the catalog says what is wrong
-                line = _cap_problem(str(err.get("input"))) or line
+            line = (_catalog_problem(what, err.get("input"))
+                    or f"unknown {what} {_shown(err.get('input'))}; choose one of {', '.join(choices)}")
             if raw not in ("gpu", "model", "framework", "schedule", "mode"):   # say where, unless it is plain
                 line = f"{field}: {line}"
         else:
