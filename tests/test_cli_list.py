@@ -94,3 +94,17 @@ def test_list_alone_says_what_each_kind_lists(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[2] for line in out] == list(KINDS)
+
+
+def test_help_lists_every_command_in_the_chosen_order(capsys):
+    """``modelcut --help`` lists the commands in ``cli.app.ORDER`` (the model's answers first), and
+    every command is named there, so a new one is placed on purpose."""
+    import re
+    from modelcut.cli.app import ORDER, app
+    import typer.main
+    registered = set(typer.main.get_command(app).commands)
+    assert registered == set(ORDER)
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    listed = [m.group(1) for m in re.finditer(r"^  ([a-z][a-z-]+)\s", out.split("Commands:")[1], re.M)]
+    assert listed == list(ORDER)
