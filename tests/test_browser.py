@@ -474,6 +474,20 @@ def test_runs_page_shows_the_default_model_and_switches_cleanly(server, page):
     page.wait_for_function("n => document.querySelectorAll('[data-testid=runs] tbody tr').length === n",
                            arg=len(ans["runs"]))
     assert page.inner_text("[data-testid=error]") == ""
+    # out of sample first: the summary, the plotted dots and the table's Predicted and Error columns
+    text = page.inner_text("#summary")
+    oos = ans["summary"]["out_of_sample"]
+    assert text.index("Out of sample") < text.index("In sample")
+    assert f"largest {oos['max_abs_error_pct']:.1f} %" in text
+    heads = page.eval_on_selector_all("[data-testid=runs] thead th", "ths => ths.map(t => t.textContent)")
+    assert heads[5:8] == ["Predicted", "Error", "In sample"]
+    worst = max(ans["runs"], key=lambda r: abs(r["out_of_sample"]["error_pct"]))
+    cells = page.locator("[data-testid=runs] tbody tr", has_text=worst["id"]).first.locator("td")
+    e, i = worst["out_of_sample"]["error_pct"], worst["error_pct"]
+    assert cells.nth(6).inner_text() == f"{'+' if e > 0 else '−'}{abs(e):.1f} %"
+    assert cells.nth(7).inner_text() == f"{'+' if i > 0 else '−'}{abs(i):.1f} %"
+    flat = next(r for r in ans["runs"] if r["layout"]["pp"] == 1)
+    assert page.locator("[data-testid=runs] tbody tr", has_text=flat["id"]).first.locator("td").nth(3).inner_text() == "\u2014"
     plotted = [r for r in ans["runs"] if r["published_tflops"] is not None]
     assert page.locator("[data-testid=plot] svg g[data-run]").count() == len(plotted)
     timed = len(ans["runs"]) - len(plotted)

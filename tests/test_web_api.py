@@ -468,6 +468,31 @@ def test_runs_are_the_validation_table(client):
     assert client.get("/api/runs?set=some").status_code == 422
 
 
+def test_the_default_models_runs_lead_with_their_out_of_sample_predictions(client):
+    """Under the default model each run carries its prediction out of sample (the constants of the
+    fold that left its source out) beside the in-sample one, and the summary both figures, as
+    ``validate --mode default --json`` gives them; the seed model's rows have none."""
+    from modelcut.service.validation import default_table
+    ans = client.get("/api/runs?mode=default&set=all").json()
+    table = default_table().as_dict()
+    want = {r["id"]: r for r in table["runs"]}
+    assert len(ans["runs"]) == len(want) > 70
+    for r in ans["runs"]:
+        w = want[r["id"]]
+        assert r["error_pct"] == w["default"]["error_pct"]
+        assert r["out_of_sample"]["error_pct"] == w["loso"]["error_pct"]
+        assert r["out_of_sample"]["predicted"] == w["loso"]["predicted"]
+        assert r["out_of_sample"]["step_time_s"] == w["loso"]["step_time_s"]
+    oos, ins = table["summary"]["overall"]["loso"], table["summary"]["overall"]["default"]
+    assert ans["summary"]["out_of_sample"] == {"runs": oos["runs"], "mean_abs_error_pct": oos["mean_abs_pct"],
+                                               "max_abs_error_pct": oos["max_abs_pct"],
+                                               "mean_signed_error_pct": oos["mean_signed_pct"]}
+    assert ans["summary"]["mean_abs_error_pct"] == ins["mean_abs_pct"]
+    deck = client.get("/api/runs?mode=default").json()
+    assert deck["summary"]["out_of_sample"]["runs"] == 13
+    assert all(r["out_of_sample"] is None for r in client.get("/api/runs").json()["runs"])
+
+
 def test_kernel_checks_are_validate_kernels(client):
     from modelcut.service import validation
     ans = client.get("/api/kernel-checks")

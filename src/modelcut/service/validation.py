@@ -169,7 +169,10 @@ def user_table(path, profile: Profile | None = None, limits: Limits | None = Non
 
 def runs_page(mode: str = "seed", which: str = "deck") -> dict[str, Any]:
     """The web's runs page: one row per published run with its layout, the published and
-    predicted throughput (or step time), the error and the breakdown."""
+    predicted throughput (or step time), the error and the breakdown. Under the default model each
+    row also carries its prediction out of sample (``out_of_sample``: with the constants of the
+    profile's fold that left its source out, as ``validate --mode default`` leads with), and the
+    summary both figures; the row's own ``predicted`` and ``error_pct`` are in sample."""
     if mode == "seed":
         return _seed_page(which)
     if mode != "default":
@@ -181,11 +184,19 @@ def runs_page(mode: str = "seed", which: str = "deck") -> dict[str, Any]:
         if which == "deck" and r.set != "deck":
             continue
         pr = by_id[r.id]
-        rows.append(_page_row(pr, r.default, r.measured.run, r.published, r.unit, r.value(r.default),
-                              r.default_error_pct, False))
-    st = table.summary["deck" if which == "deck" else "overall"]["default"]
-    summary = {"mean_abs_error_pct": st["mean_abs_pct"], "max_abs_error_pct": st["max_abs_pct"],
-               "predicted": len(rows), "signs": table.summary["signs"]}
+        row = _page_row(pr, r.default, r.measured.run, r.published, r.unit, r.value(r.default),
+                        r.default_error_pct, False)
+        # out of sample first: the run predicted with the constants fitted without its source
+        row["out_of_sample"] = None if r.loso is None else {
+            "predicted": r.value(r.loso), "error_pct": r.loso_error_pct, "step_time_s": r.loso.step_time_s,
+            "predicted_tflops": r.value(r.loso) if r.unit == "TFLOP/s" else r.loso.tflops_per_gpu}
+        rows.append(row)
+    st = table.summary["deck" if which == "deck" else "overall"]
+    ins, oos = st["default"], st["loso"]
+    summary = {"mean_abs_error_pct": ins["mean_abs_pct"], "max_abs_error_pct": ins["max_abs_pct"],
+               "predicted": len(rows), "signs": table.summary["signs"],
+               "out_of_sample": {"runs": oos["runs"], "mean_abs_error_pct": oos["mean_abs_pct"],
+                                 "max_abs_error_pct": oos["max_abs_pct"], "mean_signed_error_pct": oos["mean_signed_pct"]}}
     return {"mode": "default", "eta": None, "calibration": None, "runs": rows, "summary": summary}
 
 

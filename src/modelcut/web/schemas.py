@@ -236,6 +236,14 @@ class MeshResponse(BaseModel):
                                                             "carved from the data-parallel ranks), etp, ep, edp")
 
 
+class OutOfSample(BaseModel):
+    predicted: float = Field(description="the prediction in the published unit, with the constants fitted without "
+                                         "the run's source (leave one source out)")
+    predicted_tflops: float
+    error_pct: float
+    step_time_s: float
+
+
 class RunRow(BaseModel):
     id: str
     family: str
@@ -254,6 +262,8 @@ class RunRow(BaseModel):
     breakdown: dict[str, float]
     source: str
     notes: str
+    out_of_sample: OutOfSample | None = Field(None, description="default model: the run predicted with the constants "
+                                              "fitted without its source; the fields above are in sample")
 
 
 class RunsResponse(BaseModel):

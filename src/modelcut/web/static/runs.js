@@ -24,6 +24,15 @@
   /** A figure in the unit its source published: TFLOP/s per GPU, or seconds a step. */
   function inUnit(r, x) { return r.unit === 's' ? seconds(x) : fmt(x, 1); }
 
+  /** The prediction the page leads with: under the default model the run predicted out of sample
+   *  (constants fitted without its source, as validate leads with), else the row's own. */
+  function shown(r) {
+    const o = r.out_of_sample;
+    return o ? {predicted: o.predicted, predicted_tflops: o.predicted_tflops, error_pct: o.error_pct}
+      : {predicted: r.predicted, predicted_tflops: r.predicted_tflops, error_pct: r.error_pct};
+  }
+  function signed(e) { return `${e > 0 ? '+' : '−'}${fixed(Math.abs(e), 1)} %`; }
+
   function plot() {
     const box = $('plot');
     box.textContent = '';
@@ -42,7 +51,7 @@
     const rowH = Math.round(28 * k), top = Math.round(40 * k), bottom = Math.round(44 * k);
     const left = Math.round(230 * k), right = Math.round(120 * k);
     const H = top + rows.length * rowH + bottom;
-    const vals = rows.flatMap((r) => [r.published_tflops, r.predicted_tflops]);
+    const vals = rows.flatMap((r) => [r.published_tflops, shown(r).predicted_tflops]);
     const step = niceStep(Math.max(...vals) - Math.min(...vals) || 1, 6);
     const lo = Math.floor(Math.min(...vals) * 0.95 / step) * step;
     const hi = Math.ceil(Math.max(...vals) * 1.03 / step) * step;
@@ -57,10 +66,12 @@
     }
     svg.append(s('text', {x: (left + W - right) / 2, y: H - 8, 'text-anchor': 'middle', 'font-size': fs,
                           fill: '#1f2430', text: 'TFLOP/s per GPU'}));
-    svg.append(s('text', {x: W - right + 12, y: top - 14, 'font-size': fs, fill: '#5b6170', text: 'error'}));
+    const oos = rows.some((r) => r.out_of_sample);
+    svg.append(s('text', {x: W - right + 12, y: top - 14, 'font-size': fs, fill: '#5b6170',
+                          text: oos ? 'out of sample' : 'error'}));
     // Legend (top left).
     const ly = Math.round(16 * k);
-    const items = [['ring', 'published'], ['dot', 'predicted (colour: family)'],
+    const items = [['ring', 'published'], ['dot', oos ? 'predicted out of sample (colour: family)' : 'predicted (colour: family)'],
                    ...[...new Set(rows.map((r) => r.family))].map((f) => ['fam', f])];
     let lx = left + 8;
     for (const [kind, label] of items) {
@@ -77,16 +88,18 @@
       svg.append(s('text', {x: left - 14, y: y + 5, 'text-anchor': 'end', 'font-size': fs, fill: '#1f2430',
                             text: r.id}));
       const g = s('g', {'data-run': r.id});
+      const sh = shown(r);
       g.append(s('title', {text: `${r.id}: published ${fmt(r.published_tflops, 1)}, predicted `
-        + `${fmt(r.predicted_tflops, 1)} TFLOP/s per GPU (${r.fitted ? 'fitted' : fixed(r.error_pct, 1) + ' %'})`}));
-      g.append(s('line', {x1: x(r.published_tflops), x2: x(r.predicted_tflops), y1: y, y2: y,
+        + `${fmt(sh.predicted_tflops, 1)} TFLOP/s per GPU (${r.fitted ? 'fitted' : signed(sh.error_pct)}`
+        + (r.out_of_sample ? ` out of sample; ${signed(r.error_pct)} in sample)` : ')')}));
+      g.append(s('line', {x1: x(r.published_tflops), x2: x(sh.predicted_tflops), y1: y, y2: y,
                           stroke: '#9aa0ad', 'stroke-width': 3}));
-      g.append(s('circle', {cx: x(r.predicted_tflops), cy: y, r: 6.5, fill: colour(r.family)}));
+      g.append(s('circle', {cx: x(sh.predicted_tflops), cy: y, r: 6.5, fill: colour(r.family)}));
       g.append(s('circle', {cx: x(r.published_tflops), cy: y, r: 7, fill: 'none', stroke: '#1f2430', 'stroke-width': 2}));
       svg.append(g);
       svg.append(s('text', {x: W - right + 12, y: y + 5, 'font-size': fs,
                             fill: r.fitted ? '#5b6170' : '#1f2430',
-                            text: r.fitted ? 'fitted (η)' : `${r.error_pct > 0 ? '+' : '−'}${fixed(Math.abs(r.error_pct), 1)} %`}));
+                            text: r.fitted ? 'fitted (η)' : signed(sh.error_pct)}));
     });
     box.append(svg);
     if (timed) {
@@ -98,23 +111,29 @@
   function table() {
     const t = $('runs');
     t.textContent = '';
-    t.append(h('thead', {}, h('tr', {}, [['Run'], ['GPUs'], ['tp·cp·pp·dp', 'tensor · context · pipeline · data parallel'],
+    const oos = data.runs.some((r) => r.out_of_sample);
+    const heads = [['Run'], ['GPUs'], ['tp·cp·pp·dp', 'tensor · context · pipeline · data parallel'],
       ['Schedule'], ['Published', 'as the source reports it: TFLOP/s per GPU, or seconds a step'],
-      ['Predicted', 'in the published unit'],
-      ['Error'], ['Step', 'predicted step time'], ['Where the step goes', 'shares of the predicted step time']]
+      oos ? ['Predicted', 'out of sample: with the constants fitted without the run\'s source, in the published unit']
+        : ['Predicted', 'in the published unit'],
+      oos ? ['Error', 'out of sample'] : ['Error']]
+      .concat(oos ? [['In sample', 'the error with the shipped constants, fitted on every run']] : [])
+      .concat([['Step', 'predicted step time (in sample)'], ['Where the step goes', 'shares of the predicted step time (in sample)']]);
+    t.append(h('thead', {}, h('tr', {}, heads
       .map(([x, title]) => h('th', {scope: 'col', text: x, title, class: x === 'Schedule' ? 'left' : null})))));
     const body = h('tbody');
     for (const r of data.runs) {
-      const L = r.layout;
-      const err = r.fitted ? h('td', {class: 'muted', text: 'fitted'})
-        : h('td', {class: r.error_pct < 0 ? 'neg' : 'pos', text: `${r.error_pct > 0 ? '+' : '−'}${fixed(Math.abs(r.error_pct), 1)} %`});
+      const L = r.layout, sh = shown(r);
+      const cell = (e) => h('td', {class: e < 0 ? 'neg' : 'pos', text: signed(e)});
+      const err = r.fitted ? h('td', {class: 'muted', text: 'fitted'}) : cell(sh.error_pct);
       body.append(h('tr', {title: `${r.model} on ${r.gpu}. ${r.source}` + (r.notes ? ` — ${r.notes}` : ''),
                            'data-id': r.id, onclick: () => showRun(r.id)}, [
         h('td', {text: r.id}),
         h('td', {text: fmt(r.gpus, 0)}),
         h('td', {text: `${L.tp}·${L.cp}·${L.pp}·${L.dp}`}),
-        h('td', {class: 'left', text: L.vpp > 1 ? `${L.schedule}, v = ${L.vpp}` : L.schedule}),
-        h('td', {text: inUnit(r, r.published)}), h('td', {text: inUnit(r, r.predicted)}), err,
+        h('td', {class: 'left', text: L.pp === 1 ? '\u2014' : L.vpp > 1 ? `${L.schedule}, v = ${L.vpp}` : L.schedule}),
+        h('td', {text: inUnit(r, r.published)}), h('td', {text: inUnit(r, sh.predicted)}), err,
+        ...(oos ? [r.out_of_sample ? cell(r.error_pct) : h('td', {class: 'muted', text: '\u2014'})] : []),
         h('td', {text: seconds(r.step_time_s)}),
         h('td', {class: 'bars-cell'}, stackedBar(Object.assign({__fmt: seconds}, r.breakdown), TIME_TERMS, r.step_time_s, 200, 16)),
       ]));
@@ -149,8 +168,8 @@
       const L = p.layout, pub = p.published || {};
       box.append(h('h2', {text: `${id}: tp ${L.tp} · cp ${L.cp} · pp ${L.pp} · dp ${L.dp}, ${p.schedule}`
         + (p.vpp > 1 ? `, v = ${p.vpp}` : '') + `, ${p.microbatches} micro-batch${p.microbatches === 1 ? '' : 'es'}`}));
-      const err = pub.error_pct === undefined ? '' : `; error ${pub.error_pct > 0 ? '+' : '−'}${fixed(Math.abs(pub.error_pct), 1)} %`
-        + ` against the measured ${seconds(pub.measured_step_time_s)}`;
+      const err = pub.error_pct === undefined ? '' : `; error ${signed(pub.error_pct)}`
+        + ` against the measured ${seconds(pub.measured_step_time_s)}` + (mode === 'default' ? ' (in sample: the shipped constants)' : '');
       box.append(h('p', {class: 'why', text: `Predicted step ${seconds(p.step_time_s)}, ${fmt(p.tflops_per_gpu, 0)} TFLOP/s per GPU, `
         + `MFU ${fixed(p.mfu * 100, 1)} % (${p.mode} model${L.framework ? `, ${L.framework}` : ''})${err}.`}));
       box.append(h('div', {class: 'chart'}, stackedBar(Object.assign({__fmt: seconds}, p.breakdown), TIME_TERMS, p.step_time_s, 420, 24)));
@@ -174,9 +193,12 @@
       return;
     }
     const signs = sm.signs ? ` ${sm.signs.low} predictions low, ${sm.signs.high} high.` : '';
+    const o = sm.out_of_sample;
+    const first = o && o.runs ? ` Out of sample (each source's runs predicted with the constants fitted without that source): `
+      + `mean |error| ${fixed(o.mean_abs_error_pct, 1)} %, largest ${fixed(o.max_abs_error_pct, 1)} %, mean ${signed(o.mean_signed_error_pct)}.` : '';
     $('summary').append(h('strong', {text: "Default model (modelcut's)"}),
-      `: every row is a prediction (${sm.predicted} runs), from the shipped profiles' constants. `
-      + `Mean |error| ${fixed(sm.mean_abs_error_pct, 1)} %, largest ${fixed(sm.max_abs_error_pct, 1)} %.${signs}`);
+      `: every row is a prediction (${sm.predicted} runs).${first} In sample (the shipped constants, fitted on every run): `
+      + `mean |error| ${fixed(sm.mean_abs_error_pct, 1)} %, largest ${fixed(sm.max_abs_error_pct, 1)} %.${signs}`);
   }
 
   function clear() {
