@@ -170,3 +170,27 @@ def test_an_internal_error_is_one_line_and_its_own_exit_status(capsys, monkeypat
     with pytest.raises(KeyError):
         main(["list", "models"])
     assert catalog_info.rows("models")      # the real one untouched
+
+
+@pytest.mark.parametrize("run_id", ["megatron-39.1b", "automodel-deepseek-v3-256", "mbridge2511-gpt-oss-120b-64",
+                                    "zero3-529.6b-640"])
+def test_predict_run_gives_the_error_out_of_sample_first(run_id, capsys):
+    """``predict --run ID`` under the shipped constants gives the run's error out of sample (the
+    constants fitted without its source, validate's leave-one-source-out fold) beside the
+    in-sample one, the same figures validate prints; seed mode, ``--eta`` and ``--profile`` have no
+    fold to leave a source out of, and give the one error."""
+    from modelcut.service.validation import default_table
+    row = next(r for r in default_table().as_dict()["runs"] if r["id"] == run_id)
+    assert main(["predict", "--run", run_id, "--json"]) == 0
+    pub = json.loads(capsys.readouterr().out)["published"]
+    assert pub["error_pct"] == pytest.approx(row["default"]["error_pct"], abs=1e-9)
+    assert pub["out_of_sample"]["error_pct"] == pytest.approx(row["loso"]["error_pct"], abs=1e-9)
+    assert pub["out_of_sample"]["step_time_s"] == pytest.approx(row["loso"]["step_time_s"], rel=1e-12)
+    assert pub["out_of_sample"]["source_left_out"] == row["group"]
+    assert main(["predict", "--run", run_id]) == 0
+    text = " ".join(capsys.readouterr().out.split())      # the published line, however it wraps
+    o, i = pub["out_of_sample"]["error_pct"], pub["error_pct"]
+    assert f"error out of sample {o:+.1f} % (constants fitted without {row['group']}), in sample {i:+.1f} %" in text
+    for extra in (["--mode", "seed"], ["--eta", "0.5"]):
+        assert main(["predict", "--run", run_id, "--json", *extra]) == 0
+        assert "out_of_sample" not in json.loads(capsys.readouterr().out)["published"]

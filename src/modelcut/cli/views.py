@@ -38,7 +38,11 @@ def extra_lines(result: PredictResult) -> list[str]:
         line = f"published        {', '.join(figures) or 'no figure'} ({pub['source']})"
         if pub.get("predicted_tflops_counted_as_published") is not None:
             line += f"; predicted, counted as published: {pub['predicted_tflops_counted_as_published']:.1f} TFLOP/s"
-        if "error_pct" in pub:
+        if "out_of_sample" in pub:
+            o = pub["out_of_sample"]
+            line += (f"; error out of sample {o['error_pct']:+.1f} % (constants fitted without {o['source_left_out']}),"
+                     f" in sample {pub['error_pct']:+.1f} % (measured step {pub['measured_step_time_s']:.3g} s)")
+        elif "error_pct" in pub:
             line += f"; error {pub['error_pct']:+.1f} % (measured step {pub['measured_step_time_s']:.3g} s)"
         out.append(line)
     return out

@@ -168,8 +168,10 @@
       const L = p.layout, pub = p.published || {};
       box.append(h('h2', {text: `${id}: tp ${L.tp} · cp ${L.cp} · pp ${L.pp} · dp ${L.dp}, ${p.schedule}`
         + (p.vpp > 1 ? `, v = ${p.vpp}` : '') + `, ${p.microbatches} micro-batch${p.microbatches === 1 ? '' : 'es'}`}));
-      const err = pub.error_pct === undefined ? '' : `; error ${signed(pub.error_pct)}`
-        + ` against the measured ${seconds(pub.measured_step_time_s)}` + (mode === 'default' ? ' (in sample: the shipped constants)' : '');
+      const o = pub.out_of_sample;
+      const err = pub.error_pct === undefined ? ''
+        : (o ? `; error out of sample ${signed(o.error_pct)} (constants fitted without ${o.source_left_out}), in sample ${signed(pub.error_pct)}`
+          : `; error ${signed(pub.error_pct)}`) + ` against the measured ${seconds(pub.measured_step_time_s)}`;
       box.append(h('p', {class: 'why', text: `Predicted step ${seconds(p.step_time_s)}, ${fmt(p.tflops_per_gpu, 0)} TFLOP/s per GPU, `
         + `MFU ${fixed(p.mfu * 100, 1)} % (${p.mode} model${L.framework ? `, ${L.framework}` : ''})${err}.`}));
       box.append(h('div', {class: 'chart'}, stackedBar(Object.assign({__fmt: seconds}, p.breakdown), TIME_TERMS, p.step_time_s, 420, 24)));
