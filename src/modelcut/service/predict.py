@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import catalog
 from ..analysis.budget import ErrorBudget, error_budget
@@ -60,6 +60,17 @@ def profile_on(hw: Hardware, profile: Profile | None = None) -> Profile:
 def efficiency_for(hw: Hardware, profile: Profile | None = None) -> Efficiency:
     """The default model's constants on ``hw`` (:func:`profile_on`)."""
     return profile_on(hw, profile).efficiency
+
+
+def fold_constants(source: str, hw: Hardware, profile: Profile | None = None) -> Efficiency | None:
+    """The constants fitted without the published runs of ``source`` (the fold of the profile on
+    ``hw`` that left it out, as ``calibrate`` stored it): what ``validate --mode default``'s
+    leave-one-source-out table predicts that source's runs with. None where the profile holds no
+    such fold."""
+    for c in profile_on(hw, profile).cv:
+        if c[0] == source:
+            return Efficiency(c[1], c[2], c[3])
+    return None
 
 
 def load_profile(path: str | Path | None) -> Profile | None:
@@ -244,26 +255,15 @@ def _left_out(pr: PublishedRun) -> str:
     return text.rstrip(".") + " (catalog/runs.toml notes)"
 
 
-def held_out_constants(pr: PublishedRun, hw: Hardware) -> tuple[str, Efficiency] | None:
-    """(the source, the constants fitted without it) for a published run under the shipped
-    profile: the fold of ``validate --mode default``'s leave-one-source-out table that left the
-    run's source out (None where the profile has no such fold)."""
-    st = catalog.run_settings().get(pr.id)
-    source = st.group if st else pr.family
-    for c in catalog.profile_for(hw).cv:
-        if c[0] == source:
-            return source, Efficiency(c[1], c[2], c[3])
-    return None
-
-
 def published_figure(pr: PublishedRun, pred: Prediction, run: Run,
-                     held_out: tuple[str, Prediction] | None = None) -> dict[str, Any]:
+                     predict_with: Callable[[Efficiency], Prediction] | None = None) -> dict[str, Any]:
     """The prediction against what the source published, counted as ``validate`` counts it (the
     same measured step time, :func:`..analysis.measured.measured_step_time`): the published
     figures, the measured step time, the predicted TFLOP/s in the source's FLOP count (None
-    where modelcut does not reproduce that count) and the error of the predicted throughput;
-    with ``held_out`` (the source left out and the run predicted with the constants fitted
-    without it), that prediction's step time and error too (``out_of_sample``)."""
+    where modelcut does not reproduce that count) and the error of the predicted throughput.
+    With ``predict_with`` (the run predicted under given constants), out of sample first as
+    validate leads: the run predicted with the shipped profile's constants fitted without its
+    source (:func:`fold_constants`), its step time and error (``out_of_sample``)."""
     f = published_flops(pr)
     tflops = None if f is None else f / (run.layout.gpus * pred.step_time_s) / 1e12
     out: dict[str, Any] = {"id": pr.id, "source": pr.source, "published_tflops": pr.published_tflops,
@@ -276,9 +276,10 @@ def published_figure(pr: PublishedRun, pred: Prediction, run: Run,
         return out          # no figure modelcut can compare (the catalog row says why)
     out["measured_step_time_s"] = measured_step_time(meas)
     out["error_pct"] = error_pct(meas, pred)
-    if held_out is not None:
-        source, lp = held_out
-        out["out_of_sample"] = {"source_left_out": source, "step_time_s": lp.step_time_s,
+    fold = fold_constants(meas.family, meas.hw) if predict_with is not None else None
+    if fold is not None:
+        lp = predict_with(fold)
+        out["out_of_sample"] = {"source_left_out": meas.family, "step_time_s": lp.step_time_s,
                                 "error_pct": error_pct(meas, lp)}
     return out
 
@@ -343,14 +344,11 @@ def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
         pred.notes += [f"stack rule: {v.line()}" for v in stack_violations(run, fw, pred)]
     result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw), layers=layers)
     if req.published is not None:
-        # out of sample first: under the shipped constants, the run predicted as validate's
-        # leave-one-source-out table does, with the constants fitted without its source
-        held = None
-        if req.mode == "default" and req.profile is None and req.eta is None:
-            fold = held_out_constants(req.published, hw)
-            if fold is not None:
-                held = (fold[0], step_predict(run, hw, "default", efficiency=fold[1], framework=stack))
-        result.published = published_figure(req.published, pred, run, held)
+        # under the shipped constants, the run out of sample too, as validate's table predicts it
+        shipped = req.mode == "default" and req.profile is None and req.eta is None
+        result.published = published_figure(
+            req.published, pred, run,
+            (lambda e: step_predict(run, hw, "default", efficiency=e, framework=stack)) if shipped else None)
         if not req.published.in_validation:
             pred.notes.append(_left_out(req.published))
         if result.memory.get("fits") is False:

@@ -24,11 +24,10 @@ from ..analysis.budget import ErrorBudget, error_budget
 from ..analysis.measured import Measured, catalog_measured, measured_step_time
 from ..catalog import Profile
 from ..catalog.kernel_checks import attention_sweeps, gemm_sweeps, layer_checks, linear_checks
-from ..core.costs.kernels import Efficiency
 from ..core.errors import ModelcutError
 from ..core.step import seed
 from .limits import Limits
-from .predict import efficiency_for, prediction_memory, profile_on
+from .predict import efficiency_for, fold_constants, prediction_memory, profile_on
 from .runs_csv import read_runs_csv
 
 BREAKDOWN_KEYS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "optimizer_s")
@@ -109,10 +108,7 @@ def default_table(profile: Profile | None = None, budget: bool = False) -> Defau
 
     def held_out(m: Measured):
         """The constants of the profile's fold that left this run's source out (None: no fold)."""
-        for c in profile_on(m.hw, profile).cv:
-            if c[0] == m.family:
-                return Efficiency(c[1], c[2], c[3])
-        return None
+        return fold_constants(m.family, m.hw, profile)
 
     rows = av.side_by_side(measured, sets, lambda hw: efficiency_for(hw, profile), seed_of, held_out)
     budgets = {r.id: error_budget(r.measured.run, r.measured.hw, efficiency_for(r.measured.hw, profile),
