@@ -44,13 +44,14 @@ def _blocks() -> list[tuple[str, list[str], list[str]]]:
         lines = path.read_text(encoding="utf-8").split("\n")
         i = 0
         while i < len(lines):
-            if not lines[i].startswith("```"):
+            if not lines[i].lstrip(" ").startswith("```"):
                 i += 1
                 continue
+            indent = len(lines[i]) - len(lines[i].lstrip(" "))    # a block inside a list item is indented
             j = i + 1
-            while j < len(lines) and not lines[j].startswith("```"):
+            while j < len(lines) and not lines[j].lstrip(" ").startswith("```"):
                 j += 1
-            block = lines[i + 1:j]
+            block = [line[indent:] if line[:indent].strip() == "" else line for line in lines[i + 1:j]]
             if block and block[0].startswith("$ "):
                 out.append((f"{path.relative_to(ROOT)}:{i + 2}", block))
             i = j + 1
