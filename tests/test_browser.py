@@ -439,6 +439,13 @@ def test_published_runs_page_plots_the_validation_table(server, page):
     assert f"{abs(worst['error_pct']):.1f} %" in page.inner_text("[data-testid=plot]")
     shot(page, "runs-1280x800")
     assert_no_overlapping_text(page)
+    # the plot's key: published, predicted, a swatch a family; text that wraps at any width
+    families = list(dict.fromkeys(r["family"] for r in ans["runs"]))
+    keys = page.eval_on_selector_all("[data-testid=plot-legend] > span", "ss => ss.map(s => s.textContent)")
+    assert keys == ["published", "predicted (colour: family)", *families]
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.wait_for_timeout(300)
+    assert_no_overlapping_text(page)
     assert not page.errors
 
 

@@ -69,19 +69,17 @@
     const oos = rows.some((r) => r.out_of_sample);
     svg.append(s('text', {x: W - right + 12, y: top - 14, 'font-size': fs, fill: '#5b6170',
                           text: oos ? 'out of sample' : 'error'}));
-    // Legend (top left).
-    const ly = Math.round(16 * k);
-    const items = [['ring', 'published'], ['dot', oos ? 'predicted out of sample (colour: family)' : 'predicted (colour: family)'],
-                   ...[...new Set(rows.map((r) => r.family))].map((f) => ['fam', f])];
-    let lx = left + 8;
-    for (const [kind, label] of items) {
-      if (kind === 'ring') svg.append(s('circle', {cx: lx, cy: ly, r: 6, fill: 'none', stroke: '#1f2430', 'stroke-width': 2}));
-      else if (kind === 'dot') svg.append(s('circle', {cx: lx, cy: ly, r: 6, fill: '#5b6170'}));
-      else svg.append(s('rect', {x: lx - 6, y: ly - 6, width: 12, height: 12, rx: 2, fill: colour(label)}));
-      const t = s('text', {x: lx + 12, y: ly + Math.round(5 * k), 'font-size': fs, fill: '#1f2430', text: label});
-      svg.append(t);
-      lx += 12 + 24 + label.length * fs * 0.58;
-    }
+    // Legend: above the plot as text that wraps, so it never runs into the error column at any width.
+    const leg = h('div', {class: 'plot-legend', 'data-testid': 'plot-legend'});
+    const key = (cls, label, colour) => {
+      const sw = h('span', {class: `mc-swatch ${cls}`});
+      if (colour) sw.style.background = colour;
+      leg.append(h('span', {}, [sw, label]));
+    };
+    key('ring', 'published');
+    key('dot', oos ? 'predicted out of sample (colour: family)' : 'predicted (colour: family)');
+    for (const f of new Set(rows.map((r) => r.family))) key('', f, colour(f));
+    box.append(leg);
     rows.forEach((r, i) => {
       const y = top + i * rowH + rowH / 2;
       if (i % 2 === 0) svg.append(s('rect', {x: 0, y: y - rowH / 2, width: W, height: rowH, fill: '#f7f8fb'}));
