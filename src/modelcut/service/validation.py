@@ -183,9 +183,10 @@ def runs_page(mode: str = "seed", which: str = "deck") -> dict[str, Any]:
         row = _page_row(pr, r.default, r.measured.run, r.published, r.unit, r.value(r.default),
                         r.default_error_pct, False)
         # out of sample first: the run predicted with the constants fitted without its source
-        row["out_of_sample"] = None if r.loso is None else {
-            "predicted": r.value(r.loso), "error_pct": r.loso_error_pct, "step_time_s": r.loso.step_time_s,
-            "predicted_tflops": r.value(r.loso) if r.unit == "TFLOP/s" else r.loso.tflops_per_gpu}
+        held = None if r.loso is None else _page_row(pr, r.loso, r.measured.run, r.published, r.unit,
+                                                     r.value(r.loso), r.loso_error_pct, False)
+        row["out_of_sample"] = None if held is None else {
+            k: held[k] for k in ("predicted", "predicted_tflops", "error_pct", "step_time_s")}
         rows.append(row)
     st = table.summary["deck" if which == "deck" else "overall"]
     ins, oos = st["default"], st["loso"]
