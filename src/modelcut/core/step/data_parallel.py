@@ -161,6 +161,14 @@ def last_backwards(plan: PipelinePlan, trace: Trace) -> dict[int, tuple[float, f
     return out
 
 
+def unit_requests(start: float, end: float, units, reduce_time) -> list[tuple[float, float]]:
+    """One backward's gradient reductions, unit by unit: the units' gradients are finished in
+    order through the backward (start, end), unit j of n at start + (end − start)·(j + 1)/n, each
+    then reduced (``reduce_time(dense, expert)`` seconds)."""
+    n = len(units)
+    return [(start + (end - start) * (j + 1) / n, reduce_time(a, b)) for j, (a, b) in enumerate(units)]
+
+
 def fsdp1_prep_s(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, dense: float,
                  expert: float = 0.0) -> float:
     """Seconds FSDP1 spends readying ``dense`` (and routed ``expert``) unsharded gradient elements,
@@ -233,13 +241,12 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
             parts = unit_gather_parts(run, hw, framework, st, units)
             gather_bytes += sum(a for a, _ in parts)
             gather_expert += sum(b for _, b in parts)
-            for j, (a, b) in enumerate(units):   # finished in this order through the last backward
-                requests.append((b_start + (b_end - b_start) * (j + 1) / len(units), reduce_time(a, b)))
-            # only a shard is kept: every earlier micro-batch's gradients are reduce-scattered
-            # after its backward, before the next one accumulates
-            stage_rs = reduce_time(sum(a for a, _ in units), sum(b for _, b in units))
-            requests += [(end, stage_rs) for _, end in every_b.get(st.index, [])[:-1]]
-            held.append(stage_rs)
+            # only a shard is kept: every micro-batch's gradients are reduce-scattered unit by unit
+            # as its backward finishes each unit, the earlier ones as the last (FSDP's post-backward
+            # hook per unit, DeepSpeed's buckets as gradients become ready)
+            for s, e in every_b.get(st.index, [])[:-1] + [(b_start, b_end)]:
+                requests += unit_requests(s, e, units, reduce_time)
+            held.append(reduce_time(sum(a for a, _ in units), sum(b for _, b in units)))
         if waits and dp_group > 1:
             # each stage's reduce-scatter issued after its last backward, the compute stream waiting
             exp_dp = sum(held)
