@@ -32,7 +32,7 @@ from ..plan import PipelinePlan
 from ..specs import Hardware, Run
 from .data_parallel import dp_collective, run_residency, unit_gather_parts
 from .frameworks import Framework
-from .stage_costs import kernels, unit_costs
+from .stage_costs import kernels, layer_kinds, unit_costs
 
 
 def lower_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan) -> float:
@@ -51,17 +51,22 @@ def _flush_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
     bw = comm.group_bandwidths(L, hw, run.gpus_per_node or hw.per_node, framework.multi_nic_rings)
     uc = unit_costs(run, hw, eff, framework, kernels(run, hw, eff, framework, bw))
     overlapped = plan.spec.overlapped
-    dense, moe = uc.layers[False], uc.layers[True]
 
     def total(terms, hide_a2a: bool) -> float:
         return sum(terms) - (terms[3] if hide_a2a else 0.0)
 
-    f = np.array([total(dense[0], overlapped), total(moe[0], overlapped) if moe else 0.0,
-                  total(uc.emb[0], False), total(uc.loss[0], False)])
-    b = np.array([total(dense[1], overlapped), total(moe[1], overlapped) if moe else 0.0,
-                  total(uc.emb[1], False), total(uc.loss[1], False)])
-    counts = np.array([(st.dense_layers, st.moe_layers, float(st.embedding), float(st.loss)) for st in plan.stages])
-    F, B = counts @ f, counts @ b
+    def passes(i: int) -> np.ndarray:
+        """Each stage's forward (i = 0) or backward (1): its layers as the stage's durations count
+        them (:func:`.stage_costs.layer_kinds`: with partial recomputation the recomputed ones and
+        the rest apart), its embedding and its loss."""
+        ends = np.array([total(uc.emb[i], False), total(uc.loss[i], False)])
+        out = []
+        for st in plan.stages:
+            x = sum(cnt * total(lc[i], overlapped) for cnt, _, lc in layer_kinds(run, st, uc) if cnt and lc is not None)
+            out.append(x + ends @ (float(st.embedding), float(st.loss)))
+        return np.array(out)
+
+    F, B = passes(0), passes(1)
     if L.dp * L.cp > 1 and run_residency(run, framework, plan.m).gathers_each_pass:
         coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner, framework.replica_reduce_stream)
         mods = params.device_modules(run.model, L.tp, L.ep, L.etp,

@@ -186,6 +186,18 @@ def unit_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, k:
                      costs("none", not_recomputed) if partial else None)
 
 
+def layer_kinds(run: Run, st, uc: UnitCosts) -> tuple[tuple[int, bool, tuple[Terms, Terms, float] | None], ...]:
+    """A stage's layers as (count, MoE, that layer's (forward, backward, weight-gradient) terms):
+    its dense and MoE layers at ``uc.layers``; where full recomputation covers only some layers
+    (the block method, every k-th layer: :meth:`..plan.Stage.recomputed`), those at ``uc.layers``
+    and the rest at ``uc.kept``. The one count the stages' durations and the lower bound read."""
+    if uc.kept is None:
+        return ((st.dense_layers, False, uc.layers[False]), (st.moe_layers, True, uc.layers[True]))
+    r_d, r_m = st.recomputed(run.model, run.training)
+    return ((r_d, False, uc.layers[False]), (st.dense_layers - r_d, False, uc.kept[False]),
+            (r_m, True, uc.layers[True]), (st.moe_layers - r_m, True, uc.kept[True]))
+
+
 def not_recomputed(lt: LayerTime) -> LayerTime:
     """A layer of a fully recomputing run that the block method leaves whole
     (:class:`..specs.Training` ``recompute_layers``): its passes without the recomputed forward."""
@@ -213,7 +225,6 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
     framework leaves exposed, plus context parallelism's; MoE layers add their all-to-all (twice
     in the backward with full recomputation); blocking sends hold both devices."""
     uc = unit_costs(run, hw, eff, framework, k)
-    layer_costs = uc.layers
     tau = send_time(run, hw, eff, bw)
     blocking = plan.p > 1 and not framework.p2p_overlapped(plan.v)
     out = StageCosts([], [], [], tau)
@@ -223,14 +234,7 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         fsum, bsum, w = [0.0] * 4, [0.0] * 4, 0.0
         f_units: list[float] = []
         b_units: list[float] = []
-        if uc.kept is None:
-            kinds = ((st.dense_layers, False, layer_costs), (st.moe_layers, True, layer_costs))
-        else:      # the block method: the stage's first layers recomputed, the rest whole
-            r_d, r_m = st.recomputed(run.model, run.training)
-            kinds = ((r_d, False, layer_costs), (st.dense_layers - r_d, False, uc.kept),
-                     (r_m, True, layer_costs), (st.moe_layers - r_m, True, uc.kept))
-        for cnt, is_moe, table in kinds:
-            lc = table[is_moe]
+        for cnt, is_moe, lc in layer_kinds(run, st, uc):
             if cnt == 0 or lc is None:
                 continue
             fc, bc, wg = lc
