@@ -476,7 +476,9 @@ class _Search:
                 if e.prediction is not None:     # timed already: the query named it
                     continue
                 e.lower_bound_s = lb
-                if self.lower_bound is not None and self.prune and e.zero != least_zero:
+                # bounded again on its own run where that differs from the candidate's: another ZeRO
+                # stage, or the layers a partial recomputation redoes now that its memory fixed them
+                if self.lower_bound is not None and self.prune and (e.zero != least_zero or r in PARTIAL):
                     e.lower_bound_s = self.lower_bound(e.run, self.hw, e.plan)
                     if e.lower_bound_s >= self.bound():
                         ex.pruned_by_bound += 1

@@ -55,18 +55,17 @@ def _flush_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
     def total(terms, hide_a2a: bool) -> float:
         return sum(terms) - (terms[3] if hide_a2a else 0.0)
 
-    def passes(i: int) -> np.ndarray:
-        """Each stage's forward (i = 0) or backward (1): its layers as the stage's durations count
-        them (:func:`.stage_costs.layer_kinds`: with partial recomputation the recomputed ones and
-        the rest apart), its embedding and its loss."""
-        ends = np.array([total(uc.emb[i], False), total(uc.loss[i], False)])
-        out = []
-        for st in plan.stages:
-            x = sum(cnt * total(lc[i], overlapped) for cnt, _, lc in layer_kinds(run, st, uc) if cnt and lc is not None)
-            out.append(x + ends @ (float(st.embedding), float(st.loss)))
-        return np.array(out)
+    # each stage's layers as its durations count them (:func:`.stage_costs.layer_kinds`: with
+    # partial recomputation the recomputed ones and the rest apart), its embedding and its loss
+    kinds = [lc for _, _, lc in layer_kinds(run, plan.stages[0], uc)]
+    counts = np.array([[c for c, _, _ in layer_kinds(run, st, uc)] + [st.embedding, st.loss] for st in plan.stages],
+                      dtype=float)
 
-    F, B = passes(0), passes(1)
+    def per_unit(i: int) -> np.ndarray:   # a unit's forward (i = 0) or backward (1), in counts' columns
+        return np.array([total(lc[i], overlapped) if lc is not None else 0.0 for lc in kinds]
+                        + [total(uc.emb[i], False), total(uc.loss[i], False)])
+
+    F, B = counts @ per_unit(0), counts @ per_unit(1)
     if L.dp * L.cp > 1 and run_residency(run, framework, plan.m).gathers_each_pass:
         coll = dp_collective(run, hw, eff, bw, framework.nccl_tuner, framework.replica_reduce_stream)
         mods = params.device_modules(run.model, L.tp, L.ep, L.etp,

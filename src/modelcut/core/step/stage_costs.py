@@ -187,12 +187,15 @@ def unit_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, k:
 
 
 def layer_kinds(run: Run, st, uc: UnitCosts) -> tuple[tuple[int, bool, tuple[Terms, Terms, float] | None], ...]:
-    """A stage's layers as (count, MoE, that layer's (forward, backward, weight-gradient) terms):
-    its dense and MoE layers at ``uc.layers``; where full recomputation covers only some layers
-    (the block method, every k-th layer: :meth:`..plan.Stage.recomputed`), those at ``uc.layers``
-    and the rest at ``uc.kept``. The one count the stages' durations and the lower bound read."""
+    """A stage's layers as (count, MoE, that layer's (forward, backward, weight-gradient) terms),
+    always four, in this order: dense layers at ``uc.layers``, dense at ``uc.kept``, MoE at
+    ``uc.layers``, MoE at ``uc.kept``. Where full recomputation covers only some layers (the block
+    method, every k-th layer: :meth:`..plan.Stage.recomputed`) the recomputed ones are at
+    ``uc.layers`` and the rest at ``uc.kept``; otherwise every layer is at ``uc.layers``. The one
+    count the stages' durations and the lower bound read."""
     if uc.kept is None:
-        return ((st.dense_layers, False, uc.layers[False]), (st.moe_layers, True, uc.layers[True]))
+        return ((st.dense_layers, False, uc.layers[False]), (0, False, None),
+                (st.moe_layers, True, uc.layers[True]), (0, True, None))
     r_d, r_m = st.recomputed(run.model, run.training)
     return ((r_d, False, uc.layers[False]), (st.dense_layers - r_d, False, uc.kept[False]),
             (r_m, True, uc.layers[True]), (st.moe_layers - r_m, True, uc.kept[True]))
