@@ -281,6 +281,13 @@ def _fp8_copies(run: Run, options: MemoryOptions, params, zero: int, plan: Pipel
     return np.array(rows)
 
 
+def _replays_hooks(run: Run, options: MemoryOptions, zero: int, plan: PipelinePlan) -> bool:
+    """Whether the gathered weights are DeepSpeed v0.3's replay's (:func:`..step.zero3.deepspeed_resident_numel`):
+    ZeRO-3 on that runtime, no pipeline, a dense model. The replay follows the run's recomputation
+    (a recomputed forward gathers its weights again), so its count is each variant's own."""
+    return zero >= 3 and options.zero3_runtime == "deepspeed-0.3" and plan.p == 1 and not run.model.is_moe
+
+
 def _states(run: Run, options: MemoryOptions, params, zero: int, plan: PipelinePlan) -> np.ndarray:
     """Per device: (weights, gradients, optimizer, gathered) bytes under a ZeRO stage, what is
     resident as :func:`..costs.residency.residency` says (the rule the step time reads); the
@@ -289,7 +296,7 @@ def _states(run: Run, options: MemoryOptions, params, zero: int, plan: PipelineP
     d, de = shard_groups(run)
     res = options.residency(zero, plan.p, plan.m)
     rows = []
-    hooks = (zero >= 3 and options.zero3_runtime == "deepspeed-0.3" and plan.p == 1 and not run.model.is_moe)
+    hooks = _replays_hooks(run, options, zero, plan)
     for dense, expert, unit, _ in params:
         if hooks:
             gathered = min(deepspeed_resident_numel(run, plan.m, options.zero3_prefetch), dense + expert)
@@ -362,9 +369,18 @@ def variant_peaks(run: Run, plan: PipelinePlan, variants: list[tuple[str, int]],
     # each variant's own modules: none from the run the variants share
     bare = replace(run, training=replace(run.training, recompute_modules=None))
     acts = {r: _activations(bare, options, plan, r)[0] for r in {r for r, _ in variants}}
-    states = {z: _states(run, options, params, z, plan) for z in {z for _, z in variants}}
-    held = {z: st[:, :3].sum(axis=1) + _fp8_copies(run, options, params, z, plan) for z, st in states.items()}
-    return {(r, z): float(_total(options, acts[r] + held[z], acts[r] + states[z][:, 3]).max()) for r, z in variants}
+    def state_key(r: str, z: int) -> tuple[str | None, int]:   # the replay's count is the variant's own
+        return (r if _replays_hooks(run, options, z, plan) else None, z)
+
+    def own(r: str) -> Run:
+        level, modules = recompute_variant(r)
+        return replace(run, training=replace(run.training, recompute=level, recompute_modules=modules))
+
+    states = {state_key(r, z): _states(own(r) if state_key(r, z)[0] else run, options, params, z, plan)
+              for r, z in variants}
+    held = {k: st[:, :3].sum(axis=1) + _fp8_copies(run, options, params, k[1], plan) for k, st in states.items()}
+    return {(r, z): float(_total(options, acts[r] + held[state_key(r, z)], acts[r] + states[state_key(r, z)][:, 3]).max())
+            for r, z in variants}
 
 
 def peak_bytes(stages: list[StageMemory]) -> float:
