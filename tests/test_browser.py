@@ -101,6 +101,9 @@ OVERLAPS = """() => {
     if (!el || el.closest('option, script, style, title, .mc-tip, details:not([open]) > :not(summary)')) continue;
     const st = getComputedStyle(el);
     if (st.visibility === 'hidden' || st.display === 'none') continue;
+    // A sticky header cell covers the rows that scroll under it.
+    const cell = el.closest('thead th');
+    const sticky = !!cell && getComputedStyle(cell).position === 'sticky';
     // The part of the text a scrolling box lets through.
     let clip = {left: -1e9, top: -1e9, right: 1e9, bottom: 1e9};
     for (let a = el; a && a !== document.body; a = a.parentElement) {
@@ -116,12 +119,13 @@ OVERLAPS = """() => {
     for (const r of range.getClientRects()) {
       const v = {left: Math.max(r.left, clip.left), top: Math.max(r.top, clip.top),
                  right: Math.min(r.right, clip.right), bottom: Math.min(r.bottom, clip.bottom)};
-      if (v.right - v.left > 1 && v.bottom - v.top > 1) boxes.push([v, n.textContent.trim()]);
+      if (v.right - v.left > 1 && v.bottom - v.top > 1) boxes.push([v, n.textContent.trim(), sticky]);
     }
   }
   const out = [];
   for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
-    const [a, ta] = boxes[i], [b, tb] = boxes[j];
+    const [a, ta, sa] = boxes[i], [b, tb, sb] = boxes[j];
+    if (sa !== sb) continue;   // a sticky header painted over the rows scrolled under it
     const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
     const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
     if (w > 2 && h > 3) out.push(ta + ' | ' + tb);
@@ -792,11 +796,11 @@ def test_explorer_shows_a_lighter_last_rank_and_picks_it(server, page):
     """A layout whose last pipeline rank holds fewer layers (the explorer's balance for the output
     layer) says so in the table and the heading, and its detail is predicted with that split."""
     q = {"model": "nemotron3-22b", "gpu": "h100-sxm5-80gb", "gpus": 64, "seq": 4096, "global_batch_tokens": "1M",
-         "top": 10}
+         "top": 12}
     ans = api(server, "/api/explore", q)
     k = next(i for i, x in enumerate(ans["layouts"]) if x["last_layers"])
     x = ans["layouts"][k]
-    page.goto(server + "/explorer?model=nemotron3-22b&gpu=h100-sxm5-80gb&gpus=64&seq=4096&tokens=1M&top=10")
+    page.goto(server + "/explorer?model=nemotron3-22b&gpu=h100-sxm5-80gb&gpus=64&seq=4096&tokens=1M&top=12")
     page.wait_for_selector("[data-testid=layouts] tbody tr")
     row = page.locator("[data-testid=layouts] tbody tr").nth(k)
     assert f"{x['schedule']}, last {x['last_layers']}" in row.inner_text()
