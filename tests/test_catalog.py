@@ -541,3 +541,19 @@ def test_llama4_counts_as_docs_long_context_and_moe_gives_them():
         m = catalog.model(name)
         assert round(flops.param_count(m) / 1e8) == round(total / 1e8)
         assert round(flops.param_count(m, active=True) / 1e8) == round(active / 1e8)
+
+
+def test_a_left_out_run_the_model_cannot_take_is_refused_by_name(capsys):
+    """OPT-175B's catalogued batch (1,024 sequences, inferred) is no multiple of its dp 124: predict
+    --run and GET /api/runs/{id} refuse it in one line that names the run, the rule it breaks and
+    why it is left out of validation, not with the bare rule."""
+    from fastapi.testclient import TestClient
+    from modelcut.cli import main
+    from modelcut.web.app import create_app
+    assert main(["predict", "--run", "opt-175b-992"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert err.startswith("modelcut: error: opt-175b-992 cannot be predicted as catalogued: global_batch (1024)")
+    assert "left out of validation" in err
+    r = TestClient(create_app()).get("/api/runs/opt-175b-992")
+    assert r.status_code == 422 and r.json()["detail"] == err.removeprefix("modelcut: error: ")

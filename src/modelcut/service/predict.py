@@ -33,7 +33,7 @@ from ..core.step.frameworks import Framework
 from ..core.step.layer_budget import LayerBudget, layer_budget
 from ..core.step.result import Prediction
 from .inputs import model_choice, parse_overlap
-from .limits import DEFAULT, Limits
+from .limits import DEFAULT, LimitError, Limits
 from .requests import PredictInput
 from .runfile import check_sizes
 
@@ -308,7 +308,20 @@ def stack_violations(run: Run, fw: Framework, pred: Prediction) -> list:
 
 def predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     """The prediction, its memory and, when asked, the published figure and the error budget;
-    a run over the limits refused before any of it."""
+    a run over the limits refused before any of it. A published run left out of validation that
+    the model cannot take as catalogued is refused naming the run and why it is left out."""
+    try:
+        return _predict(req, limits)
+    except LimitError:
+        raise
+    except ModelcutError as exc:
+        pr = req.published
+        if pr is None or pr.in_validation:
+            raise
+        raise ModelcutError(f"{pr.id} cannot be predicted as catalogued: {exc}; {_left_out(pr)}") from None
+
+
+def _predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult:
     if req.mode not in MODES:
         raise ModelcutError(f"unknown mode {req.mode!r}; choose one of {', '.join(MODES)}")
     if req.eta is not None and (isinstance(req.eta, bool) or not isinstance(req.eta, (int, float))
