@@ -369,6 +369,7 @@ def variant_peaks(run: Run, plan: PipelinePlan, variants: list[tuple[str, int]],
     # each variant's own modules: none from the run the variants share
     bare = replace(run, training=replace(run.training, recompute_modules=None))
     acts = {r: _activations(bare, options, plan, r)[0] for r in {r for r, _ in variants}}
+
     def state_key(r: str, z: int) -> tuple[str | None, int]:   # the replay's count is the variant's own
         return (r if _replays_hooks(run, options, z, plan) else None, z)
 
@@ -376,8 +377,8 @@ def variant_peaks(run: Run, plan: PipelinePlan, variants: list[tuple[str, int]],
         level, modules = recompute_variant(r)
         return replace(run, training=replace(run.training, recompute=level, recompute_modules=modules))
 
-    states = {state_key(r, z): _states(own(r) if state_key(r, z)[0] else run, options, params, z, plan)
-              for r, z in variants}
+    keys = {state_key(r, z): r for r, z in variants}     # each state once (one per ZeRO stage but the replay's)
+    states = {k: _states(own(r) if k[0] else run, options, params, k[1], plan) for k, r in keys.items()}
     held = {k: st[:, :3].sum(axis=1) + _fp8_copies(run, options, params, k[1], plan) for k, st in states.items()}
     return {(r, z): float(_total(options, acts[r] + held[state_key(r, z)], acts[r] + states[state_key(r, z)][:, 3]).max())
             for r, z in variants}
