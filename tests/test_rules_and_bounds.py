@@ -190,6 +190,20 @@ def test_only_runnable_layouts_are_ranked_and_the_bound_loses_nothing():
         assert {k(e) for e in full.layouts if e.step_time_s <= reach} <= {k(e) for e in fast.layouts}
 
 
+def test_the_bound_keeps_partial_recomputation_where_it_ranks():
+    """Llama 3 8B on 16 A100 under NeMo 24.07: the second best recomputes one layer a chunk (the
+    block method) where recomputing none also fits. Its bound counts that one layer, not every
+    layer's recomputed forward (which exceeded its step and pruned it before commit d2b56f6)."""
+    req = ExploreRequest(LLAMA8, catalog.hardware("a100"), 16, 2048, 64 * 1024, framework="nemo-24.07", top=5)
+    fast, full = run_explore(req), run_explore(replace(req, exhaustive=True))
+    k = lambda e: (e.structure, e.recompute, e.zero, round(e.step_time_s, 9))  # noqa: E731
+    assert [k(e) for e in fast.layouts[:5]] == [k(e) for e in full.layouts[:5]]
+    assert BLOCKS in [e.recompute for e in fast.layouts[:5]]
+    for e in fast.layouts[:5]:
+        assert lower_bound(e.run, req.hw, efficiency_for(req.hw),
+                           catalog.framework("nemo-24.07"), e.plan) <= e.step_time_s * (1 + 1e-12)
+
+
 def test_check_names_the_broken_rule_in_one_line(capsys):
     args = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "32", "--seq", "4096",
             "--global-batch-tokens", "256K", "--framework", "megatron-core", "--check", "tp=2,cp=1,pp=4,dp=4,zero=3"]
