@@ -32,7 +32,7 @@ from ..plan import PipelinePlan
 from ..specs import Hardware, Run
 from .data_parallel import dp_collective, run_residency, unit_gather_parts
 from .frameworks import Framework
-from .stage_costs import kernels, layer_kinds, unit_costs
+from .stage_costs import kernels, layer_kinds, layer_tables, unit_costs
 
 
 def lower_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan) -> float:
@@ -57,7 +57,7 @@ def _flush_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
 
     # each stage's layers as its durations count them (:func:`.stage_costs.layer_kinds`: with
     # partial recomputation the recomputed ones and the rest apart), its embedding and its loss
-    kinds = [lc for _, _, lc in layer_kinds(run, plan.stages[0], uc)]
+    kinds = layer_tables(uc)
     counts = np.array([[c for c, _, _ in layer_kinds(run, st, uc)] + [st.embedding, st.loss] for st in plan.stages],
                       dtype=float)
 

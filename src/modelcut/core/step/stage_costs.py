@@ -194,11 +194,18 @@ def layer_kinds(run: Run, st, uc: UnitCosts) -> tuple[tuple[int, bool, tuple[Ter
     ``uc.layers`` and the rest at ``uc.kept``; otherwise every layer is at ``uc.layers``. The one
     count the stages' durations and the lower bound read."""
     if uc.kept is None:
-        return ((st.dense_layers, False, uc.layers[False]), (0, False, None),
-                (st.moe_layers, True, uc.layers[True]), (0, True, None))
-    r_d, r_m = st.recomputed(run.model, run.training)
-    return ((r_d, False, uc.layers[False]), (st.dense_layers - r_d, False, uc.kept[False]),
-            (r_m, True, uc.layers[True]), (st.moe_layers - r_m, True, uc.kept[True]))
+        counts = (st.dense_layers, 0, st.moe_layers, 0)
+    else:
+        r_d, r_m = st.recomputed(run.model, run.training)
+        counts = (r_d, st.dense_layers - r_d, r_m, st.moe_layers - r_m)
+    return tuple((n, moe, lc) for n, moe, lc in zip(counts, (False, False, True, True), layer_tables(uc)))
+
+
+def layer_tables(uc: UnitCosts) -> tuple[tuple[Terms, Terms, float] | None, ...]:
+    """The four per-layer cost entries :func:`layer_kinds` counts, in its order: dense recomputed as
+    the run says, dense kept whole, MoE recomputed, MoE kept whole (None where there is none)."""
+    kept = uc.kept or {}
+    return uc.layers[False], kept.get(False), uc.layers[True], kept.get(True)
 
 
 def not_recomputed(lt: LayerTime) -> LayerTime:
