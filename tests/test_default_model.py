@@ -40,6 +40,16 @@ def test_breakdown_sums_to_the_step():
         assert p.mode == "default" and p.vpp == 2 and p.schedule == "interleaved"
 
 
+def test_sharded_data_parallel_term_never_rounds_below_zero():
+    """ZeRO-3 without a pipeline takes its data-parallel term as the step less the compute stream's
+    work: one GPU, no collective, and a 16,647 s step, whose difference rounded to -1.8e-12 s."""
+    r = Run(model=catalog.model("gpt3-175b"), gpu="h800", layout=Layout(),
+            training=Training(seq_len=131072, global_batch=32, micro_batch=4, precision="fp8"))
+    p = predict(r, catalog.hardware("h800"), profile_for(H100).efficiency, "fsdp-compile")
+    assert min(p.breakdown.as_dict().values()) >= 0.0
+    assert p.breakdown.total_s == pytest.approx(p.step_time_s, rel=1e-12)
+
+
 def test_stepmodel_dispatches_the_default_mode():
     r = run()
     eff, fw = profile_for(A100).efficiency, catalog.framework(None)

@@ -107,7 +107,8 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     T = T_c + opt
     tp_s, cp_s = _stream_comm(model, dense, moe_lt, emb, loss, m, ov.tp_comm, (rec_d, rec_m))
     bd = DefaultBreakdown(compute_s=compute_total - tp_s - cp_s, tp_s=tp_s, cp_s=cp_s, p2p_s=0.0, bubble_s=0.0,
-                          dp_s=T - compute_total - a2a_total - opt, a2a_s=a2a_total, optimizer_s=opt)
+                          dp_s=max(T - compute_total - a2a_total - opt, 0.0),   # no rounding below zero
+                          a2a_s=a2a_total, optimizer_s=opt)
     return T, bd
 
 
