@@ -67,6 +67,9 @@ def test_mfu_never_exceeds_one(case):
         assume(False)       # a layout the model rejects with a one-line error: not this property's
         return
     assert 0 < p.mfu <= 1.0
+    # and the step's terms: none below zero, together the step (on every stack, layout and length)
+    assert min(p.breakdown.as_dict().values()) >= 0.0
+    assert abs(p.breakdown.total_s - p.step_time_s) <= 1e-9 * p.step_time_s
     # the MFU is the causal work over n·T·peak (the figure the docstring promises), the peak the
     # 16-bit one or, for FP8 products, the FP8 one (kernels.mfu_peak, the one definition)
     work = flops.causal_model_flops(run.model, run.training.global_batch, run.training.seq_len)
