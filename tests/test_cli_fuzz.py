@@ -1,6 +1,6 @@
 """Fuzzing the command line: hypothesis drives every command's options, and RUN.toml's fields,
 with extreme, malformed and non-finite values. Each case runs in a process of its own under a
-10 s time limit and a 1 GB memory limit (:mod:`fuzzbox`); every one exits 0 or 2, never with a
+30 s time limit and a 1 GB memory limit (:mod:`fuzzbox`); every one exits 0 or 2, never with a
 traceback, and every exit 2 is one line ``modelcut: error: ...``.
 
 The cases are drawn in batches (one box process per batch) to keep the suite fast. Valid values
