@@ -42,7 +42,8 @@ def test_breakdown_sums_to_the_step():
 
 def test_sharded_data_parallel_term_never_rounds_below_zero():
     """ZeRO-3 without a pipeline takes its data-parallel term as the step less the compute stream's
-    work: one GPU, no collective, and a 16,647 s step, whose difference rounded to -1.8e-12 s."""
+    work: one GPU, no collective, a 16,651 s step (`modelcut predict` prints "16651.2040 s") whose
+    difference rounded to -1.8e-12 s before commit ef2dfc7."""
     r = Run(model=catalog.model("gpt3-175b"), gpu="h800", layout=Layout(),
             training=Training(seq_len=131072, global_batch=32, micro_batch=4, precision="fp8"))
     p = predict(r, catalog.hardware("h800"), profile_for(H100).efficiency, "fsdp-compile")

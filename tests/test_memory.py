@@ -11,8 +11,8 @@ from hypothesis import assume, given, settings, strategies as st
 from modelcut import catalog
 from modelcut.core.costs import flops
 from modelcut.core.errors import ModelcutError
-from modelcut.core.memory import (MemoryOptions, stack_options, layer_activation_bytes, memory_plan, memory_report, peak_bytes,
-                                  stage_memory, variant_peaks)
+from modelcut.core.memory import (MemoryOptions, layer_activation_bytes, memory_plan, memory_report, peak_bytes,
+                                  stack_options, stage_memory, variant_peaks)
 from modelcut.core.plan import even_split, first_last_split
 from modelcut.core.sim import registry
 from modelcut.core.sim.inflight import device_peaks, profile_uncached
