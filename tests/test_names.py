@@ -26,6 +26,10 @@ from modelcut.core.errors import ModelcutError
     ("DGX-H100", "h100-sxm5-80gb"),                  # the system the NeMo and Megatron-Bridge tables name
     ("H200 141GB", "h200-sxm-141gb"),
     ("DGX B200", "b200"),
+    ("DGX A100 80GB", "a100-sxm4-80gb"),             # the DGX A100 in its two memory sizes, by GPU
+    ("dgx-a100-640gb", "a100-sxm4-80gb"),            # or by system memory
+    ("DGX A100 40GB", "a100-sxm4-40gb"),
+    ("DGX-A100-320GB", "a100-sxm4-40gb"),
 ])
 def test_gpu_spellings(written, name):
     assert catalog.hardware(written).name == name
