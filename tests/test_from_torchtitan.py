@@ -118,6 +118,32 @@ def test_the_cli_writes_a_run_file_predict_reads(tmp_path, capsys):
     assert "not TOML" in capsys.readouterr().err
 
 
+# the opening of torchtitan's torchtitan/models/llama3/config_registry.py after its move from TOML job
+# files to Python registries (pytorch/torchtitan #2386, 2026-02-23), shortened
+REGISTRY = """from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
+from torchtitan.trainer import Trainer
+
+from . import model_registry
+
+
+def llama3_8b() -> Trainer.Config:
+    return Trainer.Config(model_spec=model_registry("8B"),
+                          parallelism=ParallelismConfig(tensor_parallel_degree=1))
+"""
+
+
+@pytest.mark.parametrize("name", ["config_registry.py", "llama3_8b.txt"])
+def test_a_python_config_registry_is_named_as_such_in_one_line(tmp_path, capsys, name):
+    """torchtitan after v0.2.2 configures a job in Python, which from-torchtitan does not run: the
+    error says so, and which files it reads, whatever the file is called."""
+    src = tmp_path / name
+    src.write_text(REGISTRY)
+    assert main(["from-torchtitan", str(src), "--gpu", "h100", "--gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "Python, not a TOML job configuration" in err and "v0.2.2" in err and "#2386" in err
+    assert err.count("\n") == 1
+
+
 SEARCHES = [
     ExploreRequest(model=catalog.model("llama3-8b"), hw=catalog.hardware("h100"), gpus=64, seq=8192,
                    global_batch_tokens=1 << 22, top=3, framework="fsdp-compile"),

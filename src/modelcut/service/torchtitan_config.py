@@ -276,6 +276,16 @@ def _float8_recipe(conf: dict) -> str:
                         "rowwise_with_gw_hp")
 
 
+#: A line only Python opens with: an import, a function or class definition, a decorator.
+_PYTHON_LINE = re.compile(r"^(from\s+[\w.]+\s+import\s|import\s+\w|def\s+\w+\s*\(|class\s+\w+\b.*:|@\w)", re.M)
+
+
+def _looks_like_python(text: str, source: str) -> bool:
+    """Whether a file that is not TOML is Python: named ``.py``, or a line of it opens as only
+    Python's do (:data:`_PYTHON_LINE`), as torchtitan's ``config_registry.py`` files do."""
+    return source.endswith(".py") or bool(_PYTHON_LINE.search(text))
+
+
 def run_file_text(text: str, source: str, *, gpu: str, gpus: int, model: str | None = None,
                   gpus_per_node: int | None = None, framework: str | None = None,
                   limits: Limits | None = None) -> str:
@@ -288,6 +298,12 @@ def run_file_text(text: str, source: str, *, gpu: str, gpus: int, model: str | N
     try:
         conf = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        if _looks_like_python(text, source):
+            raise ModelcutError(
+                f"{source}: Python, not a TOML job configuration: torchtitan's configurations moved to Python "
+                "registries (config_registry.py) in February 2026 (pytorch/torchtitan #2386), which this reader "
+                "does not run; it reads the TOML job files of torchtitan v0.2.2 and before (write the run as a "
+                "RUN.toml instead: modelcut predict --help)") from None
         raise ModelcutError(f"{source}: not TOML ({exc})") from None
     doc, unread = run_document(conf, gpu=gpu, gpus=gpus, model=model, gpus_per_node=gpus_per_node,
                                framework=framework)
