@@ -51,6 +51,21 @@ def test_sharded_data_parallel_term_never_rounds_below_zero():
     assert p.breakdown.total_s == pytest.approx(p.step_time_s, rel=1e-12)
 
 
+@pytest.mark.parametrize("gpn, tp, spans", [(4, 8, True), (8, 8, False), (4, 4, False), (4, 2, False)])
+def test_tensor_parallelism_across_nodes_is_said(gpn, tp, spans):
+    """predict takes a layout whose tensor-parallel groups reach past a node (the explorer keeps
+    them inside one unless told), and says so: Llama 3 70B on 64 GH200 in nodes of four."""
+    gh = catalog.hardware("gh200")
+    r = Run(model=catalog.model("llama3-70b"), gpu="gh200", gpus_per_node=gpn,
+            layout=Layout(tp=tp, pp=4, dp=64 // (4 * tp)),
+            training=Training(seq_len=8192, global_batch=64, micro_batch=1, recompute="full"))
+    p = predict(r, gh, profile_for(gh).efficiency, "megatron-core")
+    said = [n for n in p.notes if n.startswith("tensor parallelism spans nodes")]
+    assert bool(said) is spans
+    if spans:
+        assert f"groups of {tp} reach past a node of {gpn}" in said[0]
+
+
 def test_stepmodel_dispatches_the_default_mode():
     r = run()
     eff, fw = profile_for(A100).efficiency, catalog.framework(None)

@@ -219,7 +219,12 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
                      f"micro-batch); torchao's float8 needs torch.compile to pay off (--framework fsdp-compile, torchtitan's)")
     if plan.p > 1 and framework.overlap.p2p_async and not framework.p2p_overlapped(plan.v):
         notes.append("pipeline sends hold both devices: Megatron-core overlaps them only in its interleaved schedule")
-    bw = comm.group_bandwidths(L, hw, run.gpus_per_node or hw.per_node, framework.multi_nic_rings)
+    gpn = run.gpus_per_node or hw.per_node
+    if L.tp > 1 and comm.group_spans_nodes(L, "tp", gpn):
+        notes.append(f"tensor parallelism spans nodes: its groups of {L.tp} reach past a node of {gpn}, so every "
+                     "layer's tensor-parallel collectives cross the network (explore keeps tp inside a node "
+                     "unless --allow-tp-across-nodes)")
+    bw = comm.group_bandwidths(L, hw, gpn, framework.multi_nic_rings)
     k = kernels(run, hw, eff, framework, bw)
     if L.zero == 3 and L.pp == 1:
         streams: list | None = [] if timeline else None
