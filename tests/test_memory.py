@@ -627,3 +627,41 @@ def test_predict_says_when_only_the_allowance_is_over(tmp_path, capsys):
     assert main(["predict", str(f)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "does not fit in 85.5 GB = 79.6 GiB; over by the buffers allowance, an estimate: the tensors alone fit" in out
+
+NOT_FITTING = """[model]
+name = "{model}"
+[hardware]
+gpu = "h100"
+gpus = 8
+[layout]
+tp = 8
+[training]
+seq_len = 8192
+global_batch = 64
+micro_batch = {mb}
+recompute = "{rc}"
+"""
+
+
+def test_a_step_time_of_a_layout_that_does_not_fit_says_so_on_its_line(tmp_path, capsys):
+    """Llama 3 70B on one node of eight H100, no recomputation, four sequences a micro-batch: about
+    259 GB a device. predict still times it (what it would take, were there the memory), and says on
+    the step-time line and in the precisions' table that it does not fit; Llama 3 8B with full
+    recomputation and one sequence a micro-batch fits, and its line is plain. A published run is not told so: it ran (deepseek-v3-2048,
+    whose over-count a note explains)."""
+    from modelcut.cli import main
+    over, fits = tmp_path / "over.toml", tmp_path / "fits.toml"
+    over.write_text(NOT_FITTING.format(model="llama3-70b", mb=4, rc="none"))
+    fits.write_text(NOT_FITTING.format(model="llama3-8b", mb=1, rc="full"))
+    lines = {}
+    for f in (over, fits):
+        assert main(["predict", str(f)]) == 0
+        lines[f] = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("step time"))
+    assert lines[over].endswith("(were it to fit: this layout does not fit in memory, peak memory below)")
+    assert lines[fits].endswith(" s")
+    assert main(["predict", str(over), "--precision", "bf16,fp8"]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if "fits in 85.5 GB" in ln)
+    assert [w for w in row.split() if w in ("yes", "no")] == ["no", "no"]
+    assert main(["predict", "--run", "deepseek-v3-2048"]) == 0
+    out = capsys.readouterr().out
+    assert "were it to fit" not in out and "over-counts it" in " ".join(out.split())

@@ -72,7 +72,10 @@ def show_prediction(result: PredictResult) -> None:
     recipe = result.memory.get("assumptions", {}).get("fp8_recipe") if "error" not in result.memory else None
     label += f"; {tr.precision}" + (f", {recipe} scaling" if recipe else "")
     con.print(run_line(result) + f"; {label})")
-    con.print(f"step time        {pred.step_time_s:.4f} s")
+    # a published run ran on its accelerators: where the memory model over-counts it, a note says so instead
+    over = "error" not in result.memory and not result.memory.get("fits") and result.published is None
+    con.print(f"step time        {pred.step_time_s:.4f} s"
+              + ("  (were it to fit: this layout does not fit in memory, peak memory below)" if over else ""))
     counts_tflops, counts_mfu = result.counting
     con.print(f"TFLOP/s per GPU  {pred.tflops_per_gpu:.1f}  ({counts_tflops})")
     con.print(f"MFU              {pred.mfu * 100:.1f} %  ({counts_mfu})")
@@ -189,5 +192,8 @@ def show_precisions(results: list[PredictResult]) -> None:
             continue
         label = "peak memory (GB)" if key == "total_bytes" else f"  {key.removesuffix('_bytes').replace('_', ' ')} (GB)"
         row(label, vals, ".2f")
+    table.add_row(f"fits in {first.hw.mem_bytes / 1e9:.1f} GB",
+                  *["-" if "error" in r.memory else ("yes" if r.memory.get("fits") else "no") for r in results],
+                  *["" for _ in results[1:]])
     con.print(table)
     con.print("each precision in full: modelcut predict with one --precision")
