@@ -628,6 +628,7 @@ def test_predict_says_when_only_the_allowance_is_over(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "does not fit in 85.5 GB = 79.6 GiB; over by the buffers allowance, an estimate: the tensors alone fit" in out
 
+
 NOT_FITTING = """[model]
 name = "{model}"
 [hardware]
@@ -647,8 +648,8 @@ def test_a_step_time_of_a_layout_that_does_not_fit_says_so_on_its_line(tmp_path,
     """Llama 3 70B on one node of eight H100, no recomputation, four sequences a micro-batch: about
     259 GB a device. predict still times it (what it would take, were there the memory), and says on
     the step-time line and in the precisions' table that it does not fit; Llama 3 8B with full
-    recomputation and one sequence a micro-batch fits, and its line is plain. A published run is not told so: it ran (deepseek-v3-2048,
-    whose over-count a note explains)."""
+    recomputation and one sequence a micro-batch fits, and its line is plain. A published run is
+    not told so: it ran (deepseek-v3-2048, whose over-count a note explains)."""
     from modelcut.cli import main
     over, fits = tmp_path / "over.toml", tmp_path / "fits.toml"
     over.write_text(NOT_FITTING.format(model="llama3-70b", mb=4, rc="none"))

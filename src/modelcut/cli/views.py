@@ -15,6 +15,12 @@ def console(width: int = 150) -> Console:
     return Console(width=max(Console().width, width))
 
 
+def fits(memory: dict) -> bool | None:
+    """Whether the layout fits in the accelerator's memory, None where memory could not be counted
+    (the report's ``error``)."""
+    return None if "error" in memory else bool(memory.get("fits"))
+
+
 def extra_lines(result: PredictResult) -> list[str]:
     """The memory and published-run lines under a prediction's table."""
     mem, pub, hw = result.memory, result.published, result.hw
@@ -25,10 +31,10 @@ def extra_lines(result: PredictResult) -> list[str]:
         worst = max(mem["stages"], key=lambda x: x["total_bytes"])
         out.append(f"peak memory      {mem['peak_bytes'] / 1e9:.1f} GB ({mem['peak_bytes'] / 2**30:.1f} GiB) on pipeline "
                    f"rank {worst['stage']} "
-                   f"({'fits' if mem.get('fits') else 'does not fit'} in {hw.mem_bytes / 1e9:.1f} GB = "
+                   f"({'fits' if fits(mem) else 'does not fit'} in {hw.mem_bytes / 1e9:.1f} GB = "
                    f"{hw.mem_bytes / 2**30:.1f} GiB"
                    + ("; over by the buffers allowance, an estimate: the tensors alone fit"
-                      if not mem.get("fits") and mem.get("tensors_fit") else "") + ")")
+                      if not fits(mem) and mem.get("tensors_fit") else "") + ")")
     if pub is not None:
         figures = [f"{pub[k]:g}{unit}" for k, unit in (("published_step_time_s", " s a step"),
                                                         ("published_tflops", " TFLOP/s per GPU"),
@@ -73,7 +79,7 @@ def show_prediction(result: PredictResult) -> None:
     label += f"; {tr.precision}" + (f", {recipe} scaling" if recipe else "")
     con.print(run_line(result) + f"; {label})")
     # a published run ran on its accelerators: where the memory model over-counts it, a note says so instead
-    over = "error" not in result.memory and not result.memory.get("fits") and result.published is None
+    over = fits(result.memory) is False and result.published is None
     con.print(f"step time        {pred.step_time_s:.4f} s"
               + ("  (were it to fit: this layout does not fit in memory, peak memory below)" if over else ""))
     counts_tflops, counts_mfu = result.counting
@@ -193,7 +199,7 @@ def show_precisions(results: list[PredictResult]) -> None:
         label = "peak memory (GB)" if key == "total_bytes" else f"  {key.removesuffix('_bytes').replace('_', ' ')} (GB)"
         row(label, vals, ".2f")
     table.add_row(f"fits in {first.hw.mem_bytes / 1e9:.1f} GB",
-                  *["-" if "error" in r.memory else ("yes" if r.memory.get("fits") else "no") for r in results],
+                  *[{None: "-", True: "yes", False: "no"}[fits(r.memory)] for r in results],
                   *["" for _ in results[1:]])
     con.print(table)
     con.print("each precision in full: modelcut predict with one --precision")
