@@ -116,5 +116,9 @@ def test_replay_refuses_mixture_of_experts():
     r = Run(model=catalog.model("mixtral-8x7b"), gpu="a100", layout=Layout(dp=16, zero=3),
             training=Training(seq_len=4096, global_batch=16, micro_batch=1, recompute="full"))
     hw = catalog.hardware("a100")
-    with pytest.raises(ModelcutError, match="dense models only"):
+    with pytest.raises(ModelcutError, match="dense models only") as exc:
         predict(r, hw, profile_for(hw).efficiency, "deepspeed-zero3")
+    # the line names the model and the way out
+    assert "mixtral-8x7b is a mixture of experts" in str(exc.value) and "ZeRO stage below 3" in str(exc.value)
+    below = Run(model=r.model, gpu="a100", layout=Layout(dp=16, zero=1), training=r.training)
+    assert predict(below, hw, profile_for(hw).efficiency, "deepspeed-zero3").step_time_s > 0

@@ -83,10 +83,12 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
     rec_d, rec_m = whole_model.recomputed(model, run.training)
     if fw.zero3_runtime == "deepspeed-0.3":
         if model.is_moe:
-            raise ModelcutError("the DeepSpeed v0.3 ZeRO-3 replay covers dense models only")
+            raise ModelcutError(f"{model.name} is a mixture of experts, and the DeepSpeed v0.3 ZeRO-3 replay "
+                                "(the deepspeed-zero3 preset without a pipeline) covers dense models only: "
+                                "name another stack (fsdp, megatron-core) or a ZeRO stage below 3")
         if run.training.partial_recompute:
-            raise ModelcutError("the DeepSpeed v0.3 ZeRO-3 replay recomputes every layer or none (leave "
-                                "recompute_layers and recompute_every out)")
+            raise ModelcutError("the DeepSpeed v0.3 ZeRO-3 replay (the deepspeed-zero3 preset without a pipeline) "
+                                "recomputes every layer or none (leave recompute_layers and recompute_every out)")
         res = _deepspeed_replay(run, fw.overlap.param_gather, dense, emb, loss, m, gather, rs, exposed)
         T_c, compute_total = res.step_s, res.compute_s
         a2a_total = 0.0
