@@ -449,7 +449,6 @@
       const d = this.data, g = this.geo, ctx = this.ctx;
       const T = d.makespan;
       const xt = this._x(this.t);
-      const dpr = root.devicePixelRatio || 1;
       const px = (n) => Math.round(n * this.k);
       ctx.clearRect(0, 0, g.W, g.H);
       ctx.textBaseline = 'middle';
@@ -462,28 +461,10 @@
         ctx.strokeStyle = GRID;
         ctx.lineWidth = 1;
         ctx.strokeRect(g.left + 0.5, y + 0.5, g.plotW - 1, g.laneH - 1);
-        ctx.fillStyle = INK;
-        ctx.textAlign = 'right';
-        ctx.font = `${px(g.small ? 12 : 14)}px ${FONT}`;
-        ctx.fillText(g.small ? `d${dev}` : `Device ${dev}`, g.left - 8, y + g.laneH / 2);
-        ctx.textAlign = 'left';
-        ctx.fillStyle = MUTED;
-        ctx.font = `${px(g.small ? 12 : 13)}px ${FONT}`;
         const b = d.bubble_per_device ? d.bubble_per_device[dev] : null;
-        ctx.fillText(`bubble ${fmt(b, 3)}`, g.left + g.plotW + 8, y + g.laneH / 2);
+        this._laneLabels(ctx, g, dev, y, g.laneH, `bubble ${fmt(b, 3)}`);
       }
-      // Ops so far, in full colour; the rest of the step faintly, as a preview.
-      ctx.save();
-      ctx.beginPath(); ctx.rect(0, 0, xt, g.H); ctx.clip();
-      ctx.drawImage(this.off, 0, 0, this.off.width / dpr, this.off.height / dpr);
-      ctx.restore();
-      if (this.t < T) {
-        ctx.save();
-        ctx.beginPath(); ctx.rect(xt, 0, g.left + g.plotW - xt, g.H); ctx.clip();
-        ctx.globalAlpha = 0.16;
-        ctx.drawImage(this.off, 0, 0, this.off.width / dpr, this.off.height / dpr);
-        ctx.restore();
-      }
+      this._reveal(ctx, this.off, xt, g.left + g.plotW, g.H);
       // Time axis.
       const axisY = g.top + g.p * (g.laneH + g.gap) - g.gap + 4;
       ctx.strokeStyle = MUTED;
@@ -516,39 +497,49 @@
       this.container.dataset.playing = String(this.playing);
     }
 
+    /** A lane's labels: the device's name left of the plot, `note` (muted) right of it; `geo`
+     *  the panel's geometry (left, plotW, small), the lane from y, h high. */
+    _laneLabels(ctx, geo, dev, y, h, note) {
+      const px = (n) => Math.round(n * this.k);
+      ctx.textBaseline = 'middle';
+      ctx.fillStyle = INK;
+      ctx.textAlign = 'right';
+      ctx.font = `${px(geo.small ? 12 : 14)}px ${FONT}`;
+      ctx.fillText(geo.small ? `d${dev}` : `Device ${dev}`, geo.left - 8, y + h / 2);
+      ctx.textAlign = 'left';
+      ctx.fillStyle = MUTED;
+      ctx.font = `${px(geo.small ? 12 : 13)}px ${FONT}`;
+      ctx.fillText(note, geo.left + geo.plotW + 8, y + h / 2);
+    }
+
+    /** Copy the offscreen picture `off` onto `ctx`: up to x = xt (the time now) in full colour,
+     *  from there to x = right faintly, as a preview of the rest of the step. */
+    _reveal(ctx, off, xt, right, H) {
+      const dpr = root.devicePixelRatio || 1;
+      const part = (x0, x1, alpha) => {
+        ctx.save();
+        ctx.beginPath(); ctx.rect(x0, 0, x1 - x0, H); ctx.clip();
+        ctx.globalAlpha = alpha;
+        ctx.drawImage(off, 0, 0, off.width / dpr, off.height / dpr);
+        ctx.restore();
+      };
+      part(0, xt, 1);
+      if (this.t < this.data.makespan) part(xt, right, 0.16);
+    }
+
     _drawMemoryFrame() {
       const d = this.data, mg = this.memGeo, ctx = this.memCtx;
-      const dpr = root.devicePixelRatio || 1;
       const T = d.makespan;
-      const px = (n) => Math.round(n * this.k);
       const xt = mg.left + (T > 0 ? this.t / T : 0) * mg.plotW;
       ctx.clearRect(0, 0, mg.W, mg.H);
       for (let dev = 0; dev < mg.p; dev++) {
         const y = mg.top + dev * (mg.rowH + mg.gap);
         ctx.fillStyle = '#f6f7f9';
         ctx.fillRect(mg.left, y, mg.plotW, mg.rowH);
-        ctx.fillStyle = INK;
-        ctx.textAlign = 'right';
-        ctx.textBaseline = 'middle';
-        ctx.font = `${px(mg.small ? 12 : 14)}px ${FONT}`;
-        ctx.fillText(mg.small ? `d${dev}` : `Device ${dev}`, mg.left - 8, y + mg.rowH / 2);
-        ctx.textAlign = 'left';
-        ctx.fillStyle = MUTED;
-        ctx.font = `${px(mg.small ? 12 : 13)}px ${FONT}`;
-        ctx.fillText(`${fmt(this.memoryAt(dev, this.t), 2)} (peak ${fmt(d.peak_activations[dev], 2)})`,
-                     mg.left + mg.plotW + 8, y + mg.rowH / 2);
+        this._laneLabels(ctx, mg, dev, y, mg.rowH,
+                         `${fmt(this.memoryAt(dev, this.t), 2)} (peak ${fmt(d.peak_activations[dev], 2)})`);
       }
-      ctx.save();
-      ctx.beginPath(); ctx.rect(0, 0, xt, mg.H); ctx.clip();
-      ctx.drawImage(this.memOff, 0, 0, this.memOff.width / dpr, this.memOff.height / dpr);
-      ctx.restore();
-      if (this.t < T) {
-        ctx.save();
-        ctx.beginPath(); ctx.rect(xt, 0, mg.left + mg.plotW - xt, mg.H); ctx.clip();
-        ctx.globalAlpha = 0.16;
-        ctx.drawImage(this.memOff, 0, 0, this.memOff.width / dpr, this.memOff.height / dpr);
-        ctx.restore();
-      }
+      this._reveal(ctx, this.memOff, xt, mg.left + mg.plotW, mg.H);
       if (this.t > 0 && this.t < T) {
         ctx.strokeStyle = INK;
         ctx.lineWidth = 2;
