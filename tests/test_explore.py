@@ -680,3 +680,25 @@ def test_the_explorer_table_names_a_schedule_only_with_a_pipeline(capsys, monkey
         assert row[5] == ("—" if x["pp"] == 1 else x["schedule"] + (f", last {x['last_layers']}" if x["last_layers"] else ""))
     best = next(ln for ln in out.splitlines() if ln.startswith("#1: "))
     assert ("no pipeline" in best) == (layouts[0]["pp"] == 1)
+
+
+def test_the_layout_cap_counts_the_layouts_the_search_covers():
+    """The cap on layouts a search may cover counts what the search covers: the structures the
+    stack runs times their variants (the exploration's ``space``), not the layouts its rules leave
+    out. A search whose whole space is over the cap but whose runnable part is not runs; one whose
+    runnable part is over it is refused in one line before searching."""
+    from dataclasses import replace
+    from modelcut.service.explore import ExploreRequest, count_layouts, run_explore
+    from modelcut.service.limits import DEFAULT
+    req = ExploreRequest(model=catalog.model("mixtral-8x7b"), hw=catalog.hardware("h100"), gpus=32, seq=4096,
+                         global_batch_tokens=1 << 20, top=3, framework="megatron-core")
+    n, more, _ = count_layouts(req, 10**9)
+    res = run_explore(req)
+    assert not more and n == res.exploration.space
+    left_out = sum(res.exploration.rule_rejections.values())
+    assert left_out > 0
+    # over the cap counting what the rules leave out, under it counting what is searched
+    capped = replace(req, limits=replace(DEFAULT, max_layouts=n))
+    assert run_explore(capped, search=False) is None    # admitted: the same count, before any search
+    with pytest.raises(ModelcutError, match=f"more than {n - 1:,} layouts"):
+        run_explore(replace(req, limits=replace(DEFAULT, max_layouts=n - 1)))

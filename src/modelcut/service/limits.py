@@ -50,8 +50,8 @@ class Limits:
     #: 200 bytes and 4 µs each (``simulate -p 128 -m 2048 -v 4`` holds 2,097,152).
     max_ops: int = 4_194_304
     #: Candidate layouts (structures × recomputation × ZeRO stage) one explorer search may cover,
-    #: counted before the stack's rules: Llama 3 405B on 8,192 H100s (8K sequences, 16M tokens)
-    #: covers more than 50,000 (``--max-layouts 50000`` refuses it).
+    #: counted as the search counts them, after the stack's rules: Qwen3-235B-A22B on 256 H100 under
+    #: megatron-bridge (4K sequences, 8M tokens) covers 88,545 (``--max-layouts 50000`` refuses it).
     max_layouts: int = 200_000
     #: Pipeline ops one explorer search may simulate, counted before it starts as each shape's
     #: p·v·m·3 (the search predicts each fitting shape's step once or a few times): about 0.5 µs
@@ -111,8 +111,8 @@ class Limits:
         past the cap (the space holds more than it)."""
         if more or layouts > self.max_layouts:
             held = f"more than {self.max_layouts:,}" if more else f"{layouts:,}"
-            raise self.refuse("max_layouts", f"the explorer space holds {held} layouts (structures × recomputation "
-                                             "× ZeRO stage): fix schedules or micro-batch sizes")
+            raise self.refuse("max_layouts", f"the explorer space holds {held} layouts the stack runs (structures × "
+                                             "recomputation × ZeRO stage): fix schedules or micro-batch sizes")
 
     def check_model(self, spec: Any) -> None:
         """A model's layers and widths within the caps, before any arithmetic on them."""

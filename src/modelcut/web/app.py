@@ -50,8 +50,8 @@ MAX_OPS = WEB.max_ops
 EXACT_MAX_OPS = requests.EXACT_MAX_OPS
 #: Largest request body (JSON or uploaded config.json) accepted.
 MAX_BODY_BYTES = 1_000_000
-#: Most candidate layouts (structures × recomputation × ZeRO stage) one explorer search may cover;
-#: Llama 3 405B on 8,192 GPUs covers about 19,000.
+#: Most candidate layouts (structures the stack runs × recomputation × ZeRO stage) one explorer
+#: search may cover (service/limits.py).
 MAX_LAYOUTS = WEB.max_layouts
 
 STATIC = resources.files("modelcut.web") / "static"

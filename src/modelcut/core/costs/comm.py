@@ -146,7 +146,15 @@ def _spans(layout: Layout, dim, gpus_per_node: int) -> bool:
 
 def group_members_in_node(layout: Layout | Mesh, dim: str | Iterable[str], gpus_per_node: int) -> int:
     """How many members of a group along ``dim`` share a node with its first rank (rank 0's group;
-    nodes are blocks of ``gpus_per_node`` consecutive ranks): :func:`.mesh.members_in_node`."""
+    nodes are blocks of ``gpus_per_node`` consecutive ranks): :func:`.mesh.members_in_node`, for a
+    layout kept per :func:`_mesh_key` as :func:`group_spans_nodes` keeps its answer."""
+    if isinstance(layout, Mesh):
+        return members_in_node(layout, dim, gpus_per_node)
+    return _members(_mesh_key(layout), dim if isinstance(dim, str) else tuple(dim), gpus_per_node)
+
+
+@lru_cache(maxsize=8192)
+def _members(layout: Layout, dim, gpus_per_node: int) -> int:
     return members_in_node(layout, dim, gpus_per_node)
 
 

@@ -61,11 +61,11 @@ seed step model). :func:`.why.why` names the terms that differ most between two 
 Modules: :mod:`.space` (what is enumerated), :mod:`.search` (fit, prune, rank), :mod:`.why`.
 """
 
-from .search import DEFAULT_MARGIN, Evaluated, Exploration, explore, find, frugal
+from .search import DEFAULT_MARGIN, Evaluated, Exploration, count_runnable, explore, find, frugal
 from .space import (DEFAULT_SCHEDULES, RECOMPUTE_ORDER, ZERO_ORDER, Space, Structure, divisors, ep_choices,
                     make_run, structures, tp_ok, vpp_choices)
 from .why import BREAKDOWN_TERMS, MEMORY_TERMS, why
 
-__all__ = ["DEFAULT_MARGIN", "Evaluated", "Exploration", "explore", "find", "frugal", "DEFAULT_SCHEDULES",
+__all__ = ["DEFAULT_MARGIN", "Evaluated", "Exploration", "count_runnable", "explore", "find", "frugal", "DEFAULT_SCHEDULES",
            "RECOMPUTE_ORDER", "ZERO_ORDER", "Space", "Structure", "divisors", "ep_choices", "make_run", "structures",
            "tp_ok", "vpp_choices", "BREAKDOWN_TERMS", "MEMORY_TERMS", "why"]

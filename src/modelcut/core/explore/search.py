@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..costs.context import CP_KINDS
 from ..errors import ModelcutError
@@ -192,6 +192,29 @@ def explore(model: ModelSpec, hw: Hardware, predictor: Callable[[Run, Hardware],
     return ex
 
 
+def count_runnable(model: ModelSpec, hw: Hardware, *, gpus: int, seq: int, global_batch_tokens: int,
+                   gpus_per_node: int | None = None, space: Space = Space(),
+                   capabilities: Capabilities | None = None, cap: int,
+                   enumerated_cap: int | None = None) -> tuple[int, bool, int]:
+    """What :func:`explore` would search, counted before any memory check or timing: (layouts, i.e.
+    structures the stack runs times each one's variants; whether the count went past ``cap``,
+    where it stops; the pipeline ops their shapes would simulate, each p·v·m·3). The same
+    enumeration and rules as the search (:meth:`_Search.runnable_each`). ``enumerated_cap``: stop,
+    counted as past ``cap``, after enumerating that many structures, runnable or not."""
+    _check_inputs(model, gpus, seq, global_batch_tokens, DEFAULT_MARGIN, space)
+    gb = global_batch_tokens // seq
+    ex = Exploration([], gpus, hw.mem_bytes, DEFAULT_MARGIN)
+    search = _Search(model, hw, None, ex, seq, gb, gpus_per_node, space, DEFAULT_OPTIONS, True, True,
+                     capabilities, None, 1, 0.0, {})
+    n = ops = 0
+    for s, variants in search.runnable_each(gpus, gpus_per_node or hw.per_node):
+        n += len(variants)
+        ops += s.pp * s.vpp * (gb // (s.dp * s.micro_batch)) * 3
+        if n > cap or (enumerated_cap is not None and ex.enumerated > enumerated_cap):
+            return n, True, ops
+    return n, False, ops
+
+
 class _Search:
     """One search's state (:func:`explore`): the stack's rules, the memory of each structure, the
     layouts timed so far."""
@@ -233,9 +256,10 @@ class _Search:
                 out.append((r, z))
         return out
 
-    def runnable(self, gpus: int, gpn: int) -> list[tuple[Structure, list[tuple[str, int]]]]:
+    def runnable_each(self, gpus: int, gpn: int) -> Iterator[tuple[Structure, list[tuple[str, int]]]]:
+        """Each structure the stack runs with its (recomputation, ZeRO stage) variants, as the
+        space enumerates them; what the stack rejects is tallied in the exploration."""
         ex, caps, space = self.ex, self.caps, self.space
-        kept: list[tuple[Structure, list[tuple[str, int]]]] = []
         n_variants = len(recompute_choices(self.model, space)) * sum(1 for z in ZERO_ORDER if z in space.zeros)
         for s in structures(self.model, gpus, self.seq, self.gb, gpn, space):
             ex.enumerated += 1
@@ -248,7 +272,11 @@ class _Search:
                     continue
             variants = self.allowed_variants(s)
             if variants:
-                kept.append((s, variants))
+                yield s, variants
+
+    def runnable(self, gpus: int, gpn: int) -> list[tuple[Structure, list[tuple[str, int]]]]:
+        ex, caps = self.ex, self.caps
+        kept = list(self.runnable_each(gpus, gpn))
         ex.structures = len(kept)
         ex.space = sum(len(v) for _, v in kept)
         if not kept:
