@@ -32,7 +32,7 @@ from ..plan import PipelinePlan
 from ..specs import Hardware, Run
 from .data_parallel import dp_collective, run_residency, unit_gather_parts
 from .frameworks import Framework
-from .stage_costs import kernels, layer_kinds, layer_tables, unit_costs
+from .stage_costs import kernels, kind_counts, layer_tables, unit_costs
 
 
 def lower_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan) -> float:
@@ -58,8 +58,7 @@ def _flush_bound(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, 
     # each stage's layers as its durations count them (:func:`.stage_costs.layer_kinds`: with
     # partial recomputation the recomputed ones and the rest apart), its embedding and its loss
     kinds = layer_tables(uc)
-    counts = np.array([[c for c, _, _ in layer_kinds(run, st, uc)] + [st.embedding, st.loss] for st in plan.stages],
-                      dtype=float)
+    counts = np.array([kind_counts(run, st, uc) + (st.embedding, st.loss) for st in plan.stages], dtype=float)
 
     def per_unit(i: int) -> np.ndarray:   # a unit's forward (i = 0) or backward (1), in counts' columns
         return np.array([total(lc[i], overlapped) if lc is not None else 0.0 for lc in kinds]

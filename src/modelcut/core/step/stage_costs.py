@@ -193,12 +193,18 @@ def layer_kinds(run: Run, st, uc: UnitCosts) -> tuple[tuple[int, bool, tuple[Ter
     method, every k-th layer: :meth:`..plan.Stage.recomputed`) the recomputed ones are at
     ``uc.layers`` and the rest at ``uc.kept``; otherwise every layer is at ``uc.layers``. The one
     count the stages' durations and the lower bound read."""
+    return tuple((n, moe, lc) for n, moe, lc in zip(kind_counts(run, st, uc), (False, False, True, True),
+                                                    layer_tables(uc)))
+
+
+def kind_counts(run: Run, st, uc: UnitCosts) -> tuple[int, int, int, int]:
+    """How many of a stage's layers :func:`layer_kinds` puts in each of its four entries (dense
+    recomputed as the run says, dense kept whole, MoE recomputed, MoE kept whole): the counts alone,
+    which the lower bound reads for every stage of every candidate."""
     if uc.kept is None:
-        counts = (st.dense_layers, 0, st.moe_layers, 0)
-    else:
-        r_d, r_m = st.recomputed(run.model, run.training)
-        counts = (r_d, st.dense_layers - r_d, r_m, st.moe_layers - r_m)
-    return tuple((n, moe, lc) for n, moe, lc in zip(counts, (False, False, True, True), layer_tables(uc)))
+        return st.dense_layers, 0, st.moe_layers, 0
+    r_d, r_m = st.recomputed(run.model, run.training)
+    return r_d, st.dense_layers - r_d, r_m, st.moe_layers - r_m
 
 
 def layer_tables(uc: UnitCosts) -> tuple[tuple[Terms, Terms, float] | None, ...]:
