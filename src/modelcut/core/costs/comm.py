@@ -131,9 +131,10 @@ def group_spans_nodes(layout: Layout | Mesh, dim: str | Iterable[str], gpus_per_
     return _spans(_mesh_key(layout), dims, gpus_per_node)
 
 
+@lru_cache(maxsize=8192)
 def _mesh_key(layout: Layout) -> Layout:
     """The layout's sizes, rank order, shard groups and hierarchical cp groups only: what decides
-    where groups sit."""
+    where groups sit (kept per layout: a search asks it of each candidate several times)."""
     return Layout(tp=layout.tp, cp=layout.cp, pp=layout.pp, dp=layout.dp, ep=layout.ep, etp=layout.etp,
                   order=layout.order, dp_shard=layout.dp_shard if layout.hybrid else None,
                   cp_kind="a2a+p2p" if layout.cp_a2a else None, cp_a2a=layout.cp_a2a)
