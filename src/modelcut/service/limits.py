@@ -54,8 +54,9 @@ class Limits:
     #: megatron-bridge (4K sequences, 8M tokens) covers 88,545 (``--max-layouts 50000`` refuses it).
     max_layouts: int = 200_000
     #: Pipeline ops one explorer search may simulate, counted before it starts as each shape's
-    #: p·v·m·3 (the search predicts each fitting shape's step once or a few times): about 0.5 µs
-    #: each; Llama 3 70B on 512 GPUs counts 68 million and searches in about 35 s.
+    #: p·v·m·3 over the shapes the stack runs (a worst case: the search times the few shapes its
+    #: bound cannot rule out, once or a few times each): Llama 3 70B on 512 H100 (8K sequences, 4M
+    #: tokens) counts about 15 million.
     max_search_ops: int = 1_000_000_000
     #: Accelerators a layout, a mesh or a search may use (2^20).
     max_gpus: int = 1 << 20
