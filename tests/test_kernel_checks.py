@@ -173,6 +173,31 @@ def test_newer_cudnn_releases_are_reported_with_their_gain():
     assert fwd == sorted(fwd) and fwd[0] == pytest.approx(1.0, abs=0.01)
 
 
+def test_cudnn_skips_the_tiles_outside_a_sliding_window():
+    """cuDNN 9.19.1 on an H200 within a 1,024-key window: the measured time grows linearly with the
+    sequence (32K takes under 10 times 4K's, where the whole causal attention would take 64), so
+    the step model charges cuDNN the window's tiles (kernels.WINDOW_SKIPPING), each point then
+    within the release's own gain over the table (cudnn-fe-2026-02: 0.95-1.28)."""
+    from modelcut.core.costs.flops import attention_pairs
+    r = _attention("cudnn-fe-2026-02-window")
+    assert len(r.points) == 5 and {p.window for p in r.points} == {1024}
+    t = {p.seq_len: attention_pairs(p.seq_len, p.window) / p.measured_fwd_tflops for p in r.points}
+    assert t[32768] / t[4096] < 10
+    for p in r.points:
+        assert 0.95 < p.fwd_ratio < 1.3 and 0.8 < p.bwd_ratio < 1.3, p
+
+
+def test_a_short_window_on_blackwell_is_reported_with_its_gap():
+    """cuDNN 9.22 on a GB200 within a 128-key window, against FlashAttention-4's table (head 128,
+    2,048 tokens and up), read below its shortest sequence by a block of queries' fixed cost:
+    the backward within 15 % at the median; the forward at head 64 slower than the table's head
+    128 says (median under 0.8): reported, as a gap the table cannot close."""
+    r = _attention("cudnn-fe-gb200-2026-04-window")
+    assert {p.window for p in r.points} == {128} and r.impl == "flash4"
+    assert abs(r.median("bwd") - 1) < 0.15
+    assert 0.4 < r.median("fwd") < 0.8
+
+
 def test_attention_points_read_the_table_as_the_step_model_does():
     """Each point's table rate is the step model's own (:func:`fused_tflops`) at the burst clock:
     the training step's rate over the device's sustained share; an asymmetric head (DeepSeek V3's
@@ -192,7 +217,8 @@ def test_attention_sweeps_print_and_refuse_a_missing_table(capsys, monkeypatch):
     assert main(["validate", "--kernels", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [a["check"] for a in out["attention"]] == ["cudnn-fe-2024-05", "cudnn-fe-2024-09", "cudnn-fe-2026-02",
-                                                      "torch-flash-2024-05", "cudnn-fe-gb200-2026-04"]
+                                                      "cudnn-fe-2026-02-window", "torch-flash-2024-05",
+                                                      "cudnn-fe-gb200-2026-04", "cudnn-fe-gb200-2026-04-window"]
     assert set(out["attention_sources"]) == {a["check"] for a in out["attention"]}
     assert all(a["fwd_min_ratio"] <= a["fwd_median_ratio"] <= a["fwd_max_ratio"] for a in out["attention"])
     for a in out["attention"]:       # the point furthest off is one of the range's ends

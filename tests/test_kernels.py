@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from modelcut import catalog
 from modelcut.core.costs.kernels import (UNMEASURED_FRACTION, Efficiency, attention_time, gemm_fwd_bwd, gemm_time,
                                          generation, hbm_bandwidth, mem_time, product_tflops)
-from modelcut.core.costs.tables import GemmCurve, quantization
+from modelcut.core.costs.tables import ATTENTION_TILE, GemmCurve, quantization, short_sequence_tflops
 from modelcut.core.errors import ModelcutError
 
 A100 = catalog.hardware("a100")
@@ -125,6 +125,44 @@ def test_short_sequences_are_slower_per_flop():
     long = attention_time("cudnn", 1, 16, 16384, 16384, 128, True, False, H100, EFF)
     per_flop = lambda a, s, b: a.fwd / (b * s * s)  # noqa: E731
     assert per_flop(short, 512, 32) > 1.5 * per_flop(long, 16384, 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(causal=st.booleans(), k0=st.integers(2, 8), r0=st.floats(50, 900), gain=st.floats(1.0, 2.0),
+       frac=st.floats(0.01, 1.0))
+def test_below_the_shortest_measurement_a_block_of_queries_pays_its_fixed_cost(causal, k0, r0, gain, frac):
+    """Below the table's shortest sequence a block of queries takes a + b·n for its n key blocks
+    (tables.short_sequence_tflops): the rate is the measurement's at that sequence, falls as the
+    sequence shortens, stays positive, and reproduces the line through the two measurements."""
+    s0, s1, r1 = k0 * ATTENTION_TILE, 2 * k0 * ATTENTION_TILE, r0 * gain
+    assert short_sequence_tflops(s0, causal, s0, r0, s1, r1) == pytest.approx(r0)
+    s = max(1.0, s0 * frac)
+    r = short_sequence_tflops(s, causal, s0, r0, s1, r1)
+    assert 0 < r <= r0 * (1 + 1e-12)
+    assert short_sequence_tflops(s / 2, causal, s0, r0, s1, r1) <= r * (1 + 1e-12)
+    # the line through the two measured points' times a block of queries takes
+    blocks = (lambda v: ((v / 128 + 1) / 2, v / 256)) if causal else (lambda v: (v / 128, v / 128))
+    (n0, c0), (n1, c1), (n, c) = blocks(s0), blocks(s1), blocks(s)
+    b = (c1 / r1 - c0 / r0) / (n1 - n0)
+    a = c0 / r0 - b * n0
+    if a > 0 and b > 0:
+        assert r == pytest.approx(c / (a + b * n))
+    else:       # a rate that does not fall with the sequence: held
+        assert r == r0
+
+
+def test_the_attention_table_below_its_shortest_sequence():
+    """cuDNN 9.1 on the H100 (head 64, causal, forward): 225 TFLOP/s at 512 tokens and 288 at
+    1,024. At 384 tokens a block of queries runs 2 key blocks for 1.5 blocks' worth of pairs:
+    a + 2b with a, b from 2.5 blocks in 2/225 and 4.5 in 4/288 (time units per block's pairs)."""
+    curves = H100.kernels.attention["cudnn"]
+    assert curves.tflops("fwd", True, 64, 512) == pytest.approx(225.0)
+    b = (4 / 288 - 2 / 225) / 2
+    a = 2 / 225 - 2.5 * b
+    assert curves.tflops("fwd", True, 64, 384) == pytest.approx(1.5 / (a + 2 * b))
+    assert 190 < curves.tflops("fwd", True, 64, 384) < 200
+    # held beyond the longest measurement
+    assert curves.tflops("fwd", True, 64, 1 << 20) == curves.tflops("fwd", True, 64, 16384)
 
 
 def test_unfused_attention_moves_the_score_matrix():

@@ -50,16 +50,20 @@ def test_pairs_are_between_the_window_and_the_causal_half(s, w):
     assert flops.attention_pairs(s, None) == s * s / 2
 
 
-def test_skipping_kernels_do_the_windows_share_and_cudnn_the_whole():
+def test_fused_kernels_do_the_windows_share_and_the_unfused_path_the_whole():
+    """Every fused kernel skips the key blocks outside the window (cuDNN by NVIDIA's measured sweep:
+    kernels.WINDOW_SKIPPING); the unfused path materialises the scores and masks them."""
     args = (4, 64, 4096, 4096, 64, True, False, H100, EFF)
-    for kind in ("flash2", "flash3"):
+    for kind in ("flash2", "flash3", "cudnn"):
         full, win = attention_time(kind, *args), attention_time(kind, *args, window=128)
-        assert win.fwd < 0.3 * full.fwd and win.bwd < 0.3 * full.bwd
+        # 12 % of the tiles (63 of 528), each at a short sequence's lower rate
+        assert win.fwd < 0.5 * full.fwd and win.bwd < 0.5 * full.bwd
         # but at no better a rate than the causal attention at the same length
         assert win.fwd >= full.fwd * window_tile_share(4096, 128) * (1 - 1e-12)
-    assert attention_time("cudnn", *args, window=128) == attention_time("cudnn", *args)
+    assert attention_time("unfused", *args, window=128) == attention_time("unfused", *args)
     # a window covering the sequence is causal attention
     assert attention_time("flash2", *args, window=8192) == attention_time("flash2", *args)
+    assert attention_time("cudnn", *args, window=4096) == attention_time("cudnn", *args)
 
 
 def test_a_model_with_windowed_layers_averages_its_layers():

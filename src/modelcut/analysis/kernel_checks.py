@@ -44,7 +44,8 @@ from ..catalog.kernel_checks import (LINEAR_KINDS, AttentionSweep, GemmSweep, La
                                      attention_sweeps, gemm_sweeps, layer_checks, linear_checks)
 from ..core.costs import comm
 from ..core.costs import fp8 as fp8_mod
-from ..core.costs.kernels import Efficiency, burst_tflops, fused_tflops, gemm_time, mem_time
+from ..core.costs.flops import attention_pairs
+from ..core.costs.kernels import Efficiency, burst_tflops, fused_tflops, gemm_time, mem_time, window_work
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware, ModelSpec, Training
 from ..core.step.layers import dense_linears
@@ -279,6 +280,7 @@ class AttentionPointRow:
     measured_bwd_tflops: float
     table_fwd_tflops: float
     table_bwd_tflops: float
+    window: int | None = None  # a causal sliding window's keys; the rates count the window's pairs
 
     @property
     def fwd_ratio(self) -> float:
@@ -293,7 +295,8 @@ class AttentionPointRow:
         return {"seq_len": self.seq_len, "causal": self.causal, "heads": self.heads, "kv_heads": self.kv_heads,
                 "head_dim": self.head_dim, "measured_fwd_tflops": self.measured_fwd_tflops,
                 "measured_bwd_tflops": self.measured_bwd_tflops, "table_fwd_tflops": self.table_fwd_tflops,
-                "table_bwd_tflops": self.table_bwd_tflops, "fwd_ratio": self.fwd_ratio, "bwd_ratio": self.bwd_ratio}
+                "table_bwd_tflops": self.table_bwd_tflops, "fwd_ratio": self.fwd_ratio, "bwd_ratio": self.bwd_ratio,
+                "window": self.window}
 
 
 @dataclass(frozen=True)
@@ -328,20 +331,28 @@ class AttentionRow:
             far = self.furthest(dr)
             out.update({f"{dr}_median_ratio": self.median(dr), f"{dr}_min_ratio": lo, f"{dr}_max_ratio": hi,
                         f"{dr}_furthest": {"seq_len": far.seq_len, "causal": far.causal, "head_dim": far.head_dim,
+                                           "window": far.window,
                                            "ratio": far.fwd_ratio if dr == "fwd" else far.bwd_ratio}})
         return out
 
 
 def attention_summary(sweep: AttentionSweep) -> AttentionRow:
-    """One attention sweep against its table (module doc)."""
+    """One attention sweep against its table (module doc). A windowed point is read as the step
+    model times it (:func:`..core.costs.kernels.window_work`): the tiles the window keeps, a share
+    of the causal attention's s²/2 pairs, at the table's rate at the length it names; in the
+    benchmark's count of the window's pairs that is the rate × pairs / (share · s²/2)."""
     points = []
     for p in sweep.points:
         d = (p.head_dim_qk + p.head_dim_v) // 2
-        rates = fused_tflops(sweep.impl, sweep.hw, p.causal, d, p.seq_len, sustained=False)
+        share, s_rate = window_work(sweep.impl, p.causal, p.seq_len, p.seq_len, p.window)
+        rates = fused_tflops(sweep.impl, sweep.hw, p.causal, d, s_rate, sustained=False)
         if rates is None:
             raise ModelcutError(f"kernel_checks.toml {sweep.id}: {sweep.hw.name} has no {sweep.impl!r} attention table")
+        if p.window is not None:
+            counted = attention_pairs(p.seq_len, p.window) / (share * attention_pairs(p.seq_len))
+            rates = (rates[0] * counted, rates[1] * counted)
         points.append(AttentionPointRow(p.seq_len, p.causal, p.heads, p.kv_heads, d, p.fwd_tflops, p.bwd_tflops,
-                                        rates[0], rates[1]))
+                                        rates[0], rates[1], p.window))
     return AttentionRow(sweep.id, sweep.hw.name, sweep.impl, sweep.kernel, tuple(points))
 
 

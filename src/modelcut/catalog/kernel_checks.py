@@ -202,6 +202,7 @@ class AttentionPoint:
     causal: bool
     fwd_tflops: float
     bwd_tflops: float
+    window: int | None = None   # a causal sliding window of keys (each query's own among them); None: none
 
 
 @dataclass(frozen=True)
@@ -228,9 +229,13 @@ def _attention_points(entry: dict) -> tuple[AttentionPoint, ...]:
             continue
         if row["causal"] not in ("0", "1"):
             raise ModelcutError(f"kernel_checks.toml {entry['id']}: causal must be 0 or 1, got {row}")
+        window = row.get("window") or None
         p = AttentionPoint(int(row["batch"]), int(row["heads"]), int(row["kv_heads"]), int(row["head_dim_qk"]),
                            int(row["head_dim_v"]), int(row["seq_len"]), row["causal"] == "1",
-                           float(row["fwd_tflops"]), float(row["bwd_tflops"]))
+                           float(row["fwd_tflops"]), float(row["bwd_tflops"]), int(window) if window else None)
+        if p.window is not None and (p.window < 1 or not p.causal):
+            raise ModelcutError(f"kernel_checks.toml {entry['id']}: a window must be a positive count of keys "
+                                f"on a causal point, got {row}")
         if min(p.batch, p.heads, p.kv_heads, p.head_dim_qk, p.head_dim_v, p.seq_len) < 1 or p.heads % p.kv_heads \
                 or not (p.fwd_tflops > 0 and p.bwd_tflops > 0):
             raise ModelcutError(f"kernel_checks.toml {entry['id']}: a point needs positive sizes and rates, and "

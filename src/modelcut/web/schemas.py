@@ -330,6 +330,8 @@ class AttentionPointRow(BaseModel):
     table_bwd_tflops: float
     fwd_ratio: float = Field(description="the table's time over the measured")
     bwd_ratio: float
+    window: int | None = Field(default=None, description="a causal sliding window of this many keys (the rates "
+                                                         "count the window's pairs); null: none")
 
 
 class AttentionCheckRow(BaseModel):
@@ -342,7 +344,7 @@ class AttentionCheckRow(BaseModel):
     fwd_min_ratio: float
     fwd_max_ratio: float
     fwd_furthest: dict[str, Any] = Field(description="the point furthest off forward: seq_len, causal, head_dim, "
-                                                     "ratio")
+                                                     "window, ratio")
     bwd_median_ratio: float
     bwd_min_ratio: float
     bwd_max_ratio: float

@@ -42,7 +42,7 @@ from functools import lru_cache
 from ..errors import ModelcutError
 from ..specs import ATTENTION_KINDS, Hardware, Training
 from ..units import BF16_BYTES
-from .tables import quantization
+from .tables import ATTENTION_TILE, quantization
 
 #: 16-bit operands and activations; FP8 operands.
 BYTES = BF16_BYTES
@@ -57,18 +57,16 @@ UNMEASURED_FRACTION = 0.786
 #: The kernels that skip the key blocks a sliding window masks out entirely. FlashAttention-2
 #: (from v2.3) and -3 bound each query block's loop over key blocks by the window
 #: (Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_kernel.h, ``n_block_min`` when
-#: ``Is_local``; hopper/ the same), and PyTorch's FlexAttention runs only the blocks its
-#: BlockMask keeps (torch.nn.attention.flex_attention ``create_block_mask``), which the catalog
-#: times as flash2. cuDNN's fused attention takes the window as a mask; no source here says it
-#: skips the masked tiles, so it is charged the whole causal attention.
-WINDOW_SKIPPING = ("flash2", "flash3")
-#: The tile the window's block skipping works in: 128 × 128 (query block × key block).
-#: FlexAttention's BlockMask default block size is 128 (``create_block_mask``'s BLOCK_SIZE,
-#: torch/nn/attention/flex_attention.py), and FlashAttention-2's forward for head dimension 64
-#: (GPT-OSS's) runs 128 × 128 tiles (``run_mha_fwd_hdim64``, kBlockM = kBlockN = 128,
-#: csrc/flash_attn/src/flash_fwd_launch_template.h); other head dimensions' key blocks may be
-#: narrower, which this does not follow.
-ATTENTION_TILE = 128
+#: ``Is_local``; hopper/ the same), FlashAttention-4 too (flash_attn/cute/block_info.py at
+#: 07af8aa, ``get_n_block_min_max``: ``n_block_min`` from ``window_size_left`` when
+#: ``is_local``), and PyTorch's FlexAttention runs only the blocks its BlockMask keeps
+#: (torch.nn.attention.flex_attention ``create_block_mask``), which the catalog times as flash2.
+#: cuDNN's fused attention skips them as well, by measurement: NVIDIA's cudnn-frontend sweep of
+#: release 9.19.1 on an H200 with a 1,024-key window (catalog/kernel_checks.toml,
+#: ``cudnn-fe-2026-02-window``) takes 0.358, 0.738, 1.499 and 3.021 ms forward at 4K, 8K, 16K and
+#: 32K tokens, linear in the sequence, where the whole causal attention grows as its square. So
+#: every fused kernel skips; only the unfused path (scores materialised, then masked) does not.
+WINDOW_SKIPPING = ("flash2", "flash3", "flash4", "cudnn")
 
 #: An attention core's backward FLOPs over its forward's. A fused kernel recomputes S = QKᵀ in
 #: its backward, five products for the forward's two: 2.5, as the FlashAttention and cuDNN
@@ -346,6 +344,13 @@ def _window_blocks(window: int, tile: int = ATTENTION_TILE) -> int:
     return q + (2 if r else 1)
 
 
+def window_rate_length(window: int, tile: int = ATTENTION_TILE) -> int:
+    """The causal sequence whose query blocks run, on average, as many key blocks as a windowed
+    query block does (:func:`_window_blocks`, n of them): (s/tile + 1)/2 = n at s = tile·(2n − 1).
+    A skipping kernel's windowed attention is read at its measured causal rate at that length."""
+    return tile * (2 * _window_blocks(window, tile) - 1)
+
+
 def window_tile_share(s: int, window: int | None, tile: int = ATTENTION_TILE) -> float:
     """The share of a causal attention's tiles (``tile`` × ``tile`` blocks of queries × keys, the
     diagonal ones included) that a sliding window of ``window`` keys (each query's own among them)
@@ -360,6 +365,15 @@ def window_tile_share(s: int, window: int | None, tile: int = ATTENTION_TILE) ->
     i0 = min(n, -(-(window - 1) // tile))
     kept = i0 * (i0 + 1) / 2 + (n - i0) * per
     return min(1.0, kept / (n * (n + 1) / 2))
+
+
+def window_work(kind: str, causal: bool, s_q: int, s_k: int, window: int | None) -> tuple[float, int]:
+    """(the share of a causal attention's tiles the kernel runs, the sequence length its measured
+    rate is read at) for ``s_q`` queries against ``s_k`` keys: with a causal sliding ``window`` a
+    skipping kernel (:data:`WINDOW_SKIPPING`) runs :func:`window_tile_share` of the tiles at its
+    rate at :func:`window_rate_length`; otherwise (1, s_q)."""
+    share = window_tile_share(s_k, window) if causal and kind in WINDOW_SKIPPING and s_q == s_k else 1.0
+    return share, (s_q if share == 1.0 else min(s_q, window_rate_length(window)))
 
 
 def attention_time(kind: str, b: int, heads: int, s_q: int, s_k: int, d: int, causal: bool,
@@ -379,10 +393,7 @@ def attention_time(kind: str, b: int, heads: int, s_q: int, s_k: int, d: int, ca
     if kind == "unfused":
         rows = causal_softmax_rows(s_q, s_k, bh, softmax_max_seq) if causal else 1.0
         return _unfused(b, bh, s_q, s_k, d, dropout, hw, eff, rows)
-    share = window_tile_share(s_k, window) if causal and kind in WINDOW_SKIPPING and s_q == s_k else 1.0
-    # a windowed query block runs as few key blocks as a causal attention of length s_eq does on
-    # average, (s_eq/tile + 1)/2 of them: the kernel's measured rate at that length
-    s_rate = s_q if share == 1.0 else min(s_q, ATTENTION_TILE * (2 * _window_blocks(window) - 1))
+    share, s_rate = window_work(kind, causal, s_q, s_k, window)
     rates = fused_tflops(kind, hw, causal, d, s_rate)
     if rates is None:
         if kind == "flash3" and generation(hw) == "ampere":

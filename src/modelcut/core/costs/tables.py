@@ -24,8 +24,14 @@ dimensions are all ≥ 1024 (a transformer's) from the square ones to a median 5
 
 **Attention** (:class:`AttentionCurves`): TFLOP/s by implementation, direction (forward,
 backward), causal or not, head dimension and sequence length, interpolated in log sequence
-length and head dimension, clamped at the ends; the FLOPs counted as the kernels' own benchmarks
-count them: forward 4·b·h·s²·d, halved for a causal mask, backward 2.5 × forward.
+length and head dimension, held beyond the longest measured sequence (the kernels have
+saturated); the FLOPs counted as the kernels' own benchmarks count them: forward 4·b·h·s²·d,
+halved for a causal mask, backward 2.5 × forward. Below the shortest measured sequence the rate
+is not held but follows the kernels' own structure (:func:`short_sequence_tflops`): each block
+of ATTENTION_TILE queries runs n key blocks, s/T of them, or (s/T + 1)/2 on average under a
+causal mask (the diagonal block run whole, counted half), in a time a + b·n (a: loading the
+queries, the softmax's last rescale and writing the output; b: one key block), with a and b
+from the two shortest measurements.
 
 **Collectives** (:class:`CollectiveCurves`): nccl-tests time by message size for 2, 4 and 8
 ranks inside one node, interpolated log-log in size (the out-of-place time, which holds the
@@ -82,6 +88,39 @@ def quantization(m: int, n: int, k: int, sms: int | None, batch: int = 1) -> tup
 def _interp1(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
     """Piecewise-linear in x, held at the ends."""
     return float(np.interp(x, xs, ys))
+
+
+#: The tile of queries × keys a fused attention kernel works in, 128 × 128 (query block × key
+#: block). FlexAttention's BlockMask default block size is 128 (``create_block_mask``'s
+#: BLOCK_SIZE, torch/nn/attention/flex_attention.py), and FlashAttention-2's forward for head
+#: dimension 64 runs 128 × 128 tiles (``run_mha_fwd_hdim64``, kBlockM = kBlockN = 128,
+#: csrc/flash_attn/src/flash_fwd_launch_template.h); other head dimensions' key blocks may be
+#: narrower, which this does not follow. The sliding-window rules (kernels.window_tile_share)
+#: and the short-sequence reading (:func:`short_sequence_tflops`) count in it.
+ATTENTION_TILE = 128
+
+
+def _key_blocks(seq: float, causal: bool) -> tuple[float, float]:
+    """(key blocks a block of queries runs, key blocks' worth of pairs it is credited with) on
+    average over a sequence of ``seq``: s/T and s/T; under a causal mask (s/T + 1)/2, the
+    diagonal block run whole, and s/(2T), the pairs the benchmarks count (s²/2)."""
+    n = seq / ATTENTION_TILE
+    return ((n + 1) / 2, n / 2) if causal else (n, n)
+
+
+def short_sequence_tflops(seq: float, causal: bool, s0: float, r0: float, s1: float, r1: float) -> float:
+    """An attention kernel's rate at a sequence ``seq`` shorter than the two shortest measured,
+    ``s0`` < ``s1`` at ``r0``, ``r1`` TFLOP/s (module doc): a block of queries takes a + b·n for
+    its n key blocks, the two measurements giving a and b, and is credited with its pairs, so the
+    rate is credited / (a + b·n). Held at ``r0`` where the two do not give a positive a and b
+    (a rate that does not fall with the sequence: nothing to follow)."""
+    (n0, c0), (n1, c1), (n, c) = (_key_blocks(v, causal) for v in (s0, s1, seq))
+    t0, t1 = c0 / r0, c1 / r1
+    b = (t1 - t0) / (n1 - n0)
+    a = t0 - b * n0
+    if not (a > 0 and b > 0):
+        return r0
+    return c / (a + b * n)
 
 
 @dataclass(frozen=True, eq=False)
@@ -222,6 +261,8 @@ class AttentionCurves:
 
         def at(d: int) -> float:
             xs, ys = self.curves[(direction, causal, d)]
+            if x < xs[0] and len(xs) > 1:
+                return short_sequence_tflops(2.0 ** x, causal, 2.0 ** xs[0], ys[0], 2.0 ** xs[1], ys[1])
             return _interp1(xs, ys, x)
         if head_dim <= dims[0] or len(dims) == 1:
             return at(dims[0])
