@@ -101,3 +101,62 @@ def test_hf_configs_name_the_window():
     assert model_from_hf_config(typed).sliding_layers == 12
     assert model_from_hf_config({**cfg, "sliding_window": None}).sliding_layers == 0
     assert catalog.model("gpt-oss-120b").sliding_layers == 18
+
+
+MISTRAL = catalog.model("mistral-7b")       # every layer within 4,096 keys
+
+
+def _mistral_32k(kind: str, framework: str = "nemo"):
+    from modelcut.service.predict import PredictRequest, predict
+    from modelcut.service.runfile import run_from_dict
+    doc = {"model": {"name": "mistral-7b"}, "hardware": {"gpu": "h100"},
+           "layout": {"tp": 1, "cp": 4, "pp": 1, "dp": 2, "cp_kind": kind},
+           "training": {"seq_len": 32768, "global_batch": 16, "micro_batch": 1, "recompute": "full"}}
+    return predict(PredictRequest(run_from_dict(doc, "x"), framework=framework)).prediction
+
+
+def test_transformer_engine_runs_a_window_under_context_parallelism_only_gathered_or_all_to_all():
+    """Transformer Engine refuses a sliding window with its ring (TransformerEngine v2.9
+    context_parallel.py asserts cp_comm_type in a2a, all_gather): the Megatron stacks' rule
+    cp_window_kinds. A causal model's ring, and a stack with no such rule known, are not refused."""
+    from modelcut.core.explore.rules import violations
+    llama = catalog.model("llama3-8b")
+    for fw in ("megatron-core", "nemo", "megatron-bridge"):
+        caps = catalog.capabilities(fw)
+        assert caps.cp_window_kinds == ("allgather", "a2a") and caps.source("cp_window_kinds")
+        ring = violations(caps, MISTRAL, tp=1, cp=4, dp=2, cp_kind="ring")
+        assert [v.rule for v in ring] == ["cp_window_kinds"] and "sliding-window" in ring[0].line()
+        assert violations(caps, MISTRAL, tp=1, cp=4, dp=2, cp_kind="a2a+p2p")
+        assert not violations(caps, MISTRAL, tp=1, cp=4, dp=2, cp_kind="allgather")
+        assert not violations(caps, llama, tp=1, cp=4, dp=2, cp_kind="ring")
+        assert not violations(caps, MISTRAL, tp=1, cp=1, dp=8)
+    assert catalog.capabilities("fsdp").cp_window_kinds is None
+    assert not violations(catalog.capabilities("fsdp"), MISTRAL, tp=1, cp=4, dp=2, cp_kind="ring")
+    # predict says so in its notes
+    assert any("cp_window_kinds" in n for n in _mistral_32k("ring").notes)
+    assert not any("cannot run" in n for n in _mistral_32k("allgather").notes)
+
+
+def test_the_gathered_form_runs_only_the_window_of_its_keys():
+    """Transformer Engine's all-gather form hands each chunk its window of the gathered keys, so at
+    32K tokens within 4,096 keys a rank's attention is a small share of the causal work: the step
+    is well below the ring's (which the stack refuses, charged whole) and a causal model's; a
+    rank's share is the window's key blocks over the causal count's s/(2·tile) a query block."""
+    from modelcut.core.costs.kernels import window_work
+    share, s_rate = window_work("cudnn", True, 8192, 32768, 4096)
+    assert share == pytest.approx(33 * 2 * 128 / 32768) and s_rate == min(8192, 128 * 65)
+    assert window_work("cudnn", True, 8192, 32768, None) == (1.0, 8192)
+    assert window_work("unfused", True, 8192, 32768, 4096) == (1.0, 8192)
+    assert window_work("cudnn", True, 8192, 32768, 40000) == (1.0, 8192)
+    gathered, ring = _mistral_32k("allgather"), _mistral_32k("ring")
+    assert gathered.step_time_s < 0.8 * ring.step_time_s
+    assert gathered.mfu <= 1.0 and ring.mfu <= 1.0
+    # PyTorch's context parallelism calls SDPA, which takes no window: charged the whole attention
+    torch_gathered = _mistral_32k("allgather", "fsdp")
+    args = dict(micro_batch=1, seq_len=32768, attention="flash2", cp=4, cp_kind="allgather")
+    te = layer_attention(MISTRAL, LayerSetup(**args), H100, EFF)
+    pt = layer_attention(MISTRAL, LayerSetup(**args, cp_impl="torch-sdpa"), H100, EFF)
+    assert te.fwd < 0.3 * pt.fwd
+    causal = layer_attention(replace(MISTRAL, sliding_window=None, sliding_layers=0),
+                             LayerSetup(**args, cp_impl="torch-sdpa"), H100, EFF)
+    assert pt == causal and torch_gathered.step_time_s > gathered.step_time_s

@@ -371,8 +371,18 @@ def window_work(kind: str, causal: bool, s_q: int, s_k: int, window: int | None)
     """(the share of a causal attention's tiles the kernel runs, the sequence length its measured
     rate is read at) for ``s_q`` queries against ``s_k`` keys: with a causal sliding ``window`` a
     skipping kernel (:data:`WINDOW_SKIPPING`) runs :func:`window_tile_share` of the tiles at its
-    rate at :func:`window_rate_length`; otherwise (1, s_q)."""
-    share = window_tile_share(s_k, window) if causal and kind in WINDOW_SKIPPING and s_q == s_k else 1.0
+    rate at :func:`window_rate_length`; otherwise (1, s_q). Fewer queries than keys are a
+    context-parallel rank's load-balanced share of the sequence against all of its keys (Transformer
+    Engine's all-gather form, which hands the kernel each chunk's window of the gathered keys): the
+    causal count credits them s_q·s_k/2 pairs, s_k/(2·tile) key blocks a block of queries, where
+    within the window each runs the window's blocks (:func:`_window_blocks`; the sequence's first
+    window, where queries see fewer, is left out)."""
+    if not (causal and kind in WINDOW_SKIPPING and window is not None and window < s_k and s_q <= s_k):
+        return 1.0, s_q
+    if s_q == s_k:
+        share = window_tile_share(s_k, window)
+    else:
+        share = min(1.0, _window_blocks(window) * 2 * ATTENTION_TILE / s_k)
     return share, (s_q if share == 1.0 else min(s_q, window_rate_length(window)))
 
 

@@ -17,7 +17,7 @@ from ..specs import RECOMPUTE_VARIANTS, ModelSpec
 INTERLEAVE = ("layers", "layers+2", "any")
 #: The fields of a stack's capabilities (the TOML's keys besides ``framework``, ``base``, ``sources``).
 FIELDS = ("zero", "zero_with_pipeline", "zero0_flat_mesh_only", "hybrid_shard", "schedules", "context_parallel", "cp_kinds",
-          "cp_seq_multiple_tp", "sequence_parallel", "mixture_of_experts", "expert_parallel", "ep_with_tp_needs_sp",
+          "cp_window_kinds", "cp_seq_multiple_tp", "sequence_parallel", "mixture_of_experts", "expert_parallel", "ep_with_tp_needs_sp",
           "moe_tensor_parallel", "interleave", "interleave_min_pp", "uneven_split", "local_batch", "recompute")
 
 
@@ -29,7 +29,8 @@ class Capabilities:
     ``zero0_flat_mesh_only``: plain data parallelism only without tp, cp, pp; ``hybrid_shard``:
     ZeRO's states sharded over part of the data-parallel group and replicated across the rest
     (:attr:`..specs.Layout.dp_shard`); ``schedules``: the
-    registry's schedules with pp > 1; ``context_parallel`` and its ``cp_kinds``;
+    registry's schedules with pp > 1; ``context_parallel`` and its ``cp_kinds``; ``cp_window_kinds``:
+    the forms it runs for a model with sliding-window layers (None: no restriction known);
     ``cp_seq_multiple_tp``: the sequence splits into 2·cp·tp pieces; ``sequence_parallel``;
     ``mixture_of_experts``, ``expert_parallel``, ``ep_with_tp_needs_sp``, ``moe_tensor_parallel``
     (tp > 1 on a mixture-of-experts model); ``interleave``
@@ -48,6 +49,7 @@ class Capabilities:
     schedules: tuple[str, ...] = ()
     context_parallel: bool = True
     cp_kinds: tuple[str, ...] = ("ring", "allgather")
+    cp_window_kinds: tuple[str, ...] | None = None
     cp_seq_multiple_tp: bool = False
     sequence_parallel: bool = True
     mixture_of_experts: bool = True
@@ -73,7 +75,7 @@ class Capabilities:
         for r in self.recompute:
             if r not in RECOMPUTE_VARIANTS:
                 raise ModelcutError(f"{where}: recompute variants are {', '.join(RECOMPUTE_VARIANTS)}, got {r!r}")
-        for k in self.cp_kinds:
+        for k in self.cp_kinds + (self.cp_window_kinds or ()):
             if k not in CP_KINDS:
                 raise ModelcutError(f"{where}: cp_kinds are {', '.join(CP_KINDS)}, got {k!r}")
 
@@ -133,6 +135,10 @@ def violations(caps: Capabilities, model: ModelSpec, *, tp: int = 1, cp: int = 1
             bad("context_parallel", f"context parallelism (cp = {cp})")
         elif cp_kind is not None and cp_kind not in caps.cp_kinds:
             bad("cp_kinds", f"the {cp_kind} form of context parallelism (it runs {', '.join(caps.cp_kinds)})")
+        elif (cp_kind is not None and caps.cp_window_kinds is not None and model.sliding_layers
+              and cp_kind not in caps.cp_window_kinds):
+            bad("cp_window_kinds", f"the {cp_kind} form of context parallelism on a model with sliding-window "
+                                   f"layers (with a window it runs {', '.join(caps.cp_window_kinds) or 'none'})")
         elif caps.cp_seq_multiple_tp and seq is not None and seq % (2 * cp * tp):
             bad("cp_seq_multiple_tp", f"a sequence of {seq} not divisible by 2·cp·tp = {2 * cp * tp}")
     if tp > 1 and sequence_parallel and not caps.sequence_parallel:

@@ -657,6 +657,11 @@ def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effi
     else:                                   # the rank's s/cp queries against the whole sequence's keys
         args = (setup.attention, setup.micro_batch, model.heads // setup.tp, s // cp, s, model.d_head, True,
                 model.dropout, hw, eff)
+    # a window under context parallelism: Transformer Engine's all-to-all and all-gather forms hand
+    # the kernel the window (the ring refuses it: the stack rule cp_window_kinds); PyTorch's
+    # SDPA steps take no window, so they are charged the whole causal attention
+    windowed = cp == 1 or setup.cp_kind == "a2a" or (setup.cp_kind == "allgather"
+                                                      and setup.cp_impl == "transformer-engine")
     kinds = flops.attention_layer_kinds(model)
     fused_softmax = setup.causal_softmax_max_seq
     if len(kinds) == 1 and kinds[0][1] is None and kinds[0][2] is None:
@@ -664,7 +669,7 @@ def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effi
     mix = [0.0] * 5
     for n, window, chunk in kinds:
         a = (_chunked_attention(model, setup, hw, eff) if chunk is not None
-             else attention_time(*args, window=window, softmax_max_seq=fused_softmax))
+             else attention_time(*args, window=window if windowed else None, softmax_max_seq=fused_softmax))
         mix = [acc + n / model.layers * v for acc, v in zip(mix, _fields(a))]
     return AttentionTime(*mix)
 
