@@ -60,7 +60,7 @@ def test_one_microbatch_pays_two_copy_outs_and_one_copy_in_of_the_whole_model():
     want = mem_time(copy_out_bytes((2 * P - P_out) * 2) + copy_in_bytes(P, 2, FSDP.grad_bytes), H100, EFF)
     got = step(run(), FSDP) - step(run(), NO_COPIES)
     assert 0.9 * want <= got <= want * (1 + 1e-9)
-    assert 0.03 < got / step(run(), FSDP) < 0.08          # a few per cent of a local batch of one
+    assert 0.03 < got / step(run(), FSDP) < 0.10          # a few per cent of a local batch of one
 
 
 def test_the_copies_land_in_the_data_parallel_term_not_compute():

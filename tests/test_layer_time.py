@@ -169,6 +169,26 @@ def test_eager_elementwise_costs_more_memory_time_where_pytorch_splits_ops():
     assert _lt(gpt, _replace(base, fused_elementwise=False), hw, eff).fwd.memory == _lt(gpt, base, hw, eff).fwd.memory
 
 
+def test_torchs_rmsnorm_is_charged_as_measured_against_cudnns():
+    """torch.nn.RMSNorm (torchtitan's and llm-foundry's) runs torch's fused kernels; their time over
+    cuDNN's for the same shapes (NVIDIA's cudnn-frontend H200 norm sweep, the catalog's rows) gives
+    the eager preset's bytes: the fused norm's 4 and 6 scaled by the medians, well below the 36 and
+    60 of the op-by-op form."""
+    import csv
+    import statistics
+    from importlib import resources
+    from modelcut.core.step import layers as L
+    text = resources.files("modelcut.catalog").joinpath("kernels/norm_sweep_cudnn_frontend.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    assert len(rows) == 10 and all(r["source"] for r in rows)
+    fwd = statistics.median(float(r["pytorch_fwd_ms"]) / float(r["cudnn_fwd_ms"]) for r in rows)
+    bwd = statistics.median(float(r["pytorch_bwd_ms"]) / float(r["cudnn_bwd_ms"]) for r in rows)
+    assert L.TORCH_RMSNORM_RATIOS == pytest.approx((fwd, bwd), abs=0.005)
+    assert L.EAGER_RMSNORM_FWD == pytest.approx(L.NORM_BYTES * fwd, abs=0.03)
+    assert L.EAGER_RMSNORM_BWD == pytest.approx(L.NORM_BYTES_BWD * bwd, abs=0.03)
+    assert L.NORM_BYTES < L.EAGER_RMSNORM_FWD < 36 and L.NORM_BYTES_BWD < L.EAGER_RMSNORM_BWD < 60
+
+
 # --- the tp_comm overlap: products cut into the chunks the collective delivers -----------------
 
 from modelcut.core.costs.kernels import gemm_time  # noqa: E402

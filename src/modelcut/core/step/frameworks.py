@@ -210,7 +210,7 @@ class Framework:
     "deepspeed-0.3", DeepSpeed's 2021 hooks replayed weight by weight
     (:mod:`.deepspeed_stage3`); ``fused_elementwise``: norms, activations, rotary embedding and
     residual adds as fused kernels (Megatron-LM, Transformer Engine); off, PyTorch's eager ops,
-    one kernel each (:data:`.layers.EAGER_RMSNORM_FWD`); ``selective``: what selective
+    one kernel each, RMSNorm torch's own fused kernels (:data:`.layers.EAGER_RMSNORM_FWD`); ``selective``: what selective
     recomputation re-executes: "attention", the attention core (Megatron-LM, Korthikanti et al.
     2022 §5), or "op", torchtitan's per-op policy (every second matrix product, the norms,
     activations and other elementwise ops and the all-gathers, keeping attention's output and

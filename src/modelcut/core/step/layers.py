@@ -111,18 +111,24 @@ CE_BYTES: dict[str, tuple[float, float]] = {k: (v.moved_fwd, v.moved_bwd) for k,
 
 #: Bytes per element of PyTorch's eager (one kernel per op) elementwise code, bf16 activations,
 #: as the reference implementations write it (a framework that fuses nothing: plain PyTorch
-#: modules under FSDP without ``torch.compile``). RMSNorm, Meta's ``llama/model.py``
-#: ``self._norm(x.float()).type_as(x) * self.weight`` with ``x * rsqrt(x.pow(2).mean(-1) + eps)``:
-#: cast 2 + 4, pow 4 + 4, mean 4, scale 4 + 4, cast back 4 + 2, weight 2 + 2 = 36 forward;
-#: backward through the same ops (weight 8, cast 6, scale 8 + 8, pow 12, sum of the two
-#: input gradients 12, cast 6) = 60. SwiGLU, ``F.silu(w1(x)) * w3(x)``, per element of the
-#: f-wide output: silu 2 + 2, product 2 + 2 + 2 = 10 forward; product backward 6 + 6, silu
+#: modules under FSDP without ``torch.compile``). RMSNorm is ``torch.nn.RMSNorm`` in torchtitan
+#: (v0.2.0 ``torchtitan/models/llama3/model/model.py``) and in llm-foundry (its ``rmsnorm``,
+#: ``llmfoundry/models/layers/norm.py`` at 8c8dd48), which torch 2.13 runs as one fused kernel
+#: each way (``aten::_fused_rms_norm`` and ``_fused_rms_norm_backward``, with CUDA kernels; the
+#: op-by-op form, Meta's ``llama/model.py`` ``x * rsqrt(x.pow(2).mean(-1) + eps)``, would move
+#: 36 and 60 bytes an element). Those kernels are slower than cuDNN's fused norm for the same
+#: bytes: NVIDIA's cudnn-frontend norm sweep on an H200 (commit df73764,
+#: ``benchmark/norms/results/h200/all_models_20260227_035147.csv``, ``F.rms_norm`` in the
+#: nvcr.io/nvidia/pytorch:25.12 container against cuDNN 9.19.1) takes, over its ten
+#: transformer-sized shapes (hidden 2,048-16,384, 2,048-16,384 rows), a median 1.235 times
+#: cuDNN's forward and 2.14 times its backward (``catalog/kernels/norm_sweep_cudnn_frontend.csv``
+#: holds the rows); charged as the fused norm's 4 and 6 bytes scaled by those ratios
+#: (:data:`TORCH_RMSNORM_RATIOS`, below :data:`NORM_BYTES`). SwiGLU, ``F.silu(w1(x)) * w3(x)``, per
+#: element of the f-wide output: silu 2 + 2, product 2 + 2 + 2 = 10 forward; product backward 6 + 6, silu
 #: backward 6 = 18. Rotary embedding (``apply_rotary_emb``: cast to fp32, complex product,
 #: cast back), per element of Q and K: 6 + 8 + 6 = 20 each way. Dropout, when the model has
 #: it, a kernel of its own: read 2, write 2 and a 1-byte mask = 5. LayerNorm and GeLU are
 #: single native kernels in PyTorch (``torch.nn.LayerNorm``, ``F.gelu``): as fused.
-EAGER_RMSNORM_FWD = 36.0
-EAGER_RMSNORM_BWD = 60.0
 EAGER_SWIGLU_FWD = 10.0
 EAGER_SWIGLU_BWD = 18.0
 EAGER_ROPE = 20.0
@@ -330,6 +336,13 @@ class LayerTime:
 #: A norm's forward moves its input in and its output out, 2 + 2 bytes per element, LayerNorm
 #: and RMSNorm alike (the statistics are per token, negligible).
 NORM_BYTES = 4.0
+#: Its backward reads the input and the output's gradient and writes the input's, 2 + 2 + 2.
+NORM_BYTES_BWD = 6.0
+#: PyTorch's fused RMSNorm kernels' time over cuDNN's for the same shape, forward and backward
+#: (the eager-code note above): the medians of NVIDIA's cudnn-frontend H200 norm sweep.
+TORCH_RMSNORM_RATIOS = (1.235, 2.14)
+EAGER_RMSNORM_FWD = NORM_BYTES * TORCH_RMSNORM_RATIOS[0]
+EAGER_RMSNORM_BWD = NORM_BYTES_BWD * TORCH_RMSNORM_RATIOS[1]
 
 
 def attention_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
@@ -476,7 +489,7 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     fused = setup.fused_elementwise
     eager_rms = not fused and model.norm == "rmsnorm"
     nb = EAGER_RMSNORM_FWD if eager_rms else NORM_BYTES
-    nb_b = EAGER_RMSNORM_BWD if eager_rms else 6.0
+    nb_b = EAGER_RMSNORM_BWD if eager_rms else NORM_BYTES_BWD
     if fused:
         resid_f = (6.0 + (1.0 if drop else 0.0)) * Tn * h       # bias+dropout+residual, fused
     else:
