@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from modelcut import catalog
-from modelcut.catalog.kernel_checks import attention_sweeps, gemm_sweeps, layer_checks, linear_checks
+from modelcut.catalog.kernel_checks import attention_sweeps, gemm_sweeps, layer_checks, linear_checks, norm_sweeps
 from modelcut.cli import main
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -69,10 +69,11 @@ def test_quoted_run_rows_are_todays(outputs):
 
 def test_quoted_kernel_check_rows_are_todays(outputs):
     ids = ({c.id for c in linear_checks()} | {c.id for c in layer_checks()} | {c.id for c in gemm_sweeps()}
-           | {c.id for c in attention_sweeps()})
+           | {c.id for c in attention_sweeps()} | {c.id for c in norm_sweeps()})
     rows = _rows(outputs["kernels"])
     quoted = _quoted(ids)
     assert {line.strip("│ ").split("│")[0].strip() for _, _, line in quoted} >= {"korthikanti-22b-layer",
-                                                                                 "cudnn-fe-2026-02"}
+                                                                                 "cudnn-fe-2026-02",
+                                                                                 "cudnn-fe-norms-2026-02"}
     stale = [(f, n, line[:100]) for f, n, line in quoted if _norm(line) not in rows]
     assert not stale, stale

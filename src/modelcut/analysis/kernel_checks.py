@@ -40,15 +40,15 @@ import math
 from dataclasses import dataclass, replace
 
 from .. import catalog
-from ..catalog.kernel_checks import (LINEAR_KINDS, AttentionSweep, GemmSweep, LayerCheck, LinearCheck,
-                                     attention_sweeps, gemm_sweeps, layer_checks, linear_checks)
+from ..catalog.kernel_checks import (LINEAR_KINDS, AttentionSweep, GemmSweep, LayerCheck, LinearCheck, NormSweep,
+                                     attention_sweeps, gemm_sweeps, layer_checks, linear_checks, norm_sweeps)
 from ..core.costs import comm
 from ..core.costs import fp8 as fp8_mod
 from ..core.costs.flops import attention_pairs
 from ..core.costs.kernels import Efficiency, burst_tflops, fused_tflops, gemm_time, mem_time, window_work
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware, ModelSpec, Training
-from ..core.step.layers import dense_linears
+from ..core.step.layers import NORM_BYTES, NORM_BYTES_BWD, dense_linears
 from ..core.step.stage_costs import kernels
 from .measured import measured_run
 
@@ -359,3 +359,53 @@ def attention_summary(sweep: AttentionSweep) -> AttentionRow:
 def attention_rows() -> list[AttentionRow]:
     """Every attention sweep summarised."""
     return [attention_summary(s) for s in attention_sweeps()]
+
+
+@dataclass(frozen=True)
+class NormRow:
+    """One norm sweep summarised: per point, modelcut's memory-bound time for a fused norm of the
+    shape (:data:`..core.step.layers.NORM_BYTES` and ``NORM_BYTES_BWD`` an element at η_mem of the
+    streaming bandwidth, the default profile's) over the measured fused kernel's, forward and
+    backward."""
+
+    check: str
+    device: str
+    kernel: str
+    eta_mem: float
+    points: tuple[tuple[str, int, int, float, float], ...]   # (model, rows, hidden, fwd ratio, bwd ratio)
+
+    def _ratios(self, direction: str) -> list[float]:
+        return [p[3] if direction == "fwd" else p[4] for p in self.points]
+
+    def median(self, direction: str) -> float:
+        return _quantile(self._ratios(direction), 0.5)
+
+    def span(self, direction: str) -> tuple[float, float]:
+        r = self._ratios(direction)
+        return min(r), max(r)
+
+    def as_dict(self) -> dict:
+        out = {"check": self.check, "device": self.device, "kernel": self.kernel, "eta_mem": self.eta_mem,
+               "points": [{"model": m, "rows": n, "hidden": c, "fwd_ratio": f, "bwd_ratio": b}
+                          for m, n, c, f, b in self.points]}
+        for dr in ("fwd", "bwd"):
+            lo, hi = self.span(dr)
+            out.update({f"{dr}_median_ratio": self.median(dr), f"{dr}_min_ratio": lo, f"{dr}_max_ratio": hi})
+        return out
+
+
+def norm_summary(sweep: NormSweep) -> NormRow:
+    """One norm sweep against the step model's fused norm (:class:`NormRow`)."""
+    eff = catalog.profile_for(sweep.hw).efficiency
+    points = []
+    for p in sweep.points:
+        elems = p.rows * p.hidden
+        fwd = mem_time(NORM_BYTES * elems, sweep.hw, eff) * 1e3 / p.fused_fwd_ms
+        bwd = mem_time(NORM_BYTES_BWD * elems, sweep.hw, eff) * 1e3 / p.fused_bwd_ms
+        points.append((p.model, p.rows, p.hidden, fwd, bwd))
+    return NormRow(sweep.id, sweep.hw.name, sweep.kernel, eff.mem, tuple(points))
+
+
+def norm_rows() -> list[NormRow]:
+    """Every norm sweep summarised."""
+    return [norm_summary(s) for s in norm_sweeps()]

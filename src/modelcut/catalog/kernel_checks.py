@@ -258,3 +258,48 @@ def attention_sweeps() -> tuple[AttentionSweep, ...]:
         out.append(AttentionSweep(e["id"], hw, e["impl"], e["kernel"], _attention_points(e), e["source"],
                                   str(e.get("date", "")), e.get("variant_source", "")))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class NormPoint:
+    """One measured RMSNorm shape (the file's ``[[norm_sweep]]`` doc): ``rows`` × ``hidden`` 16-bit
+    elements, the fused kernel's and PyTorch's forward and backward milliseconds."""
+
+    model: str
+    rows: int
+    hidden: int
+    fused_fwd_ms: float
+    fused_bwd_ms: float
+    torch_fwd_ms: float
+    torch_bwd_ms: float
+
+
+@dataclass(frozen=True)
+class NormSweep:
+    """An independent benchmark of a fused norm kernel by shape on one device, checked against the
+    step model's memory-bound time for the same bytes (the file's ``[[norm_sweep]]`` doc)."""
+
+    id: str
+    hw: Hardware
+    kernel: str
+    points: tuple[NormPoint, ...]
+    source: str
+    date: str
+
+
+@lru_cache(maxsize=None)
+def norm_sweeps() -> tuple[NormSweep, ...]:
+    out = []
+    cols = {"model", "N", "C", "cudnn_fwd_ms", "cudnn_bwd_ms", "pytorch_fwd_ms", "pytorch_bwd_ms"}
+    for e in _toml().get("norm_sweep", []):
+        points = []
+        for row in _csv_rows(e, cols):
+            p = NormPoint(row["model"], int(row["N"]), int(row["C"]), float(row["cudnn_fwd_ms"]),
+                          float(row["cudnn_bwd_ms"]), float(row["pytorch_fwd_ms"]), float(row["pytorch_bwd_ms"]))
+            if min(p.rows, p.hidden) < 1 or not min(p.fused_fwd_ms, p.fused_bwd_ms, p.torch_fwd_ms, p.torch_bwd_ms) > 0:
+                raise ModelcutError(f"kernel_checks.toml {e['id']}: a point needs positive sizes and times, got {row}")
+            points.append(p)
+        if not points:
+            raise ModelcutError(f"kernel_checks.toml {e['id']}: no rows in {e['file']}")
+        out.append(NormSweep(e["id"], _device(e), e["kernel"], tuple(points), e["source"], str(e.get("date", ""))))
+    return tuple(out)

@@ -107,6 +107,16 @@ def validate(
         con.print(att)
         for cid, src in out["attention_sources"].items():
             con.print(f"{cid}: {src['source']}" + (f" Device: {src['device_source']}" if src["device_source"] else ""))
+        norms = Table("Sweep", "Device", "Kernel measured", "η_mem", "Shapes", "Forward: median", "range",
+                      "Backward: median", "range",
+                      title="Fused norms by shape: modelcut's memory-bound time over the measured (1 = agree)")
+        for r in out["norms"]:
+            norms.add_row(r["check"], r["device"], r["kernel"], f"{r['eta_mem']:.4f}", str(len(r["points"])),
+                          f"{r['fwd_median_ratio']:.3f}", f"{r['fwd_min_ratio']:.3f}-{r['fwd_max_ratio']:.3f}",
+                          f"{r['bwd_median_ratio']:.3f}", f"{r['bwd_min_ratio']:.3f}-{r['bwd_max_ratio']:.3f}")
+        con.print(norms)
+        for cid, src in out["norm_sources"].items():
+            con.print(f"{cid}: {src['source']}")
         return
     if runs is not None:
         if mode not in ("seed", "default") or budget:

@@ -23,7 +23,7 @@ from ..analysis import validation as av
 from ..analysis.budget import ErrorBudget, error_budget
 from ..analysis.measured import Measured, catalog_measured, measured_step_time
 from ..catalog import Profile
-from ..catalog.kernel_checks import attention_sweeps, gemm_sweeps, layer_checks, linear_checks
+from ..catalog.kernel_checks import attention_sweeps, gemm_sweeps, layer_checks, linear_checks, norm_sweeps
 from ..core.errors import ModelcutError
 from ..core.step import seed
 from .limits import Limits
@@ -45,7 +45,10 @@ def kernel_rows() -> dict[str, Any]:
             "sweep_sources": {c.id: {"source": c.source, "device": c.hw.name, "date": c.date} for c in gemm_sweeps()},
             "attention": [r.as_dict() for r in kernel_checks.attention_rows()],
             "attention_sources": {c.id: {"source": c.source, "device": c.hw.name, "device_source": c.device_source,
-                                         "kernel": c.kernel, "date": c.date} for c in attention_sweeps()}}
+                                         "kernel": c.kernel, "date": c.date} for c in attention_sweeps()},
+            "norms": [r.as_dict() for r in kernel_checks.norm_rows()],
+            "norm_sources": {c.id: {"source": c.source, "device": c.hw.name, "kernel": c.kernel, "date": c.date}
+                             for c in norm_sweeps()}}
 
 
 def deck_runs() -> list[catalog.PublishedRun]:

@@ -351,6 +351,28 @@ class AttentionCheckRow(BaseModel):
     bwd_furthest: dict[str, Any]
 
 
+class NormPointRow(BaseModel):
+    model: str
+    rows: int
+    hidden: int
+    fwd_ratio: float = Field(description="modelcut's memory-bound time for the fused norm over the measured")
+    bwd_ratio: float
+
+
+class NormCheckRow(BaseModel):
+    check: str
+    device: str
+    kernel: str = Field(description="the norm kernel measured")
+    eta_mem: float = Field(description="the default profile's η_mem the step model charges the norm at")
+    points: list[NormPointRow]
+    fwd_median_ratio: float = Field(description="modelcut's time over the measured, the median over shapes")
+    fwd_min_ratio: float
+    fwd_max_ratio: float
+    bwd_median_ratio: float
+    bwd_min_ratio: float
+    bwd_max_ratio: float
+
+
 class KernelChecksResponse(BaseModel):
     rows: list[KernelCheckRow]
     sources: dict[str, dict[str, str]] = Field(description="per benchmark: its source, device, device source, date")
@@ -363,6 +385,9 @@ class KernelChecksResponse(BaseModel):
     attention_sources: dict[str, dict[str, str]] = Field(description="per attention sweep: its source, device, "
                                                                      "device source (a variant's), kernel release, "
                                                                      "date")
+    norms: list[NormCheckRow] = Field(description="independent fused-norm benchmarks against the step model's "
+                                                  "memory-bound time")
+    norm_sources: dict[str, dict[str, str]] = Field(description="per norm sweep: its source, device, kernel, date")
 
 
 class UploadResponse(BaseModel):
