@@ -334,20 +334,26 @@ class AttentionPointRow(BaseModel):
                                                          "count the window's pairs); null: none")
 
 
-class AttentionCheckRow(BaseModel):
+class _RatioSpan(BaseModel):
+    """A sweep's ratios of modelcut's time over the measured: the median and range over its points,
+    forward and backward."""
+
     check: str
     device: str
-    impl: str = Field(description="the attention table checked (kernels.toml)")
-    kernel: str = Field(description="the kernel release measured")
-    points: list[AttentionPointRow]
-    fwd_median_ratio: float = Field(description="the table's burst time over the measured, the median over points")
+    kernel: str = Field(description="the kernel (and release) measured")
+    fwd_median_ratio: float = Field(description="modelcut's time over the measured, the median over points")
     fwd_min_ratio: float
     fwd_max_ratio: float
-    fwd_furthest: dict[str, Any] = Field(description="the point furthest off forward: seq_len, causal, head_dim, "
-                                                     "window, ratio")
     bwd_median_ratio: float
     bwd_min_ratio: float
     bwd_max_ratio: float
+
+
+class AttentionCheckRow(_RatioSpan):
+    impl: str = Field(description="the attention table checked (kernels.toml)")
+    points: list[AttentionPointRow]
+    fwd_furthest: dict[str, Any] = Field(description="the point furthest off forward: seq_len, causal, head_dim, "
+                                                     "window, ratio")
     bwd_furthest: dict[str, Any]
 
 
@@ -359,18 +365,9 @@ class NormPointRow(BaseModel):
     bwd_ratio: float
 
 
-class NormCheckRow(BaseModel):
-    check: str
-    device: str
-    kernel: str = Field(description="the norm kernel measured")
+class NormCheckRow(_RatioSpan):
     eta_mem: float = Field(description="the default profile's η_mem the step model charges the norm at")
     points: list[NormPointRow]
-    fwd_median_ratio: float = Field(description="modelcut's time over the measured, the median over shapes")
-    fwd_min_ratio: float
-    fwd_max_ratio: float
-    bwd_median_ratio: float
-    bwd_min_ratio: float
-    bwd_max_ratio: float
 
 
 class KernelChecksResponse(BaseModel):
