@@ -174,15 +174,13 @@ def test_torchs_rmsnorm_is_charged_as_measured_against_cudnns():
     cuDNN's for the same shapes (NVIDIA's cudnn-frontend H200 norm sweep, the catalog's rows) gives
     the eager preset's bytes: the fused norm's 4 and 6 scaled by the medians, well below the 36 and
     60 of the op-by-op form."""
-    import csv
     import statistics
-    from importlib import resources
+    from modelcut.catalog.kernel_checks import norm_sweeps
     from modelcut.core.step import layers as L
-    text = resources.files("modelcut.catalog").joinpath("kernels/norm_sweep_cudnn_frontend.csv").read_text()
-    rows = list(csv.DictReader(text.splitlines()))
-    assert len(rows) == 10 and all(r["source"] for r in rows)
-    fwd = statistics.median(float(r["pytorch_fwd_ms"]) / float(r["cudnn_fwd_ms"]) for r in rows)
-    bwd = statistics.median(float(r["pytorch_bwd_ms"]) / float(r["cudnn_bwd_ms"]) for r in rows)
+    (sweep,) = norm_sweeps()
+    assert len(sweep.points) == 10 and sweep.source
+    fwd = statistics.median(p.torch_fwd_ms / p.fused_fwd_ms for p in sweep.points)
+    bwd = statistics.median(p.torch_bwd_ms / p.fused_bwd_ms for p in sweep.points)
     assert L.TORCH_RMSNORM_RATIOS == pytest.approx((fwd, bwd), abs=0.005)
     assert L.EAGER_RMSNORM_FWD == pytest.approx(L.NORM_BYTES * fwd, abs=0.03)
     assert L.EAGER_RMSNORM_BWD == pytest.approx(L.NORM_BYTES_BWD * bwd, abs=0.03)

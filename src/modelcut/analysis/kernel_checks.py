@@ -299,15 +299,11 @@ class AttentionPointRow:
                 "window": self.window}
 
 
-@dataclass(frozen=True)
-class AttentionRow:
-    """One attention sweep summarised (module doc): ratios are modelcut's time over the measured."""
+class _RatioSpan:
+    """A sweep's points' ratios of modelcut's time over the measured (each point's ``fwd_ratio`` and
+    ``bwd_ratio``): their median and range, forward or backward."""
 
-    check: str
-    device: str
-    impl: str
-    kernel: str
-    points: tuple[AttentionPointRow, ...]
+    points: tuple
 
     def _ratios(self, direction: str) -> list[float]:
         return [p.fwd_ratio if direction == "fwd" else p.bwd_ratio for p in self.points]
@@ -319,20 +315,36 @@ class AttentionRow:
         r = self._ratios(direction)
         return min(r), max(r)
 
+    def spans(self) -> dict[str, float]:
+        """``fwd_median_ratio``, ``fwd_min_ratio``, ``fwd_max_ratio`` and the backward's."""
+        out = {}
+        for dr in ("fwd", "bwd"):
+            lo, hi = self.span(dr)
+            out.update({f"{dr}_median_ratio": self.median(dr), f"{dr}_min_ratio": lo, f"{dr}_max_ratio": hi})
+        return out
+
+
+@dataclass(frozen=True)
+class AttentionRow(_RatioSpan):
+    """One attention sweep summarised (module doc): ratios are modelcut's time over the measured."""
+
+    check: str
+    device: str
+    impl: str
+    kernel: str
+    points: tuple[AttentionPointRow, ...]
+
     def furthest(self, direction: str) -> AttentionPointRow:
         """The point whose ratio in ``direction`` is furthest from 1 (either way)."""
         return max(self.points, key=lambda p: abs(math.log(p.fwd_ratio if direction == "fwd" else p.bwd_ratio)))
 
     def as_dict(self) -> dict:
         out = {"check": self.check, "device": self.device, "impl": self.impl, "kernel": self.kernel,
-               "points": [p.as_dict() for p in self.points]}
+               "points": [p.as_dict() for p in self.points], **self.spans()}
         for dr in ("fwd", "bwd"):
-            lo, hi = self.span(dr)
             far = self.furthest(dr)
-            out.update({f"{dr}_median_ratio": self.median(dr), f"{dr}_min_ratio": lo, f"{dr}_max_ratio": hi,
-                        f"{dr}_furthest": {"seq_len": far.seq_len, "causal": far.causal, "head_dim": far.head_dim,
-                                           "window": far.window,
-                                           "ratio": far.fwd_ratio if dr == "fwd" else far.bwd_ratio}})
+            out[f"{dr}_furthest"] = {"seq_len": far.seq_len, "causal": far.causal, "head_dim": far.head_dim,
+                                     "window": far.window, "ratio": far.fwd_ratio if dr == "fwd" else far.bwd_ratio}
         return out
 
 
@@ -362,36 +374,36 @@ def attention_rows() -> list[AttentionRow]:
 
 
 @dataclass(frozen=True)
-class NormRow:
+class NormPointRow:
+    """One measured norm shape: modelcut's memory-bound time for a fused norm of it over the
+    measured fused kernel's, forward and backward."""
+
+    model: str
+    rows: int
+    hidden: int
+    fwd_ratio: float
+    bwd_ratio: float
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "rows": self.rows, "hidden": self.hidden, "fwd_ratio": self.fwd_ratio,
+                "bwd_ratio": self.bwd_ratio}
+
+
+@dataclass(frozen=True)
+class NormRow(_RatioSpan):
     """One norm sweep summarised: per point, modelcut's memory-bound time for a fused norm of the
     shape (:data:`..core.step.layers.NORM_BYTES` and ``NORM_BYTES_BWD`` an element at η_mem of the
-    streaming bandwidth, the default profile's) over the measured fused kernel's, forward and
-    backward."""
+    streaming bandwidth, the default profile's) over the measured fused kernel's."""
 
     check: str
     device: str
     kernel: str
     eta_mem: float
-    points: tuple[tuple[str, int, int, float, float], ...]   # (model, rows, hidden, fwd ratio, bwd ratio)
-
-    def _ratios(self, direction: str) -> list[float]:
-        return [p[3] if direction == "fwd" else p[4] for p in self.points]
-
-    def median(self, direction: str) -> float:
-        return _quantile(self._ratios(direction), 0.5)
-
-    def span(self, direction: str) -> tuple[float, float]:
-        r = self._ratios(direction)
-        return min(r), max(r)
+    points: tuple[NormPointRow, ...]
 
     def as_dict(self) -> dict:
-        out = {"check": self.check, "device": self.device, "kernel": self.kernel, "eta_mem": self.eta_mem,
-               "points": [{"model": m, "rows": n, "hidden": c, "fwd_ratio": f, "bwd_ratio": b}
-                          for m, n, c, f, b in self.points]}
-        for dr in ("fwd", "bwd"):
-            lo, hi = self.span(dr)
-            out.update({f"{dr}_median_ratio": self.median(dr), f"{dr}_min_ratio": lo, f"{dr}_max_ratio": hi})
-        return out
+        return {"check": self.check, "device": self.device, "kernel": self.kernel, "eta_mem": self.eta_mem,
+                "points": [p.as_dict() for p in self.points], **self.spans()}
 
 
 def norm_summary(sweep: NormSweep) -> NormRow:
@@ -402,7 +414,7 @@ def norm_summary(sweep: NormSweep) -> NormRow:
         elems = p.rows * p.hidden
         fwd = mem_time(NORM_BYTES * elems, sweep.hw, eff) * 1e3 / p.fused_fwd_ms
         bwd = mem_time(NORM_BYTES_BWD * elems, sweep.hw, eff) * 1e3 / p.fused_bwd_ms
-        points.append((p.model, p.rows, p.hidden, fwd, bwd))
+        points.append(NormPointRow(p.model, p.rows, p.hidden, fwd, bwd))
     return NormRow(sweep.id, sweep.hw.name, sweep.kernel, eff.mem, tuple(points))
 
 

@@ -121,8 +121,8 @@ CE_BYTES: dict[str, tuple[float, float]] = {k: (v.moved_fwd, v.moved_bwd) for k,
 #: ``benchmark/norms/results/h200/all_models_20260227_035147.csv``, ``F.rms_norm`` in the
 #: nvcr.io/nvidia/pytorch:25.12 container against cuDNN 9.19.1) takes, over its ten
 #: transformer-sized shapes (hidden 2,048-16,384, 2,048-16,384 rows), a median 1.235 times
-#: cuDNN's forward and 2.14 times its backward (``catalog/kernels/norm_sweep_cudnn_frontend.csv``
-#: holds the rows); charged as the fused norm's 4 and 6 bytes scaled by those ratios
+#: cuDNN's forward and 2.14 times its backward (the rows and their source: ``catalog/kernel_checks.toml``
+#: ``[[norm_sweep]]``); charged as the fused norm's 4 and 6 bytes scaled by those ratios
 #: (:data:`TORCH_RMSNORM_RATIOS`, below :data:`NORM_BYTES`). SwiGLU, ``F.silu(w1(x)) * w3(x)``, per
 #: element of the f-wide output: silu 2 + 2, product 2 + 2 + 2 = 10 forward; product backward 6 + 6, silu
 #: backward 6 = 18. Rotary embedding (``apply_rotary_emb``: cast to fp32, complex product,
