@@ -247,7 +247,10 @@ class Framework:
     and the rest): a YaRN attention factor other than 1 (``ModelSpec.rope_mscale``), a clamped
     GLU in the routed experts (``ModelSpec.glu_clamp``) and the routed experts' output biases;
     ``p2p_async_interleaved_only``: the stack overlaps pipeline sends (``p2p_async``) only in its
-    interleaved schedule (:meth:`p2p_overlapped`); ``default_zero``: the ZeRO stage it runs when
+    interleaved schedule (:meth:`p2p_overlapped`); ``p2p_sequential``: its blocking pipeline
+    exchanges send and then receive, two transfers one after the other, where Megatron-LM batches
+    the send and the receive of an exchange into one ``batch_isend_irecv`` that moves both at once
+    (DeepSpeed's pipeline engine: :func:`.stage_costs.exchange_time`); ``default_zero``: the ZeRO stage it runs when
     the layout does not say (3 for FSDP's stacks, whose ``fully_shard`` shards weights, gradients
     and optimizer states; :meth:`zero_stage`), ``default_zero_with_pipeline`` the one it runs
     with a pipeline where that differs (DeepSpeed's pipeline engine: below 2);
@@ -306,6 +309,7 @@ class Framework:
     reshard_with_pipeline: bool | None = None
     mcore_layers: bool = False
     p2p_async_interleaved_only: bool = False
+    p2p_sequential: bool = False
     pipeline_grad_sync: str = "microbatch"
     flat_grad_sync: str = "microbatch"
     fsdp2_copies: bool = False

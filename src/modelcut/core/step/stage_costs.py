@@ -235,14 +235,34 @@ def send_time(run: Run, hw: Hardware, eff: Efficiency, bw: dict[str, float]) -> 
     return tau
 
 
+def exchange_time(tau: float, framework: Framework) -> float:
+    """What a blocking exchange between neighbouring stages holds both devices for: one send's
+    time ``tau`` where the stack moves the exchange's send and receive together (Megatron-LM:
+    ``send_forward_recv_backward`` and ``send_backward_recv_forward`` post both in one
+    ``batch_isend_irecv``), twice it where it sends and then receives (``p2p_sequential``).
+
+    DeepSpeed's pipeline engine runs each step of its ``TrainSchedule`` as blocking calls, one
+    after the other, before the step's pass: a backward step ``SendActivation`` of the previous
+    forward's output, then ``RecvGrad``; a forward step ``RecvActivation``, then ``SendGrad``
+    (microsoft/DeepSpeed deepspeed/runtime/pipe/schedule.py ``TrainSchedule.steps``, the same
+    order from v0.3.13 through v0.6.4; ``p2p.send`` and ``p2p.recv``: ``dist.send``/``dist.recv``,
+    or a two-rank ``dist.broadcast`` before PyTorch 1.8, each waited before the next). Its steps
+    run each stage's passes in 1F1B's order (tests/test_deepspeed_pipe.py), so the schedule is
+    1F1B's and only the exchange costs twice as long: per micro-batch a middle stage makes two
+    exchanges of two transfers, where Megatron-LM's make two of one."""
+    return 2 * tau if framework.p2p_sequential else tau
+
+
 def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, plan: PipelinePlan,
                 k: Kernels, bw: dict[str, float]) -> StageCosts:
     """Every stage's durations (module doc). Per pass: compute, plus the tensor-parallel time the
     framework leaves exposed, plus context parallelism's; MoE layers add their all-to-all (twice
-    in the backward with full recomputation); blocking sends hold both devices."""
+    in the backward with full recomputation); blocking exchanges hold both devices
+    (:func:`exchange_time`)."""
     uc = unit_costs(run, hw, eff, framework, k)
     tau = send_time(run, hw, eff, bw)
     blocking = plan.p > 1 and not framework.p2p_overlapped(plan.v)
+    held = exchange_time(tau, framework)
     out = StageCosts([], [], [], tau)
     sums = []
     units = []   # per stage: each unit's forward seconds (forward order), backward seconds (backward order)
@@ -269,8 +289,8 @@ def stage_costs(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         units.append((f_units, b_units))
     gathers = pass_gathers(run, hw, eff, framework, plan, units, bw)
     for st, (fsum, bsum, w), (g_f, g_b) in zip(plan.stages, sums, gathers):
-        p2p_f = tau if blocking and not st.loss else 0.0
-        p2p_b = tau if blocking and not st.embedding else 0.0
+        p2p_f = held if blocking and not st.loss else 0.0
+        p2p_b = held if blocking and not st.embedding else 0.0
         F, B = sum(fsum) + p2p_f + g_f, sum(bsum) + p2p_b + g_b
         out.parts.append((fsum[0] + bsum[0], fsum[1] + bsum[1], fsum[2] + bsum[2], fsum[3] + bsum[3], p2p_f + p2p_b,
                           g_f + g_b))
