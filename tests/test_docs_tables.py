@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from modelcut import catalog
+from modelcut.catalog.runs import run_settings
 from modelcut.catalog.kernel_checks import attention_sweeps, gemm_sweeps, layer_checks, linear_checks, norm_sweeps
 from modelcut.cli import main
 
@@ -77,3 +78,40 @@ def test_quoted_kernel_check_rows_are_todays(outputs):
                                                                                  "cudnn-fe-norms-2026-02"}
     stale = [(f, n, line[:100]) for f, n, line in quoted if _norm(line) not in rows]
     assert not stale, stale
+
+
+def _tables(text: str) -> list[tuple[str, int, str]]:
+    """(header, line number, row) of every table row in ``text``, the header being the table's
+    column names (the nearest ``┃`` line above the row, spacing aside)."""
+    header, out = "", []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("┃"):
+            header = _norm(line)
+        elif line.startswith("│"):
+            out.append((header, n, line))
+    return out
+
+
+def test_quoted_source_and_fold_rows_are_todays_in_their_own_table(outputs):
+    """The per-source summary and the folds' constants share their first cells (a source's name):
+    each quoted row must be a row of the same table of today's output, so a folds' row cannot stand
+    where a summary row belongs, or the other way round."""
+    settings = run_settings()
+    groups = {settings[pr.id].group for pr in catalog.published_runs() if pr.in_validation} | {"deck", "overall"}
+    printed: dict[str, set[str]] = {}
+    for header, _, line in _tables(outputs["default"]):
+        printed.setdefault(_colnames(header), set()).add(_norm(line))
+    checked, stale = 0, []
+    for path in sorted(DOCS.glob("*.md")):
+        for header, n, line in _tables(path.read_text(encoding="utf-8")):
+            if line.strip("│ ").split("│")[0].strip() in groups and _colnames(header) in printed:
+                checked += 1
+                if _norm(line) not in printed[_colnames(header)]:
+                    stale.append((path.name, n, line[:100]))
+    assert checked > 20
+    assert not stale, stale
+
+
+def _colnames(header: str) -> str:
+    """A table's column names without the padding a terminal width adds."""
+    return "|".join(c.strip() for c in header.strip("┃ ").split("┃"))
