@@ -219,6 +219,9 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
                      f"micro-batch); torchao's float8 needs torch.compile to pay off (--framework fsdp-compile, torchtitan's)")
     if plan.p > 1 and framework.overlap.p2p_async and not framework.p2p_overlapped(plan.v):
         notes.append("pipeline sends hold both devices: Megatron-core overlaps them only in its interleaved schedule")
+    if plan.p > 1 and framework.p2p_sequential and not framework.p2p_overlapped(plan.v):
+        notes.append("pipeline exchanges hold both devices for a send and then a receive, one after the other "
+                     "(DeepSpeed's pipeline engine), twice Megatron-LM's batched pair")
     gpn = run.gpus_per_node or hw.per_node
     if L.tp > 1 and comm.group_spans_nodes(L, "tp", gpn):
         notes.append(f"tensor parallelism spans nodes: its groups of {L.tp} reach past a node of {gpn}, so every "
