@@ -245,8 +245,9 @@ def exchange_time(tau: float, framework: Framework) -> float:
     after the other, before the step's pass: a backward step ``SendActivation`` of the previous
     forward's output, then ``RecvGrad``; a forward step ``RecvActivation``, then ``SendGrad``
     (microsoft/DeepSpeed deepspeed/runtime/pipe/schedule.py ``TrainSchedule.steps``, the same
-    order from v0.3.13 through v0.6.4; ``p2p.send`` and ``p2p.recv``: ``dist.send``/``dist.recv``,
-    or a two-rank ``dist.broadcast`` before PyTorch 1.8, each waited before the next). Its steps
+    order from v0.3.13 through v0.6.4; ``p2p.send`` and ``p2p.recv``: a two-rank ``dist.broadcast``
+    each way up to v0.5.3, from v0.5.4 ``dist.send``/``dist.recv`` on PyTorch 1.8 or later, each
+    waited before the next). Its steps
     run each stage's passes in 1F1B's order (tests/test_deepspeed_pipe.py), so the schedule is
     1F1B's and only the exchange costs twice as long: per micro-batch a middle stage makes two
     exchanges of two transfers, where Megatron-LM's make two of one."""
