@@ -247,10 +247,10 @@ def exchange_time(tau: float, framework: Framework) -> float:
     (microsoft/DeepSpeed deepspeed/runtime/pipe/schedule.py ``TrainSchedule.steps``, the same
     order from v0.3.13 through v0.6.4; ``p2p.send`` and ``p2p.recv``: a two-rank ``dist.broadcast``
     each way up to v0.5.3, from v0.5.4 ``dist.send``/``dist.recv`` on PyTorch 1.8 or later, each
-    waited before the next). Its steps
-    run each stage's passes in 1F1B's order (tests/test_deepspeed_pipe.py), so the schedule is
-    1F1B's and only the exchange costs twice as long: per micro-batch a middle stage makes two
-    exchanges of two transfers, where Megatron-LM's make two of one."""
+    waited before the next). Its steps run each stage's passes in 1F1B's order
+    (tests/test_deepspeed_pipe.py), so the schedule is 1F1B's and only the exchange costs twice as
+    long: per micro-batch a middle stage makes two exchanges of two transfers, where Megatron-LM's
+    make two of one."""
     return 2 * tau if framework.p2p_sequential else tau
 
 
