@@ -66,6 +66,31 @@ def test_tensor_parallelism_across_nodes_is_said(gpn, tp, spans):
         assert f"groups of {tp} reach past a node of {gpn}" in said[0]
 
 
+def test_gb200_is_the_b200_die_in_a_72_gpu_nvlink_domain():
+    """The GB200 (NVIDIA's GB200 NVL72 specifications and DGX GB200 User Guide, hardware.toml) is
+    the B200's die at 1,200 W: the B200's tables scaled by the dense peaks (2.5 against 2.25 PFLOP/s),
+    the B200's sustained share (measured at ~980 W, below the limit), and one NVLink domain of 72.
+    A run that counts a compute tray's 4 GPUs as its node is told what modelcut's node is."""
+    from modelcut.core.costs.kernels import product_tflops
+    gb, b = catalog.hardware("gb200-nvl72"), catalog.hardware("b200")
+    assert gb.arch == b.arch and gb.per_node == 72 and gb.link_bw == b.link_bw and gb.mem_bytes == 186e9
+    assert gb.sustained_frac == b.sustained_frac
+    for dtype in ("bf16", "fp8"):
+        assert product_tflops(4096, 4096, 4096, gb, 1, dtype) / product_tflops(4096, 4096, 4096, b, 1, dtype) == \
+            pytest.approx(2.5 / 2.25)
+    eff = profile_for(gb).efficiency
+    notes, steps = {}, {}
+    for gpn in (4, 72):
+        r = Run(model=catalog.model("llama3-70b"), gpu="gb200", gpus_per_node=gpn,
+                layout=Layout(tp=8, pp=2, dp=9, sequence_parallel=True),
+                training=Training(seq_len=8192, global_batch=144, micro_batch=1))
+        p = predict(r, gb, eff, "megatron-core")
+        notes[gpn] = [n for n in p.notes if n.startswith("nodes of")]
+        steps[gpn] = p.step_time_s
+    assert notes[72] == [] and "gb200's links join 72 GPUs" in notes[4][0] and "gpus_per_node = 72" in notes[4][0]
+    assert steps[4] > steps[72]          # tp 8 across trays of 4 goes over the network
+
+
 def test_stepmodel_dispatches_the_default_mode():
     r = run()
     eff, fw = profile_for(A100).efficiency, catalog.framework(None)
