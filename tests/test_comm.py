@@ -245,7 +245,8 @@ def test_the_size_ramp_is_one_time_whatever_the_bandwidth():
     assert extra[0] == pytest.approx(extra[1])
     assert comm.size_efficiency(1e8, h100, full) == pytest.approx(1e8 / (1e8 + h100.net_half_bytes))   # as measured there
     assert catalog.hardware("a100").net_half_bw == h100.net_half_bw        # the A100 rows cite the same H100 sweep
-    assert catalog.hardware("b200").net_half_bw == pytest.approx(400e9)    # its own: min(900, 8 x 50) GB/s
+    assert catalog.hardware("b200").net_half_bw == pytest.approx(384e9)    # its own: min(900, 8 x 50) GB/s at 0.96
+    assert catalog.hardware("gb200").net_half_bw == catalog.hardware("b200").net_half_bw   # the B200's sweep
 
 
 @given(n=st.integers(2, 4096), k=st.sampled_from([1, 2, 4, 8]))
