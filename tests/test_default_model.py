@@ -87,7 +87,7 @@ def test_gb200_is_the_b200_die_in_a_72_gpu_nvlink_domain():
         p = predict(r, gb, eff, "megatron-core")
         notes[gpn] = [n for n in p.notes if n.startswith("nodes of")]
         steps[gpn] = p.step_time_s
-    assert notes[72] == [] and "gb200's links join 72 GPUs" in notes[4][0] and "gpus_per_node = 72" in notes[4][0]
+    assert notes[72] == [] and "gb200's fast links can join 72" in notes[4][0] and "gpus_per_node = 72" in notes[4][0]
     assert steps[4] > steps[72]          # tp 8 across trays of 4 goes over the network
 
 

@@ -224,8 +224,8 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
                      "(DeepSpeed's pipeline engine), twice Megatron-LM's batched pair")
     gpn = run.gpus_per_node or hw.per_node
     if gpn < hw.per_node:
-        notes.append(f"nodes of {gpn}: {hw.name}'s links join {hw.per_node} GPUs, and modelcut's node is what "
-                     f"they join (its NVLink domain), so groups past {gpn} GPUs are charged the network "
+        notes.append(f"nodes of {gpn}: {hw.name}'s fast links can join {hw.per_node} (modelcut's node is what "
+                     f"they join: an NVLink or ICI domain), so groups past {gpn} are charged the network "
                      f"(gpus_per_node = {hw.per_node} for whole domains)")
     if L.tp > 1 and comm.group_spans_nodes(L, "tp", gpn):
         notes.append(f"tensor parallelism spans nodes: its groups of {L.tp} reach past a node of {gpn}, so every "
