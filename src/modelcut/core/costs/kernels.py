@@ -203,9 +203,12 @@ def held_to(hw: Hardware, cap_w: float) -> Hardware:
     within the limits the device takes (``hw.power_min_w`` to ``hw.power_w``: ``hw.cappable``)."""
     if isinstance(cap_w, bool) or not isinstance(cap_w, (int, float)) or not math.isfinite(cap_w) or cap_w <= 0:
         raise ModelcutError(f"a power cap must be a positive number of watts, got {cap_w!r}")
-    if not hw.cappable:
+    if hw.sustained_power_w is None or hw.power_w is None:
         raise ModelcutError(f"{hw.name}: no power draw is known for its sustained matmul share, so a power "
                             "cap cannot be applied to it")
+    if not hw.cappable:
+        raise ModelcutError(f"{hw.name}: the lowest power limit it takes is not in the catalog, so a power cap "
+                            "cannot be checked against its limits")
     if cap_w > hw.power_w:
         raise ModelcutError(f"{hw.name}: a power cap of {cap_w:g} W is above its {hw.power_w:g} W limit")
     if cap_w < hw.power_min_w:
