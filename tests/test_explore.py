@@ -702,3 +702,18 @@ def test_the_layout_cap_counts_the_layouts_the_search_covers():
     assert run_explore(capped, search=False) is None    # admitted: the same count, before any search
     with pytest.raises(ModelcutError, match=f"more than {n - 1:,} layouts"):
         run_explore(replace(req, limits=replace(DEFAULT, max_layouts=n - 1)))
+
+
+def test_a_search_in_nodes_smaller_than_the_link_domain_says_so(capsys):
+    """A GB200 NVL72 rack joins 72 GPUs by NVLink (hardware.toml); a search told its nodes hold a
+    compute tray's 4 charges every group past 4 to the network, and says so, in its JSON notes and on
+    the terminal, as predict does; in whole domains it says nothing of the kind."""
+    args = ["explore", "--model", "llama3-8b", "--gpu", "gb200", "--gpus", "8", "--seq", "8192",
+            "--global-batch-tokens", "65536", "--top", "1"]
+    assert main(args + ["--gpus-per-node", "4", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("nodes of 4: gb200's fast links can join 72") for n in notes)
+    assert main(args + ["--json"]) == 0
+    assert not any(n.startswith("nodes of") for n in json.loads(capsys.readouterr().out)["notes"])
+    assert main(args + ["--gpus-per-node", "4"]) == 0
+    assert "note: nodes of 4: gb200's fast links can join 72" in capsys.readouterr().out

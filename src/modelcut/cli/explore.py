@@ -481,6 +481,8 @@ def show(res: ExploreResult) -> None:
               + (f"; {rejected:,} it cannot run left out" if rejected else "") + f"), {s['memory_evaluations']:,} "
               f"memory checks, {s['predictions']:,} timed, {s['pruned_by_bound']:,} pruned by a lower bound on "
               f"step time; memory limit {s['limit_bytes'] / GB:.1f} GB = {hw.mem_bytes / GB:.1f} GB less {margin:.0%}")
+    for line in ex.notes:
+        con.print(f"note: {line}", soft_wrap=True, markup=False, highlight=False)
     if not ranked:
         con.print(res.none_reason(), style="red", markup=False, highlight=False, soft_wrap=True)
         if req.check is not None:

@@ -41,6 +41,7 @@ from ..core.costs.context import heads_split_problem
 from ..core.specs import PARTIAL, Hardware, ModelSpec, Run, Training, recipe_among, reduce_at
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
+from ..core.step.default import small_node_note
 from ..core.step.frameworks import Framework
 from ..core.step.layer_budget import LayerBudget, layer_budget
 from ..core.step.result import Prediction
@@ -466,6 +467,9 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
                  progress=progress, capabilities=caps,
                  lower_bound=None if req.exhaustive else bound_for(req.mode, req.hw, fw),
                  keep=max(req.top, MIN_KEEP), pareto_within=req.pareto_within, must=req.check)
+    small = small_node_note(req.hw, req.gpus_per_node)
+    if small:
+        ex.notes.append(small)
     checked = find(ex, **req.check) if req.check else []
     return ExploreResult(req, ex, checked, options, fw)
 

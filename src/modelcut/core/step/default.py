@@ -174,6 +174,19 @@ def _finish(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, T: fl
                       device_busy_s=tuple(f * b for b in busy))
 
 
+def small_node_note(hw: Hardware, gpus_per_node: int | None) -> str | None:
+    """What a run or search is told when its nodes hold fewer accelerators than ``hw``'s fast links
+    join (``hw.per_node``: an NVLink domain, 72 on a GB200 NVL72 rack, or a TPU pod's ICI domain):
+    modelcut's node is that domain, so every group past ``gpus_per_node`` is charged the network.
+    None where the nodes are whole domains (or ``gpus_per_node`` is None: the device's own)."""
+    gpn = gpus_per_node or hw.per_node
+    if gpn >= hw.per_node:
+        return None
+    return (f"nodes of {gpn}: {hw.name}'s fast links can join {hw.per_node} (modelcut's node is what they join: "
+            f"an NVLink or ICI domain), so groups past {gpn} are charged the network "
+            f"(gpus_per_node = {hw.per_node} for whole domains)")
+
+
 def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timeline: bool = False) -> Prediction:
     """One run's step time under the default model (module doc), on the stack ``framework``
     (a :class:`.frameworks.Framework`, its overlap overrides applied). With several pipeline
@@ -223,10 +236,9 @@ def predict(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, timel
         notes.append("pipeline exchanges hold both devices for a send and then a receive, one after the other "
                      "(DeepSpeed's pipeline engine), twice Megatron-LM's batched pair")
     gpn = run.gpus_per_node or hw.per_node
-    if gpn < hw.per_node:
-        notes.append(f"nodes of {gpn}: {hw.name}'s fast links can join {hw.per_node} (modelcut's node is what "
-                     f"they join: an NVLink or ICI domain), so groups past {gpn} are charged the network "
-                     f"(gpus_per_node = {hw.per_node} for whole domains)")
+    small = small_node_note(hw, gpn)
+    if small:
+        notes.append(small)
     if L.tp > 1 and comm.group_spans_nodes(L, "tp", gpn):
         notes.append(f"tensor parallelism spans nodes: its groups of {L.tp} reach past a node of {gpn}, so every "
                      "layer's tensor-parallel collectives cross the network (explore keeps tp inside a node "
