@@ -185,6 +185,30 @@ def test_torchs_rmsnorm_is_charged_as_measured_against_cudnns():
     assert L.EAGER_RMSNORM_FWD == pytest.approx(L.NORM_BYTES * fwd, abs=0.03)
     assert L.EAGER_RMSNORM_BWD == pytest.approx(L.NORM_BYTES_BWD * bwd, abs=0.03)
     assert L.NORM_BYTES < L.EAGER_RMSNORM_FWD < 36 and L.NORM_BYTES_BWD < L.EAGER_RMSNORM_BWD < 60
+    # TorchInductor's (the sweep's torch_compile columns): its forward as cuDNN's, its backward about twice
+    cfwd = statistics.median(p.compiled_fwd_ms / p.fused_fwd_ms for p in sweep.points)
+    cbwd = statistics.median(p.compiled_bwd_ms / p.fused_bwd_ms for p in sweep.points)
+    assert L.COMPILED_RMSNORM_RATIOS == pytest.approx((cfwd, cbwd), abs=0.005)
+    assert (L.COMPILED_RMSNORM_FWD, L.COMPILED_RMSNORM_BWD) == pytest.approx(
+        (L.NORM_BYTES * cfwd, L.NORM_BYTES_BWD * cbwd), abs=0.03)
+
+
+def test_each_stack_charges_its_own_norm_kernels():
+    """A norm moves the fused kernel's 4 and 6 bytes an element under Megatron-LM and Transformer
+    Engine (and LayerNorm everywhere); RMSNorm in eager PyTorch and under torch.compile at their
+    measured times over cuDNN's (the norm sweep): the layer's norms and the final norm alike."""
+    from modelcut.core.step import layers as L
+    llama, gpt = catalog.model("llama3-8b"), replace(catalog.model("gpt3-175b"), dropout=False)
+    base = L.LayerSetup(micro_batch=1, seq_len=4096)
+    eager, compiled = replace(base, fused_elementwise=False), replace(base, compiled=True)
+    assert L.norm_bytes(llama, base) == (L.NORM_BYTES, L.NORM_BYTES_BWD)
+    assert L.norm_bytes(llama, eager) == (L.EAGER_RMSNORM_FWD, L.EAGER_RMSNORM_BWD)
+    assert L.norm_bytes(llama, compiled) == (L.COMPILED_RMSNORM_FWD, L.COMPILED_RMSNORM_BWD)
+    assert all(L.norm_bytes(gpt, s) == (L.NORM_BYTES, L.NORM_BYTES_BWD) for s in (base, eager, compiled))
+    hw = catalog.hardware("h100")
+    eff = catalog.profile_for(hw).efficiency
+    fused_loss, compiled_loss = L.loss_time(llama, base, hw, eff), L.loss_time(llama, compiled, hw, eff)
+    assert compiled_loss[1].memory > fused_loss[1].memory and compiled_loss[0].gemm == fused_loss[0].gemm
 
 
 # --- the tp_comm overlap: products cut into the chunks the collective delivers -----------------

@@ -263,7 +263,7 @@ def attention_sweeps() -> tuple[AttentionSweep, ...]:
 @dataclass(frozen=True)
 class NormPoint:
     """One measured RMSNorm shape (the file's ``[[norm_sweep]]`` doc): ``rows`` × ``hidden`` 16-bit
-    elements, the fused kernel's and PyTorch's forward and backward milliseconds."""
+    elements, the fused kernel's, PyTorch's and ``torch.compile``'s forward and backward milliseconds."""
 
     model: str
     rows: int
@@ -272,6 +272,8 @@ class NormPoint:
     fused_bwd_ms: float
     torch_fwd_ms: float
     torch_bwd_ms: float
+    compiled_fwd_ms: float
+    compiled_bwd_ms: float
 
 
 @dataclass(frozen=True)
@@ -290,13 +292,16 @@ class NormSweep:
 @lru_cache(maxsize=None)
 def norm_sweeps() -> tuple[NormSweep, ...]:
     out = []
-    cols = {"model", "N", "C", "cudnn_fwd_ms", "cudnn_bwd_ms", "pytorch_fwd_ms", "pytorch_bwd_ms"}
+    cols = {"model", "N", "C", "cudnn_fwd_ms", "cudnn_bwd_ms", "pytorch_fwd_ms", "pytorch_bwd_ms",
+            "torch_compile_fwd_ms", "torch_compile_bwd_ms"}
     for e in _toml().get("norm_sweep", []):
         points = []
         for row in _csv_rows(e, cols):
             p = NormPoint(row["model"], int(row["N"]), int(row["C"]), float(row["cudnn_fwd_ms"]),
-                          float(row["cudnn_bwd_ms"]), float(row["pytorch_fwd_ms"]), float(row["pytorch_bwd_ms"]))
-            if min(p.rows, p.hidden) < 1 or not min(p.fused_fwd_ms, p.fused_bwd_ms, p.torch_fwd_ms, p.torch_bwd_ms) > 0:
+                          float(row["cudnn_bwd_ms"]), float(row["pytorch_fwd_ms"]), float(row["pytorch_bwd_ms"]),
+                          float(row["torch_compile_fwd_ms"]), float(row["torch_compile_bwd_ms"]))
+            times = (p.fused_fwd_ms, p.fused_bwd_ms, p.torch_fwd_ms, p.torch_bwd_ms, p.compiled_fwd_ms, p.compiled_bwd_ms)
+            if min(p.rows, p.hidden) < 1 or not min(times) > 0:
                 raise ModelcutError(f"kernel_checks.toml {e['id']}: a point needs positive sizes and times, got {row}")
             points.append(p)
         if not points:

@@ -343,6 +343,14 @@ NORM_BYTES_BWD = 6.0
 TORCH_RMSNORM_RATIOS = (1.235, 2.14)
 EAGER_RMSNORM_FWD = NORM_BYTES * TORCH_RMSNORM_RATIOS[0]
 EAGER_RMSNORM_BWD = NORM_BYTES_BWD * TORCH_RMSNORM_RATIOS[1]
+#: TorchInductor's RMSNorm (``F.rms_norm`` under ``torch.compile``, as torchtitan compiles each block
+#: with its ``nn.RMSNorm``) over cuDNN's for the same shapes, the medians of the same sweep's
+#: torch_compile columns: its forward runs as cuDNN's, its backward (the input's gradient and a
+#: second reduction over the rows for the weight's) at about twice cuDNN's time. Charged as the fused
+#: norm's 4 and 6 bytes scaled by them, where a stack compiles its blocks (``LayerSetup.compiled``).
+COMPILED_RMSNORM_RATIOS = (1.044, 1.976)
+COMPILED_RMSNORM_FWD = NORM_BYTES * COMPILED_RMSNORM_RATIOS[0]
+COMPILED_RMSNORM_BWD = NORM_BYTES_BWD * COMPILED_RMSNORM_RATIOS[1]
 
 
 def attention_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
@@ -472,6 +480,18 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, (shared_f, shared_b), op_again, tuple(records)
 
 
+def norm_bytes(model: ModelSpec, setup: LayerSetup) -> tuple[float, float]:
+    """Bytes an element one norm moves, (forward, backward), as the stack runs it: a fused norm's
+    :data:`NORM_BYTES` and :data:`NORM_BYTES_BWD` (LayerNorm everywhere, RMSNorm in Megatron-LM and
+    Transformer Engine); RMSNorm in eager PyTorch (:data:`EAGER_RMSNORM_FWD`) or compiled by
+    TorchInductor (:data:`COMPILED_RMSNORM_FWD`) at their measured time over cuDNN's."""
+    if model.norm == "rmsnorm" and not setup.fused_elementwise:
+        return EAGER_RMSNORM_FWD, EAGER_RMSNORM_BWD
+    if model.norm == "rmsnorm" and setup.compiled:
+        return COMPILED_RMSNORM_FWD, COMPILED_RMSNORM_BWD
+    return NORM_BYTES, NORM_BYTES_BWD
+
+
 def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
                   ) -> tuple[float, float, dict[str, float], list[tuple[str, float, float]]]:
     """Bytes the layer's memory-bound kernels move, (forward, backward) (module doc), the
@@ -487,9 +507,7 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     act_elems = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups)
     up_out = sum(g.m * g.count * g.n for g in ups)
     fused = setup.fused_elementwise
-    eager_rms = not fused and model.norm == "rmsnorm"
-    nb = EAGER_RMSNORM_FWD if eager_rms else NORM_BYTES
-    nb_b = EAGER_RMSNORM_BWD if eager_rms else NORM_BYTES_BWD
+    nb, nb_b = norm_bytes(model, setup)
     if fused:
         resid_f = (6.0 + (1.0 if drop else 0.0)) * Tn * h       # bias+dropout+residual, fused
     else:
@@ -787,7 +805,8 @@ def loss_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     tp = 0.0
     if setup.sequence_parallel:
         tp = comm.collective("all-gather", t, T * h * BYTES, setup.tp_bw, hw, inside=setup.tp_inside, net=eff.net)
-    fwd = PassTime(gemm=f_, memory=mem_time(4.0 * Tn * h + ce_f, hw, eff), tp=tp)
-    bwd = PassTime(gemm=dg + wg, memory=mem_time(6.0 * Tn * h + ce_b, hw, eff), tp=tp)
+    nb, nb_b = norm_bytes(model, setup)
+    fwd = PassTime(gemm=f_, memory=mem_time(nb * Tn * h + ce_f, hw, eff), tp=tp)
+    bwd = PassTime(gemm=dg + wg, memory=mem_time(nb_b * Tn * h + ce_b, hw, eff), tp=tp)
     return fwd, bwd
 
