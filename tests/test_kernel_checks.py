@@ -199,21 +199,24 @@ def test_a_short_window_on_blackwell_is_reported_with_its_gap():
 
 
 def test_a_steps_fused_norm_is_charged_a_little_above_the_kernel_alone():
-    """cuDNN's RMSNorm on an H200 (NVIDIA's cudnn-frontend sweep, ten transformer shapes) against the
-    step model's fused norm, 4 and 6 bytes an element at η_mem of the streaming bandwidth: each
-    point's ratio is that time over the measured; the model charges more than the kernel alone
-    (forward median 1.0-1.4), which η_mem, fitted on whole steps, says of a norm in a step."""
+    """cuDNN's RMSNorm on an H200 and on a GB200 (NVIDIA's cudnn-frontend sweeps, ten transformer
+    shapes each) against the step model's fused norm, 4 and 6 bytes an element at η_mem of the
+    streaming bandwidth: each point's ratio is that time over the measured; the model charges more
+    than the kernel alone (forward median 1.0-1.4), which η_mem, fitted on whole steps, says of a norm
+    in a step, on the GB200's catalog figures (the B200's assumed streaming share) as on the H200's."""
     from modelcut.analysis.kernel_checks import norm_rows
     from modelcut.catalog.kernel_checks import norm_sweeps
     from modelcut.core.costs.kernels import mem_time
-    (row,), (sweep,) = norm_rows(), norm_sweeps()
-    eff = catalog.profile_for(sweep.hw).efficiency
-    assert row.eta_mem == eff.mem and len(row.points) == len(sweep.points) == 10
-    for r, p in zip(row.points, sweep.points):
-        n, c = r.rows, r.hidden
-        assert r.fwd_ratio == pytest.approx(mem_time(4 * n * c, sweep.hw, eff) * 1e3 / p.fused_fwd_ms)
-        assert r.bwd_ratio == pytest.approx(mem_time(6 * n * c, sweep.hw, eff) * 1e3 / p.fused_bwd_ms)
-    assert 1.0 < row.median("fwd") < 1.4 and 0.8 < row.median("bwd") < 1.4
+    rows, sweeps = norm_rows(), norm_sweeps()
+    assert [s.hw.name for s in sweeps] == ["h200-sxm-141gb", "gb200"] and len(rows) == 2
+    for row, sweep in zip(rows, sweeps):
+        eff = catalog.profile_for(sweep.hw).efficiency
+        assert row.eta_mem == eff.mem and len(row.points) == len(sweep.points) == 10
+        for r, p in zip(row.points, sweep.points):
+            n, c = r.rows, r.hidden
+            assert r.fwd_ratio == pytest.approx(mem_time(4 * n * c, sweep.hw, eff) * 1e3 / p.fused_fwd_ms)
+            assert r.bwd_ratio == pytest.approx(mem_time(6 * n * c, sweep.hw, eff) * 1e3 / p.fused_bwd_ms)
+        assert 1.0 < row.median("fwd") < 1.4 and 0.8 < row.median("bwd") < 1.4
 
 
 def test_attention_points_read_the_table_as_the_step_model_does():
@@ -246,8 +249,8 @@ def test_attention_sweeps_print_and_refuse_a_missing_table(capsys, monkeypatch):
     assert {a["device"] for a in out["attention"] if "gb200" in a["check"]} == {"gb200"}
     assert out["attention_sources"]["cudnn-fe-gb200-2026-04"]["device_source"] == ""
     assert out["attention_sources"]["cudnn-fe-2026-02"]["device_source"] == ""
-    assert [n["check"] for n in out["norms"]] == ["cudnn-fe-norms-2026-02"] and set(out["norm_sources"]) == {
-        "cudnn-fe-norms-2026-02"}
+    norms = ["cudnn-fe-norms-2026-02", "cudnn-fe-norms-gb200-2026-02"]
+    assert [n["check"] for n in out["norms"]] == norms and set(out["norm_sources"]) == set(norms)
     assert main(["validate", "--kernels"]) == 0
     assert "cuDNN 9.19.1" in capsys.readouterr().out
     from modelcut.catalog import kernel_checks as kc
