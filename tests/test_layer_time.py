@@ -354,3 +354,26 @@ def test_cross_entropy_by_how_the_stack_computes_it():
         LayerSetup(micro_batch=1, seq_len=4096, cross_entropy="magic")
     assert catalog.framework("nemo-automodel").cross_entropy == "torch"
     assert catalog.framework("fsdp").cross_entropy == "torch-fp32"
+
+
+def test_llm_foundrys_flash_path_pays_its_unpad_and_pad_copies():
+    """MPT's FlashAttention runs on unpadded rows (llm-foundry's flash_attn_fn): Q, K and V gathered
+    and the output scattered back, forward and backward (layers.UNPAD_BYTES), on the llm-foundry
+    preset only and only on a FlashAttention kernel; nothing else in the layer changes."""
+    from modelcut.core.step import layers as L
+    mpt = catalog.model("mpt-7b")
+    hw = catalog.hardware("a100")
+    eff = catalog.profile_for(hw).efficiency
+    base = L.LayerSetup(micro_batch=2, seq_len=2048, attention="flash2", fused_elementwise=False)
+    on = replace(base, attention_unpad=True)
+    lines = {name: (f, b) for name, f, b in L.layer_time(mpt, on, hw, eff).memory_bytes}
+    T, q, kv = 2 * 2048, mpt.q_dim, mpt.kv_heads * (mpt.q_dim // mpt.heads)
+    (qkv_f, qkv_b), (out_f, out_b) = L.UNPAD_BYTES
+    assert lines["attention unpad and pad copies"] == pytest.approx(
+        (qkv_f * T * (q + 2 * kv) + out_f * T * q, qkv_b * T * (q + 2 * kv) + out_b * T * q))
+    a, b = L.layer_time(mpt, base, hw, eff), L.layer_time(mpt, on, hw, eff)
+    assert b.fwd.gemm == a.fwd.gemm and b.fwd.memory > a.fwd.memory and b.bwd.memory > a.bwd.memory
+    unfused = replace(on, attention="unfused")
+    assert dict((n, (f, bb)) for n, f, bb in L.layer_time(mpt, unfused, hw, eff).memory_bytes).get(
+        "attention unpad and pad copies", (0.0, 0.0)) == (0.0, 0.0)
+    assert catalog.framework("llm-foundry").attention_unpad and not catalog.framework("fsdp").attention_unpad

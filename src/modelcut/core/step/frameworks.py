@@ -263,7 +263,9 @@ class Framework:
     (:mod:`..costs.residency`, "FSDP1's reduction"); ``causal_softmax_max_seq``: the longest key
     sequence the stack's fused causal softmax takes on its unfused attention path, which reads each
     score row only up to its query (:func:`..costs.kernels.causal_softmax_rows`; 0: no such kernel,
-    the whole row); ``replica_reduce_stream``: with hybrid sharding
+    the whole row); ``attention_unpad``: the stack's FlashAttention path gathers Q, K and V into
+    unpadded rows before the kernel and scatters its output back into padded ones
+    (:data:`.layers.UNPAD_BYTES`); ``replica_reduce_stream``: with hybrid sharding
     the replicas' all-reduce of a unit's gradient shard runs on a stream of its own, beside the next
     unit's reduce-scatter (PyTorch FSDP; :func:`.data_parallel.dp_collective`); ``default_etp``: the routed experts' tensor
     parallelism when an MoE layout with tp > 1 names none (None: tp, Megatron-core's default;
@@ -315,6 +317,7 @@ class Framework:
     fsdp2_copies: bool = False
     fsdp1_reduce: bool = False
     causal_softmax_max_seq: int = 0
+    attention_unpad: bool = False
     replica_reduce_stream: bool = False
     default_etp: int | None = None
     source: str = ""

@@ -240,6 +240,7 @@ class LayerSetup:
     compiled: bool = False            # the stack compiles its blocks (TorchInductor fuses elementwise chains)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # selective's modules (module doc)
     causal_softmax_max_seq: int = 0   # the stack's fused causal softmax, unfused path (kernels.causal_softmax_rows)
+    attention_unpad: bool = False     # FlashAttention called on unpadded rows (:data:`UNPAD_BYTES`)
 
     def __post_init__(self) -> None:
         if self.cross_entropy not in CE_BYTES:
@@ -343,6 +344,16 @@ NORM_BYTES_BWD = 6.0
 TORCH_RMSNORM_RATIOS = (1.235, 2.14)
 EAGER_RMSNORM_FWD = NORM_BYTES * TORCH_RMSNORM_RATIOS[0]
 EAGER_RMSNORM_BWD = NORM_BYTES_BWD * TORCH_RMSNORM_RATIOS[1]
+#: Bytes per element of the copies around a FlashAttention call on unpadded rows, as MosaicML's
+#: llm-foundry makes it (``llmfoundry/models/layers/attention.py`` ``flash_attn_fn``, the same from its
+#: first version, c4f8c7540 of 2023-04-28, through 8c8dd48: Q, K and V each through
+#: ``bert_padding.index_first_axis``, the output through ``bert_padding.pad_input``), timed as
+#: flash-attn's ``flash_attn/bert_padding.py`` runs them, 16-bit: forward, Q, K and V each gathered
+#: (``torch.gather``: read 2, write 2) and the output scattered into a zeroed padded tensor
+#: (``torch.zeros``, then ``output[indices] = values``: 2 + 2 + 2); backward, each gather's gradient
+#: scattered into zeros (``scatter_``: 2 + 2 + 2) and the output's gathered back (2 + 2).
+#: (forward, backward) per element of Q, K and V, then of the output.
+UNPAD_BYTES = ((4.0, 6.0), (6.0, 4.0))
 #: TorchInductor's RMSNorm (``F.rms_norm`` under ``torch.compile``, as torchtitan compiles each block
 #: with its ``nn.RMSNorm``) over cuDNN's for the same shapes, the medians of the same sweep's
 #: torch_compile columns: its forward runs as cuDNN's, its backward (the input's gradient and a
@@ -528,7 +539,12 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     if "expert bias" in eager:
         extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
     norms_f, resid2_f = 2 * nb * Tn * h, 2 * resid_f
-    mem_f = norms_f + resid2_f + act_f + rope_f + extra_f
+    unpad_f = unpad_b = 0.0
+    if setup.attention_unpad and setup.attention in ("flash2", "flash3", "flash4"):
+        (qkv_f, qkv_b), (out_f, out_b) = UNPAD_BYTES
+        qkv_el, out_el = T * (q // t + 2 * kv_t), T * (q // t)
+        unpad_f, unpad_b = qkv_f * qkv_el + out_f * out_el, qkv_b * qkv_el + out_b * out_el
+    mem_f = norms_f + resid2_f + act_f + rope_f + extra_f + unpad_f
     expert_act = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups if g.name == "expert up")
     # moe_act checkpoints the activation function, its clamped GLU included; the output biases are
     # added after the down product, outside it (Megatron-LM core_v0.15.0 megatron/core/transformer/moe/
@@ -542,11 +558,11 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     row_outputs = 1 if "expert bias" in eager else 2
     bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + row_outputs * Tn * h) if model.bias else 0.0
     norms_b, resid2_b = 2 * nb_b * Tn * h, 2 * resid_b
-    mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b
+    mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b + unpad_b
     adds = ", ".join([w for w, on in (("bias", model.bias), ("dropout", drop)) if on] + ["residual adds"])
     items = [("norms", norms_f, norms_b), (adds, resid2_f, resid2_b), ("MLP activation", act_f, act_b),
              ("rotary embedding", rope_f, rope_b), ("eager clamps and expert biases", extra_f, extra_b),
-             ("bias gradients", 0.0, bias_b)]
+             ("bias gradients", 0.0, bias_b), ("attention unpad and pad copies", unpad_f, unpad_b)]
     if not setup.grad_accum_fusion:
         accum = setup.grad_accum_bytes * local_params
         mem_b += accum
