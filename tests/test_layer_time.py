@@ -377,3 +377,27 @@ def test_llm_foundrys_flash_path_pays_its_unpad_and_pad_copies():
     assert dict((n, (f, bb)) for n, f, bb in L.layer_time(mpt, unfused, hw, eff).memory_bytes).get(
         "attention unpad and pad copies", (0.0, 0.0)) == (0.0, 0.0)
     assert catalog.framework("llm-foundry").attention_unpad and not catalog.framework("fsdp").attention_unpad
+
+
+def test_torchtitans_attention_copies_k_and_v_out_to_the_query_heads():
+    """torchtitan's Llama attention (v0.2.0, v0.2.1) repeats K and V to every query head before SDPA:
+    forward a read of each kv-wide element and a write of each q-wide one, K and V both, the backward's
+    sum the same bytes (layers.REPEAT_KV_BYTES); per tensor-parallel rank, and nothing where the heads
+    are equal (MHA) or the stack's kernel takes fewer K/V heads as they are."""
+    from modelcut.core.step import layers as L
+    llama, gpt = catalog.model("llama3-70b"), catalog.model("gpt3-175b")
+    hw = catalog.hardware("h100")
+    eff = catalog.profile_for(hw).efficiency
+    base = L.LayerSetup(micro_batch=1, seq_len=8192, tp=8, sequence_parallel=True, compiled=True)
+    on = replace(base, gqa_repeat_kv=True)
+
+    def line(model, setup):
+        return {n: (f, b) for n, f, b in L.layer_time(model, setup, hw, eff).memory_bytes}.get(
+            "K and V repeated to the query heads", (0.0, 0.0))
+    T, q_t, kv_t = 8192, llama.q_dim // 8, L.context.kv_width_per_rank(llama, 8)
+    per_kv, per_q = L.REPEAT_KV_BYTES
+    assert line(llama, on) == pytest.approx((2 * T * (per_kv * kv_t + per_q * q_t),) * 2)
+    assert line(llama, base) == (0.0, 0.0) and line(gpt, on) == (0.0, 0.0)
+    assert L.layer_time(llama, on, hw, eff).fwd.memory > L.layer_time(llama, base, hw, eff).fwd.memory
+    assert [catalog.framework(f).gqa_repeat_kv for f in ("torchtitan", "fsdp", "llm-foundry", "nemo-automodel",
+                                                         "megatron-core")] == [True, True, False, False, False]

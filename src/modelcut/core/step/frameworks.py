@@ -265,7 +265,9 @@ class Framework:
     score row only up to its query (:func:`..costs.kernels.causal_softmax_rows`; 0: no such kernel,
     the whole row); ``attention_unpad``: the stack's FlashAttention path gathers Q, K and V into
     unpadded rows before the kernel and scatters its output back into padded ones
-    (:data:`.layers.UNPAD_BYTES`); ``replica_reduce_stream``: with hybrid sharding
+    (:data:`.layers.UNPAD_BYTES`); ``gqa_repeat_kv``: with fewer key/value heads than query heads the
+    stack copies K and V out to every query head before the attention kernel
+    (:data:`.layers.REPEAT_KV_BYTES`); ``replica_reduce_stream``: with hybrid sharding
     the replicas' all-reduce of a unit's gradient shard runs on a stream of its own, beside the next
     unit's reduce-scatter (PyTorch FSDP; :func:`.data_parallel.dp_collective`); ``default_etp``: the routed experts' tensor
     parallelism when an MoE layout with tp > 1 names none (None: tp, Megatron-core's default;
@@ -318,6 +320,7 @@ class Framework:
     fsdp1_reduce: bool = False
     causal_softmax_max_seq: int = 0
     attention_unpad: bool = False
+    gqa_repeat_kv: bool = False
     replica_reduce_stream: bool = False
     default_etp: int | None = None
     source: str = ""

@@ -241,6 +241,7 @@ class LayerSetup:
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # selective's modules (module doc)
     causal_softmax_max_seq: int = 0   # the stack's fused causal softmax, unfused path (kernels.causal_softmax_rows)
     attention_unpad: bool = False     # FlashAttention called on unpadded rows (:data:`UNPAD_BYTES`)
+    gqa_repeat_kv: bool = False       # K and V copied out to the query heads (:data:`REPEAT_KV_BYTES`)
 
     def __post_init__(self) -> None:
         if self.cross_entropy not in CE_BYTES:
@@ -354,6 +355,14 @@ EAGER_RMSNORM_BWD = NORM_BYTES_BWD * TORCH_RMSNORM_RATIOS[1]
 #: scattered into zeros (``scatter_``: 2 + 2 + 2) and the output's gathered back (2 + 2).
 #: (forward, backward) per element of Q, K and V, then of the output.
 UNPAD_BYTES = ((4.0, 6.0), (6.0, 4.0))
+#: Bytes K and V each move where a stack repeats them out to the query heads before the attention
+#: kernel, torchtitan's ``repeat_kv`` (``unsqueeze``, ``expand``, then ``reshape``: a copy), called on
+#: both before SDPA (torchtitan v0.2.0 and v0.2.1 ``torchtitan/models/llama3/model/model.py``; the
+#: repeat was removed for SDPA's ``enable_gqa`` on 2026-01-27, commit ff0829c10, "GQA without kv
+#: repeats", first released in v0.2.2): forward, read the kv-wide tensor and write the q-wide copy,
+#: 2 bytes an element each; backward, the copy's gradient summed back over the repeats, read q-wide
+#: and write kv-wide. (per kv-wide element, per q-wide element), each way.
+REPEAT_KV_BYTES = (2.0, 2.0)
 #: TorchInductor's RMSNorm (``F.rms_norm`` under ``torch.compile``, as torchtitan compiles each block
 #: with its ``nn.RMSNorm``) over cuDNN's for the same shapes, the medians of the same sweep's
 #: torch_compile columns: its forward runs as cuDNN's, its backward (the input's gradient and a
@@ -544,7 +553,11 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
         (qkv_f, qkv_b), (out_f, out_b) = UNPAD_BYTES
         qkv_el, out_el = T * (q // t + 2 * kv_t), T * (q // t)
         unpad_f, unpad_b = qkv_f * qkv_el + out_f * out_el, qkv_b * qkv_el + out_b * out_el
-    mem_f = norms_f + resid2_f + act_f + rope_f + extra_f + unpad_f
+    rep_f = rep_b = 0.0
+    if setup.gqa_repeat_kv and kv_t < q // t:
+        per_kv, per_q = REPEAT_KV_BYTES
+        rep_f = rep_b = 2 * T * (per_kv * kv_t + per_q * (q // t))    # K and V
+    mem_f = norms_f + resid2_f + act_f + rope_f + extra_f + unpad_f + rep_f
     expert_act = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups if g.name == "expert up")
     # moe_act checkpoints the activation function, its clamped GLU included; the output biases are
     # added after the down product, outside it (Megatron-LM core_v0.15.0 megatron/core/transformer/moe/
@@ -558,11 +571,12 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     row_outputs = 1 if "expert bias" in eager else 2
     bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + row_outputs * Tn * h) if model.bias else 0.0
     norms_b, resid2_b = 2 * nb_b * Tn * h, 2 * resid_b
-    mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b + unpad_b
+    mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b + unpad_b + rep_b
     adds = ", ".join([w for w, on in (("bias", model.bias), ("dropout", drop)) if on] + ["residual adds"])
     items = [("norms", norms_f, norms_b), (adds, resid2_f, resid2_b), ("MLP activation", act_f, act_b),
              ("rotary embedding", rope_f, rope_b), ("eager clamps and expert biases", extra_f, extra_b),
-             ("bias gradients", 0.0, bias_b), ("attention unpad and pad copies", unpad_f, unpad_b)]
+             ("bias gradients", 0.0, bias_b), ("attention unpad and pad copies", unpad_f, unpad_b),
+             ("K and V repeated to the query heads", rep_f, rep_b)]
     if not setup.grad_accum_fusion:
         accum = setup.grad_accum_bytes * local_params
         mem_b += accum

@@ -81,7 +81,7 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        tp_overlap_fp8_ring=framework.fp8_rs_overlap == "ring", moe_dispatch=framework.moe_dispatch,
                        cp_impl=framework.cp_impl, compiled=framework.torch_compile,
                        causal_softmax_max_seq=framework.causal_softmax_max_seq,
-                       attention_unpad=framework.attention_unpad,
+                       attention_unpad=framework.attention_unpad, gqa_repeat_kv=framework.gqa_repeat_kv,
                        fp8=f8, weight_cast_share=1.0 / max(1, tr.global_batch // (L.dp * tr.micro_batch)))
     return _kernels(model, setup, hw, eff, L.ep)
 
