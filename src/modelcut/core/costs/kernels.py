@@ -206,7 +206,7 @@ def held_to(hw: Hardware, cap_w: float) -> Hardware:
     if hw.sustained_power_w is None or hw.power_w is None:
         raise ModelcutError(f"{hw.name}: no power draw is known for its sustained matmul share, so a power "
                             "cap cannot be applied to it")
-    if not hw.cappable:
+    if hw.power_min_w is None:
         raise ModelcutError(f"{hw.name}: the lowest power limit it takes is not in the catalog, so a power cap "
                             "cannot be checked against its limits")
     if cap_w > hw.power_w:

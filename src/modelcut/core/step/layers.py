@@ -355,6 +355,9 @@ EAGER_RMSNORM_BWD = NORM_BYTES_BWD * TORCH_RMSNORM_RATIOS[1]
 #: scattered into zeros (``scatter_``: 2 + 2 + 2) and the output's gathered back (2 + 2).
 #: (forward, backward) per element of Q, K and V, then of the output.
 UNPAD_BYTES = ((4.0, 6.0), (6.0, 4.0))
+#: The kernels those copies surround: flash-attn's (its ``flash_attn_varlen_func``), not cuDNN's or
+#: the unfused path, which take the padded tensors.
+UNPAD_KERNELS = ("flash2", "flash3", "flash4")
 #: Bytes K and V each move where a stack repeats them out to the query heads before the attention
 #: kernel, torchtitan's ``repeat_kv`` (``unsqueeze``, ``expand``, then ``reshape``: a copy), called on
 #: both before SDPA (torchtitan v0.2.0 and v0.2.1 ``torchtitan/models/llama3/model/model.py``; the
@@ -549,7 +552,7 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
         extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
     norms_f, resid2_f = 2 * nb * Tn * h, 2 * resid_f
     unpad_f = unpad_b = 0.0
-    if setup.attention_unpad and setup.attention in ("flash2", "flash3", "flash4"):
+    if setup.attention_unpad and setup.attention in UNPAD_KERNELS:
         (qkv_f, qkv_b), (out_f, out_b) = UNPAD_BYTES
         qkv_el, out_el = T * (q // t + 2 * kv_t), T * (q // t)
         unpad_f, unpad_b = qkv_f * qkv_el + out_f * out_el, qkv_b * qkv_el + out_b * out_el
