@@ -20,9 +20,10 @@ Mixture-of-experts fields, by family:
   1 (modelcut models dense-first layers only).
 * DeepSeek-V2/V3: ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``,
   ``n_shared_experts``, ``first_k_dense_replace`` (leading dense layers of width
-  ``intermediate_size``), ``moe_layer_freq`` 1. Multi-head latent attention has no shape in
-  :class:`~modelcut.core.specs.ModelSpec`; :func:`mla_equivalent_shape` stands a grouped-query
-  shape in for it (docs/long-context-and-moe.md, "MLA").
+  ``intermediate_size``), ``moe_layer_freq`` 1. Multi-head latent attention is timed as a
+  grouped-query shape :func:`mla_equivalent_shape` stands in for it (docs/long-context-and-moe.md,
+  "MLA"); its latent widths (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
+  ``qk_rope_head_dim``, ``v_head_dim``) are kept on the spec for what a layer keeps for its backward.
 * Llama 4 (Llama4TextConfig; a Llama4ForConditionalGeneration config's ``text_config``, its vision
   encoder left out): ``num_local_experts`` routed experts and one shared expert, each
   ``intermediate_size`` wide, ``num_experts_per_tok`` of them routed; the layers ``moe_layers`` names
@@ -273,10 +274,12 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     elif fam == "deepseek":
         kw = _deepseek_moe(cfg, arch)
         q_lora = cfg.get("q_lora_rank")
-        kv_heads, head_dim = mla_equivalent_shape(
-            hidden, heads, _whole(cfg, "q_lora_rank", arch) if q_lora else None, _whole(cfg, "kv_lora_rank", arch),
-            _whole(cfg, "qk_nope_head_dim", arch), _whole(cfg, "qk_rope_head_dim", arch),
-            _whole(cfg, "v_head_dim", arch))
+        mla = dict(q_lora_rank=_whole(cfg, "q_lora_rank", arch) if q_lora else None,
+                   kv_lora_rank=_whole(cfg, "kv_lora_rank", arch),
+                   qk_nope_head_dim=_whole(cfg, "qk_nope_head_dim", arch),
+                   qk_rope_head_dim=_whole(cfg, "qk_rope_head_dim", arch), v_head_dim=_whole(cfg, "v_head_dim", arch))
+        kv_heads, head_dim = mla_equivalent_shape(hidden, heads, *mla.values())
+        kw.update(mla)
     if head_dim is not None and head_dim * heads == hidden:
         head_dim = None
     attention_bias = bool(cfg.get("attention_bias", False))

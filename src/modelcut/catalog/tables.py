@@ -12,12 +12,13 @@ MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vo
               "tied_embeddings", "head_dim", "norm", "bias", "dropout", "max_seq", "experts", "top_k",
               "expert_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor", "source",
               "learned_positions", "qkv_bias", "rope_mscale", "glu_clamp", "sliding_window", "sliding_layers",
-              "moe_every", "attention_chunk", "chunked_layers")
+              "moe_every", "attention_chunk", "chunked_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+              "qk_rope_head_dim", "v_head_dim")
 LAYOUT_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "sequence_parallel", "zero", "schedule",
                "cp_kind", "order", "dp_shard", "cp_a2a", "first_layers", "last_layers")
 TRAINING_KEYS = ("seq_len", "global_batch", "micro_batch", "recompute", "precision", "fp8_recipe", "local_batch",
                  "cross_entropy", "recompute_modules", "recompute_layers", "recompute_every", "grad_reduce",
-                 "fp8_param_gather", "attention")
+                 "fp8_param_gather", "attention", "activation_func_fp8_input_store", "adam_moments")
 
 
 def _unknown(table: dict, allowed, where: str) -> None:

@@ -16,16 +16,23 @@ Recompute = Literal["none", "selective", "full"]
 #: The activation-recomputation levels, least recomputed first: none, selective (Korthikanti et al.
 #: 2022's attention core, or the stack's per-op policy), full (every layer's forward again).
 RECOMPUTE_LEVELS: tuple[str, ...] = get_args(Recompute)
-RecomputeModule = Literal["core_attn", "layernorm", "moe_act"]
+RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj"]
 #: What selective recomputation may name, Megatron-core's ``--recompute-modules`` (with
 #: ``--recompute-granularity selective``; default ``core_attn``; Megatron-LM core_v0.15.0
 #: megatron/training/arguments.py and megatron/core/transformer/transformer_config.py): the attention
 #: core; the norms that run as their own kernels (``layernorm``: with Transformer Engine's layer spec
 #: only a mixture-of-experts layer's pre-MLP norm, the input norm being fused into the QKV product,
 #: megatron/core/models/gpt/gpt_layer_specs.py and transformer_layer.py); the routed experts'
-#: activation function (``moe_act``, megatron/core/transformer/moe/experts.py). Megatron-core's
-#: others (mla_up_proj, mlp, moe, shared_experts) are not timed here.
+#: activation function (``moe_act``, megatron/core/transformer/moe/experts.py); a multi-head latent
+#: attention layer's up-projections and RoPE (``mla_up_proj``: Q, K and V discarded after the core and
+#: made again from the kept latents, megatron/core/transformer/multi_latent_attention.py
+#: ``qkv_up_proj_and_rope_apply`` under ``CheckpointWithoutOutput``). With multi-head latent attention
+#: the input norm is its own kernel too (the down-projections are plain ``TELinear``s,
+#: gpt_layer_specs.py ``get_gpt_layer_with_transformer_engine_spec``), so ``layernorm`` covers it in
+#: every layer. Megatron-core's others (mlp, moe, shared_experts) are not timed here.
 RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
+#: :class:`ModelSpec`'s multi-head latent attention widths (Hugging Face's DeepseekV3Config names).
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 #: What selective recomputation redoes where a run names no modules (Megatron-core's default).
 DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
 #: The explorer's recomputation variants, least recomputed first: the levels, and between none and
@@ -124,6 +131,13 @@ class ModelSpec:
     each query, itself included (GPT-OSS: every other layer, 128 keys). Chunked attention:
     ``chunked_layers`` of the layers attend causally within their own block of ``attention_chunk``
     tokens only (Llama 4: 8192 tokens in three layers of every four, ``attention_chunk_size``).
+    Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): ``kv_lora_rank`` and the head widths
+    ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (``q_lora_rank`` where queries
+    pass a bottleneck too), Hugging Face's DeepseekV3Config names. The time model runs such a layer
+    as the equal-weight grouped-query shape ``kv_heads``/``head_dim`` stand in for (catalog
+    ``hf_config.mla_equivalent_shape``); the latent widths count what the layer keeps for its backward
+    (:func:`.memory.activations.layer_activation_bytes`) and what recomputing its up-projections
+    (``mla_up_proj``) runs again.
     """
 
     name: str
@@ -156,6 +170,11 @@ class ModelSpec:
     moe_every: int = 1                 # with experts: every moe_every-th layer past dense_layers holds them
     attention_chunk: int | None = None  # tokens of a chunked-attention layer's block (Llama 4: 8192)
     chunked_layers: int = 0            # how many layers attend only within their block
+    q_lora_rank: int | None = None     # multi-head latent attention: the queries' latent width (None: no bottleneck)
+    kv_lora_rank: int | None = None    # the keys' and values' shared latent width (None: not latent attention)
+    qk_nope_head_dim: int | None = None  # a query's or key's width per head without RoPE
+    qk_rope_head_dim: int | None = None  # its RoPE part (the key's shared by the heads)
+    v_head_dim: int | None = None      # a value's width per head
 
     def __post_init__(self) -> None:
         _positive(self, "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts", "top_k")
@@ -194,6 +213,12 @@ class ModelSpec:
         if (self.attention_chunk is None) != (self.chunked_layers == 0):
             raise ModelcutError(f"{self.name}: attention_chunk and chunked_layers go together (a chunk needs "
                                 "the layers that use it, and those layers a chunk)")
+        _positive(self, *MLA_FIELDS)
+        widths = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        given = [f for f in widths if getattr(self, f) is not None]
+        if given and len(given) != len(widths) or self.q_lora_rank is not None and not given:
+            raise ModelcutError(f"{self.name}: multi-head latent attention needs {', '.join(widths)} together "
+                                f"(q_lora_rank with them), got {', '.join(given) or 'q_lora_rank alone'}")
 
     @property
     def d_head(self) -> int:
@@ -211,6 +236,11 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.experts > 1
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention: its latent widths given (class doc)."""
+        return self.kv_lora_rank is not None
 
 
 #: The rank order a layout gets when it names none, innermost first: tensor, context and expert
@@ -377,6 +407,12 @@ ATTENTION_KINDS = ("unfused", "flash2", "flash3", "cudnn", "flash4")
 #: ``--bf16`` it reduces in FP32 unless ``--grad-reduce-in-bf16``: megatron/training/arguments.py
 #: ``validate_args`` at d98e8a64dd), NeMo's ``ddp.grad_reduce_in_fp32``.
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+#: The types Adam's two moments may be kept in where a run says (:class:`Training` ``adam_moments``):
+#: Megatron-core's precision-aware optimizer, ``--use-precision-aware-optimizer`` with ``--exp-avg-dtype``
+#: and ``--exp-avg-sq-dtype`` (core_v0.15.0 megatron/core/optimizer/optimizer_config.py ``exp_avg_dtype``,
+#: ``exp_avg_sq_dtype``: fp32 by default; bf16 among the choices); DeepSeek-V3 keeps both in BF16
+#: (DeepSeek-AI 2024, arXiv 2412.19437, §3.3.2 "Low-Precision Optimizer States").
+ADAM_MOMENT_DTYPES = ("fp32", "bf16")
 #: Other names of those types: torch's dtype names.
 GRAD_REDUCE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
@@ -465,7 +501,14 @@ class Training:
     ``enable_fsdp_float8_all_gather``; None: the stack's, ``Framework.fp8_param_gather``; where the
     recipe cannot, :func:`.costs.fp8.resolve` keeps them 16-bit); ``attention``, the attention
     kernel (:data:`ATTENTION_KINDS`; None: the stack's, ``Framework.attention``), as Megatron-LM's
-    ``--attention-backend`` or NeMo's ``attention_backend`` choose it."""
+    ``--attention-backend`` or NeMo's ``attention_backend`` choose it;
+    ``activation_func_fp8_input_store``, the SwiGLU's input kept for its backward in FP8, 1 byte an
+    element, cast back before the backward (Megatron-core's ``activation_func_fp8_input_store``,
+    core_v0.15.0 megatron/core/fusions/fused_bias_swiglu.py, in the dense MLP, shared and routed
+    experts: transformer/mlp.py, moe/experts.py; SwiGLU only, transformer_config.py), whatever the
+    products' precision; ``adam_moments``, the type Adam's two moments are kept in
+    (:data:`ADAM_MOMENT_DTYPES`; None: the stack's), as Megatron-core's precision-aware optimizer keeps
+    them."""
 
     seq_len: int
     global_batch: int
@@ -481,9 +524,14 @@ class Training:
     grad_reduce: str | None = None
     fp8_param_gather: bool | None = None
     attention: str | None = None
+    activation_func_fp8_input_store: bool = False
+    adam_moments: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
+        if not isinstance(self.activation_func_fp8_input_store, bool):
+            raise ModelcutError("activation_func_fp8_input_store must be true or false, got "
+                                f"{self.activation_func_fp8_input_store!r}")
         if self.recompute_modules is not None:
             mods = self.recompute_modules
             if isinstance(mods, str) or not isinstance(mods, (tuple, list)):
@@ -533,6 +581,8 @@ class Training:
                 raise ModelcutError(f"fp8_param_gather must be true or false, got {self.fp8_param_gather!r}")
             if self.fp8_param_gather and self.precision != "fp8":
                 raise ModelcutError(f"fp8_param_gather needs precision = \"fp8\", got {self.precision!r}")
+        if self.adam_moments not in (None, *ADAM_MOMENT_DTYPES):
+            raise ModelcutError(f"adam_moments must be one of {', '.join(ADAM_MOMENT_DTYPES)}, got {self.adam_moments!r}")
         if self.grad_reduce is not None:
             if self.grad_reduce not in GRAD_REDUCE_DTYPES:
                 raise ModelcutError(f"grad_reduce must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {self.grad_reduce!r}")
@@ -544,6 +594,11 @@ class Training:
     def half(self) -> str:
         """The run's 16-bit type (:func:`half_type`)."""
         return half_type(self.precision)
+
+    @property
+    def moment_bytes(self) -> int | None:
+        """Bytes of each Adam moment element as the run says (None: the stack's)."""
+        return None if self.adam_moments is None else (FP32_BYTES if self.adam_moments == "fp32" else BF16_BYTES)
 
     @property
     def grad_reduce_bytes(self) -> int | None:
@@ -578,6 +633,16 @@ class Run:
     training: Training
     gpus_per_node: int | None = None  # default: the hardware's
     name: str = ""
+
+    def __post_init__(self) -> None:
+        tr, m = self.training, self.model
+        if tr.recompute == "selective" and "mla_up_proj" in (tr.recompute_modules or ()) and not m.is_mla:
+            who = m.name or "the model"
+            raise ModelcutError(f"recompute_modules: mla_up_proj needs multi-head latent attention; {who} has "
+                                "none (its kv_lora_rank and head widths not given)")
+        if tr.activation_func_fp8_input_store and not m.gated_mlp:
+            raise ModelcutError(f"activation_func_fp8_input_store stores a SwiGLU's input; {m.name or 'the model'} "
+                                "has no gated MLP")
 
     def with_layout(self, **kw) -> "Run":
         return replace(self, layout=replace(self.layout, **kw))

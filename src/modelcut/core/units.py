@@ -49,11 +49,16 @@ OPTIMIZER_STEP_TRAFFIC_BYTES = 56.0
 OPTIMIZER_STEP_SHARDED_TRAFFIC_BYTES = 46.0
 
 
-def optimizer_step_bytes(params: float, shards: int, grads_sharded: bool = False) -> float:
+def optimizer_step_bytes(params: float, shards: int, grads_sharded: bool = False,
+                         moment_bytes: float | None = None) -> float:
     """HBM bytes one device moves for the optimizer step over ``params`` parameters whose
     optimizer states are split ``shards`` ways (1: not sharded); with ``grads_sharded`` (ZeRO-2/3
-    without a pipeline) the gradient copy and zeroing are split too."""
+    without a pipeline) the gradient copy and zeroing are split too. ``moment_bytes``: Adam's
+    moments in the run's type (:attr:`.specs.Training.moment_bytes`; None: FP32, the count above),
+    which Adam reads and writes, 4 bytes fewer an element each way for each 16-bit moment."""
     local = OPTIMIZER_STEP_TRAFFIC_BYTES - OPTIMIZER_STEP_SHARDED_TRAFFIC_BYTES
+    sharded = OPTIMIZER_STEP_SHARDED_TRAFFIC_BYTES - (0.0 if moment_bytes is None
+                                                      else 2 * 2 * (FP32_BYTES - moment_bytes))
     if grads_sharded:
-        return params * (local / shards + OPTIMIZER_STEP_SHARDED_TRAFFIC_BYTES / shards)
-    return params * (local + OPTIMIZER_STEP_SHARDED_TRAFFIC_BYTES / shards)
+        return params * (local / shards + sharded / shards)
+    return params * (local + sharded / shards)

@@ -23,7 +23,7 @@ from .. import catalog
 from ..core.costs.context import CP_KINDS, cp_kind_name
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
-from ..core.specs import (ATTENTION_KINDS, CROSS_ENTROPY_KINDS, FP8_RECIPES, GRAD_REDUCE_DTYPES, PRECISIONS, UNTIMED_FP8_RECIPES,
+from ..core.specs import (ADAM_MOMENT_DTYPES, ATTENTION_KINDS, CROSS_ENTROPY_KINDS, FP8_RECIPES, GRAD_REDUCE_DTYPES, PRECISIONS, UNTIMED_FP8_RECIPES,
                           ExploreRecompute, Recompute, RecomputeModule, fp8_recipe_name, grad_reduce_name,
                           precision_name)
 from ..core.sim import registry
@@ -316,6 +316,13 @@ class ModelSpecIn(Strict):
                                                                 "(with chunked_layers; Llama 4: 8192)")
     chunked_layers: Annotated[int, *Capped("max_layers", 0)] = Field(0, description="layers attending only "
                                                                                     "within their block")
+    q_lora_rank: Optional[Width] = Field(None, description="multi-head latent attention: the queries' latent width")
+    kv_lora_rank: Optional[Width] = Field(None, description="multi-head latent attention: the keys' and values' "
+                                                            "latent width (with the three head widths)")
+    qk_nope_head_dim: Optional[Width] = Field(None, description="multi-head latent attention: Q and K per head "
+                                                                "without RoPE")
+    qk_rope_head_dim: Optional[Width] = Field(None, description="multi-head latent attention: Q and K per head, RoPE")
+    v_head_dim: Optional[Width] = Field(None, description="multi-head latent attention: V per head")
 
 
 #: Exactly one of the three ways to name a model, as the schema says it.
@@ -391,7 +398,7 @@ class TrainingIn(Strict):
                                                   "Engine's one kernel; default: the stack's)")
     recompute_modules: Optional[list[RecomputeModule]] = Field(
         None, description="with recompute selective: the modules recomputed, Megatron-core's --recompute-modules "
-                          "(core_attn, layernorm, moe_act; default: the stack's selective policy)")
+                          "(core_attn, layernorm, moe_act, mla_up_proj; default: the stack's selective policy)")
     recompute_layers: Optional[Layers] = Field(
         None, description="with recompute full: the layers of each pipeline chunk recomputed, its first ones, "
                           "Megatron-core's --recompute-method block --recompute-num-layers (default: every layer)")
@@ -407,6 +414,12 @@ class TrainingIn(Strict):
     attention: Optional[Literal[ATTENTION_KINDS]] = Field(  # type: ignore[valid-type]
         None, description="the attention kernel: unfused, flash2, flash3, cudnn (Transformer Engine's fused "
                           "attention) or flash4 (Megatron-LM's --attention-backend; default: the stack's)")
+    activation_func_fp8_input_store: bool = Field(
+        False, description="the SwiGLU's input kept for the backward in FP8 (Megatron-core's "
+                           "activation_func_fp8_input_store)")
+    adam_moments: Optional[Literal[ADAM_MOMENT_DTYPES]] = Field(  # type: ignore[valid-type]
+        None, description="the type Adam's two moments are kept in, fp32 or bf16 (Megatron-core's precision-aware "
+                          "optimizer, --exp-avg-dtype and --exp-avg-sq-dtype; default: the stack's)")
 
 
 class HardwareIn(Strict):

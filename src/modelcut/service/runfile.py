@@ -41,7 +41,10 @@ global_batch = 64        # sequences per step
 micro_batch = 1
 recompute = "full"       # none | selective | full (true / false: llm-foundry's activation_checkpointing)
 # recompute_modules = ["layernorm", "moe_act"]   # with selective: Megatron-core's --recompute-modules
-#                        # (core_attn, layernorm, moe_act; default: the stack's selective policy)
+#                        # (core_attn, layernorm, moe_act, mla_up_proj; default: the stack's selective policy)
+# activation_func_fp8_input_store = true  # the SwiGLU's input kept in FP8 for the backward (Megatron-core's)
+# adam_moments = "bf16"  # Adam's two moments kept in bf16 (Megatron-core's --exp-avg-dtype and
+#                        # --exp-avg-sq-dtype with --use-precision-aware-optimizer; default: the stack's)
 # recompute_layers = 5   # with full: the first 5 layers of each pipeline chunk recomputed, the rest
 #                        # kept whole (Megatron-core's --recompute-method block --recompute-num-layers 5;
 #                        # default: every layer)

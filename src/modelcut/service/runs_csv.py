@@ -45,7 +45,11 @@ CSV_COLUMNS: dict[str, str] = {
     "micro_batch": "sequences per micro-batch", "recompute": "none, selective or full (default none; true/false as "
                                                               "llm-foundry's activation_checkpointing)",
     "recompute_modules": "with selective: the modules recomputed, e.g. layernorm;moe_act (core_attn, layernorm, "
-                         "moe_act; default: the stack's selective policy)",
+                         "moe_act, mla_up_proj; default: the stack's selective policy)",
+    "activation_func_fp8_input_store": "true/false: the SwiGLU's input kept in FP8 for the backward "
+                                       "(Megatron-core's; default false)",
+    "adam_moments": "fp32 or bf16: the type Adam's two moments are kept in (Megatron-core's --exp-avg-dtype; "
+                    "default: the stack's)",
     "recompute_layers": "with full: the first N layers of each pipeline chunk recomputed, the rest kept whole "
                         "(Megatron-core's --recompute-method block --recompute-num-layers N; default: every layer)",
     "recompute_every": "with full: k, every k-th layer of each pipeline rank recomputed, the rest kept whole "

@@ -26,7 +26,8 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
                            flash_attention: bool = True, moe: bool = False, etp: int | None = None,
                            recomputing: bool = False, cp_kind: str = "ring", fp8: bool = False,
                            recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
-                           selective: str = "attention", fp8_products: bool = False, ep: int = 1) -> float:
+                           selective: str = "attention", fp8_products: bool = False, ep: int = 1,
+                           act_fp8_input: bool = False) -> float:
     """Bytes one transformer layer keeps for its backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 Table 2 generalized (module docstring). ``recompute``: none,
@@ -48,6 +49,19 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     and shared experts' kept products, no routed expert's, and with expert parallelism, ``ep``, the
     all-to-alls' rows); ``fp8_products``: the linears run in FP8, whose products that policy keeps
     none of (:mod:`..costs.op_sac`).
+
+    Multi-head latent attention (``ModelSpec.is_mla``) keeps its own Q, K and V, H·(d_nope + d_rope)
+    elements each for Q and K and H·d_v for V, and its output, H·d_v (H the heads on this rank), in
+    place of the grouped-query shape's; with ``mla_up_proj`` recomputed it keeps instead the latents
+    the up-projections start from, r_q + r_kv + d_rope a token (megatron/core/transformer/
+    multi_latent_attention.py: q_compressed, kv_compressed and k_pos_emb are the checkpoint's
+    inputs; the down-projections are plain linears, so the latents are whole on each tensor-parallel
+    rank, cut by sequence parallelism), and ``layernorm`` drops its input norm's output too (a kernel
+    of its own there). ``act_fp8_input``: the SwiGLU's input, the up product's output, kept at 1 byte
+    an element (Megatron-core's ``activation_func_fp8_input_store``, :class:`..specs.Training`); where
+    ``moe_act`` recomputes the routed experts' activation their checkpoint keeps that input in 16 bits
+    (core_v0.15.0 moe/experts.py: ``CheckpointWithoutOutput`` saves the function's inputs, and runs it
+    without a graph), so there it saves nothing.
     """
     n = micro_batch * seq / cp            # tokens of the micro-batch on this rank
     h, q, a = model.hidden, model.q_dim, model.heads
@@ -60,7 +74,18 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     kv_heads_per_rank = max(model.kv_heads / t, 1)
     replicated = 8 * h + (2 * h if model.dropout else 0)
     # Q, K, V (K and V replicated when t exceeds the KV heads) and the attention output
-    attn = 2 * q / t + 4 * kv_heads_per_rank * model.d_head + 2 * q / t
+    selected = recompute == "selective" and not recomputing and selective != "op"
+    if model.is_mla:
+        heads = model.heads / t
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        out = heads * model.v_head_dim                     # the output, the output projection's input
+        if selected and "mla_up_proj" in recompute_modules:
+            attn = 2 * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim) / sp + 2 * out
+        else:
+            attn = 2 * (2 * heads * qk + out) + 2 * out
+    else:
+        out = q / t
+        attn = 2 * q / t + 4 * kv_heads_per_rank * model.d_head + 2 * out
     if flash_attention:
         core = LSE_BYTES * a / t
     else:
@@ -81,7 +106,7 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     if fp8:
         # each saved linear input drops from 2 bytes an element to 1: half of what it was
         replicated -= 2 * h                       # the QKV and MLP-up inputs (the norms' outputs)
-        attn -= q / t                             # the output projection's input
+        attn -= out                               # the output projection's input
         if moe:
             fe = model.expert_ffn_hidden or model.ffn_hidden
             routed = model.top_k * (model.capacity_factor or 1.0)
@@ -90,11 +115,24 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
                 mlp -= model.shared_experts * fe / t
         else:
             mlp -= model.ffn_hidden / t           # the second linear's input
-    if recompute == "selective" and not recomputing and moe:
+    moe_act = moe and selected and "moe_act" in recompute_modules
+    if act_fp8_input and model.gated_mlp:
+        # the SwiGLU's input, 2 elements an activation output, from 2 bytes to 1
+        if moe:
+            fe = model.expert_ffn_hidden or model.ffn_hidden
+            if not moe_act:
+                mlp -= model.top_k * (model.capacity_factor or 1.0) * 2 * fe / (etp or t)
+            mlp -= model.shared_experts * 2 * fe / t
+        else:
+            mlp -= 2 * model.ffn_hidden / t
+    if selected:
         el = 1 if fp8 else 2                      # bytes an element of a saved linear input
         if "layernorm" in recompute_modules:
-            replicated -= el * h                  # the pre-MLP norm's output
-        if "moe_act" in recompute_modules:
+            if moe:
+                replicated -= el * h              # the pre-MLP norm's output
+            if model.is_mla:
+                replicated -= el * h              # the input norm's output
+        if moe_act:
             fe = model.expert_ffn_hidden or model.ffn_hidden
             mlp -= model.top_k * (model.capacity_factor or 1.0) * el * fe / (etp or t)
     return n * (replicated / sp + attn + core + mlp) + gathered

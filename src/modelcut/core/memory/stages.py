@@ -19,7 +19,7 @@ from ..sim import registry
 from ..specs import BLOCKS, DEFAULT_RECOMPUTE_MODULES, EVERY, Hardware, Run, recompute_variant
 from ..step.frameworks import Framework
 from ..step.zero3 import deepspeed_resident_numel
-from ..units import GRAD_BYTES, GiB, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
+from ..units import FP32_BYTES, GRAD_BYTES, GiB, OPTIMIZER_STATE_BYTES, WEIGHT_BYTES
 from .activations import (LOGIT_BYTES, LOSS_BYTES, cp_transient_bytes, embedding_activation_bytes, layer_activation_bytes,
                           loss_activation_bytes, loss_transient_bytes)
 
@@ -191,7 +191,8 @@ def _activations(run: Run, options: MemoryOptions, plan: PipelinePlan, recompute
     modules = named or (tr.selective_modules if recompute == tr.recompute else DEFAULT_RECOMPUTE_MODULES)
     akw = dict(kw, recompute=recompute, flash_attention=options.flash_attention, etp=lay.etp, cp_kind=lay.cp_form,
                fp8=options.fp8 is not None and options.fp8.saves_fp8_inputs, recompute_modules=modules,
-               selective=options.selective, fp8_products=options.fp8 is not None, ep=lay.ep)
+               selective=options.selective, fp8_products=options.fp8 is not None, ep=lay.ep,
+               act_fp8_input=tr.activation_func_fp8_input_store)
     unit = np.array([layer_activation_bytes(model, **akw),
                      layer_activation_bytes(model, moe=True, **akw) if model.is_moe else 0.0,
                      embedding_activation_bytes(model, **kw),
@@ -422,13 +423,37 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
       stack reduces gradients in 16 bits), or in the run's ``grad_reduce`` type where the stack
       reduces that buffer in place (``Framework.for_training``);
     * context parallelism in the stack's form when the layout leaves it open;
-    * FP8 as the stack runs it on ``hw`` (its weight copies, its FP8-kept inputs)."""
+    * FP8 as the stack runs it on ``hw`` (its weight copies, its FP8-kept inputs);
+    * Adam's moments in the run's ``adam_moments`` type where it names one (:func:`optimizer_state_bytes`)."""
     framework = framework.for_training(run.training)
     run = framework.resolve(run)
     opts = stack_options(framework, options)
+    if run.training.moment_bytes is not None:
+        opts = replace(opts, optimizer_bytes=optimizer_state_bytes(opts, run.training.moment_bytes))
     if hw is not None and run.training.precision == "fp8":
         opts = replace(opts, fp8=fp8_mod.for_stack(run.training, hw, framework))
     return run, opts
+
+
+def _state_parts(options: MemoryOptions) -> tuple[float, float]:
+    """(master-weight bytes, bytes of each Adam moment) per parameter in ``optimizer_bytes``: with
+    FP32 weights (``param_bytes`` 4, FSDP's sharded parameters) no master copy; with 16-bit weights
+    an FP32 master copy where the states hold more than two 16-bit moments (12: FP32 moments, 8:
+    16-bit ones beside it), none where they hold just those (4, NeMo AutoModel's bf16 throughout)."""
+    ob = options.optimizer_bytes
+    master = 0.0 if options.param_bytes >= 4 or ob <= 4 else float(FP32_BYTES)
+    return master, (ob - master) / 2
+
+
+def optimizer_state_bytes(options: MemoryOptions, moment_bytes: float) -> float:
+    """Optimizer-state bytes per parameter with Adam's moments of ``moment_bytes`` each (the run's
+    ``adam_moments``): the stack's master copy, :func:`_state_parts`, and the two moments. A stack
+    that keeps 16-bit weights and moments with no master copy takes no FP32 moments (one line)."""
+    master, moment = _state_parts(options)
+    if moment_bytes > moment and master == 0.0 and options.param_bytes < 4:
+        raise ModelcutError("adam_moments fp32: this stack keeps its weights and Adam's moments in 16 bits with no "
+                            "master copy (bf16 throughout)")
+    return master + 2 * moment_bytes
 
 
 def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False,
@@ -441,8 +466,11 @@ def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False
     layers = ("fp8 weight and its fp8 transpose" if f8 is not None and f8.transposes and not f8.torchao
               else "fp8 weight")
     plain = {4: f"fp32 (the optimizer's master copy); {half} while gathered"}.get(int(options.param_bytes), half)
-    optim = {12: "fp32 master weights + fp32 Adam m and v", 8: "fp32 Adam m and v (the fp32 weights are the master copy)",
-             4: f"{half} Adam m and v ({half} weights, no master copy)"}[int(options.optimizer_bytes)]
+    master, moment = _state_parts(options)
+    kind = "fp32" if moment >= FP32_BYTES else "bf16"      # a 16-bit moment beside a master copy: Megatron-core's
+    optim = (f"fp32 master weights + {kind} Adam m and v" if master else
+             f"{kind} Adam m and v (the fp32 weights are the master copy)" if options.param_bytes >= 4 else
+             f"{half} Adam m and v ({half} weights, no master copy)")
     out = {"weights_bytes": f"transformer layers: {layers} (FP8 parameters); embedding, output, norms: {half}"
            if f8 is not None and f8.param_gather else plain,
            "gradients_bytes": ("fp32 (held whole between reductions, in the reduce dtype)" if whole_grads

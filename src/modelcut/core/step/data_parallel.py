@@ -253,7 +253,8 @@ def device_ends(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, p
         else:
             exp_dp = exposed_after(ends[dev], requests, ov.grad_reduce) if dp_group > 1 else 0.0
         tied = tied_extra if (dev in (0, p - 1) and p > 1) else 0.0
-        opt = mem_time(optimizer_step_bytes(params_dev, L.shard_ranks if sharded else 1, res.grads_sharded), hw, eff)
+        opt = mem_time(optimizer_step_bytes(params_dev, L.shard_ranks if sharded else 1, res.grads_sharded,
+                                                  run.training.moment_bytes), hw, eff)
         gather = 0.0
         if sharded and dp_group > 1 and not res.gathers_each_pass:
             g = coll("all-gather", gather_bytes, gather_expert)

@@ -16,8 +16,9 @@ biases and dropout and use RMSNorm, RoPE and a gated MLP):
 * bias + dropout + residual add, fused (Megatron-LM's ``bias_dropout_add_fused_train``):
   read the branch and the residual, write the sum (+ a 1-byte dropout mask), 6·T_n·h (+ T_n·h);
 * norm 2, then MLP up: m = T, n = f/t (2·f/t gated), k = h; the activation fused with its
-  bias (``bias_gelu``; SwiGLU reads two halves, writes one): 4·T·f/t bytes (6·T·f/t gated);
-  MLP down: m = T, n = h, k = f/t; bias + dropout + residual add again.
+  bias (``bias_gelu``; SwiGLU reads two halves, writes one): 4·T·f/t bytes (6·T·f/t gated),
+  and where the run keeps the SwiGLU's input in FP8 its cast there and back
+  (:data:`ACT_FP8_STORE_BYTES`); MLP down: m = T, n = h, k = f/t; bias + dropout + residual add again.
 
 **Backward**: each product's data gradient and weight gradient (:func:`.kernels.gemm_fwd_bwd`),
 the attention core's backward, and the memory-bound backward kernels: norm 6·T_n·h each
@@ -35,8 +36,10 @@ core's forward (QKᵀ, softmax, dropout, A·V), or the modules the run names
 (``Training.recompute_modules``, Megatron-core's ``--recompute-modules``): ``core_attn`` that
 same attention core, ``layernorm`` the norms that run as their own kernels (with Transformer
 Engine's layer spec a mixture-of-experts layer's pre-MLP norm, its input norm being fused into the
-QKV product; a dense layer has none), ``moe_act`` the routed experts' activation function, each
-its forward's bytes again; ``full``, the layer's whole forward, its tensor-parallel communication
+QKV product; a dense layer has none; with multi-head latent attention the input norm as well),
+``moe_act`` the routed experts' activation function, each its forward's bytes again,
+``mla_up_proj`` a latent attention layer's up-projections (:func:`mla_up_products`, timed from the
+tables as the other products) with the latents' norms and RoPE; ``full``, the layer's whole forward, its tensor-parallel communication
 included. Under torchtitan's per-op policy (``LayerSetup.selective = "op"``, :mod:`..costs.op_sac`)
 selective recomputation runs again every memory-bound kernel, the sequence-parallel all-gathers and,
 of a dense layer's products, k, wo and w3 (gated; the ungated MLP's down product in place of w3),
@@ -242,6 +245,7 @@ class LayerSetup:
     causal_softmax_max_seq: int = 0   # the stack's fused causal softmax, unfused path (kernels.causal_softmax_rows)
     attention_unpad: bool = False     # FlashAttention called on unpadded rows (:data:`UNPAD_BYTES`)
     gqa_repeat_kv: bool = False       # K and V copied out to the query heads (:data:`REPEAT_KV_BYTES`)
+    act_fp8_input: bool = False       # the SwiGLU's input kept in FP8 (:data:`ACT_FP8_STORE_BYTES`)
 
     def __post_init__(self) -> None:
         if self.cross_entropy not in CE_BYTES:
@@ -366,6 +370,12 @@ UNPAD_KERNELS = ("flash2", "flash3", "flash4")
 #: 2 bytes an element each; backward, the copy's gradient summed back over the repeats, read q-wide
 #: and write kv-wide. (per kv-wide element, per q-wide element), each way.
 REPEAT_KV_BYTES = (2.0, 2.0)
+#: Megatron-core's ``activation_func_fp8_input_store`` (:class:`..specs.Training`): the forward casts the
+#: SwiGLU's input to FP8 for its backward (``input.to(torch.float8_e4m3fn)``: read 2, write 1) and the
+#: backward casts it back (``input.to(ctx.ori_input_dtype)``: read 1, write 2), core_v0.15.0
+#: megatron/core/fusions/fused_bias_swiglu.py ``BiasSwiGLUFunction``/``SwiGLUFunction``. (forward,
+#: backward) bytes per element of the input, the up product's output.
+ACT_FP8_STORE_BYTES = (3.0, 3.0)
 #: TorchInductor's RMSNorm (``F.rms_norm`` under ``torch.compile``, as torchtitan compiles each block
 #: with its ``nn.RMSNorm``) over cuDNN's for the same shapes, the medians of the same sweep's
 #: torch_compile columns: its forward runs as cuDNN's, its backward (the input's gradient and a
@@ -560,13 +570,18 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     if setup.gqa_repeat_kv and kv_t < q // t:
         per_kv, per_q = REPEAT_KV_BYTES
         rep_f = rep_b = 2 * T * (per_kv * kv_t + per_q * (q // t))    # K and V
-    mem_f = norms_f + resid2_f + act_f + rope_f + extra_f + unpad_f + rep_f
+    store_f = store_b = 0.0
+    if setup.act_fp8_input and gated:
+        store_f, store_b = (c * up_out for c in ACT_FP8_STORE_BYTES)
+    mem_f = norms_f + resid2_f + act_f + rope_f + extra_f + unpad_f + rep_f + store_f
     expert_act = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups if g.name == "expert up")
     # moe_act checkpoints the activation function, its clamped GLU included; the output biases are
     # added after the down product, outside it (Megatron-LM core_v0.15.0 megatron/core/transformer/moe/
     # experts.py TEGroupedMLP.forward: the checkpoint wraps bias_act_func, _apply_bias follows linear_fc2)
-    modules = {"layernorm": nb * Tn * h if expert_up else 0.0,     # the MoE layer's own pre-MLP norm
-               "moe_act": act_coef * expert_act + clamp_f}
+    # the MoE layer's own pre-MLP norm; with latent attention the input norm too (its own kernel there)
+    modules = {"layernorm": nb * Tn * h * ((1 if expert_up else 0) + (1 if model.is_mla else 0)),
+               "moe_act": act_coef * expert_act + clamp_f,
+               "mla_up_proj": _mla_up_bytes(model, setup, nb, rope)}
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
     act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
     # the bias gradients read each biased output's gradient: QKV, MLP up, and the two row-parallel
@@ -574,17 +589,56 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     row_outputs = 1 if "expert bias" in eager else 2
     bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + row_outputs * Tn * h) if model.bias else 0.0
     norms_b, resid2_b = 2 * nb_b * Tn * h, 2 * resid_b
-    mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b + unpad_b + rep_b
+    mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b + unpad_b + rep_b + store_b
     adds = ", ".join([w for w, on in (("bias", model.bias), ("dropout", drop)) if on] + ["residual adds"])
     items = [("norms", norms_f, norms_b), (adds, resid2_f, resid2_b), ("MLP activation", act_f, act_b),
              ("rotary embedding", rope_f, rope_b), ("eager clamps and expert biases", extra_f, extra_b),
              ("bias gradients", 0.0, bias_b), ("attention unpad and pad copies", unpad_f, unpad_b),
-             ("K and V repeated to the query heads", rep_f, rep_b)]
+             ("K and V repeated to the query heads", rep_f, rep_b),
+             ("SwiGLU input to FP8 and back", store_f, store_b)]
     if not setup.grad_accum_fusion:
         accum = setup.grad_accum_bytes * local_params
         mem_b += accum
         items.append(("weight-gradient accumulation", 0.0, accum))
     return mem_f, mem_b, modules, items
+
+
+def _mla_up_bytes(model: ModelSpec, setup: LayerSetup, norm_bytes: float, rope: bool) -> float:
+    """Forward bytes of the memory-bound part of ``mla_up_proj``'s recomputation: the latents' two
+    norms (``q_layernorm``, ``kv_layernorm``, each latent element at the stack's norm bytes) and RoPE
+    on the queries' and the shared key's rotary parts (4 bytes an element: read, write), per
+    micro-batch on this rank (megatron/core/transformer/multi_latent_attention.py
+    ``qkv_up_proj_and_rope_apply``); 0 for a model without latent attention."""
+    if not model.is_mla:
+        return 0.0
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    latents = (model.q_lora_rank or 0) + model.kv_lora_rank
+    rotary = (model.heads // setup.tp + 1) * model.qk_rope_head_dim if rope else 0
+    return T * (norm_bytes * latents + 4.0 * rotary)
+
+
+def mla_up_products(model: ModelSpec, setup: LayerSetup) -> tuple[tuple[int, int, int, str], ...]:
+    """The up-projections ``mla_up_proj`` runs again, (m, n, k, name) on this rank: queries from
+    their latent, m = T, n = H/t·(d_nope + d_rope), k = r_q (none without a query latent: the
+    queries are then projected from the layer's input, not recomputed); keys and values from theirs,
+    n = H/t·(d_nope + d_v), k = r_kv (column-parallel products of the latent attention layer,
+    megatron/core/transformer/multi_latent_attention.py ``linear_q_up_proj``, ``linear_kv_up_proj``).
+    The time model otherwise runs the layer as its grouped-query stand-in (:class:`..specs.ModelSpec`)."""
+    if not model.is_mla:
+        return ()
+    T, H = setup.micro_batch * setup.seq_len // setup.cp, model.heads // setup.tp
+    out = [(T, H * (model.qk_nope_head_dim + model.qk_rope_head_dim), model.q_lora_rank, "q up")] \
+        if model.q_lora_rank else []
+    return (*out, (T, H * (model.qk_nope_head_dim + model.v_head_dim), model.kv_lora_rank, "kv up"))
+
+
+def _mla_up_seconds(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> float:
+    """Forward seconds of :func:`mla_up_products` where ``mla_up_proj`` is recomputed (else 0), in FP8
+    where the run's linears are."""
+    if setup.recompute != "selective" or setup.selective == "op" or "mla_up_proj" not in setup.recompute_modules:
+        return 0.0
+    dt = "bf16" if setup.fp8 is None else "fp8"
+    return sum(gemm_fwd_bwd(m_, n_, k_, hw, eff, dt)[0] for m_, n_, k_, _ in mla_up_products(model, setup))
 
 
 def _tp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, col) -> tuple[float, float]:
@@ -774,18 +828,19 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     bwd = PassTime(gemm=bwd_g, attention=att.bwd_math, memory=mem_time(mem_b, hw, eff) + att.bwd_mem,
                    tp=tp_b, cp=cp_b)
     return LayerTime(fwd, bwd, _recomputed(setup, fwd, att, {k: mem_time(v, hw, eff) for k, v in modules.items()},
-                                           op_again),
+                                           op_again, _mla_up_seconds(model, setup, hw, eff)),
                      wgrad, shared=shared, products=records,
                      memory_bytes=tuple(it for it in items if it[1] or it[2]), attention=att)
 
 
 def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime, module_s: dict[str, float],
-                op_gemm: float = 0.0) -> PassTime:
+                op_gemm: float = 0.0, module_gemm: float = 0.0) -> PassTime:
     """What recomputation re-executes in the backward (module doc): full, the whole forward;
     selective, the attention core (Megatron-LM) and the other modules the run names (``module_s``:
     their forward seconds), or torchtitan's per-op policy (``op_gemm``, the products' forward
     seconds it runs again, :mod:`..costs.op_sac`; every memory-bound kernel, the all-gathers: half the
-    sequence-parallel collectives, all of an all-reduce)."""
+    sequence-parallel collectives, all of an all-reduce); ``module_gemm``, the products a named module
+    runs again (``mla_up_proj``'s up-projections, :func:`mla_up_products`)."""
     if setup.recompute == "full":
         return PassTime(fwd.gemm, fwd.attention, fwd.memory, fwd.tp, fwd.cp)
     if setup.recompute != "selective":
@@ -794,7 +849,7 @@ def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime, module_s: 
         return PassTime(gemm=op_gemm, memory=fwd.memory - att.fwd_mem,
                         tp=fwd.tp / 2 if setup.sequence_parallel else fwd.tp)
     core = "core_attn" in setup.recompute_modules
-    return PassTime(attention=att.fwd_math if core else 0.0,
+    return PassTime(gemm=module_gemm, attention=att.fwd_math if core else 0.0,
                     memory=(att.fwd_mem if core else 0.0) + sum(module_s.get(m, 0.0) for m in setup.recompute_modules))
 
 

@@ -66,6 +66,7 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
     setup = LayerSetup(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=L.tp, cp=L.cp,
                        sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
                        recompute_modules=tr.selective_modules,
+                       act_fp8_input=tr.activation_func_fp8_input_store,
                        attention=attention_kind(framework, hw), grad_accum_fusion=framework.grad_accum_fusion,
                        grad_accum_bytes=framework.grad_accum_bytes,
                        cross_entropy=tr.cross_entropy,

@@ -105,7 +105,7 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
         if copy_out(p_dense) > 0:
             notes.append("ZeRO-3: FSDP2's all-gather copy-out and reduce-scatter copy-in on the compute stream")
     P_dev = sum(a + b for a, b in mods)
-    opt = mem_time(optimizer_step_bytes(P_dev, L.shard_ranks, grads_sharded=True), hw, eff)
+    opt = mem_time(optimizer_step_bytes(P_dev, L.shard_ranks, grads_sharded=True, moment_bytes=run.training.moment_bytes), hw, eff)
     T = T_c + opt
     tp_s, cp_s = _stream_comm(model, dense, moe_lt, emb, loss, m, ov.tp_comm, (rec_d, rec_m))
     bd = DefaultBreakdown(compute_s=compute_total - tp_s - cp_s, tp_s=tp_s, cp_s=cp_s, p2p_s=0.0, bubble_s=0.0,
