@@ -202,9 +202,12 @@ FLAG_NAMES = ["num-layers", "hidden-size", "ffn-hidden-size", "num-attention-hea
               "moe-layer-freq", "use-megatron-fsdp", "data-parallel-sharding-strategy",
               "num-distributed-optimizer-instances", "recompute-granularity", "recompute-method",
               "recompute-num-layers", "recompute-modules", "fp8-format", "fp8-recipe", "bf16", "fp16", "vocab-size",
-              "sequence-parallel", "position-embedding-type", "max-position-embeddings", "attention-dropout"]
+              "sequence-parallel", "position-embedding-type", "max-position-embeddings", "attention-dropout",
+              "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "v-head-dim",
+              "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype"]
 VALUES = ["", "1", "2", "4", "8", "0", "-3", "2048", "10" * 12, "1e3", "abc", "$X", "nan", "p2p a2a", "E|t|L",
-          "(t|)*3", "full", "block", "uniform", "selective", "hybrid", "mxfp8", "optim", "core_attn moe_act", "4 2"]
+          "(t|)*3", "full", "block", "uniform", "selective", "hybrid", "mxfp8", "optim", "core_attn moe_act", "4 2",
+          "bf16", "fp8"]
 
 
 @given(st.lists(st.tuples(st.sampled_from(FLAG_NAMES), st.sampled_from(VALUES)), max_size=14),
@@ -270,3 +273,32 @@ def test_fp8_param_gather_is_read_and_keeps_the_weights_in_fp8(tmp_path, capsys)
     assert on["memory"]["peak_bytes"] < off["memory"]["peak_bytes"]
     assert "fp8 weight and its fp8 transpose (FP8 parameters)" in on["memory"]["dtypes"]["weights_bytes"]
     assert "beside the bf16 copy" in off["memory"]["dtypes"]["fp8_weights_bytes"]
+
+
+def test_latent_attention_and_bf16_moments_are_read_as_megatron_lm_runs_them():
+    """--multi-latent-attention with DeepSeek-V3's widths reads as the catalog's deepseek-v3 attention
+    (the equal-weight stand-in and the latent widths); --use-precision-aware-optimizer with both
+    moments in bf16 keeps Adam's moments in bf16; a mixed or an unset switch is one line."""
+    dsv3 = catalog.model("deepseek-v3")
+    text = ("--num-layers 4 --hidden-size 7168 --num-attention-heads 128 --seq-length 4096 --micro-batch-size 1"
+            " --bf16 --swiglu --multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128"
+            " --qk-pos-emb-head-dim 64 --v-head-dim 128 --vocab-size 129280 --use-precision-aware-optimizer"
+            " --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16")
+    doc, unread = run_document(text, gpu="h100", gpus=8)
+    m = doc["model"]
+    got = tuple(m[k] for k in ("kv_heads", "head_dim", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                               "qk_rope_head_dim", "v_head_dim"))
+    assert got == (dsv3.kv_heads, dsv3.head_dim, 1536, 512, 128, 64, 128)
+    assert doc["training"]["adam_moments"] == "bf16" and unread == []
+    with pytest.raises(ModelcutError, match="moments in bf16 and fp32: modelcut keeps both in fp32 or both in bf16"):
+        run_document(text + " --exp-avg-dtype fp32", gpu="h100", gpus=8)
+    with pytest.raises(ModelcutError, match="need --use-precision-aware-optimizer"):
+        run_document(text.replace(" --use-precision-aware-optimizer", ""), gpu="h100", gpus=8)
+
+
+def test_latent_attention_without_a_query_latent_writes_a_run_file(tmp_path, capsys):
+    """Megatron-LM's MLA defaults (no query latent: --q-lora-rank unset) write a RUN.toml that reads back."""
+    from modelcut.service.megatron_args import run_file_text
+    text = SMALL_ARGS + " --multi-latent-attention --swiglu"
+    doc = tomllib.loads(run_file_text(text, "mla.sh", gpu="h100", gpus=8, vocab=32000))
+    assert "q_lora_rank" not in doc["model"] and doc["model"]["kv_lora_rank"] == 32

@@ -56,7 +56,8 @@ left in bf16 by ``filter_fqns``) or ``recipe_name = "rowwise"`` / ``"rowwise_wit
 nemo/lightning/pytorch/plugins/mixed_precision.py ``MegatronMixedPrecision``, as the recipes'
 ``bf16_with_fp8_mixed`` sets it) ``trainer.plugins.fp8=hybrid``,
 ``trainer.plugins.fp8_recipe=delayed|tensorwise|blockwise|mxfp8`` and
-``trainer.plugins.fp8_param_gather``.
+``trainer.plugins.fp8_param_gather``. Adam's moments in bf16 (``adam_moments``): Megatron-LM's
+``--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``.
 """
 
 from __future__ import annotations
@@ -206,6 +207,11 @@ def megatron_args(e: Evaluated, framework=None) -> str:
         lines += ["--fp8-format hybrid", f"--fp8-recipe {_MCORE_RECIPE[f8.recipe]}"]
         if f8.param_gather and e.zero >= 1:
             lines.append("--fp8-param-gather")
+    if tr.adam_moments == "bf16":     # Megatron-core's precision-aware optimizer (arguments.py)
+        lines += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
+    if tr.activation_func_fp8_input_store:
+        lines.append("# the SwiGLU's input kept in FP8: TransformerConfig.activation_func_fp8_input_store, which "
+                     "Megatron-LM's arguments do not set (a NeMo or Megatron-Bridge configuration does)")
     notes = [f"# data-parallel size {s.dp} follows from the world size {run.layout.gpus} (launch that many ranks)"]
     if not registry.get(s.schedule).megatron:
         notes.append(f"# schedule {s.schedule}: modelcut knows no Megatron-LM flag for it; Megatron-LM runs "

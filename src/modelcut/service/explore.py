@@ -632,8 +632,9 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
     sequence and tokens a step, on its stack (runs_dev.toml), checking its published layout
     (tp, cp, pp, dp, and ep for an MoE model); the run's micro-batch among those tried, every layout
     in the run's rank order and at the run's precision (an FP8 run's layouts all in FP8, with its
-    recipe), with the run's own kernel choices (attention, loss), gradient reduction and local
-    batch (how many schedule runs a pipelined layout makes a step, as predict times the run)."""
+    recipe), with the run's own kernel choices (attention, loss), gradient reduction, memory settings
+    (the SwiGLU's FP8 input, Adam's moments' type) and local batch (how many schedule runs a
+    pipelined layout makes a step, as predict times the run)."""
     pr = catalog.published_run(run_id)
     st = catalog.run_settings().get(run_id)
     run = catalog.apply_settings(pr.run, st)
@@ -645,7 +646,8 @@ def catalog_request(run_id: str, mode: str = "default", top: int = 5) -> Explore
     space = Space(micro_batches=tuple(sorted({1, 2, 4, tr.micro_batch})), order=L.order,
                   precision=tr.precision, fp8_recipe=tr.fp8_recipe, grad_reduce=tr.grad_reduce,
                   fp8_param_gather=tr.fp8_param_gather, attention=tr.attention, cross_entropy=tr.cross_entropy,
-                  local_batch=tr.local_batch)
+                  local_batch=tr.local_batch, act_fp8_input=tr.activation_func_fp8_input_store,
+                  adam_moments=tr.adam_moments)
     return ExploreRequest(run.model, catalog.hardware(run.gpu), L.gpus, tr.seq_len, tr.global_batch * tr.seq_len,
                           run.gpus_per_node, mode, st.framework if st is not None else None,
                           overlap=dict(st.overlap) if st is not None and st.overlap else None, space=space,

@@ -20,7 +20,11 @@ megatron/core/model_parallel_config.py):
   pads it (megatron/training/vocab_utils.py); mixture of experts: ``--num-experts``,
   ``--moe-router-topk`` (default 2), ``--moe-ffn-hidden-size`` (default the FFN's),
   ``--moe-shared-expert-intermediate-size`` (shared experts of that width over the expert width),
-  ``--moe-layer-freq`` (an integer k: every k-th layer);
+  ``--moe-layer-freq`` (an integer k: every k-th layer); multi-head latent attention,
+  ``--multi-latent-attention`` with ``--q-lora-rank`` (default none), ``--kv-lora-rank`` (32),
+  ``--qk-head-dim`` (128), ``--qk-pos-emb-head-dim`` (64) and ``--v-head-dim`` (128), timed as the
+  equal-weight grouped-query shape a DeepSeek config.json reads as (:func:`..catalog.hf_config.
+  mla_equivalent_shape`);
 * **the layout**: ``--tensor-model-parallel-size``, ``--context-parallel-size`` with
   ``--cp-comm-type`` (default p2p, the ring) and ``--hierarchical-context-parallel-sizes``,
   ``--pipeline-model-parallel-size`` with ``--num-virtual-stages-per-pipeline-rank`` or
@@ -36,7 +40,8 @@ megatron/core/model_parallel_config.py):
   micro-batch × dp), ``--recompute-granularity``, ``--recompute-method``, ``--recompute-num-layers``,
   ``--recompute-modules``, ``--bf16``/``--fp16`` (neither: fp32, which modelcut does not time),
   ``--fp8-format`` with ``--fp8-recipe`` (default delayed; tensorwise is current scaling) and
-  ``--fp8-param-gather`` (default off), ``--attention-backend`` (:data:`..core.step.frameworks.ATTENTION_BACKENDS`; default
+  ``--fp8-param-gather`` (default off), Adam's moments from ``--exp-avg-dtype`` and
+  ``--exp-avg-sq-dtype`` with ``--use-precision-aware-optimizer`` (default fp32), ``--attention-backend`` (:data:`..core.step.frameworks.ATTENTION_BACKENDS`; default
   auto, the stack's kernel),
   ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl`` (default native), the
   gradients' reduce type from ``--grad-reduce-in-bf16`` and ``--accumulate-allreduce-grads-in-fp32``
@@ -57,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import catalog
+from ..catalog.hf_config import mla_equivalent_shape
 from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
 from ..core.specs import CP_KINDS, fp8_recipe_name
@@ -73,14 +79,15 @@ _SWITCHES = ("sequence-parallel", "use-distributed-optimizer", "use-megatron-fsd
              "untie-embeddings-and-output-weights", "disable-bias-linear", "add-qkv-bias", "bf16", "fp16",
              "cross-entropy-loss-fusion", "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
              "no-overlap-p2p-communication", "fp8-param-gather", "grad-reduce-in-bf16",
-             "accumulate-allreduce-grads-in-fp32")
+             "accumulate-allreduce-grads-in-fp32", "multi-latent-attention", "use-precision-aware-optimizer")
 
 _MODEL_FLAGS = ("num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
                 "num-query-groups", "kv-channels", "swiglu", "untie-embeddings-and-output-weights", "normalization",
                 "disable-bias-linear", "add-qkv-bias", "attention-dropout", "hidden-dropout",
                 "position-embedding-type", "max-position-embeddings", "vocab-size", "make-vocab-size-divisible-by",
                 "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
-                "moe-layer-freq")
+                "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim",
+                "qk-pos-emb-head-dim", "v-head-dim")
 _RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-type",
               "hierarchical-context-parallel-sizes", "pipeline-model-parallel-size", "pipeline-model-parallel-layout",
               "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
@@ -92,7 +99,10 @@ _RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-ty
               "fp16", "fp8-format", "fp8-recipe", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
               "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "no-overlap-p2p-communication",
               "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32", "fp8-param-gather",
-              "attention-backend")
+              "attention-backend", "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype")
+#: Megatron-LM's --exp-avg-dtype and --exp-avg-sq-dtype choices (core_v0.15.0 megatron/training/arguments.py;
+#: default fp32); modelcut times fp32 and bf16 moments (:data:`..core.specs.ADAM_MOMENT_DTYPES`).
+_MOMENT_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 #: Megatron-core's --fp8-recipe names (TransformerConfig.fp8_recipe; "custom" is not timed), read as
 #: modelcut's recipes by :func:`..core.specs.fp8_recipe_name` (tensorwise is current scaling).
 _MCORE_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
@@ -268,6 +278,21 @@ def _model(flags: dict[str, list[str]], tp: int, vocab: int | None) -> dict[str,
     width = _int(flags, "kv-channels")
     if width is not None and width * heads != h:
         table["head_dim"] = width
+    if _on(flags, "multi-latent-attention"):
+        # Megatron-LM's MLA widths and their defaults (arguments.py: --kv-lora-rank 32, --qk-head-dim 128,
+        # --qk-pos-emb-head-dim 64, --v-head-dim 128, no query latent), timed as the equal-weight
+        # grouped-query stand-in a DeepSeek config.json reads as
+        mla = dict(q_lora_rank=_int(flags, "q-lora-rank"), kv_lora_rank=_int(flags, "kv-lora-rank", 32),
+                   qk_nope_head_dim=_int(flags, "qk-head-dim", 128),
+                   qk_rope_head_dim=_int(flags, "qk-pos-emb-head-dim", 64), v_head_dim=_int(flags, "v-head-dim", 128))
+        for k, v in mla.items():
+            if v is not None and v < 1:
+                raise ModelcutError(f"--{k.replace('_', '-')}: a width of at least 1, got {v}")
+        kv_heads, head_dim = mla_equivalent_shape(h, heads, *mla.values())
+        table.update(kv_heads=kv_heads, **{k: v for k, v in mla.items() if v is not None})
+        table.pop("head_dim", None)
+        if head_dim * heads != h:
+            table["head_dim"] = head_dim
     if positions == "learned_absolute":
         table["learned_positions"] = True
         table["max_seq"] = _int(flags, "max-position-embeddings", _int(flags, "seq-length"))
@@ -438,6 +463,15 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
         training["grad_reduce"] = "fp32" if _on(flags, "accumulate-allreduce-grads-in-fp32") else "fp16"
     else:
         training["grad_reduce"] = "bf16" if _on(flags, "grad-reduce-in-bf16") else "fp32"
+    moments = {_choice(flags, f, "fp32", _MOMENT_DTYPES) for f in ("exp-avg-dtype", "exp-avg-sq-dtype")}
+    if moments != {"fp32"}:
+        if not _on(flags, "use-precision-aware-optimizer"):
+            raise ModelcutError("--exp-avg-dtype and --exp-avg-sq-dtype other than fp32 need "
+                                "--use-precision-aware-optimizer (Megatron-core's OptimizerConfig asserts it)")
+        if moments != {"bf16"}:
+            raise ModelcutError(f"Adam's moments in {' and '.join(sorted(moments))}: modelcut keeps both in fp32 or "
+                                "both in bf16")
+        training["adam_moments"] = "bf16"
     kernel = ATTENTION_BACKENDS[_choice(flags, "attention-backend", "auto", tuple(ATTENTION_BACKENDS))]
     if kernel is not None:
         training["attention"] = kernel

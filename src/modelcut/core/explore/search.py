@@ -297,7 +297,8 @@ class _Search:
                         fp8_recipe=self.space.fp8_recipe, order=self.space.order, count=count,
                         grad_reduce=self.space.grad_reduce, fp8_param_gather=self.space.fp8_param_gather,
                         attention=self.space.attention, cross_entropy=self.space.cross_entropy,
-                        local_batch=local_batch_of(self.space, s.pp))
+                        local_batch=local_batch_of(self.space, s.pp), act_fp8_input=self.space.act_fp8_input,
+                        adam_moments=self.space.adam_moments)
 
     def _peak(self, run: Run, plan: PipelinePlan, r: str, z: int) -> float:
         """One variant's peak bytes: the shared fast path, or from the full schedule (``cached=False``)."""

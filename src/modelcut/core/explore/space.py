@@ -45,6 +45,9 @@ class Space:
     fp8_param_gather: bool | None = None      # with fp8: the weights kept and gathered in FP8 (None: the stack's)
     attention: str | None = None              # the attention kernel (None: the stack's; ..specs.ATTENTION_KINDS)
     cross_entropy: str | None = None          # the loss's kernel (None: the stack's; ..specs.CROSS_ENTROPY_KINDS)
+    act_fp8_input: bool = False               # the SwiGLU's input kept in FP8 (..specs.Training's
+    #                                           activation_func_fp8_input_store)
+    adam_moments: str | None = None           # Adam's moments' type (None: the stack's; ..specs.ADAM_MOMENT_DTYPES)
     order: tuple[str, ...] = DEFAULT_ORDER    # the rank order of every layout searched
     hybrid_shard: bool = True                 # also shard ZeRO's states within a node (node_shard)
     uneven_split: bool | None = None          # also a lighter last pipeline rank (..plan.lighter_last);
@@ -253,14 +256,17 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
              gpus_per_node: int | None = None, sequence_parallel: bool = True, precision: str = "bf16",
              fp8_recipe: str | None = None, order: tuple[str, ...] = DEFAULT_ORDER,
              count: int = 1, grad_reduce: str | None = None, fp8_param_gather: bool | None = None,
-             attention: str | None = None, cross_entropy: str | None = None, local_batch: int | None = None) -> Run:
+             attention: str | None = None, cross_entropy: str | None = None, local_batch: int | None = None,
+             act_fp8_input: bool = False, adam_moments: str | None = None) -> Run:
     """The run of one layout under a recomputation variant (:func:`..specs.recompute_variant`):
     sequence parallelism with t > 1 (where the stack has it,
     ``sequence_parallel``); the rank order ``order``, by default the layouts' default,
     Megatron-core's (ep next to tp and cp, the pipeline outermost: :data:`..specs.DEFAULT_ORDER`);
     under :data:`..specs.BLOCKS` the first ``count`` layers of each chunk recomputed whole, under
     :data:`..specs.EVERY` one layer in ``count`` on each rank (:func:`..specs.partial_training`);
-    ``local_batch``: the sequences a data-parallel rank puts through one schedule run (:func:`local_batch_of`)."""
+    ``local_batch``: the sequences a data-parallel rank puts through one schedule run (:func:`local_batch_of`);
+    ``act_fp8_input`` and ``adam_moments``: the memory settings of :class:`..specs.Training` of those names
+    (``activation_func_fp8_input_store``), the same for every layout."""
     lay = Layout(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, etp=s.etp, vpp=s.vpp, sequence_parallel=s.tp > 1 and sequence_parallel,
                  zero=zero,
                  schedule=s.schedule, cp_kind=s.cp_kind, cp_a2a=s.cp_a2a, order=order, dp_shard=s.dp_shard,
@@ -271,5 +277,6 @@ def make_run(model: ModelSpec, gpu: str, s: Structure, seq: int, global_batch: i
                                          fp8_recipe=fp8_recipe, grad_reduce=grad_reduce,
                                          fp8_param_gather=fp8_param_gather, attention=attention,
                                          cross_entropy=cross_entropy, local_batch=local_batch,
+                                         activation_func_fp8_input_store=act_fp8_input, adam_moments=adam_moments,
                                          **partial_training(recompute, count)),
                gpus_per_node=gpus_per_node)
