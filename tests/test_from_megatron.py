@@ -302,3 +302,22 @@ def test_latent_attention_without_a_query_latent_writes_a_run_file(tmp_path, cap
     text = SMALL_ARGS + " --multi-latent-attention --swiglu"
     doc = tomllib.loads(run_file_text(text, "mla.sh", gpu="h100", gpus=8, vocab=32000))
     assert "q_lora_rank" not in doc["model"] and doc["model"]["kv_lora_rank"] == 32
+
+
+def test_bf16_moments_round_trip_and_the_fp8_swiglu_input_is_a_note(tmp_path, capsys):
+    """A search with Adam's moments in bf16 emits the precision-aware optimizer's flags, which read back
+    to the same prediction; the SwiGLU's FP8 input, a TransformerConfig field with no Megatron-LM flag,
+    is a note."""
+    req = ExploreRequest(model=catalog.model("llama3-8b"), hw=catalog.hardware("h100"), gpus=8, seq=4096,
+                         global_batch_tokens=1 << 19, top=2, framework="megatron-core")
+    req = replace(req, space=replace(req.space, adam_moments="bf16"))
+    res = run_explore(req)
+    e = res.layouts[0]
+    assert e.run.training.adam_moments == "bf16"
+    text = megatron_args(e, res.framework)
+    assert {"--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"} <= set(text.splitlines())
+    got = assert_round_trip("from-megatron", text, req, res.framework, tmp_path, capsys)
+    assert got == pytest.approx(e.step_time_s, rel=1e-9)
+    stored = run_explore(replace(req, space=replace(req.space, act_fp8_input=True)))
+    assert stored.layouts[0].run.training.activation_func_fp8_input_store
+    assert any(ln.startswith("# the SwiGLU's input kept in FP8") for ln in megatron_args(stored.layouts[0]).splitlines())
