@@ -198,3 +198,23 @@ def test_moe_act_beside_the_fp8_input_store_keeps_more():
     kw = dict(recompute="selective", fp8=True, act_fp8_input=True)
     assert acts(recompute_modules=("core_attn", "moe_act"), **kw) - acts(recompute_modules=("core_attn",), **kw) == \
         pytest.approx(N * k * fe)
+
+
+def test_context_parallelism_moves_latent_attentions_own_q_k_v():
+    """Latent attention runs its core on up-projected tensors, a K and V per query head: context
+    parallelism passes and merges those (Q, K: H·192; V, output: H·128 on DeepSeek-V3), not the
+    stand-in's 8 KV heads of 96. The all-to-all form can then cut K and V as finely as the query heads."""
+    from modelcut.core.costs import context
+    H = DSV3.heads
+    assert context.cp_widths(DSV3, 1) == (H * 192, H * 192, H * 128, H * 128)
+    assert context.cp_widths(DSV3, 4) == (H // 4 * 192, H // 4 * 192, H // 4 * 128, H // 4 * 128)
+    assert context.cp_widths(LLAMA, 2) == (LLAMA.q_dim // 2, 4 * 128, 4 * 128, LLAMA.q_dim // 2)
+    assert context.block_bytes(DSV3, 1, N, 2) == pytest.approx(N / 2 * H * (192 + 128) * 2)
+    (qkv, out), (dout, grads) = context.a2a_tensors(DSV3, 1, N, 4)
+    assert qkv == pytest.approx(tuple(N / 4 * w * 2 for w in (H * 192, H * 192, H * 128)))
+    assert out == dout == pytest.approx((N / 4 * H * 128 * 2,))
+    assert context.ring_merge_bytes(DSV3, 1, N, 2) == pytest.approx((N * H * 128 * 6, N * H * 512 * 6))
+    assert context.heads_split_problem(DSV3, 1, 16) is None          # the stand-in's 8 KV heads would refuse it
+    assert "KV heads" in context.heads_split_problem(replace(DSV3, q_lora_rank=None, kv_lora_rank=None,
+                                                             qk_nope_head_dim=None, qk_rope_head_dim=None,
+                                                             v_head_dim=None), 1, 16)

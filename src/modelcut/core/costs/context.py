@@ -240,6 +240,23 @@ def query_width_per_rank(model: ModelSpec, t: int = 1) -> int:
     return model.heads // t * model.d_head
 
 
+def cp_widths(model: ModelSpec, t: int = 1) -> tuple[int, int, int, int]:
+    """(Q, K, V, output) widths on one tensor-parallel rank as context parallelism moves and merges
+    them: Q and the output :func:`query_width_per_rank`, K and V :func:`kv_width_per_rank`. Multi-head
+    latent attention (``ModelSpec.is_mla``) runs its attention on up-projected tensors, one K and V
+    per query head (Megatron-core core_v0.15.0 multi_latent_attention.py ``qkv_up_proj_and_rope_apply``:
+    query and key [tokens, heads, d_nope + d_rope], value [tokens, heads, d_v]; its context
+    parallelism passes those), so its widths are H/t·(d_nope + d_rope) for Q and K and H/t·d_v for V
+    and the output, not the grouped-query stand-in's the time model runs its products as."""
+    _pos_int("t", t)
+    if model.is_mla:
+        heads = model.heads // t
+        qk = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
+        return qk, qk, heads * model.v_head_dim, heads * model.v_head_dim
+    q, kv = query_width_per_rank(model, t), kv_width_per_rank(model, t)
+    return q, kv, kv, q
+
+
 def heads_split_problem(model: ModelSpec, t: int, cp: int, form: str = "a2a") -> str | None:
     """Why an all-to-all over cp ranks cannot cut this model's heads, or None: each rank takes
     heads/(t·cp) query heads and kv_heads/(t·cp) K and V heads, so both per-tensor-parallel
@@ -252,7 +269,8 @@ def heads_split_problem(model: ModelSpec, t: int, cp: int, form: str = "a2a") ->
     _pos_int("cp", cp)
     who = ("the a2a form of context parallelism needs cp" if form == "a2a"
            else "the a2a+p2p form of context parallelism needs its all-to-all groups' size cp_a2a")
-    q_heads, kv_heads = model.heads // t, max(model.kv_heads // t, 1)
+    # latent attention's up-projected K and V have a head per query head (:func:`cp_widths`)
+    q_heads, kv_heads = model.heads // t, max((model.heads if model.is_mla else model.kv_heads) // t, 1)
     if q_heads % cp:
         return f"{who} ({cp}) to divide the heads per tensor-parallel rank ({q_heads})"
     if kv_heads % cp:
@@ -275,13 +293,13 @@ def a2a_tensors(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int = 
     micro-batch, 16-bit, in the order it sends them (one ``all_to_all_single`` a tensor:
     TransformerEngine v2.18 ``AttnFuncWithCPAndQKVOA2A``): forward ((Q, K, V), (O,)), backward
     ((dO,), (dQ, dK, dV)), with Q, O, dO, dQ b·(s/cp)·q_t·2 bytes and K, V, dK, dV
-    b·(s/cp)·kv_t·2. Each all-to-all sends (cp − 1)/cp of its tensor (:func:`.comm.all_to_all`).
+    b·(s/cp)·kv_t·2 (latent attention's own widths: :func:`cp_widths`). Each all-to-all sends (cp − 1)/cp of its tensor (:func:`.comm.all_to_all`).
     The backward exchanges no output: the forward keeps its head-cut output for it (v2.8 on)."""
     _pos_int("micro_batch", micro_batch)
     _pos_int("cp", cp)
     rows = micro_batch * seq / cp
-    q, kv = rows * query_width_per_rank(model, t) * BYTES, rows * kv_width_per_rank(model, t) * BYTES
-    return ((q, kv, kv), (q,)), ((q,), (q, kv, kv))
+    q, k, v, o = (rows * w * BYTES for w in cp_widths(model, t))
+    return ((q, k, v), (o,)), ((o,), (q, k, v))
 
 
 def a2a_copy_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int = 1) -> tuple[float, float]:
@@ -350,9 +368,11 @@ class CPAttention:
 
 
 def block_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int = 1) -> float:
-    """One rank's K and V, b·(s/cp)·2·kv_t·2 bytes: what a ring step passes on."""
+    """One rank's K and V, b·(s/cp)·2·kv_t·2 bytes: what a ring step passes on (latent attention's
+    up-projected K and V: :func:`cp_widths`)."""
     _pos_int("micro_batch", micro_batch)
-    return micro_batch * (seq / cp) * 2 * kv_width_per_rank(model, t) * BYTES
+    _, k, v, _ = cp_widths(model, t)
+    return micro_batch * (seq / cp) * (k + v) * BYTES
 
 
 #: Bytes per element of one step's partial result that ring attention's merge moves: it reads the
@@ -375,9 +395,8 @@ def ring_merge_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: i
     if cp <= 1:
         return 0.0, 0.0
     rows = micro_batch * seq
-    q = query_width_per_rank(model, t)
-    kv = 2 * kv_width_per_rank(model, t)
-    return rows * q * RING_MERGE_BYTES, rows * (q + kv) * RING_MERGE_BYTES
+    q, k, v, o = cp_widths(model, t)
+    return rows * o * RING_MERGE_BYTES, rows * (q + k + v) * RING_MERGE_BYTES
 
 
 # ---------------------------------------------------------------- PyTorch's context parallelism
@@ -417,7 +436,8 @@ def torch_merge_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: 
     """(forward, backward) bytes PyTorch's SDPA context parallelism moves around its cp attention
     calls on the busiest rank for one layer and micro-batch, the last rank of the load-balanced
     split (every step after the first attends all its queries). With E_q = b·(s/cp)·(heads/t)·d
-    query elements and E_kv = b·(s/cp)·2·kv_t key and value ones (:func:`kv_width_per_rank`):
+    query elements and E_kv = b·(s/cp)·2·kv_t key and value ones (:func:`cp_widths`; with latent
+    attention the forward's E_q counts the output's elements, H/t·d_v a token):
 
     forward  = E_q·(2·6 + m·(cp − 1)) + E_kv·4·(cp − 1), m = 38 eager, 10 compiled;
     backward = E_q·(4 + 10·cp + 6) + E_kv·(4 + 10 + 13·(cp − 1) + 8·cp + 6 + 4·(cp − 1)) eager,
@@ -435,15 +455,15 @@ def torch_merge_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: 
     if cp <= 1:
         return 0.0, 0.0
     rows = micro_batch * seq / cp
-    e_q = rows * query_width_per_rank(model, t)
-    e_kv = rows * 2 * kv_width_per_rank(model, t)
+    q, k, v, o = cp_widths(model, t)
+    e_o, e_q, e_kv = rows * o, rows * q, rows * (k + v)   # the outputs merged forward, dQ backward
     steps = cp - 1
     if compiled:
-        fwd = e_q * (2 * TORCH_CAST_BYTES + TORCH_ACCUM_BYTES * steps)
+        fwd = e_o * (2 * TORCH_CAST_BYTES + TORCH_ACCUM_BYTES * steps)
         bwd = (e_q * (2 * TORCH_CAST_BYTES + TORCH_ACCUM_BYTES * steps)
                + e_kv * (2 * TORCH_CAST_BYTES + TORCH_ACCUM_BYTES * steps))
     else:
-        fwd = e_q * (2 * TORCH_CAST_BYTES + TORCH_EAGER_MERGE_BYTES * steps)
+        fwd = e_o * (2 * TORCH_CAST_BYTES + TORCH_EAGER_MERGE_BYTES * steps)
         bwd = (e_q * (TORCH_ZEROS_BYTES + TORCH_ACCUM_BYTES * cp + TORCH_CAST_BYTES)
                + e_kv * (TORCH_ZEROS_BYTES + TORCH_ACCUM_BYTES + (TORCH_ACCUM_BYTES / 2 + TORCH_COPY32_BYTES) * steps
                          + TORCH_COPY32_BYTES * cp + TORCH_CAST_BYTES))

@@ -169,7 +169,8 @@ def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int =
     blocks; the ring's this step's and the next, 2) and FP32 accumulators of E_q query elements
     (b·(s/cp)·(heads/t)·d): forward, the running output and one temporary of ``_SDPAMerger``'s,
     2·4·E_q; backward, dQ (4·E_q) and dK, dV three times in FP32 (the sum, the buffer sent on and
-    the one received, 3·2 blocks): max(rotated + 8·E_q, rotated + 4·E_q + 6 blocks)."""
+    the one received, 3·2 blocks): max(rotated + 8·E_q, rotated + 4·E_q + 6 blocks) (with latent
+    attention the forward's E_q counts the output's elements: :func:`..costs.context.cp_widths`)."""
     _cp_check(cp, cp_kind)
     if cp_impl not in context.CP_IMPLS:
         raise ModelcutError(f"cp_impl must be one of {', '.join(context.CP_IMPLS)}, got {cp_impl!r}")
@@ -178,8 +179,9 @@ def cp_transient_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: int =
     blk = context.block_bytes(model, micro_batch, seq, cp, t)
     if cp_impl == "torch-sdpa":
         rotated = cp * blk if cp_kind == "allgather" else 2 * blk
-        fp32_q = FP32_BYTES * micro_batch * seq / cp * context.query_width_per_rank(model, t)
-        return rotated + max(2 * fp32_q, fp32_q + 6 * blk)
+        q, _, _, o = context.cp_widths(model, t)          # dQ's width and the output's (latent attention's own)
+        rows = FP32_BYTES * micro_batch * seq / cp
+        return rotated + max(2 * rows * o, rows * q + 6 * blk)
     if cp_kind in ("a2a", "a2a+p2p"):
         (qkv, out), _ = context.a2a_tensors(model, micro_batch, seq, cp, t)
         ring = 4 * blk if cp_kind == "a2a+p2p" else 0.0     # the hierarchical ring's blocks: as many bytes

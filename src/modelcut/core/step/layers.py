@@ -672,7 +672,7 @@ def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
     b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp
     if cp == 1:
         return 0.0, 0.0
-    kv_bytes = b * s * 2 * context.kv_width_per_rank(model, t) * BYTES    # K and V of the whole sequence
+    kv_bytes = context.block_bytes(model, b, s, 1, t)    # K and V of the whole sequence
     if setup.cp_impl == "torch-sdpa":
         return _torch_cp_comm(model, setup, hw, eff, att, kv_bytes)
     if setup.cp_kind == "a2a":   # Q, K, V there and the output back; dO there and dQ, dK, dV back
