@@ -218,3 +218,24 @@ def test_context_parallelism_moves_latent_attentions_own_q_k_v():
     assert "KV heads" in context.heads_split_problem(replace(DSV3, q_lora_rank=None, kv_lora_rank=None,
                                                              qk_nope_head_dim=None, qk_rope_head_dim=None,
                                                              v_head_dim=None), 1, 16)
+
+
+def test_latent_attentions_core_is_timed_and_counted_at_its_own_width():
+    """The core runs on up-projected heads of 192 (QKᵀ) and 128 (A·V): 4·128·160 FLOPs a pair on
+    DeepSeek-V3 where the stand-in's head_dim of 96 counts 60 % of it, timed at the tables' rate for
+    heads of 128 (cuDNN's 192/128 forward runs at the 128/128 rate from 4K tokens: the catalog's
+    cudnn-fe-2026-02 sweep); the FLOPs behind MFU count the same work."""
+    from modelcut.core.costs import context, flops
+    from modelcut.core.specs import MLA_FIELDS
+    from modelcut.core.step.layers import layer_attention
+    assert DSV3.core_width == 128 * 160 and LLAMA.core_width == LLAMA.q_dim
+    heads128 = replace(DSV3, head_dim=128, **{f: None for f in MLA_FIELDS})
+    s = setup()
+    a, b = layer_attention(DSV3, s, H100, EFF), layer_attention(heads128, s, H100, EFF)
+    k = 160 / 128
+    assert (a.fwd_math, a.bwd_math, a.flops_fwd) == pytest.approx((k * b.fwd_math, k * b.bwd_math, k * b.flops_fwd))
+    assert a.fwd_mem == pytest.approx(b.fwd_mem)
+    assert context.attention_flops_per_pair(DSV3, 2) == 4 * 128 * 160 / 2
+    stand_in = replace(DSV3, **{f: None for f in MLA_FIELDS})
+    extra = flops.causal_model_flops(DSV3, 8, N) - flops.causal_model_flops(stand_in, 8, N)
+    assert extra == pytest.approx(8 * N * 3 * DSV3.layers * 4 * (128 * 160 - 128 * 96) * N / 2)

@@ -242,6 +242,17 @@ class ModelSpec:
         """Multi-head latent attention: its latent widths given (class doc)."""
         return self.kv_lora_rank is not None
 
+    @property
+    def core_width(self) -> float:
+        """The attention core's width: its forward does 4·core_width FLOPs per (query, key) pair,
+        QKᵀ and A·V. heads·head_dim (:attr:`q_dim`) for multi-head and grouped-query attention;
+        with multi-head latent attention, whose cores run on up-projected heads,
+        heads·(d_nope + d_rope + d_v)/2 (2·H·(d_nope + d_rope) + 2·H·d_v: DeepSeek-V3 128·160,
+        where its grouped-query stand-in's head_dim of 96 would count 60 % of it)."""
+        if self.is_mla:
+            return self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim) / 2
+        return self.q_dim
+
 
 #: The rank order a layout gets when it names none, innermost first: tensor, context and expert
 #: parallelism next to each other, the pipeline outermost. It is Megatron-core's default

@@ -324,9 +324,9 @@ def a2a_copy_bytes(model: ModelSpec, micro_batch: int, seq: int, cp: int, t: int
 
 def attention_flops_per_pair(model: ModelSpec, t: int = 1) -> float:
     """Forward FLOPs of one (query, key) pair on one tensor-parallel rank: QKᵀ and A·V, 2·d each,
-    over the rank's heads/t query heads."""
+    over the rank's heads/t query heads (latent attention's own widths: ``ModelSpec.core_width``)."""
     _pos_int("t", t)
-    return 4.0 * model.d_head * model.heads / t
+    return 4.0 * model.core_width / t
 
 
 @dataclass(frozen=True)

@@ -200,8 +200,8 @@ def layer_matmul_params(model: ModelSpec, moe: bool) -> int:
 
 def _layer_forward_flops_per_token(model: ModelSpec, seq: int, moe: bool) -> float:
     """Forward FLOPs of one layer for one token: 2 per matrix weight, plus QKᵀ and A·V,
-    2·2·s·q (no causal saving, as eq. 3 counts it)."""
-    return 2.0 * layer_matmul_params(model, moe) + 4.0 * seq * model.q_dim
+    2·2·s·q (no causal saving, as eq. 3 counts it; q the core's width, ``ModelSpec.core_width``)."""
+    return 2.0 * layer_matmul_params(model, moe) + 4.0 * seq * model.core_width
 
 
 def _logits_forward_flops_per_token(model: ModelSpec) -> float:
@@ -214,7 +214,7 @@ def _layers_forward_flops_per_token(model: ModelSpec, seq: int) -> float:
     the causally unmasked pairs (:func:`causal_model_flops`)."""
     moe = moe_layer_count(model)
     attn = sum(n * attention_pairs(seq, window, chunk) for n, window, chunk in attention_layer_kinds(model)) \
-        * 4.0 * model.q_dim / seq
+        * 4.0 * model.core_width / seq
     return ((model.layers - moe) * 2.0 * layer_matmul_params(model, False)
             + moe * 2.0 * layer_matmul_params(model, True) + attn)
 
@@ -233,7 +233,8 @@ def causal_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
     forward + backward = 3 × the forward; every layer's products (2 per matrix weight a token
     passes through, the routed top-k experts in an MoE layer) and the logits (2·h·V per token), and
     the attention core over the causally unmasked half of the (query, key) pairs, 2·2·s·q/2 per
-    token per layer (a sliding-window or chunked layer's over its pairs, :func:`attention_pairs`); no
+    token per layer, q the core's width (``ModelSpec.core_width``: latent attention's own, not its
+    stand-in's) (a sliding-window or chunked layer's over its pairs, :func:`attention_pairs`); no
     recomputation. The FLOPs behind the default model's MFU, which therefore never exceeds 100 %:
     every one of them is timed at no more than the accelerator's peak."""
     return _tokens(batch, seq) * 3.0 * (_layers_forward_flops_per_token(model, seq) + _logits_forward_flops_per_token(model))
@@ -289,7 +290,7 @@ def recompute_flops(model: ModelSpec, batch: int, seq: int, recompute: str,
     if recompute == "selective":
         if modules is not None and "core_attn" not in modules:
             return 0.0
-        return tokens * model.layers * 4.0 * seq * model.q_dim
+        return tokens * model.layers * 4.0 * seq * model.core_width
     if recompute == "full":
         moe = moe_layer_count(model)
         return recomputed_layers_flops(model, batch, seq, model.layers - moe, moe)

@@ -96,7 +96,7 @@ backward counts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..costs import comm, context, flops, op_sac
 from ..costs.loss import LOSS_KERNELS
@@ -105,7 +105,7 @@ from ..costs import fp8 as fp8_mod
 from ..costs.fp8 import Fp8
 from ..costs.kernels import ATTENTION_KINDS, BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
 from ..errors import ModelcutError
-from ..specs import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Hardware, ModelSpec
+from ..specs import DEFAULT_RECOMPUTE_MODULES, MLA_FIELDS, RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Hardware, ModelSpec
 from ..units import GRAD_ACCUM_BYTES_16
 
 #: Bytes per logit each cross-entropy moves, (forward, backward): :data:`..costs.loss.LOSS_KERNELS`.
@@ -759,6 +759,25 @@ def _chunked_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: E
 
 
 def layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> AttentionTime:
+    """One layer's attention core for a micro-batch (:func:`_layer_attention`). Multi-head latent
+    attention runs its cores on up-projected heads of d_nope + d_rope (QKᵀ) and d_v (A·V): its work,
+    ``ModelSpec.core_width``, at the rate the tables give heads of d_v. NVIDIA's cuDNN 9.19.1 sweep on
+    the H200 (the catalog's attention sweep cudnn-fe-2026-02, NVIDIA/cudnn-frontend
+    benchmark/sdpa_benchmark_training dsv3 and llama3.1 results) runs DeepSeek-V3's 192/128 heads'
+    forward at the TFLOP/s of 128/128 heads from 4,096 tokens (599 against 591 at 4K, 643 against
+    644 at 8K; 522 against 484 at 2K); its backward there is the deterministic one, no comparison,
+    and is taken at the same rate. The memory-bound parts (an unfused softmax's) are the heads'
+    score matrices, unscaled."""
+    if not model.is_mla:
+        return _layer_attention(model, setup, hw, eff)
+    stand = replace(model, head_dim=model.v_head_dim, **{f: None for f in MLA_FIELDS})
+    a = _layer_attention(stand, setup, hw, eff)
+    k = model.core_width / stand.q_dim
+    return AttentionTime(a.fwd + (k - 1) * a.fwd_math, a.bwd + (k - 1) * a.bwd_math, k * a.fwd_math,
+                         k * a.bwd_math, k * a.flops_fwd)
+
+
+def _layer_attention(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> AttentionTime:
     """One layer's attention core for a micro-batch, the average layer's: with sliding-window
     layers (``ModelSpec.sliding_layers``) or chunked ones (``chunked_layers``, :func:`_chunked_attention`)
     the causal, windowed and chunked attention weighted by their share of the layers
