@@ -45,6 +45,12 @@ def test_models_list_counts_parameters_as_the_catalog_does(capsys):
     assert "llama3.1-405b" in rows["llama3-405b"]["aliases"]
     moe = rows["deepseek-v3"]
     assert moe["params_b"] == pytest.approx(671, rel=0.01) and moe["active_params_b"] < moe["params_b"]
+    # latent attention says so beside its stand-in's KV heads
+    assert moe["kv_lora_rank"] == 512 and rows["llama3-405b"]["kv_lora_rank"] is None
+    assert main(["list", "models"]) == 0
+    table = capsys.readouterr().out
+    assert "128 / 8 (MLA, latent 512)" in table and "(MLA" not in next(
+        ln for ln in table.splitlines() if "llama3-405b " in ln)
 
 
 def test_frameworks_list_says_whose_context_parallelism_and_which_nccl(capsys):

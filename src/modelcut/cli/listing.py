@@ -28,7 +28,8 @@ _COLUMNS: dict[str, list[tuple[str, Callable[[dict], Any]]]] = {
                ("Params (B)", lambda r: _num(r["params_b"])),
                ("Active (B)", lambda r: _num(r["active_params_b"]) if r["experts"] > 1 else "-"),
                ("Layers", lambda r: r["layers"]), ("Hidden", lambda r: r["hidden"]),
-               ("Heads / KV", lambda r: f"{r['heads']} / {r['kv_heads']}"),
+               ("Heads / KV", lambda r: f"{r['heads']} / {r['kv_heads']}"
+                + (f" (MLA, latent {r['kv_lora_rank']})" if r.get("kv_lora_rank") else "")),
                ("Experts", lambda r: f"{r['experts']} (top {r['top_k']})" if r["experts"] > 1 else "-"),
                ("Source", lambda r: r["source"])],
     "hardware": [("Name", lambda r: r["name"]), ("Also", _names),

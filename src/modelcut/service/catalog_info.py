@@ -57,6 +57,7 @@ def _models() -> list[dict[str, Any]]:
     return [{"name": m.name, "aliases": list(catalog.models.model_aliases(m.name)),
              "params_b": param_count(m) / 1e9, "active_params_b": param_count(m, active=True) / 1e9,
              "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads,
+             "kv_lora_rank": m.kv_lora_rank,
              "vocab": m.vocab, "experts": m.experts, "top_k": m.top_k, "max_seq": m.max_seq,
              "source": m.source} for m in catalog.all_models()]
 
