@@ -239,3 +239,23 @@ def test_latent_attentions_core_is_timed_and_counted_at_its_own_width():
     stand_in = replace(DSV3, **{f: None for f in MLA_FIELDS})
     extra = flops.causal_model_flops(DSV3, 8, N) - flops.causal_model_flops(stand_in, 8, N)
     assert extra == pytest.approx(8 * N * 3 * DSV3.layers * 4 * (128 * 160 - 128 * 96) * N / 2)
+
+
+def test_the_explorer_counts_the_searchs_adam_moments_as_predict_does():
+    """A search with Adam's moments in bf16 checks each layout's memory with 8 bytes of optimizer state
+    a parameter beside the master copy, as ``predict`` counts the same run."""
+    from modelcut.core.memory import memory_report
+    from modelcut.core.step.default import default_plan
+    from modelcut.service.explore import ExploreRequest, run_explore
+    req = ExploreRequest(model=LLAMA, hw=H100, gpus=8, seq=N, global_batch_tokens=1 << 19, top=1,
+                         framework="megatron-core")
+    plain = run_explore(req).layouts[0]
+    bf16 = run_explore(replace(req, space=replace(req.space, adam_moments="bf16")))
+    fw = catalog.framework("megatron-core")
+    assert plain.peak_bytes == pytest.approx(
+        memory_report(plain.run, H100, plan=default_plan(plain.run), framework=fw)["peak_bytes"], rel=1e-9)
+    low = [x for x in bf16.layouts if x.structure == plain.structure and x.zero == plain.zero
+           and x.run.training.recompute == plain.run.training.recompute]
+    assert low and low[0].run.training.adam_moments == "bf16" and low[0].peak_bytes < plain.peak_bytes
+    assert low[0].peak_bytes == pytest.approx(
+        memory_report(low[0].run, H100, plan=default_plan(low[0].run), framework=fw)["peak_bytes"], rel=1e-9)

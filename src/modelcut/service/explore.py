@@ -35,7 +35,7 @@ from ..core.explore import DEFAULT_SCHEDULES, Evaluated, Exploration, Space, cou
 from ..core.explore.rules import Capabilities
 from ..core.explore.space import recompute_choices, tp_ok
 from ..core.explore.search import pareto
-from ..core.memory import MemoryOptions, stack_options
+from ..core.memory import MemoryOptions, stack_options, with_moments
 from ..core.costs import fp8 as fp8_mod
 from ..core.costs.context import heads_split_problem
 from ..core.specs import PARTIAL, Hardware, ModelSpec, Run, Training, recipe_among, reduce_at
@@ -108,6 +108,8 @@ def memory_options(req: ExploreRequest, fw: Framework | None) -> MemoryOptions:
     o = req.options
     if fw is not None:
         o = stack_options(fw, o)
+        # the search's Adam moments (Space.adam_moments), sized as a run's are
+        o = with_moments(o, Training(seq_len=1, global_batch=1, adam_moments=req.space.adam_moments).moment_bytes)
     if req.flash is not None:
         o = replace(o, flash_attention=req.flash)
     if req.reshard is not None:

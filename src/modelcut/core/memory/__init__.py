@@ -121,9 +121,10 @@ leave no freed blocks to fragment (:func:`.stages._total`).
 from .activations import (cp_kept_extra_bytes, cp_transient_bytes, embedding_activation_bytes,
                           layer_activation_bytes, loss_activation_bytes, loss_transient_bytes)
 from .stages import (DEFAULT_OPTIONS, MemoryOptions, StageMemory, for_framework, memory_plan, memory_report,
-                     peak_bytes, shard_groups, stack_options, stage_memory, state_bytes, variant_peaks)
+                     peak_bytes, shard_groups, stack_options, stage_memory, state_bytes, variant_peaks,
+                     with_moments)
 
 __all__ = ["cp_kept_extra_bytes", "cp_transient_bytes", "embedding_activation_bytes", "layer_activation_bytes",
            "loss_activation_bytes", "loss_transient_bytes", "DEFAULT_OPTIONS", "MemoryOptions", "StageMemory", "for_framework",
            "memory_plan", "memory_report", "peak_bytes", "shard_groups", "stack_options", "stage_memory", "state_bytes",
-           "variant_peaks"]
+           "variant_peaks", "with_moments"]

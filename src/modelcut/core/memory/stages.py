@@ -428,8 +428,7 @@ def for_framework(run: Run, framework: Framework, options: MemoryOptions = DEFAU
     framework = framework.for_training(run.training)
     run = framework.resolve(run)
     opts = stack_options(framework, options)
-    if run.training.moment_bytes is not None:
-        opts = replace(opts, optimizer_bytes=optimizer_state_bytes(opts, run.training.moment_bytes))
+    opts = with_moments(opts, run.training.moment_bytes)
     if hw is not None and run.training.precision == "fp8":
         opts = replace(opts, fp8=fp8_mod.for_stack(run.training, hw, framework))
     return run, opts
@@ -454,6 +453,15 @@ def optimizer_state_bytes(options: MemoryOptions, moment_bytes: float) -> float:
         raise ModelcutError("adam_moments fp32: this stack keeps its weights and Adam's moments in 16 bits with no "
                             "master copy (bf16 throughout)")
     return master + 2 * moment_bytes
+
+
+def with_moments(options: MemoryOptions, moment_bytes: float | None) -> MemoryOptions:
+    """The options with Adam's moments of ``moment_bytes`` each (a run's ``adam_moments``,
+    :attr:`..specs.Training.moment_bytes`; None: the stack's, unchanged): :func:`optimizer_state_bytes`.
+    ``predict`` (:func:`for_framework`) and the explorer's memory checks both apply it here."""
+    if moment_bytes is None:
+        return options
+    return replace(options, optimizer_bytes=optimizer_state_bytes(options, moment_bytes))
 
 
 def dtypes(options: MemoryOptions, half: str = "bf16", whole_grads: bool = False,
