@@ -259,3 +259,23 @@ def test_the_explorer_counts_the_searchs_adam_moments_as_predict_does():
     assert low and low[0].run.training.adam_moments == "bf16" and low[0].peak_bytes < plain.peak_bytes
     assert low[0].peak_bytes == pytest.approx(
         memory_report(low[0].run, H100, plan=default_plan(low[0].run), framework=fw)["peak_bytes"], rel=1e-9)
+
+
+def test_explore_takes_the_memory_settings_on_its_command_line(capsys):
+    """``explore --adam-moments bf16 --fp8-swiglu-input`` searches with both (each layout's run carries
+    them); a model without a gated MLP, or a moments type modelcut does not keep, is one line, exit 2."""
+    from modelcut.cli import main
+    argv = ["explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "4096",
+            "--global-batch-tokens", "512K", "--top", "1", "--json"]
+    assert main(argv + ["--adam-moments", "bf16", "--fp8-swiglu-input"]) == 0
+    capsys.readouterr()
+    from modelcut.service.explore import explore_request
+    from modelcut.service.requests import ExploreInput
+    req = explore_request(ExploreInput(model="llama3-8b", gpu="h100", gpus=8, seq=4096, global_batch_tokens="512K",
+                                       adam_moments="bf16", activation_func_fp8_input_store=True))
+    assert req.space.adam_moments == "bf16" and req.space.act_fp8_input
+    for extra, words in ((["--adam-moments", "fp16"], "--adam-moments must be one of"),
+                         (["--fp8-swiglu-input", "--model", "gpt3-175b"], "has no gated MLP")):
+        assert main(argv + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and "\n" not in err

@@ -66,7 +66,8 @@ FLAGS = {"gpus": "--gpus", "seq": "--seq", "global_batch_tokens": "--global-batc
          "framework": "--framework", "gpu": "--gpu", "pareto_within": "--pareto-within",
          "precision": "--precision", "fp8_recipe": "--fp8-recipe", "grad_reduce": "--grad-reduce", "check": "--check",
          "overlap": "--overlap", "fp8_param_gather": "--fp8-param-gather", "attention": "--attention",
-         "local_batch": "--local-batch"}
+         "local_batch": "--local-batch", "adam_moments": "--adam-moments",
+         "activation_func_fp8_input_store": "--fp8-swiglu-input"}
 
 
 def _shape(e: Evaluated) -> str:
@@ -210,6 +211,12 @@ def explore(
     fp8_param_gather: Optional[bool] = typer.Option(None, "--fp8-param-gather/--no-fp8-param-gather",
                                                     help="with fp8: the linear weights kept and gathered in FP8 "
                                                          "(Megatron-LM's --fp8-param-gather; default: the stack's)"),
+    adam_moments: Optional[str] = typer.Option(None, "--adam-moments", help="the type every layout keeps Adam's two "
+                                               "moments in: fp32 or bf16 (Megatron-core's precision-aware optimizer, "
+                                               "--exp-avg-dtype; default: the stack's)"),
+    fp8_swiglu_input: Optional[bool] = typer.Option(None, "--fp8-swiglu-input", help="every layout keeps the "
+                                                    "SwiGLU's input in FP8 for the backward (Megatron-core's "
+                                                    "activation_func_fp8_input_store)"),
     attention: Optional[str] = typer.Option(None, "--attention", help="every layout's attention kernel: unfused, "
                                             "flash2, flash3, cudnn or flash4 (default: the stack's; --flash/--no-flash "
                                             "only changes memory)"),
@@ -250,7 +257,8 @@ def explore(
                                 ("--framework", framework), ("--overlap", overlap), ("--precision", precision),
                                 ("--fp8-recipe", fp8_recipe), ("--grad-reduce", grad_reduce),
                                 ("--fp8-param-gather", fp8_param_gather), ("--attention", attention),
-                                ("--local-batch", local_batch)) if v is not None]
+                                ("--local-batch", local_batch), ("--adam-moments", adam_moments),
+                                ("--fp8-swiglu-input", fp8_swiglu_input)) if v is not None]
         if given:
             raise ModelcutError(f"--run takes its problem and stack from the catalog; drop {given[0]}")
         if check is not None and run == "all":
@@ -278,7 +286,8 @@ def explore(
               "eps": list(inputs.int_list(eps, "--eps")) if eps is not None else None,
               "cp_kinds": list(inputs.names(cp_kinds)), "pareto_within": pareto_within, "exhaustive": exhaustive,
               "precision": precision, "fp8_recipe": fp8_recipe, "grad_reduce": grad_reduce,
-              "fp8_param_gather": fp8_param_gather, "attention": attention, "local_batch": local_batch}
+              "fp8_param_gather": fp8_param_gather, "attention": attention, "local_batch": local_batch,
+              "adam_moments": adam_moments, "activation_func_fp8_input_store": bool(fp8_swiglu_input)}
     wanted = list(inputs.names(precision)) if precision is not None else []
     if len(wanted) > 1:
         if hi is not None:

@@ -38,7 +38,7 @@ from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions, stack_options, with_moments
 from ..core.costs import fp8 as fp8_mod
 from ..core.costs.context import heads_split_problem
-from ..core.specs import PARTIAL, Hardware, ModelSpec, Run, Training, recipe_among, reduce_at
+from ..core.specs import PARTIAL, Hardware, Layout, ModelSpec, Run, Training, recipe_among, reduce_at
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.default import small_node_note
@@ -703,9 +703,13 @@ def explore_request(inp: ExploreInput, limits: Limits | None = None) -> ExploreR
         kw["eps"] = tuple(inp.eps)
     if inp.cp_kinds is not None:
         kw["cp_kinds"] = tuple(inp.cp_kinds)
+    # the memory settings checked against the model once, by the run's own rules (Run.__post_init__)
+    Run(spec, hw.name, Layout(), Training(seq_len=inp.seq, global_batch=1, adam_moments=inp.adam_moments,
+                                          activation_func_fp8_input_store=inp.activation_func_fp8_input_store))
     space = Space(allow_tp_across_nodes=inp.allow_tp_across_nodes, precision=inp.precision,
                   fp8_recipe=inp.fp8_recipe, grad_reduce=inp.grad_reduce, fp8_param_gather=inp.fp8_param_gather,
-                  attention=inp.attention, local_batch=inp.local_batch, **kw)
+                  attention=inp.attention, local_batch=inp.local_batch,
+                  act_fp8_input=inp.activation_func_fp8_input_store, adam_moments=inp.adam_moments, **kw)
     check = inp.check.model_dump(exclude_none=True) if inp.check is not None else None
     return ExploreRequest(spec, hw, inp.gpus, inp.seq, inputs.parse_tokens(inp.global_batch_tokens),
                           inp.gpus_per_node, inp.mode, inp.framework, inp.margin, space, check=check, top=inp.top,

@@ -171,6 +171,12 @@ Fp8Recipe = Annotated[Literal[FP8_RECIPES],  # type: ignore[valid-type]
 CrossEntropy = Literal[CROSS_ENTROPY_KINDS]  # type: ignore[valid-type]
 #: the gradients' reduce type, as torch names it too ("float32", "bfloat16")
 GradReduce = Annotated[Literal[GRAD_REDUCE_DTYPES], _spelled(grad_reduce_name)]  # type: ignore[valid-type]
+#: Adam's moments' types a run may name (:data:`..core.specs.ADAM_MOMENT_DTYPES`).
+AdamMoments = Literal[ADAM_MOMENT_DTYPES]  # type: ignore[valid-type]
+_ADAM_MOMENTS_HELP = ("the type Adam's two moments are kept in, fp32 or bf16 (Megatron-core's precision-aware optimizer, "
+                      "--exp-avg-dtype and --exp-avg-sq-dtype; default: the stack's)")
+_FP8_SWIGLU_HELP = ("the SwiGLU's input kept for the backward in FP8 (Megatron-core's activation_func_fp8_input_store; "
+                    "a gated MLP only)")
 _GRAD_REDUCE_HELP = ("the type gradients are reduced in across data parallelism: fp32 or the run's 16-bit type "
                      "(float32, bfloat16 as torch names them; PyTorch FSDP's reduce_dtype, torchtitan's "
                      "mixed_precision_reduce, Composer's FSDP mixed_precision DEFAULT = fp32 and PURE = 16-bit, "
@@ -414,12 +420,8 @@ class TrainingIn(Strict):
     attention: Optional[Literal[ATTENTION_KINDS]] = Field(  # type: ignore[valid-type]
         None, description="the attention kernel: unfused, flash2, flash3, cudnn (Transformer Engine's fused "
                           "attention) or flash4 (Megatron-LM's --attention-backend; default: the stack's)")
-    activation_func_fp8_input_store: bool = Field(
-        False, description="the SwiGLU's input kept for the backward in FP8 (Megatron-core's "
-                           "activation_func_fp8_input_store)")
-    adam_moments: Optional[Literal[ADAM_MOMENT_DTYPES]] = Field(  # type: ignore[valid-type]
-        None, description="the type Adam's two moments are kept in, fp32 or bf16 (Megatron-core's precision-aware "
-                          "optimizer, --exp-avg-dtype and --exp-avg-sq-dtype; default: the stack's)")
+    activation_func_fp8_input_store: bool = Field(False, description=_FP8_SWIGLU_HELP)
+    adam_moments: Optional[AdamMoments] = Field(None, description=_ADAM_MOMENTS_HELP)
 
 
 class HardwareIn(Strict):
@@ -558,6 +560,8 @@ class ExploreInput(ModelChoice):
     grad_reduce: Optional[GradReduce] = Field(None, description=_GRAD_REDUCE_HELP)
     fp8_param_gather: Optional[bool] = Field(None, description="with fp8: every layout's linear weights kept and "
                                                                "gathered in FP8 (default: the stack's)")
+    activation_func_fp8_input_store: bool = Field(False, description="every layout: " + _FP8_SWIGLU_HELP)
+    adam_moments: Optional[AdamMoments] = Field(None, description="every layout: " + _ADAM_MOMENTS_HELP)
     attention: Optional[Literal[ATTENTION_KINDS]] = Field(  # type: ignore[valid-type]
         None, description="every layout's attention kernel: unfused, flash2, flash3, cudnn or flash4 (default: the "
                           "stack's)")
