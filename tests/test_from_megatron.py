@@ -321,3 +321,9 @@ def test_bf16_moments_round_trip_and_the_fp8_swiglu_input_is_a_note(tmp_path, ca
     stored = run_explore(replace(req, space=replace(req.space, act_fp8_input=True)))
     assert stored.layouts[0].run.training.activation_func_fp8_input_store
     assert any(ln.startswith("# the SwiGLU's input kept in FP8") for ln in megatron_args(stored.layouts[0]).splitlines())
+
+
+def test_a_bad_latent_width_names_megatron_lms_flag():
+    """The one-line error names the flag as Megatron-LM spells it (--qk-pos-emb-head-dim), not the field."""
+    with pytest.raises(ModelcutError, match="^--qk-pos-emb-head-dim must be a positive whole number, got 0$"):
+        run_document(SMALL_ARGS + " --multi-latent-attention --qk-pos-emb-head-dim 0", gpu="h100", gpus=8, vocab=32000)

@@ -349,7 +349,7 @@ def test_mla_stand_in_holds_mla_weights():
     m = catalog.model("deepseek-v3")
     assert (kv, d) == (m.kv_heads, m.head_dim)
     assert flops.attention_params(m) == pytest.approx(mla, rel=1e-3)
-    core = flops.mla_core_flops_per_pair(128, 128, 64, 128)
+    core = 4 * m.core_width          # MLA's own core a pair: 2·H·(d_nope + d_rope) + 2·H·d_v
     assert 4 * m.heads * m.head_dim / core == pytest.approx(0.6)
 
 

@@ -55,7 +55,8 @@ def optimizer_step_bytes(params: float, shards: int, grads_sharded: bool = False
     optimizer states are split ``shards`` ways (1: not sharded); with ``grads_sharded`` (ZeRO-2/3
     without a pipeline) the gradient copy and zeroing are split too. ``moment_bytes``: Adam's
     moments in the run's type (:attr:`.specs.Training.moment_bytes`; None: FP32, the count above),
-    which Adam reads and writes, 4 bytes fewer an element each way for each 16-bit moment."""
+    which Adam reads and writes: with 16-bit moments 2 bytes fewer each way for each of the two, 8 a
+    parameter."""
     local = OPTIMIZER_STEP_TRAFFIC_BYTES - OPTIMIZER_STEP_SHARDED_TRAFFIC_BYTES
     sharded = OPTIMIZER_STEP_SHARDED_TRAFFIC_BYTES - (0.0 if moment_bytes is None
                                                       else 2 * 2 * (FP32_BYTES - moment_bytes))

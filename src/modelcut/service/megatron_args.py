@@ -103,6 +103,12 @@ _RUN_FLAGS = ("tensor-model-parallel-size", "context-parallel-size", "cp-comm-ty
 #: Megatron-LM's --exp-avg-dtype and --exp-avg-sq-dtype choices (core_v0.15.0 megatron/training/arguments.py;
 #: default fp32); modelcut times fp32 and bf16 moments (:data:`..core.specs.ADAM_MOMENT_DTYPES`).
 _MOMENT_DTYPES = ("fp32", "fp16", "bf16", "fp8")
+#: Megatron-LM's latent-attention flags, the ModelSpec field each gives and its default where absent
+#: (core_v0.15.0 megatron/training/arguments.py: no query latent, --kv-lora-rank 32, --qk-head-dim 128,
+#: --qk-pos-emb-head-dim 64, --v-head-dim 128).
+_MLA_FLAGS = (("q-lora-rank", "q_lora_rank", None), ("kv-lora-rank", "kv_lora_rank", 32),
+              ("qk-head-dim", "qk_nope_head_dim", 128), ("qk-pos-emb-head-dim", "qk_rope_head_dim", 64),
+              ("v-head-dim", "v_head_dim", 128))
 #: Megatron-core's --fp8-recipe names (TransformerConfig.fp8_recipe; "custom" is not timed), read as
 #: modelcut's recipes by :func:`..core.specs.fp8_recipe_name` (tensorwise is current scaling).
 _MCORE_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
@@ -279,15 +285,9 @@ def _model(flags: dict[str, list[str]], tp: int, vocab: int | None) -> dict[str,
     if width is not None and width * heads != h:
         table["head_dim"] = width
     if _on(flags, "multi-latent-attention"):
-        # Megatron-LM's MLA widths and their defaults (arguments.py: --kv-lora-rank 32, --qk-head-dim 128,
-        # --qk-pos-emb-head-dim 64, --v-head-dim 128, no query latent), timed as the equal-weight
-        # grouped-query stand-in a DeepSeek config.json reads as
-        mla = dict(q_lora_rank=_int(flags, "q-lora-rank"), kv_lora_rank=_int(flags, "kv-lora-rank", 32),
-                   qk_nope_head_dim=_int(flags, "qk-head-dim", 128),
-                   qk_rope_head_dim=_int(flags, "qk-pos-emb-head-dim", 64), v_head_dim=_int(flags, "v-head-dim", 128))
-        for k, v in mla.items():
-            if v is not None and v < 1:
-                raise ModelcutError(f"--{k.replace('_', '-')}: a width of at least 1, got {v}")
+        # Megatron-LM's MLA widths (_MLA_FLAGS), timed as the equal-weight grouped-query stand-in a
+        # DeepSeek config.json reads as
+        mla = {name: _int(flags, flag, default) for flag, name, default in _MLA_FLAGS}   # _int: positive
         kv_heads, head_dim = mla_equivalent_shape(h, heads, *mla.values())
         table.update(kv_heads=kv_heads, **{k: v for k, v in mla.items() if v is not None})
         table.pop("head_dim", None)

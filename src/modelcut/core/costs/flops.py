@@ -108,13 +108,6 @@ def mla_attention_params(hidden: int, heads: int, q_lora_rank: int | None, kv_lo
     return q + kv + H * v_head_dim * h
 
 
-def mla_core_flops_per_pair(heads: int, qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> int:
-    """Forward FLOPs of MLA's attention core per (query, key) pair as trained (keys and values
-    up-projected per head): QKᵀ 2·H·(d_nope + d_rope) plus A·V 2·H·d_v. A multi-head layer of
-    head_dim d does 4·H·d, the term :func:`_layer_forward_flops_per_token` counts."""
-    return 2 * heads * (qk_nope_head_dim + qk_rope_head_dim) + 2 * heads * v_head_dim
-
-
 
 def expert_width(model: ModelSpec) -> int:
     return model.expert_ffn_hidden or model.ffn_hidden

@@ -548,10 +548,12 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     act_coef = (6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0   # forward bytes an activation element
     act_f = act_coef * act_elems
     rope_elems = T * (q // t + kv_t) if rope else 0.0
-    rope_f = rope_b = (4.0 if fused else EAGER_ROPE) * rope_elems
+    rope_per = 4.0 if fused else EAGER_ROPE          # forward bytes an element
+    rope_f = rope_b = rope_per * rope_elems
     clamp_f, extra_f, extra_b = 0.0, 0.0, 0.0
     eager = mcore_eager_paths(model) if setup.mcore_layers else ()
     if "rope" in eager:
+        rope_per = MCORE_EAGER_ROPE_FWD
         rope_f, rope_b = MCORE_EAGER_ROPE_FWD * rope_elems, MCORE_EAGER_ROPE_BWD * rope_elems
     expert_up = sum(g.m * g.count * g.n for g in ups if g.name == "expert up")
     expert_down = sum(g.m * g.count * g.n for g in mlp if g.name == "expert down")
@@ -581,7 +583,7 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     # the MoE layer's own pre-MLP norm; with latent attention the input norm too (its own kernel there)
     modules = {"layernorm": nb * Tn * h * ((1 if expert_up else 0) + (1 if model.is_mla else 0)),
                "moe_act": act_coef * expert_act + clamp_f,
-               "mla_up_proj": _mla_up_bytes(model, setup, nb, rope)}
+               "mla_up_proj": _mla_up_bytes(model, setup, nb, rope_per if rope else 0.0)}
     resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
     act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
     # the bias gradients read each biased output's gradient: QKV, MLP up, and the two row-parallel
@@ -603,18 +605,19 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     return mem_f, mem_b, modules, items
 
 
-def _mla_up_bytes(model: ModelSpec, setup: LayerSetup, norm_bytes: float, rope: bool) -> float:
+def _mla_up_bytes(model: ModelSpec, setup: LayerSetup, norm_bytes: float, rope_bytes: float) -> float:
     """Forward bytes of the memory-bound part of ``mla_up_proj``'s recomputation: the latents' two
     norms (``q_layernorm``, ``kv_layernorm``, each latent element at the stack's norm bytes) and RoPE
-    on the queries' and the shared key's rotary parts (4 bytes an element: read, write), per
-    micro-batch on this rank (megatron/core/transformer/multi_latent_attention.py
-    ``qkv_up_proj_and_rope_apply``); 0 for a model without latent attention."""
+    on the queries' and the shared key's rotary parts (``rope_bytes`` an element, the stack's RoPE as
+    the layer's forward charges it), per micro-batch on this rank
+    (megatron/core/transformer/multi_latent_attention.py ``qkv_up_proj_and_rope_apply``); 0 for a
+    model without latent attention."""
     if not model.is_mla:
         return 0.0
     T = setup.micro_batch * setup.seq_len // setup.cp
     latents = (model.q_lora_rank or 0) + model.kv_lora_rank
-    rotary = (model.heads // setup.tp + 1) * model.qk_rope_head_dim if rope else 0
-    return T * (norm_bytes * latents + 4.0 * rotary)
+    rotary = (model.heads // setup.tp + 1) * model.qk_rope_head_dim
+    return T * (norm_bytes * latents + rope_bytes * rotary)
 
 
 def mla_up_products(model: ModelSpec, setup: LayerSetup) -> tuple[tuple[int, int, int, str], ...]:
@@ -633,10 +636,8 @@ def mla_up_products(model: ModelSpec, setup: LayerSetup) -> tuple[tuple[int, int
 
 
 def _mla_up_seconds(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> float:
-    """Forward seconds of :func:`mla_up_products` where ``mla_up_proj`` is recomputed (else 0), in FP8
-    where the run's linears are."""
-    if setup.recompute != "selective" or setup.selective == "op" or "mla_up_proj" not in setup.recompute_modules:
-        return 0.0
+    """Forward seconds of :func:`mla_up_products`, in FP8 where the run's linears are: what
+    ``mla_up_proj`` runs again where it is recomputed (:func:`_recomputed` says where)."""
     dt = "bf16" if setup.fp8 is None else "fp8"
     return sum(gemm_fwd_bwd(m_, n_, k_, hw, eff, dt)[0] for m_, n_, k_, _ in mla_up_products(model, setup))
 
@@ -847,19 +848,19 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
     bwd = PassTime(gemm=bwd_g, attention=att.bwd_math, memory=mem_time(mem_b, hw, eff) + att.bwd_mem,
                    tp=tp_b, cp=cp_b)
     return LayerTime(fwd, bwd, _recomputed(setup, fwd, att, {k: mem_time(v, hw, eff) for k, v in modules.items()},
-                                           op_again, _mla_up_seconds(model, setup, hw, eff)),
+                                           op_again, {"mla_up_proj": _mla_up_seconds(model, setup, hw, eff)}),
                      wgrad, shared=shared, products=records,
                      memory_bytes=tuple(it for it in items if it[1] or it[2]), attention=att)
 
 
 def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime, module_s: dict[str, float],
-                op_gemm: float = 0.0, module_gemm: float = 0.0) -> PassTime:
+                op_gemm: float = 0.0, module_gemm: dict[str, float] | None = None) -> PassTime:
     """What recomputation re-executes in the backward (module doc): full, the whole forward;
     selective, the attention core (Megatron-LM) and the other modules the run names (``module_s``:
     their forward seconds), or torchtitan's per-op policy (``op_gemm``, the products' forward
     seconds it runs again, :mod:`..costs.op_sac`; every memory-bound kernel, the all-gathers: half the
-    sequence-parallel collectives, all of an all-reduce); ``module_gemm``, the products a named module
-    runs again (``mla_up_proj``'s up-projections, :func:`mla_up_products`)."""
+    sequence-parallel collectives, all of an all-reduce); ``module_gemm``, the forward seconds of the
+    products a module runs again, by module (``mla_up_proj``'s up-projections, :func:`mla_up_products`)."""
     if setup.recompute == "full":
         return PassTime(fwd.gemm, fwd.attention, fwd.memory, fwd.tp, fwd.cp)
     if setup.recompute != "selective":
@@ -868,7 +869,8 @@ def _recomputed(setup: LayerSetup, fwd: PassTime, att: AttentionTime, module_s: 
         return PassTime(gemm=op_gemm, memory=fwd.memory - att.fwd_mem,
                         tp=fwd.tp / 2 if setup.sequence_parallel else fwd.tp)
     core = "core_attn" in setup.recompute_modules
-    return PassTime(gemm=module_gemm, attention=att.fwd_math if core else 0.0,
+    gemm = sum((module_gemm or {}).get(m, 0.0) for m in setup.recompute_modules)
+    return PassTime(gemm=gemm, attention=att.fwd_math if core else 0.0,
                     memory=(att.fwd_mem if core else 0.0) + sum(module_s.get(m, 0.0) for m in setup.recompute_modules))
 
 
