@@ -40,7 +40,7 @@ def setup(mods=("core_attn",), **kw) -> LayerSetup:
 
 def test_the_catalog_gives_deepseek_v3_its_latent_widths():
     """HF config.json deepseek-ai/DeepSeek-V3 and the report's §4.2: latents 1536 and 512, heads of
-    128 + 64 (RoPE) for Q and K and 128 for V; the time model's stand-in shape is unchanged."""
+    128 + 64 (RoPE) for Q and K and 128 for V; the seed model's grouped-query stand-in is unchanged."""
     assert (DSV3.q_lora_rank, DSV3.kv_lora_rank, DSV3.qk_nope_head_dim, DSV3.qk_rope_head_dim,
             DSV3.v_head_dim) == (1536, 512, 128, 64, 128)
     assert DSV3.is_mla and not LLAMA.is_mla
@@ -238,7 +238,10 @@ def test_latent_attentions_core_is_timed_and_counted_at_its_own_width():
     assert context.attention_flops_per_pair(DSV3, 2) == 4 * 128 * 160 / 2
     stand_in = replace(DSV3, **{f: None for f in MLA_FIELDS})
     extra = flops.causal_model_flops(DSV3, 8, N) - flops.causal_model_flops(stand_in, 8, N)
-    assert extra == pytest.approx(8 * N * 3 * DSV3.layers * 4 * (128 * 160 - 128 * 96) * N / 2)
+    # the core's extra work, and the products' own weights: 187,105,280 a layer against the stand-in's 187,170,816
+    weights = sum(n * k for _, _, n, k in context.attention_products(DSV3, 1)) - 2 * 7168 * 128 * 96 - 2 * 7168 * 8 * 96
+    assert weights == 187_105_280 - 187_170_816
+    assert extra == pytest.approx(8 * N * 3 * DSV3.layers * (4 * (128 * 160 - 128 * 96) * N / 2 + 2 * weights))
 
 
 def test_the_explorer_counts_the_searchs_adam_moments_as_predict_does():
@@ -279,3 +282,50 @@ def test_explore_takes_the_memory_settings_on_its_command_line(capsys):
         assert main(argv + extra) == 2
         err = capsys.readouterr().err.strip()
         assert words in err and "\n" not in err
+
+
+def test_latent_attentions_products_are_its_own_five():
+    """Latent attention runs wq_a, wq_b, wkv_a, wkv_b and wo at their own shapes, whose weights are
+    the layer's exact count less the latents' two norms (187,107,328 − 2,048 on DeepSeek-V3); the
+    step's product lines are those five, timed from the tables, not the grouped-query stand-in's
+    QKV and projection."""
+    from modelcut.core.costs import context, flops
+    h = 7168
+    prods = context.attention_products(DSV3, N)
+    assert prods == (("q down", N, 1536, h), ("q up", N, 128 * 192, 1536), ("kv down", N, 512 + 64, h),
+                     ("kv up", N, 128 * 256, 512), ("proj", N, h, 128 * 128))
+    assert sum(n * k for _, _, n, k in prods) == flops.attention_params(DSV3) - (1536 + 512) == 187_107_328 - 2048
+    lt = layer_time(DSV3, setup(), H100, EFF, moe=True, ep=8)
+    lines = {p.name: p for p in lt.products}
+    for name, m, n, k in prods:
+        f, dg, wg = gemm_fwd_bwd(m, n, k, H100, EFF)
+        assert (lines[name].m, lines[name].n, lines[name].k) == (m, n, k)
+        assert (lines[name].fwd, lines[name].dgrad, lines[name].wgrad) == pytest.approx((f, dg, wg))
+    assert "qkv" not in lines
+    # a model without latent attention keeps its two
+    assert [p[0] for p in context.attention_products(LLAMA, N)] == ["qkv", "proj"]
+
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_tensor_parallelism_duplicates_the_down_projections(sp):
+    """The down projections' weights are whole on every tensor-parallel rank (Megatron-core's
+    ``parallel_mode="duplicated"``): each rank projects its own T/t tokens under sequence
+    parallelism, all T without it; the up projections and the output are cut over the heads. A rank
+    holds both down projections whole, and the column-parallel gather moves the latents and the
+    shared RoPE key, r_q + r_kv + d_rope = 2,112 elements a token, not the hidden 7,168."""
+    from modelcut.core.costs import context, params
+    from modelcut.core.step.layers import tp_gather_width
+    t = 8
+    prods = {n: (m, nn, k) for n, m, nn, k in context.attention_products(DSV3, N, t, sp)}
+    rows = N / t if sp else N
+    assert prods["q down"] == (rows, 1536, 7168) and prods["kv down"] == (rows, 576, 7168)
+    assert prods["q up"] == (N, 16 * 192, 1536) and prods["proj"] == (N, 7168, 16 * 128)
+    dense1, dense8 = params.layer_params(DSV3, 1, False)[0], params.layer_params(DSV3, 8, False)[0]
+    down = 7168 * (1536 + 576)
+    assert dense8 - down - (1536 + 512) == pytest.approx((dense1 - down - (1536 + 512) - 2 * 7168) / 8 + 2 * 7168)
+    assert tp_gather_width(DSV3) == 2112 and tp_gather_width(LLAMA) == 4096
+    stand_in = replace(DSV3, **{f: None for f in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                                  "qk_rope_head_dim", "v_head_dim")})
+    s = setup(tp=t, sequence_parallel=True)
+    mine, theirs = layer_time(DSV3, s, H100, EFF, moe=True, ep=8), layer_time(stand_in, s, H100, EFF, moe=True, ep=8)
+    assert 0 < mine.fwd.tp < theirs.fwd.tp and 0 < mine.bwd.tp < theirs.bwd.tp

@@ -66,8 +66,10 @@ def test_an_moe_block_counts_its_router_and_shared_experts():
     off the list: all run again) and the shared experts' w1, w3, w2. Mixtral 8x7B (no shared
     expert) keeps q, v and the router's 8 scores: per token at t = 1 its input 2·4096, q 2·4096,
     v 2·1024, the scores 2·8, SDPA's output 2·4096 and log-sum-exp 4·32 = 26,768 bytes; with ep 8,
-    the dispatched and combined rows too, 2 · 2·2·4096 a token. DeepSeek-V3 (one shared expert)
-    keeps the shared w3 (the 7th product) and runs w1 and w2 again. In FP8 only the 16-bit router
+    the dispatched and combined rows too, 2 · 2·2·4096 a token. DeepSeek-V3's latent attention
+    calls five products (wq_a, wq_b, wkv_a, wkv_b, wo: its latents and wo's output kept, the up
+    projections run again), so its router is the 6th product and runs again, and of its one shared
+    expert it keeps w1 and w2 (the 7th and 9th) and runs w3 again. In FP8 only the 16-bit router
     counts, so it is kept and every other product runs again."""
     mix = catalog.model("mixtral-8x7b")
     assert [n for n, _ in op_sac.call_order(mix, moe=True)] == ["qkv", "qkv", "qkv", "proj", "router"]
@@ -77,11 +79,13 @@ def test_an_moe_block_counts_its_router_and_shared_experts():
     assert op_sac.recomputed_share(mix, moe=True)["expert up"] == op_sac.recomputed_share(mix, moe=True)["expert down"] == 1.0
     dsv3 = catalog.model("deepseek-v3")
     names = [n for n, _ in op_sac.call_order(dsv3, moe=True)]
-    assert names[4:] == ["router", "shared expert up", "shared expert up", "shared expert down"]
-    assert op_sac.kept(dsv3, moe=True)[4:] == [True, False, True, False]
+    assert names == ["q down", "q up", "kv down", "kv up", "proj",
+                     "router", "shared expert up", "shared expert up", "shared expert down"]
+    assert op_sac.kept(dsv3, moe=True) == [True, False, True, False, True, False, True, False, True]
     share = op_sac.recomputed_share(dsv3, moe=True)
-    assert share["shared expert up"] == 0.5 and share["shared expert down"] == 1.0 and share["router"] == 0.0
-    assert op_sac.kept(dsv3, moe=True, scaled_mm=True) == [False] * 4 + [True, False, False, False]
+    assert share["q up"] == share["kv up"] == share["router"] == 1.0 and share["q down"] == share["proj"] == 0.0
+    assert share["shared expert up"] == 0.5 and share["shared expert down"] == 0.0
+    assert op_sac.kept(dsv3, moe=True, scaled_mm=True) == [False] * 5 + [True, False, False, False]
 
 
 def test_recomputed_products_follow_the_policy():

@@ -133,11 +133,12 @@ class ModelSpec:
     tokens only (Llama 4: 8192 tokens in three layers of every four, ``attention_chunk_size``).
     Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): ``kv_lora_rank`` and the head widths
     ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (``q_lora_rank`` where queries
-    pass a bottleneck too), Hugging Face's DeepseekV3Config names. The time model runs such a layer
-    as the equal-weight grouped-query shape ``kv_heads``/``head_dim`` stand in for (catalog
-    ``hf_config.mla_equivalent_shape``); the latent widths count what the layer keeps for its backward
-    (:func:`.memory.activations.layer_activation_bytes`) and what recomputing its up-projections
-    (``mla_up_proj``) runs again.
+    pass a bottleneck too), Hugging Face's DeepseekV3Config names. The latent widths give the layer's
+    products (:func:`.costs.context.attention_products`), its attention core (:attr:`core_width`),
+    what it keeps for its backward (:func:`.memory.activations.layer_activation_bytes`) and what
+    recomputing its up-projections (``mla_up_proj``) runs again; ``kv_heads``/``head_dim`` hold the
+    equal-weight grouped-query shape (catalog ``hf_config.mla_equivalent_shape``), which only the
+    deck's seed model, knowing no latent attention, runs.
     """
 
     name: str

@@ -240,6 +240,47 @@ def query_width_per_rank(model: ModelSpec, t: int = 1) -> int:
     return model.heads // t * model.d_head
 
 
+#: The products of a latent attention block whose weights every tensor-parallel rank holds whole
+#: (Megatron-core core_v0.15.0 multi_latent_attention.py: ``linear_q_down_proj`` and
+#: ``linear_kv_down_proj`` built with ``parallel_mode="duplicated"``).
+MLA_DUPLICATED = ("q down", "kv down")
+
+
+def attention_products(model: ModelSpec, tokens: float, t: int = 1, sequence_parallel: bool = False
+                       ) -> tuple[tuple[str, float, int, int], ...]:
+    """The attention block's linear products on one tensor-parallel rank, (name, m, n, k): X[m×k]
+    times W[k×n], a weight n·k of them.
+
+    Multi-head and grouped-query attention: ``qkv`` [T, h]×[h, q/t + 2·kv_t] and ``proj``
+    [T, q/t]×[q/t, h], kv_t = :func:`kv_width_per_rank` (K and V heads replicated when t exceeds
+    them).
+
+    Multi-head latent attention (``ModelSpec.is_mla``; DeepSeek-V2, arXiv 2405.04434 §2.1.2), in
+    torchtitan's call order (torchtitan models/deepseek_v3/model.py ``Attention.forward``: wq_a, wq_b,
+    wkv_a, wkv_b, wo), Megatron-core's modules (core_v0.15.0 multi_latent_attention.py) named:
+    ``q down`` [T_d, h]×[h, r_q] and ``q up`` [T, r_q]×[r_q, H/t·(d_nope + d_rope)] (without a
+    query latent one ``q`` [T, h]×[h, H/t·(d_nope + d_rope)], column-parallel), ``kv down``
+    [T_d, h]×[h, r_kv + d_rope], ``kv up`` [T, r_kv]×[r_kv, H/t·(d_nope + d_v)] and ``proj``
+    [T, H/t·d_v]×[H/t·d_v, h]. The down projections' weights are whole on every rank
+    (:data:`MLA_DUPLICATED`), each rank projecting its own T/t tokens under sequence parallelism
+    and all T without it (T_d); the up projections are column-parallel, the output row-parallel.
+    DeepSeek-V3 at t = 1: 11.0M + 37.7M + 4.1M + 16.8M + 117.4M weights, against its grouped-query
+    stand-in's 99.1M QKV and 88.1M output."""
+    _pos_int("t", t)
+    h = model.hidden
+    if not model.is_mla:
+        q, kv_t = query_width_per_rank(model, t), kv_width_per_rank(model, t)
+        return (("qkv", tokens, q + 2 * kv_t, h), ("proj", tokens, h, q))
+    heads = model.heads // t
+    down = tokens / t if sequence_parallel and t > 1 else tokens
+    qk = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
+    r_q, r_kv = model.q_lora_rank, model.kv_lora_rank
+    q = (("q down", down, r_q, h), ("q up", tokens, qk, r_q)) if r_q else (("q", tokens, qk, h),)
+    return (*q, ("kv down", down, r_kv + model.qk_rope_head_dim, h),
+            ("kv up", tokens, heads * (model.qk_nope_head_dim + model.v_head_dim), r_kv),
+            ("proj", tokens, h, heads * model.v_head_dim))
+
+
 def cp_widths(model: ModelSpec, t: int = 1) -> tuple[int, int, int, int]:
     """(Q, K, V, output) widths on one tensor-parallel rank as context parallelism moves and merges
     them: Q and the output :func:`query_width_per_rank`, K and V :func:`kv_width_per_rank`. Multi-head

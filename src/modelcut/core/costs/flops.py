@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from ..errors import ModelcutError
 from ..specs import ModelSpec, Training
+from .context import attention_products
 
 CONVENTIONS = ("megatron", "palm", "palm-causal", "non-embedding", "non-embedding-causal")
 #: Whose published TFLOP/s each convention reproduces, where one does (module doc; checked by
@@ -53,7 +54,7 @@ def megatron_eq2(layers: int, hidden: int, vocab: int, seq: int) -> float:
     return 12.0 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
 
 
-def palm_flops(tokens: float, params: float, layers: int, seq: int, width: int, causal: bool = False) -> float:
+def palm_flops(tokens: float, params: float, layers: int, seq: int, width: float, causal: bool = False) -> float:
     """PaLM (Chowdhery et al. 2022, Appendix B): tokens · (6N + 12·l·s·d); with ``causal`` the
     attention term counts only the unmasked half, 6·l·s·d."""
     return float(tokens) * (6.0 * params + (6.0 if causal else 12.0) * layers * seq * width)
@@ -86,7 +87,11 @@ def mlp_params(model: ModelSpec, width: int) -> int:
 
 def attention_params(model: ModelSpec) -> int:
     """Q, K, V and output projections: h·(q + 2·kv) + q·h, with Q/K/V biases when ``qkv_bias``
-    (default ``bias``) and the output bias when ``bias``."""
+    (default ``bias``) and the output bias when ``bias``; multi-head latent attention's own
+    (:func:`mla_attention_params`)."""
+    if model.is_mla:
+        return mla_attention_params(model.hidden, model.heads, model.q_lora_rank, model.kv_lora_rank,
+                                    model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim)
     h, q, kv = model.hidden, model.q_dim, model.kv_dim
     qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias
     return h * (q + 2 * kv) + q * h + ((q + 2 * kv) if qkv_bias else 0) + (h if model.bias else 0)
@@ -183,9 +188,9 @@ def param_count(model: ModelSpec, active: bool = False) -> int:
 
 def layer_matmul_params(model: ModelSpec, moe: bool) -> int:
     """Weights of one layer's matrix products that one token passes through: attention
-    projections, the MLP (top_k routed + shared experts and the router in an MoE layer)."""
-    h, q, kv = model.hidden, model.q_dim, model.kv_dim
-    attn = 2 * h * q + 2 * h * kv
+    projections (:func:`.context.attention_products`' weights: 2·h·q + 2·h·kv, or latent attention's
+    own), the MLP (top_k routed + shared experts and the router in an MoE layer)."""
+    attn = sum(n * k for _, _, n, k in attention_products(model, 1))
     if moe:
         return attn + (model.top_k + model.shared_experts) * mlp_weights(model, expert_width(model)) + router_params(model)
     return attn + mlp_weights(model, model.ffn_hidden)
@@ -308,9 +313,11 @@ def megatron_flops(model: ModelSpec, batch: int, seq: int, recompute: str = "ful
 
 def palm_model_flops(model: ModelSpec, batch: int, seq: int, causal: bool = False) -> float:
     """PaLM's model FLOPs per step, tokens · (6N + 12·l·s·d), N = :func:`param_count` with the
-    active experts only, d = heads · head_dim."""
+    active experts only, d = heads · head_dim, or latent attention's ``ModelSpec.core_width``,
+    H·(d_nope + d_rope + d_v)/2, as torchtitan counts DeepSeek-V3 (models/deepseek_v3/model.py
+    ``get_nparams_and_flops``: its heads and d_nope + d_rope + d_v into 6·l·heads·dims·s)."""
     return palm_flops(_tokens(batch, seq), param_count(model, active=True), model.layers, seq,
-                      model.q_dim, causal)
+                      model.core_width, causal)
 
 
 def input_embedding_params(model: ModelSpec) -> int:
@@ -324,7 +331,7 @@ def non_embedding_model_flops(model: ModelSpec, batch: int, seq: int, causal: bo
     N' = :func:`param_count` (active experts) less :func:`input_embedding_params`; with ``causal``
     the attention term halved (Megatron-Bridge 25.11's count)."""
     n = param_count(model, active=True) - input_embedding_params(model)
-    return palm_flops(_tokens(batch, seq), n, model.layers, seq, model.q_dim, causal)
+    return palm_flops(_tokens(batch, seq), n, model.layers, seq, model.core_width, causal)
 
 
 def model_flops(model: ModelSpec, training: Training, convention: str) -> float:

@@ -46,9 +46,13 @@ DeepSeek-V3 and Llama 4 lists save (models/deepseek_v3/infra/parallelize.py,
 models/llama4/infra/parallelize.py): its dispatched and combined rows are kept and the exchange is
 not repeated (the step time's :func:`..step.stage_costs.moe_a2a`).
 
+A multi-head latent attention block (torchtitan models/deepseek_v3/model.py ``Attention.forward``)
+calls wq_a, wq_b, wkv_a, wkv_b and wo (:func:`.context.attention_products`, in that order), so it
+keeps the two latents (wq_a's and wkv_a's outputs) and wo's, runs the up projections again, and the
+count goes on from there; its SDPA output is H/t·d_v wide (:func:`.context.cp_widths`).
+
 Simplifications: a biased linear (``aten.addmm``) is counted as ``aten.mm`` is; the router runs in
-16 bits as the step time runs it (``step.layers``); a multi-head latent attention's products are
-counted as the QKV and output products of its widths.
+16 bits as the step time runs it (``step.layers``).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from ..specs import ModelSpec
 from ..units import BF16_BYTES, FP32_BYTES
 from . import flops
 from .fp8 import linear_in_fp8
-from .context import kv_width_per_rank, query_width_per_rank
+from .context import attention_products, cp_widths, kv_width_per_rank, query_width_per_rank
 from .moe import routed_rows
 
 #: The routed experts' products: ``torch._grouped_mm``, never kept (module doc).
@@ -66,12 +70,16 @@ ROUTED = ("expert up", "expert down")
 
 def call_order(model: ModelSpec, t: int = 1, moe: bool = False) -> list[tuple[str, float]]:
     """The layer's ``aten.mm`` products in torchtitan's call order on one tensor-parallel rank, each as
-    (the model's fused product it belongs to: ``qkv``, ``proj``, ``mlp up``, ``mlp down``; in a
-    mixture-of-experts layer (``moe``) ``router``, ``shared expert up``, ``shared expert down`` in
-    place of the MLP's; its output width per token on this rank, a row-parallel product's being the
-    whole hidden). The routed experts' grouped products are not among them (:data:`ROUTED`)."""
-    q, kv = query_width_per_rank(model, t), kv_width_per_rank(model, t)
-    order: list[tuple[str, float]] = [("qkv", q), ("qkv", kv), ("qkv", kv), ("proj", model.hidden)]
+    (the model's fused product it belongs to: ``qkv``, ``proj``, ``mlp up``, ``mlp down``, latent
+    attention's own five; in a mixture-of-experts layer (``moe``) ``router``, ``shared expert up``,
+    ``shared expert down`` in place of the MLP's; its output width per token on this rank, a
+    row-parallel product's being the whole hidden). The routed experts' grouped products are not
+    among them (:data:`ROUTED`)."""
+    if model.is_mla:
+        order: list[tuple[str, float]] = [(name, float(n)) for name, _, n, _ in attention_products(model, 1, t)]
+    else:
+        q, kv = query_width_per_rank(model, t), kv_width_per_rank(model, t)
+        order = [("qkv", q), ("qkv", kv), ("qkv", kv), ("proj", model.hidden)]
     if moe:
         if flops.router_params(model):
             order.append(("router", model.experts / t))    # the gate on the rank's T/t tokens
@@ -115,9 +123,9 @@ def recompute_flops(model: ModelSpec, batch: int, seq: int, scaled_mm: bool = Fa
     for the down product), and of a mixture-of-experts layer's top_k routed experts."""
     def weights(moe: bool) -> float:
         fs = flops.expert_width(model) * model.shared_experts
-        inputs = {"qkv": model.hidden, "proj": query_width_per_rank(model, 1), "mlp up": model.hidden,
-                  "mlp down": model.ffn_hidden, "router": model.hidden, "shared expert up": model.hidden,
-                  "shared expert down": fs}
+        inputs = {name: k for name, _, _, k in attention_products(model, 1)} | {
+            "mlp up": model.hidden, "mlp down": model.ffn_hidden, "router": model.hidden,
+            "shared expert up": model.hidden, "shared expert down": fs}
         again = sum(width * inputs[name] for (name, width), keep
                     in zip(call_order(model, 1, moe), kept(model, 1, scaled_mm, moe)) if not keep)
         routed = model.top_k * flops.mlp_weights(model, flops.expert_width(model))
@@ -138,7 +146,7 @@ def kept_bytes(model: ModelSpec, t: int = 1, sequence_parallel: bool = False, sc
     h = model.hidden
     sp = t if sequence_parallel else 1
     products = sum(width for (_, width), keep in zip(call_order(model, t, moe), kept(model, t, scaled_mm, moe)) if keep)
-    attention = BF16_BYTES * query_width_per_rank(model, t) + FP32_BYTES * model.heads / t
+    attention = BF16_BYTES * cp_widths(model, t)[3] + FP32_BYTES * model.heads / t
     scattered = 2 * BF16_BYTES * h / t if sequence_parallel and t > 1 else 0.0
     # the dispatched and the combined rows, 2h bytes each, as many as the rank's experts receive
     exchanged = 2 * BF16_BYTES * h * routed_rows(model, 1.0 / t) if moe and ep > 1 else 0.0

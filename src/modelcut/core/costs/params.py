@@ -4,7 +4,8 @@ move.
 The layer's exact count (:func:`.flops.layer_params`) split as Megatron-LM splits it: the
 projections and the input biases over the t tensor-parallel ranks (column and row parallel),
 the two norms and the output biases of attention and MLP on every rank; K and V replicated when
-t exceeds the KV heads; an MoE layer's routed experts over ep·etp (etp default t), its router
+t exceeds the KV heads; latent attention's down projections and latent norms whole on every rank
+(:func:`.context.attention_products`); an MoE layer's routed experts over ep·etp (etp default t), its router
 h·E on every rank, shared experts over t. The first pipeline stage adds the vocab-parallel
 embedding (and learned positions), the last the final norm and the vocab-parallel output layer.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from ..specs import ModelSpec
 from . import flops
+from .context import attention_products
 
 
 def _kv_extra(model: ModelSpec, t: int) -> float:
@@ -31,8 +33,12 @@ def layer_params(model: ModelSpec, t: int, moe: bool, ep: int = 1, etp: int | No
     h = model.hidden
     norms = 2 * flops.norm_params(model)
     out_bias = h if model.bias else 0
-    attn = flops.attention_params(model)
-    dense = (attn - out_bias) / t + out_bias + norms + _kv_extra(model, t)
+    if model.is_mla:    # the down projections whole on every rank, the latents' norms too
+        latent_norms = (model.q_lora_rank or 0) + model.kv_lora_rank
+        dense = sum(n * k for _, _, n, k in attention_products(model, 1, t)) + latent_norms + norms
+    else:
+        attn = flops.attention_params(model)
+        dense = (attn - out_bias) / t + out_bias + norms + _kv_extra(model, t)
     if not moe:
         mlp = flops.mlp_params(model, model.ffn_hidden)
         return dense + (mlp - out_bias) / t + out_bias, 0.0

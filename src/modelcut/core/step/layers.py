@@ -386,21 +386,57 @@ COMPILED_RMSNORM_FWD = NORM_BYTES * COMPILED_RMSNORM_RATIOS[0]
 COMPILED_RMSNORM_BWD = NORM_BYTES_BWD * COMPILED_RMSNORM_RATIOS[1]
 
 
-def attention_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
-    """The attention block's products on one tensor-parallel rank, (m, n, k, count): QKV
-    [T, h] × [h, q/t + 2·kv_t] and the output projection [T, q/t] × [q/t, h], with
-    kv_t = max(kv/t, head_dim) (K and V heads replicated when t exceeds them:
-    :func:`..costs.context.kv_width_per_rank`)."""
-    h, q = model.hidden, model.q_dim
-    kv_t = context.kv_width_per_rank(model, t)
-    return [(tokens, (q // t) + 2 * kv_t, h, 1), (tokens, h, q // t, 1)]
-
-
 def dense_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
-    """A dense layer's four products on one rank, (m, n, k, count): QKV, output projection,
-    MLP up (gate and up fused when gated), MLP down; a weight is n·k of them."""
-    return attention_linears(model, tokens, t) + [(g.m, g.n, g.k, g.count)
-                                                  for g in moe_mod.dense_mlp_gemms(model, tokens, t)]
+    """A dense layer's products on one rank, (m, n, k, count): the attention block's
+    (:func:`..costs.context.attention_products`: QKV and the output projection, or latent
+    attention's five), MLP up (gate and up fused when gated), MLP down; a weight is n·k of them."""
+    return [(m, n, k, 1) for _, m, n, k in context.attention_products(model, tokens, t)] + [
+        (g.m, g.n, g.k, g.count) for g in moe_mod.dense_mlp_gemms(model, tokens, t)]
+
+
+#: The attention block's products fed by a column-parallel input (gathered under sequence
+#: parallelism, their input gradients reduced): QKV, or latent attention's up projections and,
+#: without a query latent, its query projection (:func:`..costs.context.attention_products`).
+COLUMN_PARALLEL_ATTENTION = ("qkv", "q", "q up", "kv up")
+#: Products whose input a Transformer Engine LayerNormLinear normalises and, with FP8, quantizes
+#: in the same kernel: QKV and a dense MLP's up product (the layer's two norms), latent attention's
+#: up projections (their latents' norms: Megatron-core core_v0.15.0 gpt_layer_specs.py,
+#: ``column_parallel_layer_norm_linear`` for ``linear_q_up_proj`` and ``linear_kv_up_proj`` with
+#: ``qk_layernorm``, DeepSeek's configurations' setting).
+NORM_FED = ("qkv", "mlp up", "q up", "kv up")
+
+
+#: Latent attention's up projections, the products ``mla_up_proj`` runs again.
+MLA_UP = ("q up", "kv up")
+
+
+def latent_width(model: ModelSpec) -> int:
+    """Elements a token latent attention's two latent norms normalise, r_q + r_kv (``q_layernorm``,
+    ``kv_layernorm``; Megatron-core core_v0.15.0 multi_latent_attention.py); 0 without it."""
+    return (model.q_lora_rank or 0) + model.kv_lora_rank if model.is_mla else 0
+
+
+def rotary_width(model: ModelSpec, t: int) -> int:
+    """Elements a token rotary embedding turns on one tensor-parallel rank: the queries' and keys'
+    widths, q/t + kv_t; with latent attention the queries' rotary parts and the one shared rotary
+    key, (H/t + 1)·d_rope (``apply_rotary_pos_emb`` on ``q_pos_emb`` and ``k_pos_emb``,
+    core_v0.15.0 multi_latent_attention.py)."""
+    if model.is_mla:
+        return (model.heads // t + 1) * model.qk_rope_head_dim
+    return context.query_width_per_rank(model, t) + context.kv_width_per_rank(model, t)
+
+
+def tp_gather_width(model: ModelSpec) -> int:
+    """Elements a token the attention block's column-parallel inputs gather under sequence
+    parallelism (and reduce their gradients over without it): the hidden width; with latent
+    attention its latents and shared RoPE key, r_q + r_kv + d_rope, the down projections running
+    on each rank's own tokens (h + r_kv + d_rope without a query latent: the query projection takes
+    the hidden) (Megatron-core core_v0.15.0 multi_latent_attention.py ``get_query_key_value_tensors``:
+    the up projections' ``ColumnParallelLinear`` gathers, and ``gather_from_sequence_parallel_region``
+    of ``k_pos_emb``)."""
+    if not model.is_mla:
+        return model.hidden
+    return (model.q_lora_rank or model.hidden) + model.kv_lora_rank + model.qk_rope_head_dim
 
 
 #: Most chunk products Transformer Engine's ring-exchange overlap keeps in flight (its compute
@@ -469,7 +505,8 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     T, t = setup.micro_batch * setup.seq_len // setup.cp, setup.tp
     mlp = moe_mod.moe_gemms(model, T, tp=t, ep=ep, etp=setup.etp) if moe else moe_mod.dense_mlp_gemms(model, T, t)
     # (m, n, k, count, name): QKV and a dense MLP's up product take a norm's output
-    linears = ([(m_, n_, k_, c_, nm) for (m_, n_, k_, c_), nm in zip(attention_linears(model, T, t), ("qkv", "proj"))]
+    linears = ([(m_, n_, k_, 1, nm) for nm, m_, n_, k_ in
+                context.attention_products(model, T, t, setup.sequence_parallel)]
                + [(g.m, g.n, g.k, g.count, g.name) for g in mlp])
     fwd_g = bwd_g = wgrad = 0.0
     shared_f = shared_b = 0.0
@@ -497,7 +534,7 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
             shared_f += c_ * f_
             shared_b += c_ * (dg + wg)
         if in_fp8:
-            if name in ("qkv", "mlp up"):
+            if name in NORM_FED:
                 fused_inputs += c_ * m_ * k_
             else:
                 inputs += c_ * m_ * k_
@@ -506,9 +543,11 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
     casts = (0.0, 0.0) if f8 is None else fp8_mod.cast_bytes(
         f8, inputs=inputs, fused_inputs=fused_inputs, grads=grads,
         weights=weights * (setup.weight_cast_share if f8.caches_weights else 1.0))
-    # Column-parallel products (QKV, and a dense layer's MLP up) are linears 0 and 2. An MoE
-    # block's collectives are its dispatcher's (module doc): attention's only.
-    col = [per_linear[0]] + ([per_linear[2]] if not moe else [])
+    # Column-parallel products: the attention block's (one block, its products' sums) and a dense
+    # layer's MLP up. An MoE block's collectives are its dispatcher's (module doc): attention's only.
+    att_col = [pl for pl, (*_, nm) in zip(per_linear, linears) if nm in COLUMN_PARALLEL_ATTENTION]
+    col = [(sum(d for d, _ in att_col), sum(w for _, w in att_col))] + [
+        pl for pl, (*_, nm) in zip(per_linear, linears) if nm == "mlp up" and not moe]
     local_params = sum(n_ * k_ * c_ for _, n_, k_, c_, _ in linears)
     return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, (shared_f, shared_b), op_again, tuple(records)
 
@@ -533,7 +572,8 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     t = setup.tp
     T = setup.micro_batch * setup.seq_len // setup.cp
     Tn = T // t if setup.sequence_parallel else T
-    h, q, kv_t = model.hidden, model.q_dim, context.kv_width_per_rank(model, t)
+    h = model.hidden
+    q_w, k_w, v_w, o_w = context.cp_widths(model, t)     # the attention core's Q, K, V and output
     gated, drop, rope = model.gated_mlp, model.dropout, not model.learned_positions
     ups = [g for g in mlp if g.name.endswith(" up")]
     # rows × local width of the MLP's activation (each up product's output, halved when gated)
@@ -547,7 +587,7 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
         resid_f = (6.0 + (EAGER_DROPOUT if drop else 0.0)) * Tn * h
     act_coef = (6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0   # forward bytes an activation element
     act_f = act_coef * act_elems
-    rope_elems = T * (q // t + kv_t) if rope else 0.0
+    rope_elems = T * rotary_width(model, t) if rope else 0.0
     rope_per = 4.0 if fused else EAGER_ROPE          # forward bytes an element
     rope_f = rope_b = rope_per * rope_elems
     clamp_f, extra_f, extra_b = 0.0, 0.0, 0.0
@@ -562,16 +602,17 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
         extra_f, extra_b = clamp_f, MCORE_GLU_CLAMP_BWD * expert_up
     if "expert bias" in eager:
         extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
-    norms_f, resid2_f = 2 * nb * Tn * h, 2 * resid_f
+    latents = nb * Tn * latent_width(model)     # latent attention's two latent norms
+    norms_f, resid2_f = 2 * nb * Tn * h + latents, 2 * resid_f
     unpad_f = unpad_b = 0.0
     if setup.attention_unpad and setup.attention in UNPAD_KERNELS:
         (qkv_f, qkv_b), (out_f, out_b) = UNPAD_BYTES
-        qkv_el, out_el = T * (q // t + 2 * kv_t), T * (q // t)
+        qkv_el, out_el = T * (q_w + k_w + v_w), T * o_w
         unpad_f, unpad_b = qkv_f * qkv_el + out_f * out_el, qkv_b * qkv_el + out_b * out_el
     rep_f = rep_b = 0.0
-    if setup.gqa_repeat_kv and kv_t < q // t:
+    if setup.gqa_repeat_kv and k_w < q_w:
         per_kv, per_q = REPEAT_KV_BYTES
-        rep_f = rep_b = 2 * T * (per_kv * kv_t + per_q * (q // t))    # K and V
+        rep_f = rep_b = 2 * T * (per_kv * k_w + per_q * q_w)    # K and V
     store_f = store_b = 0.0
     if setup.act_fp8_input and gated:
         store_f, store_b = (c * up_out for c in ACT_FP8_STORE_BYTES)
@@ -589,8 +630,8 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
     # the bias gradients read each biased output's gradient: QKV, MLP up, and the two row-parallel
     # outputs (projection, MLP down); the routed experts' down bias is the eager path's own where charged
     row_outputs = 1 if "expert bias" in eager else 2
-    bias_b = BYTES * (T * (q // t + 2 * kv_t) + up_out + row_outputs * Tn * h) if model.bias else 0.0
-    norms_b, resid2_b = 2 * nb_b * Tn * h, 2 * resid_b
+    bias_b = BYTES * (T * (q_w + k_w + v_w) + up_out + row_outputs * Tn * h) if model.bias else 0.0
+    norms_b, resid2_b = 2 * nb_b * Tn * h + nb_b / nb * latents, 2 * resid_b
     mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b + unpad_b + rep_b + store_b
     adds = ", ".join([w for w, on in (("bias", model.bias), ("dropout", drop)) if on] + ["residual adds"])
     items = [("norms", norms_f, norms_b), (adds, resid2_f, resid2_b), ("MLP activation", act_f, act_b),
@@ -615,9 +656,8 @@ def _mla_up_bytes(model: ModelSpec, setup: LayerSetup, norm_bytes: float, rope_b
     if not model.is_mla:
         return 0.0
     T = setup.micro_batch * setup.seq_len // setup.cp
-    latents = (model.q_lora_rank or 0) + model.kv_lora_rank
-    rotary = (model.heads // setup.tp + 1) * model.qk_rope_head_dim
-    return T * (norm_bytes * latents + rope_bytes * rotary)
+    Tn = T // setup.tp if setup.sequence_parallel else T
+    return Tn * norm_bytes * latent_width(model) + T * rope_bytes * rotary_width(model, setup.tp)
 
 
 def mla_up_products(model: ModelSpec, setup: LayerSetup) -> tuple[tuple[int, int, int, str], ...]:
@@ -626,13 +666,10 @@ def mla_up_products(model: ModelSpec, setup: LayerSetup) -> tuple[tuple[int, int
     queries are then projected from the layer's input, not recomputed); keys and values from theirs,
     n = H/t·(d_nope + d_v), k = r_kv (column-parallel products of the latent attention layer,
     megatron/core/transformer/multi_latent_attention.py ``linear_q_up_proj``, ``linear_kv_up_proj``).
-    The time model otherwise runs the layer as its grouped-query stand-in (:class:`..specs.ModelSpec`)."""
-    if not model.is_mla:
-        return ()
-    T, H = setup.micro_batch * setup.seq_len // setup.cp, model.heads // setup.tp
-    out = [(T, H * (model.qk_nope_head_dim + model.qk_rope_head_dim), model.q_lora_rank, "q up")] \
-        if model.q_lora_rank else []
-    return (*out, (T, H * (model.qk_nope_head_dim + model.v_head_dim), model.kv_lora_rank, "kv up"))
+    They are the layer's own ``q up`` and ``kv up`` (:func:`..costs.context.attention_products`)."""
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    return tuple((m, n, k, name) for name, m, n, k in
+                 context.attention_products(model, T, setup.tp, setup.sequence_parallel) if name in MLA_UP)
 
 
 def _mla_up_seconds(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> float:
@@ -647,24 +684,33 @@ def _tp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency,
     t = setup.tp
     if t == 1:
         return 0.0, 0.0
-    msg = setup.micro_batch * setup.seq_len // setup.cp * model.hidden * BYTES
+    rows = setup.micro_batch * setup.seq_len // setup.cp
+    msg = rows * model.hidden * BYTES
+    # each block's column-parallel input: the attention block's (:func:`tp_gather_width`), the MLP's
+    ins = [rows * tp_gather_width(model) * BYTES] + [msg] * (len(col) - 1)
 
     def coll(kind: str, nbytes: float = msg) -> float:
         return comm.collective(kind, t, nbytes, setup.tp_bw, hw, inside=setup.tp_inside, net=eff.net)
     blocks = len(col)
     if setup.sequence_parallel:
         fp8_ag = setup.fp8 is not None and setup.fp8.gathers_fp8_activations
-        ag = coll("all-gather", msg * FP8_BYTES / BYTES if fp8_ag else msg)   # FP8 gathers
+        ag_in = [coll("all-gather", x * FP8_BYTES / BYTES if fp8_ag else x) for x in ins]   # FP8 gathers
+        rs_in = [coll("reduce-scatter", x) for x in ins]
+        ag = coll("all-gather", msg * FP8_BYTES / BYTES if fp8_ag else msg)
         rs = coll("reduce-scatter")
         # Only the sharded input of QKV and MLP-up is kept; the backward gathers it again for
-        # their weight gradients (Korthikanti et al. 2022 §4.2.2). Backward: the gradient
-        # all-gather before each row-parallel product, the re-gather and the reduce-scatter of each
-        # column-parallel one's input gradient.
+        # their weight gradients (Korthikanti et al. 2022 §4.2.2). Forward: each block's input
+        # gathered, its output reduce-scattered. Backward: the gradient all-gather before each
+        # row-parallel product, the re-gather and the reduce-scatter of each column-parallel one's
+        # input gradient.
+        fwd = sum(ag_in) + blocks * rs
         if setup.tp_async_backward:
-            return blocks * (ag + rs), blocks * ag + sum(max(ag - dg, 0.0) + max(rs - wg, 0.0) for dg, wg in col)
-        return blocks * (ag + rs), blocks * (ag + rs) + blocks * ag
-    ar = coll("all-reduce")
-    return blocks * ar, (sum(max(ar - wg, 0.0) for _, wg in col) if setup.tp_async_backward else blocks * ar)
+            return fwd, blocks * ag + sum(max(a - dg, 0.0) + max(r - wg, 0.0)
+                                          for a, r, (dg, wg) in zip(ag_in, rs_in, col))
+        return fwd, blocks * ag + sum(ag_in) + sum(rs_in)
+    ar_in = [coll("all-reduce", x) for x in ins]    # the column-parallel inputs' gradients
+    return blocks * coll("all-reduce"), (sum(max(a - wg, 0.0) for a, (_, wg) in zip(ar_in, col))
+                                         if setup.tp_async_backward else sum(ar_in))
 
 
 def _cp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, att: AttentionTime

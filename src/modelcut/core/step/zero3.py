@@ -86,6 +86,10 @@ def zero3_step(run: Run, hw: Hardware, eff: Efficiency, fw: Framework, k: Kernel
             raise ModelcutError(f"{model.name} is a mixture of experts, and the DeepSpeed v0.3 ZeRO-3 replay "
                                 "(the deepspeed-zero3 preset without a pipeline) covers dense models only: "
                                 "name another stack (fsdp, megatron-core) or a ZeRO stage below 3")
+        if model.is_mla:     # the replay's layer holds four linears: QKV, projection, MLP up and down
+            raise ModelcutError(f"{model.name} has multi-head latent attention, which the DeepSpeed v0.3 ZeRO-3 "
+                                "replay (the deepspeed-zero3 preset without a pipeline) does not cover: "
+                                "name another stack (fsdp, megatron-core) or a ZeRO stage below 3")
         if run.training.partial_recompute:
             raise ModelcutError("the DeepSpeed v0.3 ZeRO-3 replay (the deepspeed-zero3 preset without a pipeline) "
                                 "recomputes every layer or none (leave recompute_layers and recompute_every out)")
