@@ -15,7 +15,8 @@ from modelcut.core.specs import Layout, Run, Training
 
 from helpers import predict_default
 
-MODELS = ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "mixtral-8x7b", "gpt-oss-20b", "llama4-maverick")
+MODELS = ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "mixtral-8x7b", "gpt-oss-20b", "llama4-maverick",
+          "deepseek-v2-lite")   # latent attention without a query latent
 GPUS = ("a100-sxm4-80gb", "h100-sxm5-80gb", "b200", "tpu-v5p")
 FRAMEWORKS = tuple(catalog.framework_names())   # every preset of the catalog
 

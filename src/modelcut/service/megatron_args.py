@@ -285,8 +285,8 @@ def _model(flags: dict[str, list[str]], tp: int, vocab: int | None) -> dict[str,
     if width is not None and width * heads != h:
         table["head_dim"] = width
     if _on(flags, "multi-latent-attention"):
-        # Megatron-LM's MLA widths (_MLA_FLAGS), timed as the equal-weight grouped-query stand-in a
-        # DeepSeek config.json reads as
+        # Megatron-LM's MLA widths (_MLA_FLAGS), with the equal-weight grouped-query shape a DeepSeek
+        # config.json reads as (the seed model's)
         mla = {name: _int(flags, flag, default) for flag, name, default in _MLA_FLAGS}   # _int: positive
         kv_heads, head_dim = mla_equivalent_shape(h, heads, *mla.values())
         table.update(kv_heads=kv_heads, **{k: v for k, v in mla.items() if v is not None})

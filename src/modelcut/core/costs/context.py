@@ -240,12 +240,6 @@ def query_width_per_rank(model: ModelSpec, t: int = 1) -> int:
     return model.heads // t * model.d_head
 
 
-#: The products of a latent attention block whose weights every tensor-parallel rank holds whole
-#: (Megatron-core core_v0.15.0 multi_latent_attention.py: ``linear_q_down_proj`` and
-#: ``linear_kv_down_proj`` built with ``parallel_mode="duplicated"``).
-MLA_DUPLICATED = ("q down", "kv down")
-
-
 def attention_products(model: ModelSpec, tokens: float, t: int = 1, sequence_parallel: bool = False
                        ) -> tuple[tuple[str, float, int, int], ...]:
     """The attention block's linear products on one tensor-parallel rank, (name, m, n, k): X[m×k]
@@ -262,8 +256,9 @@ def attention_products(model: ModelSpec, tokens: float, t: int = 1, sequence_par
     query latent one ``q`` [T, h]×[h, H/t·(d_nope + d_rope)], column-parallel), ``kv down``
     [T_d, h]×[h, r_kv + d_rope], ``kv up`` [T, r_kv]×[r_kv, H/t·(d_nope + d_v)] and ``proj``
     [T, H/t·d_v]×[H/t·d_v, h]. The down projections' weights are whole on every rank
-    (:data:`MLA_DUPLICATED`), each rank projecting its own T/t tokens under sequence parallelism
-    and all T without it (T_d); the up projections are column-parallel, the output row-parallel.
+    (``linear_q_down_proj`` and ``linear_kv_down_proj`` built with ``parallel_mode="duplicated"``),
+    each rank projecting its own T/t tokens under sequence parallelism and all T without it (T_d);
+    the up projections are column-parallel, the output row-parallel.
     DeepSeek-V3 at t = 1: 11.0M + 37.7M + 4.1M + 16.8M + 117.4M weights, against its grouped-query
     stand-in's 99.1M QKV and 88.1M output."""
     _pos_int("t", t)

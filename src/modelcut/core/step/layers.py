@@ -648,11 +648,12 @@ def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
 
 def _mla_up_bytes(model: ModelSpec, setup: LayerSetup, norm_bytes: float, rope_bytes: float) -> float:
     """Forward bytes of the memory-bound part of ``mla_up_proj``'s recomputation: the latents' two
-    norms (``q_layernorm``, ``kv_layernorm``, each latent element at the stack's norm bytes) and RoPE
-    on the queries' and the shared key's rotary parts (``rope_bytes`` an element, the stack's RoPE as
-    the layer's forward charges it), per micro-batch on this rank
-    (megatron/core/transformer/multi_latent_attention.py ``qkv_up_proj_and_rope_apply``); 0 for a
-    model without latent attention."""
+    norms (``q_layernorm``, ``kv_layernorm``: :func:`latent_width` elements a token at the stack's
+    norm bytes, on the rank's own T/t tokens under sequence parallelism, before the up projections
+    gather them) and RoPE on the queries' and the shared key's rotary parts (:func:`rotary_width`,
+    ``rope_bytes`` an element, the stack's RoPE as the layer's forward charges it), per micro-batch
+    on this rank (megatron/core/transformer/multi_latent_attention.py ``qkv_up_proj_and_rope_apply``);
+    the forward charges both the same way. 0 for a model without latent attention."""
     if not model.is_mla:
         return 0.0
     T = setup.micro_batch * setup.seq_len // setup.cp
