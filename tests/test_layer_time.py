@@ -12,6 +12,7 @@ from modelcut import catalog
 from modelcut.core.costs import comm
 from modelcut.core.errors import ModelcutError
 from modelcut.core.costs.kernels import Efficiency, attention_time, gemm_fwd_bwd, hbm_bandwidth
+from modelcut.core.step import elementwise as E
 from modelcut.core.step.layers import LayerSetup, embedding_time, layer_time, loss_time
 
 A100 = catalog.hardware("a100")
@@ -181,16 +182,16 @@ def test_torchs_rmsnorm_is_charged_as_measured_against_cudnns():
     assert len(sweep.points) == 10 and sweep.source
     fwd = statistics.median(p.torch_fwd_ms / p.fused_fwd_ms for p in sweep.points)
     bwd = statistics.median(p.torch_bwd_ms / p.fused_bwd_ms for p in sweep.points)
-    assert L.TORCH_RMSNORM_RATIOS == pytest.approx((fwd, bwd), abs=0.005)
-    assert L.EAGER_RMSNORM_FWD == pytest.approx(L.NORM_BYTES * fwd, abs=0.03)
-    assert L.EAGER_RMSNORM_BWD == pytest.approx(L.NORM_BYTES_BWD * bwd, abs=0.03)
-    assert L.NORM_BYTES < L.EAGER_RMSNORM_FWD < 36 and L.NORM_BYTES_BWD < L.EAGER_RMSNORM_BWD < 60
+    assert E.TORCH_RMSNORM_RATIOS == pytest.approx((fwd, bwd), abs=0.005)
+    assert E.EAGER_RMSNORM_FWD == pytest.approx(E.NORM_BYTES * fwd, abs=0.03)
+    assert E.EAGER_RMSNORM_BWD == pytest.approx(E.NORM_BYTES_BWD * bwd, abs=0.03)
+    assert E.NORM_BYTES < E.EAGER_RMSNORM_FWD < 36 and E.NORM_BYTES_BWD < E.EAGER_RMSNORM_BWD < 60
     # TorchInductor's (the sweep's torch_compile columns): its forward as cuDNN's, its backward about twice
     cfwd = statistics.median(p.compiled_fwd_ms / p.fused_fwd_ms for p in sweep.points)
     cbwd = statistics.median(p.compiled_bwd_ms / p.fused_bwd_ms for p in sweep.points)
-    assert L.COMPILED_RMSNORM_RATIOS == pytest.approx((cfwd, cbwd), abs=0.005)
-    assert (L.COMPILED_RMSNORM_FWD, L.COMPILED_RMSNORM_BWD) == pytest.approx(
-        (L.NORM_BYTES * cfwd, L.NORM_BYTES_BWD * cbwd), abs=0.03)
+    assert E.COMPILED_RMSNORM_RATIOS == pytest.approx((cfwd, cbwd), abs=0.005)
+    assert (E.COMPILED_RMSNORM_FWD, E.COMPILED_RMSNORM_BWD) == pytest.approx(
+        (E.NORM_BYTES * cfwd, E.NORM_BYTES_BWD * cbwd), abs=0.03)
 
 
 def test_each_stack_charges_its_own_norm_kernels():
@@ -201,10 +202,10 @@ def test_each_stack_charges_its_own_norm_kernels():
     llama, gpt = catalog.model("llama3-8b"), replace(catalog.model("gpt3-175b"), dropout=False)
     base = L.LayerSetup(micro_batch=1, seq_len=4096)
     eager, compiled = replace(base, fused_elementwise=False), replace(base, compiled=True)
-    assert L.norm_bytes(llama, base) == (L.NORM_BYTES, L.NORM_BYTES_BWD)
-    assert L.norm_bytes(llama, eager) == (L.EAGER_RMSNORM_FWD, L.EAGER_RMSNORM_BWD)
-    assert L.norm_bytes(llama, compiled) == (L.COMPILED_RMSNORM_FWD, L.COMPILED_RMSNORM_BWD)
-    assert all(L.norm_bytes(gpt, s) == (L.NORM_BYTES, L.NORM_BYTES_BWD) for s in (base, eager, compiled))
+    assert E.norm_bytes(llama, base) == (E.NORM_BYTES, E.NORM_BYTES_BWD)
+    assert E.norm_bytes(llama, eager) == (E.EAGER_RMSNORM_FWD, E.EAGER_RMSNORM_BWD)
+    assert E.norm_bytes(llama, compiled) == (E.COMPILED_RMSNORM_FWD, E.COMPILED_RMSNORM_BWD)
+    assert all(E.norm_bytes(gpt, s) == (E.NORM_BYTES, E.NORM_BYTES_BWD) for s in (base, eager, compiled))
     hw = catalog.hardware("h100")
     eff = catalog.profile_for(hw).efficiency
     fused_loss, compiled_loss = L.loss_time(llama, base, hw, eff), L.loss_time(llama, compiled, hw, eff)
@@ -297,7 +298,7 @@ def test_fp8_sequence_parallel_gathers_move_one_byte(tp):
 
 
 def test_megatron_cores_eager_paths_for_yarn_rope_a_clamped_glu_and_expert_biases():
-    """Megatron-core runs three of GPT-OSS's features as eager PyTorch (layers.MCORE_*): RoPE with a
+    """Megatron-core runs three of GPT-OSS's features as eager PyTorch (elementwise.MCORE_*): RoPE with a
     YaRN attention factor other than 1 (24 bytes an element of Q and K forward, 20 backward, for
     the fused kernel's 4 and 4), the routed experts' clamped GLU (8 and 10 bytes an element of the
     up product's output) and their output biases, added expert by expert (12 and 16 bytes an
@@ -316,9 +317,9 @@ def test_megatron_cores_eager_paths_for_yarn_rope_a_clamped_glu_and_expert_biase
     up = sum(g.m * g.count * g.n for g in gemms if g.name == "expert up")
     down = sum(g.m * g.count * g.n for g in gemms if g.name == "expert down")
     bw = EFF.mem * hbm_bandwidth(H100)
-    fwd = (L.MCORE_EAGER_ROPE_FWD - 4) * rope + L.MCORE_GLU_CLAMP_FWD * up + L.MCORE_EXPERT_BIAS_FWD * down
+    fwd = (E.MCORE_EAGER_ROPE_FWD - 4) * rope + E.MCORE_GLU_CLAMP_FWD * up + E.MCORE_EXPERT_BIAS_FWD * down
     # the eager bias path's own gradient replaces the MLP-down bias gradient's read of T·h (2 bytes each)
-    bwd = ((L.MCORE_EAGER_ROPE_BWD - 4) * rope + L.MCORE_GLU_CLAMP_BWD * up + L.MCORE_EXPERT_BIAS_BWD * down
+    bwd = ((E.MCORE_EAGER_ROPE_BWD - 4) * rope + E.MCORE_GLU_CLAMP_BWD * up + E.MCORE_EXPERT_BIAS_BWD * down
            - 2 * T * gptoss.hidden)
     assert mcore.fwd.memory - plain.fwd.memory == pytest.approx(fwd / bw, rel=1e-9)
     assert mcore.bwd.memory - plain.bwd.memory == pytest.approx(bwd / bw, rel=1e-9)
@@ -341,7 +342,7 @@ def test_a_yarn_attention_factor_must_be_a_positive_number(bad):
 def test_cross_entropy_by_how_the_stack_computes_it():
     """The loss's memory-bound bytes per logit: fused least, then PyTorch's kernels on 16-bit
     logits, then on fp32 logits, Megatron-LM's separate fp32 passes most."""
-    from modelcut.core.step.layers import CE_BYTES
+    from modelcut.core.step.elementwise import CE_BYTES
     h100, eff, llama8 = catalog.hardware("h100"), Efficiency(0.8, 0.8, 0.9), catalog.model("llama3-8b")
     times = {k: loss_time(llama8, LayerSetup(micro_batch=1, seq_len=4096, cross_entropy=k), h100, eff)
              for k in CE_BYTES}
@@ -358,7 +359,7 @@ def test_cross_entropy_by_how_the_stack_computes_it():
 
 def test_llm_foundrys_flash_path_pays_its_unpad_and_pad_copies():
     """MPT's FlashAttention runs on unpadded rows (llm-foundry's flash_attn_fn): Q, K and V gathered
-    and the output scattered back, forward and backward (layers.UNPAD_BYTES), on the llm-foundry
+    and the output scattered back, forward and backward (elementwise.UNPAD_BYTES), on the llm-foundry
     preset only and only on a FlashAttention kernel; nothing else in the layer changes."""
     from modelcut.core.step import layers as L
     mpt = catalog.model("mpt-7b")
@@ -368,7 +369,7 @@ def test_llm_foundrys_flash_path_pays_its_unpad_and_pad_copies():
     on = replace(base, attention_unpad=True)
     lines = {name: (f, b) for name, f, b in L.layer_time(mpt, on, hw, eff).memory_bytes}
     T, q, kv = 2 * 2048, mpt.q_dim, mpt.kv_heads * (mpt.q_dim // mpt.heads)
-    (qkv_f, qkv_b), (out_f, out_b) = L.UNPAD_BYTES
+    (qkv_f, qkv_b), (out_f, out_b) = E.UNPAD_BYTES
     assert lines["attention unpad and pad copies"] == pytest.approx(
         (qkv_f * T * (q + 2 * kv) + out_f * T * q, qkv_b * T * (q + 2 * kv) + out_b * T * q))
     a, b = L.layer_time(mpt, base, hw, eff), L.layer_time(mpt, on, hw, eff)
@@ -382,7 +383,7 @@ def test_llm_foundrys_flash_path_pays_its_unpad_and_pad_copies():
 def test_torchtitans_attention_copies_k_and_v_out_to_the_query_heads():
     """torchtitan's Llama attention (v0.2.0, v0.2.1) repeats K and V to every query head before SDPA:
     forward a read of each kv-wide element and a write of each q-wide one, K and V both, the backward's
-    sum the same bytes (layers.REPEAT_KV_BYTES); per tensor-parallel rank, and nothing where the heads
+    sum the same bytes (elementwise.REPEAT_KV_BYTES); per tensor-parallel rank, and nothing where the heads
     are equal (MHA) or the stack's kernel takes fewer K/V heads as they are."""
     from modelcut.core.step import layers as L
     llama, gpt = catalog.model("llama3-70b"), catalog.model("gpt3-175b")
@@ -395,7 +396,7 @@ def test_torchtitans_attention_copies_k_and_v_out_to_the_query_heads():
         return {n: (f, b) for n, f, b in L.layer_time(model, setup, hw, eff).memory_bytes}.get(
             "K and V repeated to the query heads", (0.0, 0.0))
     T, q_t, kv_t = 8192, llama.q_dim // 8, L.context.kv_width_per_rank(llama, 8)
-    per_kv, per_q = L.REPEAT_KV_BYTES
+    per_kv, per_q = E.REPEAT_KV_BYTES
     assert line(llama, on) == pytest.approx((2 * T * (per_kv * kv_t + per_q * q_t),) * 2)
     assert line(llama, base) == (0.0, 0.0) and line(gpt, on) == (0.0, 0.0)
     assert L.layer_time(llama, on, hw, eff).fwd.memory > L.layer_time(llama, base, hw, eff).fwd.memory

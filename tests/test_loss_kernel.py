@@ -12,7 +12,7 @@ from modelcut.core.costs.kernels import Efficiency
 from modelcut.core.errors import ModelcutError
 from modelcut.core.specs import CROSS_ENTROPY_KINDS, Layout, Run, Training
 from modelcut.core.step import predict
-from modelcut.core.step.layers import CE_BYTES
+from modelcut.core.step.elementwise import CE_BYTES
 from modelcut.service.requests import TrainingIn, parse
 
 EFF = Efficiency(0.75, 0.65, 0.6)

@@ -15,7 +15,8 @@ from modelcut.core.errors import ModelcutError
 from modelcut.core.memory import memory_report
 from modelcut.core.memory.activations import layer_activation_bytes
 from modelcut.core.specs import Layout, Run, Training
-from modelcut.core.step.layers import ACT_FP8_STORE_BYTES, NORM_BYTES, LayerSetup, layer_time, mla_up_products
+from modelcut.core.step.elementwise import ACT_FP8_STORE_BYTES, NORM_BYTES
+from modelcut.core.step.layers import LayerSetup, layer_time, mla_up_products
 from modelcut.core.units import optimizer_step_bytes
 
 H100 = catalog.hardware("h100")

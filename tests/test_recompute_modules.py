@@ -17,7 +17,8 @@ from modelcut.core.costs.kernels import Efficiency, mem_time
 from modelcut.core.errors import ModelcutError
 from modelcut.core.memory.activations import layer_activation_bytes
 from modelcut.core.specs import RECOMPUTE_MODULES, Training
-from modelcut.core.step.layers import NORM_BYTES, LayerSetup, layer_time
+from modelcut.core.step.elementwise import NORM_BYTES
+from modelcut.core.step.layers import LayerSetup, layer_time
 
 H100 = catalog.hardware("h100")
 EFF = Efficiency(0.8, 0.8, 0.6)

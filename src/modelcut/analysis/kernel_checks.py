@@ -48,7 +48,8 @@ from ..core.costs.flops import attention_pairs
 from ..core.costs.kernels import Efficiency, burst_tflops, fused_tflops, gemm_time, mem_time, window_work
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware, ModelSpec, Training
-from ..core.step.layers import NORM_BYTES, NORM_BYTES_BWD, dense_linears
+from ..core.step.elementwise import NORM_BYTES, NORM_BYTES_BWD
+from ..core.step.layers import dense_linears
 from ..core.step.stage_costs import kernels
 from .measured import measured_run
 
@@ -392,7 +393,7 @@ class NormPointRow:
 @dataclass(frozen=True)
 class NormRow(_RatioSpan):
     """One norm sweep summarised: per point, modelcut's memory-bound time for a fused norm of the
-    shape (:data:`..core.step.layers.NORM_BYTES` and ``NORM_BYTES_BWD`` an element at η_mem of the
+    shape (:data:`..core.step.elementwise.NORM_BYTES` and ``NORM_BYTES_BWD`` an element at η_mem of the
     streaming bandwidth, the default profile's) over the measured fused kernel's."""
 
     check: str

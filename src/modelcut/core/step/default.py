@@ -47,7 +47,7 @@ from .balance import pipeline_balance
 from .checks import check_run
 from .data_parallel import device_ends
 from .frameworks import Framework
-from .layers import MCORE_EAGER_PATHS, mcore_eager_paths
+from .elementwise import MCORE_EAGER_PATHS, mcore_eager_paths
 from .pipeline_time import simulated_trace
 from .timeline import device_track, optimizer_segment, pipeline_segments, repeated
 from .result import DefaultBreakdown, Prediction

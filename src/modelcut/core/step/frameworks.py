@@ -36,7 +36,7 @@ from ..costs.fp8 import LIBRARY_RECIPES
 from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency_under
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES, Layout, Run, Training
-from .layers import CE_BYTES
+from .elementwise import CE_BYTES
 from ..units import (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST, GRAD_BYTES,
                      OPTIMIZER_STATE_BYTES, WEIGHT_BYTES)
 
@@ -210,7 +210,7 @@ class Framework:
     "deepspeed-0.3", DeepSpeed's 2021 hooks replayed weight by weight
     (:mod:`.deepspeed_stage3`); ``fused_elementwise``: norms, activations, rotary embedding and
     residual adds as fused kernels (Megatron-LM, Transformer Engine); off, PyTorch's eager ops,
-    one kernel each, RMSNorm torch's own fused kernels (:data:`.layers.EAGER_RMSNORM_FWD`); ``selective``: what selective
+    one kernel each, RMSNorm torch's own fused kernels (:data:`.elementwise.EAGER_RMSNORM_FWD`); ``selective``: what selective
     recomputation re-executes: "attention", the attention core (Megatron-LM, Korthikanti et al.
     2022 §5), or "op", torchtitan's per-op policy (every second matrix product, the norms,
     activations and other elementwise ops and the all-gathers, keeping attention's output and
@@ -243,7 +243,7 @@ class Framework:
     the one rule memory and time both read: :meth:`residency`); ``flat_grad_sync``: the same choice
     without a pipeline, over the gradient-accumulation steps;
     ``mcore_layers``: the layers are Megatron-core's modules (its Transformer Engine layer spec),
-    whose paths for three model features run eager PyTorch ops (:data:`.layers.MCORE_EAGER_ROPE_FWD`
+    whose paths for three model features run eager PyTorch ops (:data:`.elementwise.MCORE_EAGER_ROPE_FWD`
     and the rest): a YaRN attention factor other than 1 (``ModelSpec.rope_mscale``), a clamped
     GLU in the routed experts (``ModelSpec.glu_clamp``) and the routed experts' output biases;
     ``p2p_async_interleaved_only``: the stack overlaps pipeline sends (``p2p_async``) only in its
@@ -265,9 +265,9 @@ class Framework:
     score row only up to its query (:func:`..costs.kernels.causal_softmax_rows`; 0: no such kernel,
     the whole row); ``attention_unpad``: the stack's FlashAttention path gathers Q, K and V into
     unpadded rows before the kernel and scatters its output back into padded ones
-    (:data:`.layers.UNPAD_BYTES`); ``gqa_repeat_kv``: with fewer key/value heads than query heads the
+    (:data:`.elementwise.UNPAD_BYTES`); ``gqa_repeat_kv``: with fewer key/value heads than query heads the
     stack copies K and V out to every query head before the attention kernel
-    (:data:`.layers.REPEAT_KV_BYTES`); ``replica_reduce_stream``: with hybrid sharding
+    (:data:`.elementwise.REPEAT_KV_BYTES`); ``replica_reduce_stream``: with hybrid sharding
     the replicas' all-reduce of a unit's gradient shard runs on a stream of its own, beside the next
     unit's reduce-scatter (PyTorch FSDP; :func:`.data_parallel.dp_collective`); ``default_etp``: the routed experts' tensor
     parallelism when an MoE layout with tp > 1 names none (None: tp, Megatron-core's default;

@@ -2,7 +2,7 @@
 
 Built kernel by kernel from :mod:`.kernels`; every matrix product is timed from its own
 (m, n, k) after the tensor-parallel (t) and context-parallel (cp) cuts, every memory-bound
-kernel from the bytes it moves. Tokens on the device: T = b·s/cp; with sequence parallelism
+kernel from the bytes it moves (:mod:`.elementwise` holds those counts, by stack). Tokens on the device: T = b·s/cp; with sequence parallelism
 the norms, dropouts and residual adds see T/t of them (Korthikanti et al. 2022, §4.2.2).
 
 **Forward of a layer** (Megatron-LM's ``ParallelTransformerLayer``; Llama-style layers drop
@@ -10,7 +10,9 @@ biases and dropout and use RMSNorm, RoPE and a gated MLP):
 
 * norm 1: read and write T_n·h (T_n = T/t with sequence parallelism, else T), 4·T_n·h bytes;
 * QKV product: m = T, n = (q + 2·kv)/t, k = h; with RoPE, Q and K are read and written once
-  more, 4·T·(q + kv)/t bytes;
+  more, 4·T·(q + kv)/t bytes (latent attention's five products instead,
+  :func:`..costs.context.attention_products`, with its latents' norms and RoPE on the rotary
+  parts only);
 * attention core over the local heads (:func:`.kernels.attention_time`);
 * output projection: m = T, n = h, k = q/t;
 * bias + dropout + residual add, fused (Megatron-LM's ``bias_dropout_add_fused_train``):
@@ -18,7 +20,7 @@ biases and dropout and use RMSNorm, RoPE and a gated MLP):
 * norm 2, then MLP up: m = T, n = f/t (2·f/t gated), k = h; the activation fused with its
   bias (``bias_gelu``; SwiGLU reads two halves, writes one): 4·T·f/t bytes (6·T·f/t gated),
   and where the run keeps the SwiGLU's input in FP8 its cast there and back
-  (:data:`ACT_FP8_STORE_BYTES`); MLP down: m = T, n = h, k = f/t; bias + dropout + residual add again.
+  (:data:`.elementwise.ACT_FP8_STORE_BYTES`); MLP down: m = T, n = h, k = f/t; bias + dropout + residual add again.
 
 **Backward**: each product's data gradient and weight gradient (:func:`.kernels.gemm_fwd_bwd`),
 the attention core's backward, and the memory-bound backward kernels: norm 6·T_n·h each
@@ -90,7 +92,7 @@ its experts and summing them back) are memory-bound work of the layer,
 YaRN attention factor other than 1 (``ModelSpec.rope_mscale``) its RoPE is eager PyTorch, not TE's
 fused kernel; a clamped GLU in the routed experts (``ModelSpec.glu_clamp``) is clamped and
 concatenated eagerly; the routed experts' output biases are added expert by expert
-(:data:`MCORE_EAGER_ROPE_FWD`, :data:`MCORE_GLU_CLAMP_FWD`, :data:`MCORE_EXPERT_BIAS_FWD` and their
+(:data:`.elementwise.MCORE_EAGER_ROPE_FWD`, :data:`.elementwise.MCORE_GLU_CLAMP_FWD`, :data:`.elementwise.MCORE_EXPERT_BIAS_FWD` and their
 backward counts).
 """
 
@@ -99,173 +101,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..costs import comm, context, flops, op_sac
-from ..costs.loss import LOSS_KERNELS
 from ..costs import moe as moe_mod
 from ..costs import fp8 as fp8_mod
-from ..costs.fp8 import Fp8
-from ..costs.kernels import ATTENTION_KINDS, BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
-from ..errors import ModelcutError
-from ..specs import DEFAULT_RECOMPUTE_MODULES, MLA_FIELDS, RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Hardware, ModelSpec
-from ..units import GRAD_ACCUM_BYTES_16
-
-#: Bytes per logit each cross-entropy moves, (forward, backward): :data:`..costs.loss.LOSS_KERNELS`.
-CE_BYTES: dict[str, tuple[float, float]] = {k: (v.moved_fwd, v.moved_bwd) for k, v in LOSS_KERNELS.items()}
-
-
-#: Bytes per element of PyTorch's eager (one kernel per op) elementwise code, bf16 activations,
-#: as the reference implementations write it (a framework that fuses nothing: plain PyTorch
-#: modules under FSDP without ``torch.compile``). RMSNorm is ``torch.nn.RMSNorm`` in torchtitan
-#: (v0.2.0 ``torchtitan/models/llama3/model/model.py``) and in llm-foundry (its ``rmsnorm``,
-#: ``llmfoundry/models/layers/norm.py`` at 8c8dd48), which torch 2.13 runs as one fused kernel
-#: each way (``aten::_fused_rms_norm`` and ``_fused_rms_norm_backward``, with CUDA kernels; the
-#: op-by-op form, Meta's ``llama/model.py`` ``x * rsqrt(x.pow(2).mean(-1) + eps)``, would move
-#: 36 and 60 bytes an element). Those kernels are slower than cuDNN's fused norm for the same
-#: bytes: NVIDIA's cudnn-frontend norm sweep on an H200 (commit df73764,
-#: ``benchmark/norms/results/h200/all_models_20260227_035147.csv``, ``F.rms_norm`` in the
-#: nvcr.io/nvidia/pytorch:25.12 container against cuDNN 9.19.1) takes, over its ten
-#: transformer-sized shapes (hidden 2,048-16,384, 2,048-16,384 rows), a median 1.235 times
-#: cuDNN's forward and 2.14 times its backward (the rows and their source: ``catalog/kernel_checks.toml``
-#: ``[[norm_sweep]]``); charged as the fused norm's 4 and 6 bytes scaled by those ratios
-#: (:data:`TORCH_RMSNORM_RATIOS`, below :data:`NORM_BYTES`). SwiGLU, ``F.silu(w1(x)) * w3(x)``, per
-#: element of the f-wide output: silu 2 + 2, product 2 + 2 + 2 = 10 forward; product backward 6 + 6, silu
-#: backward 6 = 18. Rotary embedding (``apply_rotary_emb``: cast to fp32, complex product,
-#: cast back), per element of Q and K: 6 + 8 + 6 = 20 each way. Dropout, when the model has
-#: it, a kernel of its own: read 2, write 2 and a 1-byte mask = 5. LayerNorm and GeLU are
-#: single native kernels in PyTorch (``torch.nn.LayerNorm``, ``F.gelu``): as fused.
-EAGER_SWIGLU_FWD = 10.0
-EAGER_SWIGLU_BWD = 18.0
-EAGER_ROPE = 20.0
-EAGER_DROPOUT = 5.0
-
-#: Bytes per element of the three eager paths in Megatron-core's layers (Megatron-LM 0d8e0714, the
-#: core_dev_r0.15.0 commit Megatron-Bridge v0.2.0 pins), bf16.
-#: RoPE with a YaRN attention factor other than 1: ``apply_rotary_pos_emb`` warns that TE's fused
-#: RoPE does not take ``mscale`` and runs ``_apply_rotary_pos_emb_bshd``
-#: (megatron/core/models/common/embeddings/rope_utils.py), per element of Q and K: t·cos 2 + 2,
-#: ``_rotate_half``'s negation of one half 1 + 1 and its concatenation 2 + 2, ·sin 2 + 2, the sum
-#: 4 + 2, the final ``torch.cat((t, t_pass))`` 2 + 2 = 24 forward; backward: the two products' input
-#: gradients 4 + 4, the negation 2, the chunk's gradient concatenated 4, the two paths summed 6 = 20
-#: (the fused kernel: 4 each way).
-MCORE_EAGER_ROPE_FWD = 24.0
-MCORE_EAGER_ROPE_BWD = 20.0
-#: A clamped GLU in the routed experts (``activation_func_clamp_value``, GPT-OSS):
-#: ``weighted_bias_quick_geglu_impl`` (megatron/core/fusions/fused_bias_geglu.py) clamps both
-#: halves and concatenates them eagerly before its compiled kernel, per element of the up product's
-#: output: clamps 2 + 2, ``torch.cat`` 2 + 2 = 8 forward; the clamps' backward (read the gradient
-#: and the input, write) 6 and the chunk's gradient concatenated 4 = 10 backward.
-MCORE_GLU_CLAMP_FWD = 8.0
-MCORE_GLU_CLAMP_BWD = 10.0
-#: The routed experts' output biases: ``TEGroupedMLP._apply_bias``
-#: (megatron/core/transformer/moe/experts.py) adds them expert by expert in Python,
-#: ``torch.cat([t + b * p ...])``, per element of the down product's output: b·p written 2, the sum
-#: 2 + 2 + 2, the concatenation 2 + 2 = 12 forward; backward: the bias gradient (g·p written and
-#: read 2 + 2, from g 2) 6, the probability gradient (g·b likewise) 6, the split's gradient
-#: concatenated 4 = 16.
-MCORE_EXPERT_BIAS_FWD = 12.0
-MCORE_EXPERT_BIAS_BWD = 16.0
-
-
-#: Megatron-core's eager paths by name, as a prediction's notes describe them.
-MCORE_EAGER_PATHS = {"rope": "RoPE (a YaRN attention factor: not TE's fused kernel)",
-                     "glu clamp": "the experts' clamped GLU",
-                     "expert bias": "the experts' output biases, expert by expert"}
-
-
-def mcore_eager_paths(model: ModelSpec) -> tuple[str, ...]:
-    """Which of Megatron-core's eager paths (:data:`MCORE_EAGER_PATHS`) a model takes (module doc):
-    "rope" (a YaRN attention factor other than 1), "glu clamp" (a clamped GLU in routed experts),
-    "expert bias" (routed experts with output biases). The one rule the layer's bytes and the
-    step's notes read."""
-    out = []
-    if not model.learned_positions and model.rope_mscale != 1.0:
-        out.append("rope")
-    if model.is_moe and model.gated_mlp and model.glu_clamp:
-        out.append("glu clamp")
-    if model.is_moe and model.bias:
-        out.append("expert bias")
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class LayerSetup:
-    """What one device computes for one micro-batch: sizes and the framework's kernels.
-
-    ``attention``: "unfused", "flash2" or "flash3" (:data:`.kernels.ATTENTION_KINDS`);
-    ``grad_accum_fusion``: weight gradients accumulated inside the product (no extra pass);
-    ``tp_async_backward``: a column-parallel product's input-gradient collective runs while its
-    weight gradient is computed (and the input re-gather while its data gradient is),
-    Megatron-LM's ``async_tensor_model_parallel_allreduce`` (on by default since late 2021)
-    and its sequence-parallel form (``LinearWithGradAccumulationAndAsyncCommunication``);
-    ``tp_bw``/``cp_bw``: link bandwidth (bytes/s each way) of the tp and cp groups, and
-    ``tp_inside``/``cp_inside`` whether each stays inside one node (then its collectives are timed
-    from the measured curves, :func:`..costs.comm.collective`); ``cp_local``: the cp group's
-    members in one node (an all-to-all across nodes sends the node-mates' share over the links);
-    ``cp_kind``: context parallelism's form, "allgather", "ring", "a2a" or "a2a+p2p"; ``cp_a2a``: the
-    hierarchical form's all-to-all groups' size (adjacent cp ranks) and ``cp_a2a_local`` their members
-    in one node (:data:`..costs.mesh.CP_LEVELS`); ``etp``: expert tensor
-    parallelism (default tp); ``fused_elementwise``: norms, activation, rotary embedding and
-    bias-dropout-residual run as fused kernels (Megatron-LM, Transformer Engine, compiled
-    code); off, as PyTorch's eager ops (:data:`EAGER_RMSNORM_FWD` and the rest);
-    ``tp_overlap_split``: the ``tp_comm`` overlap is on, so the products its collectives overlap
-    run cut into the chunks those collectives deliver (:func:`_overlapped`); ``tp_overlap_fp8_ring``:
-    with FP8 a row-parallel forward overlaps its reduce-scatter by ring exchange (the stack's
-    ``fp8_rs_overlap``), else it is pipelined as a 16-bit one is."""
-
-    micro_batch: int
-    seq_len: int
-    tp: int = 1
-    cp: int = 1
-    sequence_parallel: bool = False
-    recompute: str = "none"
-    attention: str = "flash2"
-    grad_accum_fusion: bool = True
-    grad_accum_bytes: float = GRAD_ACCUM_BYTES_16   # per local parameter per micro-batch, without the fusion
-    cross_entropy: str = "fp32-passes"   # a key of :data:`CE_BYTES`
-    tp_async_backward: bool = False
-    tp_bw: float = 0.0
-    cp_bw: float = 0.0
-    cp_kind: str = "allgather"
-    etp: int | None = None
-    fused_elementwise: bool = True
-    tp_inside: bool = True
-    cp_inside: bool = True
-    cp_local: int = 1
-    cp_a2a: int = 1
-    cp_a2a_local: int = 1
-    selective: str = "attention"
-    fp8: Fp8 | None = None           # the run's FP8 (:mod:`..costs.fp8`), None for 16-bit products
-    weight_cast_share: float = 1.0   # this micro-batch's share of the per-step FP8 weight casts (1/m)
-    tp_overlap_split: bool = False   # tp_comm overlap: overlapped products run in chunks (_overlapped)
-    tp_overlap_fp8_ring: bool = True  # FP8 row-parallel forwards by ring exchange (else pipelined)
-    mcore_layers: bool = False        # Megatron-core's eager paths (:data:`MCORE_EAGER_ROPE_FWD` and the rest)
-    moe_dispatch: str = "all-to-all"  # the token dispatcher: its permutations (:func:`..costs.moe.permute_bytes`)
-    cp_impl: str = "transformer-engine"  # whose context parallelism (:data:`..costs.context.CP_IMPLS`)
-    compiled: bool = False            # the stack compiles its blocks (TorchInductor fuses elementwise chains)
-    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # selective's modules (module doc)
-    causal_softmax_max_seq: int = 0   # the stack's fused causal softmax, unfused path (kernels.causal_softmax_rows)
-    attention_unpad: bool = False     # FlashAttention called on unpadded rows (:data:`UNPAD_BYTES`)
-    gqa_repeat_kv: bool = False       # K and V copied out to the query heads (:data:`REPEAT_KV_BYTES`)
-    act_fp8_input: bool = False       # the SwiGLU's input kept in FP8 (:data:`ACT_FP8_STORE_BYTES`)
-
-    def __post_init__(self) -> None:
-        if self.cross_entropy not in CE_BYTES:
-            raise ModelcutError(f"cross_entropy must be one of {', '.join(CE_BYTES)}, got {self.cross_entropy!r}")
-        if self.attention not in ATTENTION_KINDS:
-            raise ModelcutError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}")
-        if self.selective not in ("attention", "op"):
-            raise ModelcutError(f"selective recomputation must be 'attention' or 'op', got {self.selective!r}")
-        if self.cp_impl not in context.CP_IMPLS:
-            raise ModelcutError(f"cp_impl must be one of {', '.join(context.CP_IMPLS)}, got {self.cp_impl!r}")
-        if self.recompute not in RECOMPUTE_LEVELS:
-            raise ModelcutError(f"recompute must be none, selective or full, got {self.recompute!r}")
-        bad = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
-        if bad or not self.recompute_modules:
-            raise ModelcutError(f"recompute_modules must name some of {', '.join(RECOMPUTE_MODULES)}, "
-                                f"got {self.recompute_modules!r}")
-        if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and (self.selective == "op" or not self.mcore_layers):
-            raise ModelcutError("recompute_modules are Megatron-core's (--recompute-modules): this stack is not "
-                                "built on Megatron-core's layers (the megatron-core, nemo and megatron-bridge presets are)")
-
+from ..costs.kernels import BYTES, FP8_BYTES, AttentionTime, Efficiency, attention_time, gemm_fwd_bwd, gemm_time, mem_time
+from ..specs import MLA_FIELDS, Hardware, ModelSpec
+from .elementwise import CE_BYTES, memory_bytes, norm_bytes
+from .layer_setup import LayerSetup
 
 @dataclass
 class PassTime:
@@ -339,53 +180,6 @@ class LayerTime:
     attention: AttentionTime | None = None
 
 
-#: A norm's forward moves its input in and its output out, 2 + 2 bytes per element, LayerNorm
-#: and RMSNorm alike (the statistics are per token, negligible).
-NORM_BYTES = 4.0
-#: Its backward reads the input and the output's gradient and writes the input's, 2 + 2 + 2.
-NORM_BYTES_BWD = 6.0
-#: PyTorch's fused RMSNorm kernels' time over cuDNN's for the same shape, forward and backward
-#: (the eager-code note above): the medians of NVIDIA's cudnn-frontend H200 norm sweep.
-TORCH_RMSNORM_RATIOS = (1.235, 2.14)
-EAGER_RMSNORM_FWD = NORM_BYTES * TORCH_RMSNORM_RATIOS[0]
-EAGER_RMSNORM_BWD = NORM_BYTES_BWD * TORCH_RMSNORM_RATIOS[1]
-#: Bytes per element of the copies around a FlashAttention call on unpadded rows, as MosaicML's
-#: llm-foundry makes it (``llmfoundry/models/layers/attention.py`` ``flash_attn_fn``, the same from its
-#: first version, c4f8c7540 of 2023-04-28, through 8c8dd48: Q, K and V each through
-#: ``bert_padding.index_first_axis``, the output through ``bert_padding.pad_input``), timed as
-#: flash-attn's ``flash_attn/bert_padding.py`` runs them, 16-bit: forward, Q, K and V each gathered
-#: (``torch.gather``: read 2, write 2) and the output scattered into a zeroed padded tensor
-#: (``torch.zeros``, then ``output[indices] = values``: 2 + 2 + 2); backward, each gather's gradient
-#: scattered into zeros (``scatter_``: 2 + 2 + 2) and the output's gathered back (2 + 2).
-#: (forward, backward) per element of Q, K and V, then of the output.
-UNPAD_BYTES = ((4.0, 6.0), (6.0, 4.0))
-#: The kernels those copies surround: flash-attn's (its ``flash_attn_varlen_func``), not cuDNN's or
-#: the unfused path, which take the padded tensors.
-UNPAD_KERNELS = ("flash2", "flash3", "flash4")
-#: Bytes K and V each move where a stack repeats them out to the query heads before the attention
-#: kernel, torchtitan's ``repeat_kv`` (``unsqueeze``, ``expand``, then ``reshape``: a copy), called on
-#: both before SDPA (torchtitan v0.2.0 and v0.2.1 ``torchtitan/models/llama3/model/model.py``; the
-#: repeat was removed for SDPA's ``enable_gqa`` on 2026-01-27, commit ff0829c10, "GQA without kv
-#: repeats", first released in v0.2.2): forward, read the kv-wide tensor and write the q-wide copy,
-#: 2 bytes an element each; backward, the copy's gradient summed back over the repeats, read q-wide
-#: and write kv-wide. (per kv-wide element, per q-wide element), each way.
-REPEAT_KV_BYTES = (2.0, 2.0)
-#: Megatron-core's ``activation_func_fp8_input_store`` (:class:`..specs.Training`): the forward casts the
-#: SwiGLU's input to FP8 for its backward (``input.to(torch.float8_e4m3fn)``: read 2, write 1) and the
-#: backward casts it back (``input.to(ctx.ori_input_dtype)``: read 1, write 2), core_v0.15.0
-#: megatron/core/fusions/fused_bias_swiglu.py ``BiasSwiGLUFunction``/``SwiGLUFunction``. (forward,
-#: backward) bytes per element of the input, the up product's output.
-ACT_FP8_STORE_BYTES = (3.0, 3.0)
-#: TorchInductor's RMSNorm (``F.rms_norm`` under ``torch.compile``, as torchtitan compiles each block
-#: with its ``nn.RMSNorm``) over cuDNN's for the same shapes, the medians of the same sweep's
-#: torch_compile columns: its forward runs as cuDNN's, its backward (the input's gradient and a
-#: second reduction over the rows for the weight's) at about twice cuDNN's time. Charged as the fused
-#: norm's 4 and 6 bytes scaled by them, where a stack compiles its blocks (``LayerSetup.compiled``).
-COMPILED_RMSNORM_RATIOS = (1.044, 1.976)
-COMPILED_RMSNORM_FWD = NORM_BYTES * COMPILED_RMSNORM_RATIOS[0]
-COMPILED_RMSNORM_BWD = NORM_BYTES_BWD * COMPILED_RMSNORM_RATIOS[1]
-
-
 def dense_linears(model: ModelSpec, tokens: float, t: int) -> list[tuple[float, int, int, int]]:
     """A dense layer's products on one rank, (m, n, k, count): the attention block's
     (:func:`..costs.context.attention_products`: QKV and the output projection, or latent
@@ -408,22 +202,6 @@ NORM_FED = ("qkv", "mlp up", "q up", "kv up")
 
 #: Latent attention's up projections, the products ``mla_up_proj`` runs again.
 MLA_UP = ("q up", "kv up")
-
-
-def latent_width(model: ModelSpec) -> int:
-    """Elements a token latent attention's two latent norms normalise, r_q + r_kv (``q_layernorm``,
-    ``kv_layernorm``; Megatron-core core_v0.15.0 multi_latent_attention.py); 0 without it."""
-    return (model.q_lora_rank or 0) + model.kv_lora_rank if model.is_mla else 0
-
-
-def rotary_width(model: ModelSpec, t: int) -> int:
-    """Elements a token rotary embedding turns on one tensor-parallel rank: the queries' and keys'
-    widths, q/t + kv_t; with latent attention the queries' rotary parts and the one shared rotary
-    key, (H/t + 1)·d_rope (``apply_rotary_pos_emb`` on ``q_pos_emb`` and ``k_pos_emb``,
-    core_v0.15.0 multi_latent_attention.py)."""
-    if model.is_mla:
-        return (model.heads // t + 1) * model.qk_rope_head_dim
-    return context.query_width_per_rank(model, t) + context.kv_width_per_rank(model, t)
 
 
 def tp_gather_width(model: ModelSpec) -> int:
@@ -550,115 +328,6 @@ def _products(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency
         pl for pl, (*_, nm) in zip(per_linear, linears) if nm == "mlp up" and not moe]
     local_params = sum(n_ * k_ * c_ for _, n_, k_, c_, _ in linears)
     return fwd_g, bwd_g, wgrad, col, mlp, local_params, casts, (shared_f, shared_b), op_again, tuple(records)
-
-
-def norm_bytes(model: ModelSpec, setup: LayerSetup) -> tuple[float, float]:
-    """Bytes an element one norm moves, (forward, backward), as the stack runs it: a fused norm's
-    :data:`NORM_BYTES` and :data:`NORM_BYTES_BWD` (LayerNorm everywhere, RMSNorm in Megatron-LM and
-    Transformer Engine); RMSNorm in eager PyTorch (:data:`EAGER_RMSNORM_FWD`) or compiled by
-    TorchInductor (:data:`COMPILED_RMSNORM_FWD`) at their measured time over cuDNN's."""
-    if model.norm == "rmsnorm" and not setup.fused_elementwise:
-        return EAGER_RMSNORM_FWD, EAGER_RMSNORM_BWD
-    if model.norm == "rmsnorm" and setup.compiled:
-        return COMPILED_RMSNORM_FWD, COMPILED_RMSNORM_BWD
-    return NORM_BYTES, NORM_BYTES_BWD
-
-
-def _memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
-                  ) -> tuple[float, float, dict[str, float], list[tuple[str, float, float]]]:
-    """Bytes the layer's memory-bound kernels move, (forward, backward) (module doc), the
-    forward bytes of the modules selective recomputation may name (``layernorm``, ``moe_act``),
-    and the two sums' terms by kernel, (name, forward, backward)."""
-    t = setup.tp
-    T = setup.micro_batch * setup.seq_len // setup.cp
-    Tn = T // t if setup.sequence_parallel else T
-    h = model.hidden
-    q_w, k_w, v_w, o_w = context.cp_widths(model, t)     # the attention core's Q, K, V and output
-    gated, drop, rope = model.gated_mlp, model.dropout, not model.learned_positions
-    ups = [g for g in mlp if g.name.endswith(" up")]
-    # rows × local width of the MLP's activation (each up product's output, halved when gated)
-    act_elems = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups)
-    up_out = sum(g.m * g.count * g.n for g in ups)
-    fused = setup.fused_elementwise
-    nb, nb_b = norm_bytes(model, setup)
-    if fused:
-        resid_f = (6.0 + (1.0 if drop else 0.0)) * Tn * h       # bias+dropout+residual, fused
-    else:
-        resid_f = (6.0 + (EAGER_DROPOUT if drop else 0.0)) * Tn * h
-    act_coef = (6.0 if fused else EAGER_SWIGLU_FWD) if gated else 4.0   # forward bytes an activation element
-    act_f = act_coef * act_elems
-    rope_elems = T * rotary_width(model, t) if rope else 0.0
-    rope_per = 4.0 if fused else EAGER_ROPE          # forward bytes an element
-    rope_f = rope_b = rope_per * rope_elems
-    clamp_f, extra_f, extra_b = 0.0, 0.0, 0.0
-    eager = mcore_eager_paths(model) if setup.mcore_layers else ()
-    if "rope" in eager:
-        rope_per = MCORE_EAGER_ROPE_FWD
-        rope_f, rope_b = MCORE_EAGER_ROPE_FWD * rope_elems, MCORE_EAGER_ROPE_BWD * rope_elems
-    expert_up = sum(g.m * g.count * g.n for g in ups if g.name == "expert up")
-    expert_down = sum(g.m * g.count * g.n for g in mlp if g.name == "expert down")
-    if "glu clamp" in eager:
-        clamp_f = MCORE_GLU_CLAMP_FWD * expert_up
-        extra_f, extra_b = clamp_f, MCORE_GLU_CLAMP_BWD * expert_up
-    if "expert bias" in eager:
-        extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
-    latents = nb * Tn * latent_width(model)     # latent attention's two latent norms
-    norms_f, resid2_f = 2 * nb * Tn * h + latents, 2 * resid_f
-    unpad_f = unpad_b = 0.0
-    if setup.attention_unpad and setup.attention in UNPAD_KERNELS:
-        (qkv_f, qkv_b), (out_f, out_b) = UNPAD_BYTES
-        qkv_el, out_el = T * (q_w + k_w + v_w), T * o_w
-        unpad_f, unpad_b = qkv_f * qkv_el + out_f * out_el, qkv_b * qkv_el + out_b * out_el
-    rep_f = rep_b = 0.0
-    if setup.gqa_repeat_kv and k_w < q_w:
-        per_kv, per_q = REPEAT_KV_BYTES
-        rep_f = rep_b = 2 * T * (per_kv * k_w + per_q * q_w)    # K and V
-    store_f = store_b = 0.0
-    if setup.act_fp8_input and gated:
-        store_f, store_b = (c * up_out for c in ACT_FP8_STORE_BYTES)
-    mem_f = norms_f + resid2_f + act_f + rope_f + extra_f + unpad_f + rep_f + store_f
-    expert_act = sum(g.m * g.count * (g.n // 2 if gated else g.n) for g in ups if g.name == "expert up")
-    # moe_act checkpoints the activation function, its clamped GLU included; the output biases are
-    # added after the down product, outside it (Megatron-LM core_v0.15.0 megatron/core/transformer/moe/
-    # experts.py TEGroupedMLP.forward: the checkpoint wraps bias_act_func, _apply_bias follows linear_fc2)
-    # the MoE layer's own pre-MLP norm; with latent attention the input norm too (its own kernel there)
-    modules = {"layernorm": nb * Tn * h * ((1 if expert_up else 0) + (1 if model.is_mla else 0)),
-               "moe_act": act_coef * expert_act + clamp_f,
-               "mla_up_proj": _mla_up_bytes(model, setup, nb, rope_per if rope else 0.0)}
-    resid_b = (5.0 * Tn * h if drop else 0.0) + 6.0 * Tn * h   # dropout backward, gradient sum
-    act_b = ((10.0 if fused else EAGER_SWIGLU_BWD) if gated else 6.0) * act_elems
-    # the bias gradients read each biased output's gradient: QKV, MLP up, and the two row-parallel
-    # outputs (projection, MLP down); the routed experts' down bias is the eager path's own where charged
-    row_outputs = 1 if "expert bias" in eager else 2
-    bias_b = BYTES * (T * (q_w + k_w + v_w) + up_out + row_outputs * Tn * h) if model.bias else 0.0
-    norms_b, resid2_b = 2 * nb_b * Tn * h + nb_b / nb * latents, 2 * resid_b
-    mem_b = norms_b + resid2_b + act_b + rope_b + bias_b + extra_b + unpad_b + rep_b + store_b
-    adds = ", ".join([w for w, on in (("bias", model.bias), ("dropout", drop)) if on] + ["residual adds"])
-    items = [("norms", norms_f, norms_b), (adds, resid2_f, resid2_b), ("MLP activation", act_f, act_b),
-             ("rotary embedding", rope_f, rope_b), ("eager clamps and expert biases", extra_f, extra_b),
-             ("bias gradients", 0.0, bias_b), ("attention unpad and pad copies", unpad_f, unpad_b),
-             ("K and V repeated to the query heads", rep_f, rep_b),
-             ("SwiGLU input to FP8 and back", store_f, store_b)]
-    if not setup.grad_accum_fusion:
-        accum = setup.grad_accum_bytes * local_params
-        mem_b += accum
-        items.append(("weight-gradient accumulation", 0.0, accum))
-    return mem_f, mem_b, modules, items
-
-
-def _mla_up_bytes(model: ModelSpec, setup: LayerSetup, norm_bytes: float, rope_bytes: float) -> float:
-    """Forward bytes of the memory-bound part of ``mla_up_proj``'s recomputation: the latents' two
-    norms (``q_layernorm``, ``kv_layernorm``: :func:`latent_width` elements a token at the stack's
-    norm bytes, on the rank's own T/t tokens under sequence parallelism, before the up projections
-    gather them) and RoPE on the queries' and the shared key's rotary parts (:func:`rotary_width`,
-    ``rope_bytes`` an element, the stack's RoPE as the layer's forward charges it), per micro-batch
-    on this rank (megatron/core/transformer/multi_latent_attention.py ``qkv_up_proj_and_rope_apply``);
-    the forward charges both the same way. 0 for a model without latent attention."""
-    if not model.is_mla:
-        return 0.0
-    T = setup.micro_batch * setup.seq_len // setup.cp
-    Tn = T // setup.tp if setup.sequence_parallel else T
-    return Tn * norm_bytes * latent_width(model) + T * rope_bytes * rotary_width(model, setup.tp)
 
 
 def mla_up_products(model: ModelSpec, setup: LayerSetup) -> tuple[tuple[int, int, int, str], ...]:
@@ -866,7 +535,7 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
         model, setup, hw, eff, moe, ep)
     s, cp = setup.seq_len, setup.cp
     att = layer_attention(model, setup, hw, eff)
-    mem_f, mem_b, modules, items = _memory_bytes(model, setup, mlp, local_params)
+    mem_f, mem_b, modules, items = memory_bytes(model, setup, mlp, local_params)
     mem_f, mem_b = mem_f + casts[0], mem_b + casts[1]
     items.append(("FP8 casts", *casts))
     if setup.cp_impl == "torch-sdpa" and cp > 1:   # PyTorch's merges and copies around its steps
@@ -949,7 +618,7 @@ def embedding_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Effic
 def loss_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency) -> tuple[PassTime, PassTime]:
     """Final norm, output projection (logits) and cross-entropy for a micro-batch:
     (forward, backward). Logits: m = T, n = V/t, k = h; cross-entropy over T·V/t logits
-    (:data:`CE_BYTES` per logit, forward and backward, for the stack's ``cross_entropy``). With
+    (:data:`.elementwise.CE_BYTES` per logit, forward and backward, for the stack's ``cross_entropy``). With
     sequence parallelism the final norm's output is
     all-gathered first (and its gradient reduce-scattered)."""
     b, s, t, cp = setup.micro_batch, setup.seq_len, setup.tp, setup.cp

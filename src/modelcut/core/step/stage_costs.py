@@ -20,7 +20,8 @@ from ..units import BF16_BYTES
 from .data_parallel import pass_gathers
 from .exposure import exposed_tp
 from .frameworks import Framework
-from .layers import LayerSetup, LayerTime, PassTime, embedding_time, layer_time, loss_time
+from .layer_setup import LayerSetup
+from .layers import LayerTime, PassTime, embedding_time, layer_time, loss_time
 
 
 @dataclass
