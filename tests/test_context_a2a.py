@@ -206,12 +206,13 @@ def test_across_nodes_the_node_mates_share_goes_over_the_links():
     """A cp group of 16 over two nodes: each tensor's all-to-all sends 7/16 over NVLink and 8/16 over
     the network at once (comm.all_to_all_two_level, as the MoE dispatch), not 15/16 over the network."""
     from modelcut.catalog import hardware, profile_for
-    from modelcut.core.step import layers
+    from modelcut.core.step import layer_comm
+    from modelcut.core.step.layer_setup import LayerSetup
     m, hw = catalog_model("llama2-7b"), hardware("h100")
     eff = profile_for(hw).efficiency
-    setup = layers.LayerSetup(micro_batch=1, seq_len=131072, cp=16, cp_kind="a2a", cp_bw=hw.net_bw,
-                              cp_inside=False, cp_local=8)
-    f, b = layers._cp_comm(m, setup, hw, eff, None)
+    setup = LayerSetup(micro_batch=1, seq_len=131072, cp=16, cp_kind="a2a", cp_bw=hw.net_bw,
+                       cp_inside=False, cp_local=8)
+    f, b = layer_comm.cp_comm(m, setup, hw, eff, None)
     link, net = (comm.achievable(x, hw) * eff.net for x in (hw.link_bw, hw.net_bw))
     fwd, bwd = context.a2a_tensors(m, 1, 131072, 16, 1)
     assert f == pytest.approx(sum(comm.all_to_all_two_level(16, x, 8, link, net) for xs in fwd for x in xs))

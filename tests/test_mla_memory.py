@@ -315,7 +315,7 @@ def test_tensor_parallelism_duplicates_the_down_projections(sp):
     holds both down projections whole, and the column-parallel gather moves the latents and the
     shared RoPE key, r_q + r_kv + d_rope = 2,112 elements a token, not the hidden 7,168."""
     from modelcut.core.costs import context, params
-    from modelcut.core.step.layers import tp_gather_width
+    from modelcut.core.step.layer_comm import tp_gather_width
     t = 8
     prods = {n: (m, nn, k) for n, m, nn, k in context.attention_products(DSV3, N, t, sp)}
     rows = N / t if sp else N
