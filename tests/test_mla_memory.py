@@ -303,6 +303,12 @@ def test_latent_attentions_products_are_its_own_five():
         assert (lines[name].m, lines[name].n, lines[name].k) == (m, n, k)
         assert (lines[name].fwd, lines[name].dgrad, lines[name].wgrad) == pytest.approx((f, dg, wg))
     assert "qkv" not in lines
+    # without a query latent (DeepSeek-V2-Lite) the queries are projected from the input: four products
+    lite = catalog.model("deepseek-v2-lite")
+    four = context.attention_products(lite, N)
+    assert [p[0] for p in four] == ["q", "kv down", "kv up", "proj"]
+    assert four[0] == ("q", N, 16 * 192, 2048)
+    assert sum(n * k for _, _, n, k in four) == flops.attention_params(lite) - 512
     # a model without latent attention keeps its two
     assert [p[0] for p in context.attention_products(LLAMA, N)] == ["qkv", "proj"]
 
