@@ -336,3 +336,19 @@ def test_tensor_parallelism_duplicates_the_down_projections(sp):
     s = setup(tp=t, sequence_parallel=True)
     mine, theirs = layer_time(DSV3, s, H100, EFF, moe=True, ep=8), layer_time(stand_in, s, H100, EFF, moe=True, ep=8)
     assert 0 < mine.fwd.tp < theirs.fwd.tp and 0 < mine.bwd.tp < theirs.bwd.tp
+
+
+def test_a_dense_latent_attention_model_is_refused_by_the_deepspeed_replay_in_one_line():
+    """The DeepSpeed v0.3 ZeRO-3 replay hooks a layer of four linears (QKV, projection, MLP up and
+    down); a dense model with latent attention (DeepSeek-V2-Lite's attention, one dense MLP) is
+    refused there in one line and predicted under FSDP."""
+    from modelcut.service.predict import PredictRequest, predict
+    dense = replace(catalog.model("deepseek-v2-lite"), name="mla-dense", experts=1, top_k=1, shared_experts=0,
+                    expert_ffn_hidden=None, dense_layers=0)
+    run = Run(model=dense, gpu="a100", layout=Layout(tp=1, pp=1, dp=8, zero=3),
+              training=Training(seq_len=2048, global_batch=8, micro_batch=1))
+    with pytest.raises(ModelcutError, match="multi-head latent attention") as e:
+        predict(PredictRequest(run=run, framework="deepspeed-zero3"))
+    assert "\n" not in str(e.value)
+    p = predict(PredictRequest(run=run, framework="fsdp")).prediction
+    assert p.step_time_s > 0 and 0 < p.mfu < 1

@@ -244,6 +244,13 @@ class ModelSpec:
         return self.kv_lora_rank is not None
 
     @property
+    def latent_width(self) -> int:
+        """Elements a token of latent attention's two latents, r_q + r_kv (no query latent: r_kv),
+        which its two latent norms normalise (``q_layernorm``, ``kv_layernorm``; Megatron-core
+        core_v0.15.0 multi_latent_attention.py); 0 without latent attention."""
+        return (self.q_lora_rank or 0) + self.kv_lora_rank if self.is_mla else 0
+
+    @property
     def core_width(self) -> float:
         """The attention core's width: its forward does 4·core_width FLOPs per (query, key) pair,
         QKᵀ and A·V. heads·head_dim (:attr:`q_dim`) for multi-head and grouped-query attention;

@@ -34,8 +34,7 @@ def layer_params(model: ModelSpec, t: int, moe: bool, ep: int = 1, etp: int | No
     norms = 2 * flops.norm_params(model)
     out_bias = h if model.bias else 0
     if model.is_mla:    # the down projections whole on every rank, the latents' norms too
-        latent_norms = (model.q_lora_rank or 0) + model.kv_lora_rank
-        dense = sum(n * k for _, _, n, k in attention_products(model, 1, t)) + latent_norms + norms
+        dense = sum(n * k for _, _, n, k in attention_products(model, 1, t)) + model.latent_width + norms
     else:
         attn = flops.attention_params(model)
         dense = (attn - out_bias) / t + out_bias + norms + _kv_extra(model, t)

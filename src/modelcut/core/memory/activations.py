@@ -80,7 +80,7 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
         qk = model.qk_nope_head_dim + model.qk_rope_head_dim
         out = heads * model.v_head_dim                     # the output, the output projection's input
         if selected and "mla_up_proj" in recompute_modules:
-            attn = 2 * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim) / sp + 2 * out
+            attn = 2 * (model.latent_width + model.qk_rope_head_dim) / sp + 2 * out
         else:
             attn = 2 * (2 * heads * qk + out) + 2 * out
     else:

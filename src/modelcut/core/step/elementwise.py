@@ -147,12 +147,6 @@ COMPILED_RMSNORM_FWD = NORM_BYTES * COMPILED_RMSNORM_RATIOS[0]
 COMPILED_RMSNORM_BWD = NORM_BYTES_BWD * COMPILED_RMSNORM_RATIOS[1]
 
 
-def latent_width(model: ModelSpec) -> int:
-    """Elements a token latent attention's two latent norms normalise, r_q + r_kv (``q_layernorm``,
-    ``kv_layernorm``; Megatron-core core_v0.15.0 multi_latent_attention.py); 0 without it."""
-    return (model.q_lora_rank or 0) + model.kv_lora_rank if model.is_mla else 0
-
-
 def rotary_width(model: ModelSpec, t: int) -> int:
     """Elements a token rotary embedding turns on one tensor-parallel rank: the queries' and keys'
     widths, q/t + kv_t; with latent attention the queries' rotary parts and the one shared rotary
@@ -213,7 +207,7 @@ def memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
         extra_f, extra_b = clamp_f, MCORE_GLU_CLAMP_BWD * expert_up
     if "expert bias" in eager:
         extra_f, extra_b = extra_f + MCORE_EXPERT_BIAS_FWD * expert_down, extra_b + MCORE_EXPERT_BIAS_BWD * expert_down
-    latents = nb * Tn * latent_width(model)     # latent attention's two latent norms
+    latents = nb * Tn * model.latent_width     # latent attention's two latent norms
     norms_f, resid2_f = 2 * nb * Tn * h + latents, 2 * resid_f
     unpad_f = unpad_b = 0.0
     if setup.attention_unpad and setup.attention in UNPAD_KERNELS:
@@ -259,7 +253,7 @@ def memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
 
 def mla_up_bytes(model: ModelSpec, setup: LayerSetup, norm_bytes: float, rope_bytes: float) -> float:
     """Forward bytes of the memory-bound part of ``mla_up_proj``'s recomputation: the latents' two
-    norms (``q_layernorm``, ``kv_layernorm``: :func:`latent_width` elements a token at the stack's
+    norms (``q_layernorm``, ``kv_layernorm``: ``ModelSpec.latent_width`` elements a token at the stack's
     norm bytes, on the rank's own T/t tokens under sequence parallelism, before the up projections
     gather them) and RoPE on the queries' and the shared key's rotary parts (:func:`rotary_width`,
     ``rope_bytes`` an element, the stack's RoPE as the layer's forward charges it), per micro-batch
@@ -269,4 +263,4 @@ def mla_up_bytes(model: ModelSpec, setup: LayerSetup, norm_bytes: float, rope_by
         return 0.0
     T = setup.micro_batch * setup.seq_len // setup.cp
     Tn = T // setup.tp if setup.sequence_parallel else T
-    return Tn * norm_bytes * latent_width(model) + T * rope_bytes * rotary_width(model, setup.tp)
+    return Tn * norm_bytes * model.latent_width + T * rope_bytes * rotary_width(model, setup.tp)
