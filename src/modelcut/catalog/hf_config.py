@@ -20,10 +20,11 @@ Mixture-of-experts fields, by family:
   1 (modelcut models dense-first layers only).
 * DeepSeek-V2/V3: ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``,
   ``n_shared_experts``, ``first_k_dense_replace`` (leading dense layers of width
-  ``intermediate_size``), ``moe_layer_freq`` 1. Multi-head latent attention is timed as a
-  grouped-query shape :func:`mla_equivalent_shape` stands in for it (docs/long-context-and-moe.md,
-  "MLA"); its latent widths (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
-  ``qk_rope_head_dim``, ``v_head_dim``) are kept on the spec for what a layer keeps for its backward.
+  ``intermediate_size``), ``moe_layer_freq`` 1. Multi-head latent attention's widths
+  (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``)
+  are kept on the spec, and the default model times and counts the layer by them
+  (docs/long-context-and-moe.md, "MLA"); ``kv_heads``/``head_dim`` get the equal-weight
+  grouped-query shape :func:`mla_equivalent_shape` gives, which only the deck's seed model runs.
 * Llama 4 (Llama4TextConfig; a Llama4ForConditionalGeneration config's ``text_config``, its vision
   encoder left out): ``num_local_experts`` routed experts and one shared expert, each
   ``intermediate_size`` wide, ``num_experts_per_tok`` of them routed; the layers ``moe_layers`` names

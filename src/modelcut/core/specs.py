@@ -432,6 +432,14 @@ GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 #: ``exp_avg_sq_dtype``: fp32 by default; bf16 among the choices); DeepSeek-V3 keeps both in BF16
 #: (DeepSeek-AI 2024, arXiv 2412.19437, §3.3.2 "Low-Precision Optimizer States").
 ADAM_MOMENT_DTYPES = ("fp32", "bf16")
+
+
+def moment_bytes(adam_moments: str | None) -> int | None:
+    """Bytes of each Adam moment element kept in ``adam_moments`` (:data:`ADAM_MOMENT_DTYPES`; None:
+    the stack's, None)."""
+    if adam_moments not in (None, *ADAM_MOMENT_DTYPES):
+        raise ModelcutError(f"adam_moments must be one of {', '.join(ADAM_MOMENT_DTYPES)}, got {adam_moments!r}")
+    return None if adam_moments is None else (FP32_BYTES if adam_moments == "fp32" else BF16_BYTES)
 #: Other names of those types: torch's dtype names.
 GRAD_REDUCE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
@@ -600,8 +608,7 @@ class Training:
                 raise ModelcutError(f"fp8_param_gather must be true or false, got {self.fp8_param_gather!r}")
             if self.fp8_param_gather and self.precision != "fp8":
                 raise ModelcutError(f"fp8_param_gather needs precision = \"fp8\", got {self.precision!r}")
-        if self.adam_moments not in (None, *ADAM_MOMENT_DTYPES):
-            raise ModelcutError(f"adam_moments must be one of {', '.join(ADAM_MOMENT_DTYPES)}, got {self.adam_moments!r}")
+        moment_bytes(self.adam_moments)          # refuses a type it does not know, in one line
         if self.grad_reduce is not None:
             if self.grad_reduce not in GRAD_REDUCE_DTYPES:
                 raise ModelcutError(f"grad_reduce must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {self.grad_reduce!r}")
@@ -616,8 +623,8 @@ class Training:
 
     @property
     def moment_bytes(self) -> int | None:
-        """Bytes of each Adam moment element as the run says (None: the stack's)."""
-        return None if self.adam_moments is None else (FP32_BYTES if self.adam_moments == "fp32" else BF16_BYTES)
+        """Bytes of each Adam moment element as the run says (None: the stack's): :func:`moment_bytes`."""
+        return moment_bytes(self.adam_moments)
 
     @property
     def grad_reduce_bytes(self) -> int | None:

@@ -38,7 +38,7 @@ from ..core.explore.search import pareto
 from ..core.memory import MemoryOptions, stack_options, with_moments
 from ..core.costs import fp8 as fp8_mod
 from ..core.costs.context import heads_split_problem
-from ..core.specs import PARTIAL, Hardware, Layout, ModelSpec, Run, Training, recipe_among, reduce_at
+from ..core.specs import PARTIAL, Hardware, Layout, ModelSpec, Run, Training, moment_bytes, recipe_among, reduce_at
 from ..core.step import predict as step_predict
 from ..core.step.bounds import lower_bound
 from ..core.step.default import small_node_note
@@ -109,7 +109,7 @@ def memory_options(req: ExploreRequest, fw: Framework | None) -> MemoryOptions:
     if fw is not None:
         o = stack_options(fw, o)
         # the search's Adam moments (Space.adam_moments), sized as a run's are
-        o = with_moments(o, Training(seq_len=1, global_batch=1, adam_moments=req.space.adam_moments).moment_bytes)
+        o = with_moments(o, moment_bytes(req.space.adam_moments))
     if req.flash is not None:
         o = replace(o, flash_attention=req.flash)
     if req.reshard is not None:

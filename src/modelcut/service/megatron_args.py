@@ -22,9 +22,9 @@ megatron/core/model_parallel_config.py):
   ``--moe-shared-expert-intermediate-size`` (shared experts of that width over the expert width),
   ``--moe-layer-freq`` (an integer k: every k-th layer); multi-head latent attention,
   ``--multi-latent-attention`` with ``--q-lora-rank`` (default none), ``--kv-lora-rank`` (32),
-  ``--qk-head-dim`` (128), ``--qk-pos-emb-head-dim`` (64) and ``--v-head-dim`` (128), timed as the
-  equal-weight grouped-query shape a DeepSeek config.json reads as (:func:`..catalog.hf_config.
-  mla_equivalent_shape`);
+  ``--qk-head-dim`` (128), ``--qk-pos-emb-head-dim`` (64) and ``--v-head-dim`` (128), with the
+  equal-weight grouped-query shape a DeepSeek config.json reads as for the seed model
+  (:func:`..catalog.hf_config.mla_equivalent_shape`);
 * **the layout**: ``--tensor-model-parallel-size``, ``--context-parallel-size`` with
   ``--cp-comm-type`` (default p2p, the ring) and ``--hierarchical-context-parallel-sizes``,
   ``--pipeline-model-parallel-size`` with ``--num-virtual-stages-per-pipeline-rank`` or

@@ -240,6 +240,23 @@ def query_width_per_rank(model: ModelSpec, t: int = 1) -> int:
     return model.heads // t * model.d_head
 
 
+def cp_widths(model: ModelSpec, t: int = 1) -> tuple[int, int, int, int]:
+    """(Q, K, V, output) widths on one tensor-parallel rank as context parallelism moves and merges
+    them: Q and the output :func:`query_width_per_rank`, K and V :func:`kv_width_per_rank`. Multi-head
+    latent attention (``ModelSpec.is_mla``) runs its attention on up-projected tensors, one K and V
+    per query head (Megatron-core core_v0.15.0 multi_latent_attention.py ``qkv_up_proj_and_rope_apply``:
+    query and key [tokens, heads, d_nope + d_rope], value [tokens, heads, d_v]; its context
+    parallelism passes those), so its widths are H/t·(d_nope + d_rope) for Q and K and H/t·d_v for V
+    and the output, not those of its equal-weight grouped-query shape (``kv_heads``, ``head_dim``)."""
+    _pos_int("t", t)
+    if model.is_mla:
+        heads = model.heads // t
+        qk = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
+        return qk, qk, heads * model.v_head_dim, heads * model.v_head_dim
+    q, kv = query_width_per_rank(model, t), kv_width_per_rank(model, t)
+    return q, kv, kv, q
+
+
 def attention_products(model: ModelSpec, tokens: float, t: int = 1, sequence_parallel: bool = False
                        ) -> tuple[tuple[str, float, int, int], ...]:
     """The attention block's linear products on one tensor-parallel rank, (name, m, n, k): X[m×k]
@@ -261,36 +278,16 @@ def attention_products(model: ModelSpec, tokens: float, t: int = 1, sequence_par
     the up projections are column-parallel, the output row-parallel.
     DeepSeek-V3 at t = 1: 11.0M + 37.7M + 4.1M + 16.8M + 117.4M weights, against its grouped-query
     stand-in's 99.1M QKV and 88.1M output."""
-    _pos_int("t", t)
     h = model.hidden
+    q_w, k_w, v_w, o_w = cp_widths(model, t)      # the core's Q, K, V and output on this rank
     if not model.is_mla:
-        q, kv_t = query_width_per_rank(model, t), kv_width_per_rank(model, t)
-        return (("qkv", tokens, q + 2 * kv_t, h), ("proj", tokens, h, q))
-    heads = model.heads // t
+        return (("qkv", tokens, q_w + k_w + v_w, h), ("proj", tokens, h, o_w))
     down = tokens / t if sequence_parallel and t > 1 else tokens
-    qk = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
-    r_q, r_kv = model.q_lora_rank, model.kv_lora_rank
-    q = (("q down", down, r_q, h), ("q up", tokens, qk, r_q)) if r_q else (("q", tokens, qk, h),)
-    return (*q, ("kv down", down, r_kv + model.qk_rope_head_dim, h),
-            ("kv up", tokens, heads * (model.qk_nope_head_dim + model.v_head_dim), r_kv),
-            ("proj", tokens, h, heads * model.v_head_dim))
-
-
-def cp_widths(model: ModelSpec, t: int = 1) -> tuple[int, int, int, int]:
-    """(Q, K, V, output) widths on one tensor-parallel rank as context parallelism moves and merges
-    them: Q and the output :func:`query_width_per_rank`, K and V :func:`kv_width_per_rank`. Multi-head
-    latent attention (``ModelSpec.is_mla``) runs its attention on up-projected tensors, one K and V
-    per query head (Megatron-core core_v0.15.0 multi_latent_attention.py ``qkv_up_proj_and_rope_apply``:
-    query and key [tokens, heads, d_nope + d_rope], value [tokens, heads, d_v]; its context
-    parallelism passes those), so its widths are H/t·(d_nope + d_rope) for Q and K and H/t·d_v for V
-    and the output, not the grouped-query stand-in's the time model runs its products as."""
-    _pos_int("t", t)
-    if model.is_mla:
-        heads = model.heads // t
-        qk = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
-        return qk, qk, heads * model.v_head_dim, heads * model.v_head_dim
-    q, kv = query_width_per_rank(model, t), kv_width_per_rank(model, t)
-    return q, kv, kv, q
+    r_q, r_kv, rope = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
+    q = (("q down", down, r_q, h), ("q up", tokens, q_w, r_q)) if r_q else (("q", tokens, q_w, h),)
+    # kv up makes K's non-RoPE part (its RoPE part is kv down's shared key) and V
+    return (*q, ("kv down", down, r_kv + rope, h),
+            ("kv up", tokens, k_w - model.heads // t * rope + v_w, r_kv), ("proj", tokens, h, o_w))
 
 
 def heads_split_problem(model: ModelSpec, t: int, cp: int, form: str = "a2a") -> str | None:

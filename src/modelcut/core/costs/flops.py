@@ -232,7 +232,7 @@ def causal_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
     passes through, the routed top-k experts in an MoE layer) and the logits (2·h·V per token), and
     the attention core over the causally unmasked half of the (query, key) pairs, 2·2·s·q/2 per
     token per layer, q the core's width (``ModelSpec.core_width``: latent attention's own, not its
-    stand-in's) (a sliding-window or chunked layer's over its pairs, :func:`attention_pairs`); no
+    equal-weight grouped-query shape's) (a sliding-window or chunked layer's over its pairs, :func:`attention_pairs`); no
     recomputation. The FLOPs behind the default model's MFU, which therefore never exceeds 100 %:
     every one of them is timed at no more than the accelerator's peak."""
     return _tokens(batch, seq) * 3.0 * (_layers_forward_flops_per_token(model, seq) + _logits_forward_flops_per_token(model))

@@ -64,28 +64,22 @@ def layer_activation_bytes(model: ModelSpec, *, micro_batch: int, seq: int, t: i
     without a graph), so there it saves nothing.
     """
     n = micro_batch * seq / cp            # tokens of the micro-batch on this rank
-    h, q, a = model.hidden, model.q_dim, model.heads
+    h, a = model.hidden, model.heads
     sp = t if sequence_parallel else 1
     if recompute == "full" and not recomputing:
         return n * 2 * h / sp
     gathered = cp_kept_extra_bytes(model, micro_batch=micro_batch, seq=seq, t=t, cp=cp, cp_kind=cp_kind)
     if recompute == "selective" and selective == "op" and not recomputing:
         return n * op_sac.kept_bytes(model, t, sequence_parallel, scaled_mm=fp8_products, moe=moe, ep=ep) + gathered
-    kv_heads_per_rank = max(model.kv_heads / t, 1)
     replicated = 8 * h + (2 * h if model.dropout else 0)
-    # Q, K, V (K and V replicated when t exceeds the KV heads) and the attention output
+    # Q, K, V (K and V replicated when t exceeds the KV heads; latent attention's own) and the
+    # attention output, the output projection's input
     selected = recompute == "selective" and not recomputing and selective != "op"
-    if model.is_mla:
-        heads = model.heads / t
-        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
-        out = heads * model.v_head_dim                     # the output, the output projection's input
-        if selected and "mla_up_proj" in recompute_modules:
-            attn = 2 * (model.latent_width + model.qk_rope_head_dim) / sp + 2 * out
-        else:
-            attn = 2 * (2 * heads * qk + out) + 2 * out
+    q_w, k_w, v_w, out = context.cp_widths(model, t)
+    if model.is_mla and selected and "mla_up_proj" in recompute_modules:
+        attn = 2 * (model.latent_width + model.qk_rope_head_dim) / sp + 2 * out
     else:
-        out = q / t
-        attn = 2 * q / t + 4 * kv_heads_per_rank * model.d_head + 2 * out
+        attn = 2 * (q_w + k_w + v_w) + 2 * out
     if flash_attention:
         core = LSE_BYTES * a / t
     else:

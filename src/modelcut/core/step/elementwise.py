@@ -154,7 +154,8 @@ def rotary_width(model: ModelSpec, t: int) -> int:
     core_v0.15.0 multi_latent_attention.py)."""
     if model.is_mla:
         return (model.heads // t + 1) * model.qk_rope_head_dim
-    return context.query_width_per_rank(model, t) + context.kv_width_per_rank(model, t)
+    q, k, _, _ = context.cp_widths(model, t)
+    return q + k
 
 
 def norm_bytes(model: ModelSpec, setup: LayerSetup) -> tuple[float, float]:

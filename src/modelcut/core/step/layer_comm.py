@@ -23,7 +23,7 @@ def tp_gather_width(model: ModelSpec) -> int:
     of ``k_pos_emb``)."""
     if not model.is_mla:
         return model.hidden
-    return (model.q_lora_rank or model.hidden) + model.kv_lora_rank + model.qk_rope_head_dim
+    return model.latent_width + model.qk_rope_head_dim + (0 if model.q_lora_rank else model.hidden)
 
 
 def tp_comm(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficiency, col) -> tuple[float, float]:
