@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from modelcut import catalog
 from modelcut.analysis import calibrate as cal
@@ -42,6 +45,11 @@ def small_runs() -> list[Measured]:
         t = predict(run, A100, TRUE, fw).step_time_s
         out.append(Measured(f"r{i}", grp, run, A100, fw, {}, step_time_s=t))
     return out
+
+
+#: a run for fits whose predictor ignores it
+_ONE_RUN = Run(model=catalog.model("gpt-1.7b"), gpu=A100.name, layout=Layout(tp=1, pp=1, dp=8),
+               training=Training(seq_len=2048, global_batch=64, micro_batch=8, recompute="none"))
 
 
 def test_fit_recovers_the_constants_that_made_the_runs():
@@ -176,3 +184,72 @@ def test_shipped_profiles_and_settings():
     assert max(c[1] for c in shared.cv) - min(c[1] for c in shared.cv) < 0.1
     with pytest.raises(ModelcutError):
         catalog.load_profile("/nonexistent/profile.toml")
+
+
+class _Step:
+    def __init__(self, t: float) -> None:
+        self.step_time_s = t
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.floats(0.5, 2.0)), min_size=2, max_size=9))
+def test_a_weighed_fit_is_the_weighted_mean_of_the_log_errors(rows):
+    """With a predictor whose throughput is proportional to gemm, the least-squares fit of gemm on
+    log errors has a closed form: log gemm = -(Σ w·log(measured / base)) / Σ w, with w = 1 for each
+    run (``weigh="runs"``) or 1/n for each run of a source of n runs (``"sources"``)."""
+    run = _ONE_RUN
+    meas = [Measured(f"r{i}", fam, run, A100, step_time_s=ratio) for i, (fam, ratio) in enumerate(rows)]
+
+    def predictor(m, eff):                   # base step 1 s at gemm = 1
+        return _Step(1.0 / eff.gemm)
+
+    n = {fam: sum(1 for f, _ in rows if f == fam) for fam, _ in rows}
+    for weigh, w in (("runs", [1.0] * len(rows)), ("sources", [1 / n[f] for f, _ in rows])):
+        want = math.exp(-sum(wi * math.log(r) for wi, (_, r) in zip(w, rows)) / sum(w))
+        if not 0.02 < want < 0.98:           # the fit works on the logit of a share in (0, 1)
+            continue
+        f = cal.fit(meas, ("gemm",), Efficiency(0.5, 0.5, 1.0), predictor, weigh=weigh)
+        assert f.efficiency.gemm == pytest.approx(want, rel=1e-4)
+        w_arr = cal.run_weights(meas, weigh)
+        assert w_arr.mean() == pytest.approx(1.0) and (w_arr > 0).all()
+
+
+def test_weighing_sources_alike_moves_the_fit_towards_the_smaller_source():
+    run = _ONE_RUN
+    meas = [Measured(f"a{i}", "big", run, A100, step_time_s=1 / 0.6) for i in range(5)]
+    meas.append(Measured("b0", "small", run, A100, step_time_s=1 / 0.8))
+
+    def predictor(m, eff):
+        return _Step(1.0 / eff.gemm)
+    by_run = cal.fit(meas, ("gemm",), Efficiency(0.5, 0.5, 1.0), predictor)
+    by_source = cal.fit(meas, ("gemm",), Efficiency(0.5, 0.5, 1.0), predictor, weigh="sources")
+    assert 0.6 < by_run.efficiency.gemm < by_source.efficiency.gemm < 0.8
+    assert by_source.efficiency.gemm == pytest.approx(math.sqrt(0.6 * 0.8), rel=1e-4)
+    with pytest.raises(ModelcutError, match="weigh must be one of runs, sources"):
+        cal.run_weights(meas, "gpus")
+
+
+def test_folds_summary_names_the_source_furthest_off():
+    folds = {"a": {"errors_pct": {"x": 2.0, "y": -4.0}}, "b": {"errors_pct": {"z": 3.0}}}
+    s = cal.folds_summary(folds)
+    assert s["runs"] == 3 and s["mean_abs_pct"] == pytest.approx(3.0) and s["max_abs_pct"] == 4.0
+    assert s["worst_source"] == "b" and s["worst_source_signed_pct"] == 3.0
+    assert s["source_mean_abs_pct"] == pytest.approx(3.0)     # (3 + 3) / 2
+    assert cal.folds_summary({})["worst_source"] is None
+
+
+def test_the_calibrate_command_weighs_sources_when_told(tmp_path, capsys):
+    runs = small_runs()
+    path = tmp_path / "mine.csv"
+    path.write_text(CSV.format(a=runs[0].step_time_s * 1.1, b=runs[1].step_time_s, c=runs[2].step_time_s * 0.9))
+    outs = {}
+    for weigh in ("runs", "sources"):
+        assert main(["calibrate", "--runs", str(path), "--fit", "gemm", "--base", "a100", "--weigh", weigh,
+                     "--json"]) == 0
+        outs[weigh] = json.loads(capsys.readouterr().out)
+        assert outs[weigh]["weigh"] == weigh
+        s = outs[weigh]["cross_validation_summary"]
+        assert s["runs"] == 3 and s["worst_source"] in ("x", "y")
+    assert outs["runs"]["efficiency"]["gemm"] != outs["sources"]["efficiency"]["gemm"]
+    assert main(["calibrate", "--runs", str(path), "--fit", "gemm", "--weigh", "gpus"]) == 2
+    assert "--weigh must be one of" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from ..core.errors import ModelcutError
 from ..core.specs import Hardware, Run
 from ..core.step import seed
 from ..core.step.result import Prediction
-from .calibrate import Fit, default_predictor
+from .calibrate import Fit, default_predictor, error_stats
 from .measured import Measured, counted_flops, error_pct
 
 #: The published run the seed's η is fitted on (the deck: Megatron-LM's 1.7B run).
@@ -184,17 +184,10 @@ def summarize(rows: Sequence[SideBySideRow]) -> dict:
     error for the default model out of sample (``loso``: each source's runs predicted with the
     constants fitted without that source), in sample (``default``) and for the seed; the signs of
     the default model's in-sample errors; the same over the deck's runs."""
-    def stats(errs: list[float]) -> dict:
-        if not errs:
-            return {"runs": 0, "mean_abs_pct": None, "max_abs_pct": None, "mean_signed_pct": None}
-        a = [abs(e) for e in errs]
-        return {"runs": len(a), "mean_abs_pct": sum(a) / len(a), "max_abs_pct": max(a),
-                "mean_signed_pct": sum(errs) / len(errs)}
-
     def three(rs: Sequence[SideBySideRow]) -> dict:
-        return {"loso": stats([r.loso_error_pct for r in rs if r.loso_error_pct is not None]),
-                "default": stats([r.default_error_pct for r in rs]),
-                "seed": stats([r.seed_error_pct for r in rs if r.seed_error_pct is not None])}
+        return {"loso": error_stats([r.loso_error_pct for r in rs if r.loso_error_pct is not None]),
+                "default": error_stats([r.default_error_pct for r in rs]),
+                "seed": error_stats([r.seed_error_pct for r in rs if r.seed_error_pct is not None])}
 
     groups = {g: three([r for r in rows if r.group == g]) for g in dict.fromkeys(r.group for r in rows)}
     d = [r.default_error_pct for r in rows]

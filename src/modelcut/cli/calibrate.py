@@ -40,6 +40,9 @@ def calibrate(
                                                    "ones keep and the fit starts from (default: the shipped profile)"),
     out: Path = typer.Option(None, "--out", dir_okay=False, help="write the fitted profile (TOML) here"),
     cv: bool = typer.Option(True, "--cv/--no-cv", help="leave-one-group-out cross-validation table"),
+    weigh: str = typer.Option("runs", "--weigh", help="what the fit weighs alike: runs (each run, as the shipped "
+                                                       "profile is fitted) or sources (each source's runs "
+                                                       "together weigh as one run of another source's)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON: constants, per-run errors, cross-validation"),
 ) -> None:
     """Fit the default model's constants (the sustained share of measured kernel throughput and of HBM
@@ -50,7 +53,7 @@ def calibrate(
     with progress("fitting", enabled=not as_json) as update:
         res = service.calibrate(runs, gpu, fit_names, base, cv,
                                 progress=lambda done, total, text: update(done, total, f"{text}: {done} predictions"),
-                                limits=NO_FLAGS)
+                                limits=NO_FLAGS, weigh=weigh)
     if out is not None:
         write_text(out, res.text)
     if as_json:
@@ -58,8 +61,9 @@ def calibrate(
         return
     con = console(200)
     e = res.fit.efficiency
-    con.print(f"[bold]{res.hardware}[/bold]: fitted {', '.join(res.names)} on {len(res.measured)} runs "
-              f"(unfitted from {res.base.hardware})")
+    weighed = "each run alike" if res.weigh == "runs" else "each source alike"
+    con.print(f"[bold]{res.hardware}[/bold]: fitted {', '.join(res.names)} on {len(res.measured)} runs, "
+              f"{weighed} (unfitted from {res.base.hardware})")
     con.print(f"gemm = {e.gemm:.4f}   mem = {e.mem:.4f}   net = {e.net:.4f}")
     table = Table("Run", "Group", "Framework", "Error")
     for m in res.measured:
@@ -75,6 +79,10 @@ def calibrate(
             cvt.add_row(g, f"{fe.gemm:.3f}", f"{fe.mem:.3f}", f"{fe.net:.3f}", str(len(errs)),
                         f"{sum(errs) / len(errs):.1f} %", f"{max(errs):.1f} %")
         con.print(cvt)
+        lo = res.loso
+        con.print(f"leave one source out, every run: mean |error| {lo['mean_abs_pct']:.2f} %, largest "
+                  f"{lo['max_abs_pct']:.1f} %; the sources' own means averaged: {lo['source_mean_abs_pct']:.2f} %; "
+                  f"the source furthest off on average: {lo['worst_source']} {lo['worst_source_signed_pct']:+.1f} %")
     if out is not None:
         con.print(f"wrote {out}")
 

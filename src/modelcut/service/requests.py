@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origi
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from .. import catalog
+from ..analysis.calibrate import WEIGHINGS
 from ..core.costs.context import CP_KINDS, cp_kind_name
 from ..core.costs.kernels import NAMES as CONSTANTS
 from ..core.errors import ModelcutError
@@ -622,6 +623,7 @@ class CalibrateInput(Strict):
     fit: Annotated[list[Constant], Field(min_length=1, max_length=len(CONSTANTS)), Unique]
     gpu: Optional[GpuName] = None
     cv: bool = True
+    weigh: Literal[WEIGHINGS] = "runs"  # type: ignore[valid-type]
 
 
 # --- one line out of a validation error --------------------------------------------------------------
