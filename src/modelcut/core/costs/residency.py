@@ -55,6 +55,21 @@ of the data-parallel world size doubles while the size divides by it and exceeds
 reduction moves :func:`fsdp1_reduce_prep_bytes` through HBM ahead of its collective, on the
 communication stream. ``Framework.fsdp1_reduce`` says which stacks run it. (FSDP2 divides through
 NCCL's average for bf16 and fp32 and casts in its copy-in, above.)
+
+**Accumulating gradients under PyTorch FSDP.** Neither FSDP adds a micro-batch's weight gradients
+into a buffer on the compute stream the way Megatron-LM's ``main_grad.add_`` does
+(:func:`accumulate_bytes`). Reduced every micro-batch, the unsharded gradient goes to the
+reduce-scatter and is dropped, so the next backward's autograd writes a fresh one; the reduced shard
+is added to the last one (FSDP2: ``fsdp_param.sharded_param.grad._local_tensor += new_sharded_grad``
+in ``foreach_reduce``, torch 2.13 ``_fsdp_collectives.py``; FSDP1: ``flat_param._saved_grad_shard +=
+sharded_grad`` in ``_accumulate_sharded_grad``, ``_runtime_utils.py``) beside the collective, on the
+reduce-scatter's side (FSDP1's post-backward stream), and over 1/d of the elements: nothing on the
+compute stream. Accumulated whole between reductions (``requires_gradient_sync`` off: ``"per-step"``),
+FSDP2's post-backward on the compute stream casts a micro-batch's gradient to the reduce type the
+first time (``FSDPParam.to_accumulated_grad_if_needed``: ``unsharded_grad.to(self.reduce_dtype)``)
+and adds the later ones to it (``accumulate_unsharded_grad_if_needed``:
+``self.unsharded_accumulated_grad += self.unsharded_param.grad``, torch 2.13 ``_fsdp_param.py``); a
+gradient kept in its own type (no mixed-precision policy) is added by autograd into ``.grad``.
 """
 
 from __future__ import annotations
@@ -174,3 +189,22 @@ def copy_in_bytes(params: float, grad_bytes: int, reduce_bytes: int) -> float:
     if params < 0:
         raise ModelcutError(f"parameters must be non-negative, got {params}")
     return params * (grad_bytes + reduce_bytes)
+
+
+def accumulate_bytes(res: Residency, window: int, computed: int, held: int) -> float:
+    """HBM bytes per local parameter per micro-batch that PyTorch FSDP moves on the compute stream to
+    accumulate weight gradients (module doc, "Accumulating gradients under PyTorch FSDP"), averaged
+    over a ``window`` of micro-batches between reductions, each gradient computed in ``computed``
+    bytes an element and held between reductions in ``held``: nothing where the shard is reduced
+    every micro-batch (``res.grads == "per-microbatch"``) or the window is one micro-batch; else the
+    first micro-batch's cast (computed + held, where the types differ; none where they match, autograd
+    keeping the gradient as it is) and each later one's addition (read the sum and the new gradient,
+    write the sum: 2·held + computed), (cast + add·(window − 1)) / window."""
+    if window < 1:
+        raise ModelcutError(f"window must be at least 1 micro-batch, got {window}")
+    if min(computed, held) <= 0:
+        raise ModelcutError(f"gradient bytes must be positive, got {computed} and {held}")
+    if res.grads == "per-microbatch" or window == 1:
+        return 0.0
+    cast = computed + held if computed != held else 0
+    return (cast + (2 * held + computed) * (window - 1)) / window

@@ -170,11 +170,12 @@ def norm_bytes(model: ModelSpec, setup: LayerSetup) -> tuple[float, float]:
     return NORM_BYTES, NORM_BYTES_BWD
 
 
-def memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
+def memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float, expert_params: float = 0.0
                   ) -> tuple[float, float, dict[str, float], list[tuple[str, float, float]]]:
     """Bytes the layer's memory-bound kernels move, (forward, backward) (:mod:`.layers`' module doc), the
     forward bytes of the modules selective recomputation may name (``layernorm``, ``moe_act``),
-    and the two sums' terms by kernel, (name, forward, backward)."""
+    and the two sums' terms by kernel, (name, forward, backward). ``local_params``: the layer's
+    weights on this device, ``expert_params`` of them the routed experts'."""
     t = setup.tp
     T = setup.micro_batch * setup.seq_len // setup.cp
     Tn = T // t if setup.sequence_parallel else T
@@ -246,9 +247,11 @@ def memory_bytes(model: ModelSpec, setup: LayerSetup, mlp, local_params: float
              ("K and V repeated to the query heads", rep_f, rep_b),
              ("SwiGLU input to FP8 and back", store_f, store_b)]
     if not setup.grad_accum_fusion:
-        accum = setup.grad_accum_bytes * local_params
+        expert_b = setup.grad_accum_bytes if setup.grad_accum_expert_bytes is None else setup.grad_accum_expert_bytes
+        accum = setup.grad_accum_bytes * (local_params - expert_params) + expert_b * expert_params
         mem_b += accum
-        items.append(("weight-gradient accumulation", 0.0, accum))
+        if accum > 0:
+            items.append(("weight-gradient accumulation", 0.0, accum))
     return mem_f, mem_b, modules, items
 
 

@@ -33,11 +33,11 @@ from ..costs.comm import NCCL_TUNERS, NcclTuner
 from ..costs.context import CP_IMPLS
 from ..costs.moe import DISPATCH_SMS
 from ..costs.fp8 import LIBRARY_RECIPES
-from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, residency_under
+from ..costs.residency import PIPELINE_GRAD_SYNC, Residency, accumulate_bytes, residency_under
 from ..errors import ModelcutError
 from ..specs import FP8_RECIPES, Layout, Run, Training
 from .elementwise import CE_BYTES
-from ..units import (GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST, GRAD_BYTES,
+from ..units import (BF16_BYTES, GRAD_ACCUM_BYTES_16, GRAD_ACCUM_BYTES_32, GRAD_ACCUM_BYTES_32_CAST, GRAD_BYTES,
                      OPTIMIZER_STATE_BYTES, WEIGHT_BYTES)
 
 #: Option name -> what it means (shown by the CLI).
@@ -260,7 +260,8 @@ class Framework:
     (:mod:`..costs.residency`, "FSDP2's copies"); ``fsdp1_reduce``: the stack reduces gradients
     through PyTorch FSDP1's post-backward hook, which casts each unsharded gradient to the reduce
     type and divides it in place ahead of the collective, on the communication stream
-    (:mod:`..costs.residency`, "FSDP1's reduction"); ``causal_softmax_max_seq``: the longest key
+    (:mod:`..costs.residency`, "FSDP1's reduction"); ``fsdp_grad_accum``: the stack accumulates
+    weight gradients as PyTorch FSDP does (:meth:`grad_accum_rule`); ``causal_softmax_max_seq``: the longest key
     sequence the stack's fused causal softmax takes on its unfused attention path, which reads each
     score row only up to its query (:func:`..costs.kernels.causal_softmax_rows`; 0: no such kernel,
     the whole row); ``attention_unpad``: the stack's FlashAttention path gathers Q, K and V into
@@ -318,6 +319,7 @@ class Framework:
     flat_grad_sync: str = "microbatch"
     fsdp2_copies: bool = False
     fsdp1_reduce: bool = False
+    fsdp_grad_accum: bool = False
     causal_softmax_max_seq: int = 0
     attention_unpad: bool = False
     gqa_repeat_kv: bool = False
@@ -471,6 +473,24 @@ class Framework:
     def residency(self, zero: int, pp: int, microbatches: int) -> Residency:
         """What a rank keeps resident between micro-batches on this stack (:func:`..costs.residency.residency`)."""
         return residency_under(self, zero, pp, microbatches)
+
+    def grad_accum_rule(self, zero: int, pp: int, microbatches: int) -> tuple[bool, float, float | None]:
+        """(``grad_accum_fusion``, ``grad_accum_bytes``, the routed experts' bytes where they differ)
+        for a layer of a run at ZeRO stage ``zero`` with ``pp`` stages and ``microbatches`` per
+        schedule run: the stack's own where it is not PyTorch FSDP (``fsdp_grad_accum``) sharding
+        gradients (``zero`` >= 2); under PyTorch FSDP what accumulating
+        moves on the compute stream (:func:`..costs.residency.accumulate_bytes`), the gradients
+        computed in 16 bits and held between reductions in the reduce type (``unsharded_grad_bytes``,
+        else ``grad_bytes``; the experts' ``expert_grad_bytes`` where the stack reduces them in
+        another type)."""
+        if not self.fsdp_grad_accum or zero < 2:
+            return self.grad_accum_fusion, self.grad_accum_bytes, None
+        res = self.residency(zero, pp, microbatches)
+        held = self.unsharded_grad_bytes or self.grad_bytes
+        dense = accumulate_bytes(res, microbatches, BF16_BYTES, held)
+        expert = (accumulate_bytes(res, microbatches, BF16_BYTES, self.expert_grad_bytes)
+                  if self.expert_grad_bytes not in (None, held) else None)
+        return False, dense, expert
 
     def with_overlap(self, overrides: dict[str, bool] | None) -> "Framework":
         """This stack with some overlap options switched (``--overlap``)."""

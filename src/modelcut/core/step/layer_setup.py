@@ -21,7 +21,9 @@ class LayerSetup:
     """What one device computes for one micro-batch: sizes and the framework's kernels.
 
     ``attention``: "unfused", "flash2" or "flash3" (:data:`.kernels.ATTENTION_KINDS`);
-    ``grad_accum_fusion``: weight gradients accumulated inside the product (no extra pass);
+    ``grad_accum_fusion``: weight gradients accumulated inside the product (no extra pass); without
+    it ``grad_accum_bytes`` per local parameter per micro-batch, the routed experts'
+    ``grad_accum_expert_bytes`` where they differ (:meth:`.frameworks.Framework.grad_accum_rule`);
     ``tp_async_backward``: a column-parallel product's input-gradient collective runs while its
     weight gradient is computed (and the input re-gather while its data gradient is),
     Megatron-LM's ``async_tensor_model_parallel_allreduce`` (on by default since late 2021)
@@ -50,6 +52,7 @@ class LayerSetup:
     attention: str = "flash2"
     grad_accum_fusion: bool = True
     grad_accum_bytes: float = GRAD_ACCUM_BYTES_16   # per local parameter per micro-batch, without the fusion
+    grad_accum_expert_bytes: float | None = None    # the routed experts' where they differ (None: the same)
     cross_entropy: str = "fp32-passes"   # a key of :data:`.elementwise.CE_BYTES`
     tp_async_backward: bool = False
     tp_bw: float = 0.0

@@ -31,7 +31,10 @@ weight-gradient accumulation), each weight gradient is then added into the main 
 read of the new gradient and a read and write of the accumulator (``grad_accum_bytes``): 6
 bytes per local parameter per micro-batch into a 16-bit buffer (``megatron/model/distributed.py``,
 ``param.main_grad.add_``), 10 into an FP32 one in one kernel, 18 through DeepSpeed's BF16_Optimizer's
-explicit cast to a temporary FP32 copy (``update_hp_grads``: :data:`..units.GRAD_ACCUM_BYTES_32_CAST`).
+explicit cast to a temporary FP32 copy (``update_hp_grads``: :data:`..units.GRAD_ACCUM_BYTES_32_CAST`);
+under PyTorch FSDP sharding the gradients, what its accumulation moves on the compute stream, the
+routed experts' apart where they are held in another type
+(:meth:`.frameworks.Framework.grad_accum_rule`, :func:`..costs.residency.accumulate_bytes`).
 
 **Recomputation** re-executes (Korthikanti et al. 2022 §5): ``selective``, the attention
 core's forward (QKᵀ, softmax, dropout, A·V), or the modules the run names
@@ -418,7 +421,8 @@ def layer_time(model: ModelSpec, setup: LayerSetup, hw: Hardware, eff: Efficienc
         model, setup, hw, eff, moe, ep)
     s, cp = setup.seq_len, setup.cp
     att = layer_attention(model, setup, hw, eff)
-    mem_f, mem_b, modules, items = memory_bytes(model, setup, mlp, local_params)
+    expert_params = sum(r.n * r.k * r.count for r in records if r.name.startswith("expert "))
+    mem_f, mem_b, modules, items = memory_bytes(model, setup, mlp, local_params, expert_params)
     mem_f, mem_b = mem_f + casts[0], mem_b + casts[1]
     items.append(("FP8 casts", *casts))
     if setup.cp_impl == "torch-sdpa" and cp > 1:   # PyTorch's merges and copies around its steps

@@ -64,12 +64,14 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
     model, L, tr = run.model, run.layout, run.training
     gpn = run.gpus_per_node or hw.per_node
     f8 = fp8_mod.for_stack(run.training, hw, framework)
+    runs_m = max(1, tr.global_batch // (L.dp * tr.micro_batch))     # micro-batches a schedule run
+    fusion, accum, accum_expert = framework.grad_accum_rule(framework.zero_stage(L), L.pp, runs_m)
     setup = LayerSetup(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=L.tp, cp=L.cp,
                        sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
                        recompute_modules=tr.selective_modules,
                        act_fp8_input=tr.activation_func_fp8_input_store,
-                       attention=attention_kind(framework, hw), grad_accum_fusion=framework.grad_accum_fusion,
-                       grad_accum_bytes=framework.grad_accum_bytes,
+                       attention=attention_kind(framework, hw), grad_accum_fusion=fusion,
+                       grad_accum_bytes=accum, grad_accum_expert_bytes=accum_expert,
                        cross_entropy=tr.cross_entropy,
                        tp_async_backward=framework.tp_async_backward, tp_bw=bw["tp"], cp_bw=bw["cp"],
                        cp_kind=L.cp_kind, etp=L.etp,
@@ -84,7 +86,7 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
                        cp_impl=framework.cp_impl, compiled=framework.torch_compile,
                        causal_softmax_max_seq=framework.causal_softmax_max_seq,
                        attention_unpad=framework.attention_unpad, gqa_repeat_kv=framework.gqa_repeat_kv,
-                       fp8=f8, weight_cast_share=1.0 / max(1, tr.global_batch // (L.dp * tr.micro_batch)))
+                       fp8=f8, weight_cast_share=1.0 / runs_m)
     return _kernels(model, setup, hw, eff, L.ep)
 
 
