@@ -73,14 +73,18 @@ def test_a_step_of_runs_is_that_many_runs_and_one_optimizer_step():
 @given(k=st.sampled_from([1, 2, 4, 8]), v=st.sampled_from([None, 2]), zero=st.sampled_from([1, 3]))
 def test_more_runs_for_the_same_batch_never_make_the_step_faster(k, v, zero):
     """Cutting a step's 32 micro-batches per replica into more schedule runs fills and drains the
-    pipeline more often and reduces the gradients more often: never faster, and the work is the same."""
+    pipeline more often and reduces the gradients more often: never faster, and the work is the same.
+    Only the gradients' accumulation between reductions differs in the compute: FSDP2 casts the
+    first micro-batch of each run to fp32 (6 bytes a parameter) and adds the later ones (10), so more
+    runs move a little less (core/costs/residency.py ``accumulate_bytes``)."""
     base = run(pp=4, dp=2, gb=64, zero=zero, v=v)
     cut = replace(base, training=replace(base.training, local_batch=32 // k))
     t0 = default.predict(base, H100, EFF, AUTOMODEL)
     t1 = default.predict(cut, H100, EFF, AUTOMODEL)
     assert t1.step_time_s >= t0.step_time_s * (1 - 1e-9)
     assert t1.flops_per_step == pytest.approx(t0.flops_per_step)
-    assert t1.breakdown.compute_s == pytest.approx(t0.breakdown.compute_s, rel=1e-9)
+    assert t1.breakdown.compute_s <= t0.breakdown.compute_s * (1 + 1e-9)
+    assert t1.breakdown.compute_s == pytest.approx(t0.breakdown.compute_s, rel=5e-3)
     assert t1.mfu <= 1.0
 
 

@@ -92,7 +92,7 @@ def test_predict_layers_prints_and_answers_json(capsys):
     code, out, _ = run_cli(capsys, "predict", "--run", "automodel-qwen3-30b-a3b-8", "--layers")
     assert code == 0
     assert "MoE layer × 48 on this device" in out
-    assert "the micro-batch on this device, 1,596.2 ms: products 567.5 ms (36 %)" in out
+    assert "the micro-batch on this device, 1,596.7 ms: products 567.7 ms (36 %)" in out
     assert "expert all-to-all" in out and "token permutations" in out
     code, out, _ = run_cli(capsys, "predict", "--run", "automodel-qwen3-30b-a3b-8", "--layers", "--json")
     d = json.loads(out)
