@@ -126,7 +126,9 @@ def test_overlap_options_as_the_stacks_write_them(written, want):
 
 
 @pytest.mark.parametrize("written", ["--overlap-moe-expert-parallel-comm", "moe_a2a_overlap=on",
-                                     "tp_comm,delay_wgrad_compute=true"])
+                                     "tp_comm,delay_wgrad_compute=true", "--defer-embedding-wgrad-compute",
+                                     "defer_embedding_wgrad_compute=true,wgrad_deferral_limit=22",
+                                     "align_param_gather: true", "--overlap-param-gather-with-optimizer-step"])
 def test_overlap_flags_known_but_not_modelled_are_refused_by_name(written):
     from modelcut.service.inputs import parse_overlap
     with pytest.raises(ModelcutError, match="does not model") as e:

@@ -91,11 +91,31 @@ TORCHTITAN_ROTATE = {"allgather": "allgather", "alltoall": "ring"}
 #: calling them unknown. Megatron-core's --overlap-moe-expert-parallel-comm (with
 #: --delay-wgrad-compute; Megatron-Bridge's moe_a2a_overlap sets both: Megatron-Bridge v0.2.0
 #: scripts/performance/utils/helpers.py) runs one micro-batch's expert all-to-all under another's
-#: compute (megatron/core/pipeline_parallel/combined_1f1b.py).
-UNMODELLED_OPTIONS: dict[str, str] = dict.fromkeys(
-    ("overlap_moe_expert_parallel_comm", "moe_a2a_overlap", "delay_wgrad_compute"),
-    "Megatron-core's overlap of one micro-batch's expert all-to-all with another's compute, which modelcut "
-    "does not model (it times the all-to-all exposed: the a2a term); leave it out")
+#: compute (megatron/core/pipeline_parallel/combined_1f1b.py); its --defer-embedding-wgrad-compute
+#: (with --wgrad-deferral-limit), --align-param-gather and --overlap-param-gather-with-optimizer-step
+#: move work into the pipeline's flush or beside the optimizer step (NeMo's and Megatron-Bridge's
+#: CommOverlapConfig carries the first two).
+UNMODELLED_OPTIONS: dict[str, str] = {
+    **dict.fromkeys(
+        ("overlap_moe_expert_parallel_comm", "moe_a2a_overlap", "delay_wgrad_compute"),
+        "Megatron-core's overlap of one micro-batch's expert all-to-all with another's compute, which modelcut "
+        "does not model (it times the all-to-all exposed: the a2a term); leave it out"),
+    # Megatron-core core_v0.15.0 model_parallel_config.py: "defers the embedding WGRAD GEMMs while
+    # pipeline flush is taking place", for the first wgrad_deferral_limit micro-batches (0: all)
+    **dict.fromkeys(
+        ("defer_embedding_wgrad_compute", "wgrad_deferral_limit"),
+        "Megatron-core's deferral of the output layer's weight-gradient products to the pipeline's flush, "
+        "which modelcut does not model (it times them in each micro-batch's backward on the last stage); "
+        "leave it out"),
+    # distributed_data_parallel_config.py: "all PP stages will launch param all-gathers simultaneously"
+    "align_param_gather":
+        "Megatron-core's launch of every pipeline stage's parameter all-gathers at once, which modelcut does "
+        "not model (it times each stage's gathers ahead of their use, param_gather); leave it out",
+    # optimizer/optimizer_config.py: "overlap param all-gather of first bucket with optimizer step"
+    "overlap_param_gather_with_optimizer_step":
+        "Megatron-core's overlap of the first bucket's parameter all-gather with the optimizer step, which "
+        "modelcut does not model (it times that gather ahead of the first forward, param_gather); leave it out",
+}
 
 
 def _flag_key(key: str) -> str:
