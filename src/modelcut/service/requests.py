@@ -29,7 +29,7 @@ from ..core.specs import (ADAM_MOMENT_DTYPES, ATTENTION_KINDS, CROSS_ENTROPY_KIN
                           precision_name)
 from ..core.sim import registry
 from ..core.step import MODES
-from ..core.step.frameworks import OPTIONS, option_name
+from ..core.step.frameworks import OPTIONS, option_name, unmodelled_option
 from .limits import DEFAULT, LimitError, Limits
 
 # --- names the catalog and the registry know --------------------------------------------------------
@@ -445,11 +445,16 @@ class OverlapIn(Strict):
     @classmethod
     def _stack_names(cls, data: Any) -> Any:
         """An option under a stack's own name (``tp_comm_overlap``, ``async_tp``: ``option_name``) stands
-        for modelcut's, as ``--overlap`` takes it; given beside modelcut's name it is left to fail."""
+        for modelcut's, as ``--overlap`` takes it; given beside modelcut's name it is left to fail. A
+        stack's flag modelcut knows but does not model is refused by name, as ``--overlap`` refuses it
+        (``unmodelled_option``)."""
         if not isinstance(data, dict):
             return data
         out = dict(data)
         for k in data:
+            why = unmodelled_option(k) if isinstance(k, str) and k not in cls.model_fields else None
+            if why is not None:
+                raise ValueError(f"{k}: {why}")
             name = option_name(k) if isinstance(k, str) and k not in cls.model_fields else None
             if name is not None and name not in out:
                 out[name] = out.pop(k)
