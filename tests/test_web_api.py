@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from modelcut.cli import main
-from modelcut.core.sim import closed_forms, registry
+from modelcut.core.sim import registry
 from modelcut.core.costs.context import CP_KINDS
 from modelcut.core.specs import FP8_RECIPES, PRECISIONS
 from modelcut.core.sim.engine import Timing
