@@ -452,10 +452,12 @@ class OverlapIn(Strict):
             return data
         out = dict(data)
         for k in data:
-            why = unmodelled_option(k) if isinstance(k, str) and k not in cls.model_fields else None
+            if not isinstance(k, str) or k in cls.model_fields:
+                continue
+            why = unmodelled_option(k)
             if why is not None:
                 raise ValueError(f"{k}: {why}")
-            name = option_name(k) if isinstance(k, str) and k not in cls.model_fields else None
+            name = option_name(k)
             if name is not None and name not in out:
                 out[name] = out.pop(k)
         return out

@@ -14,6 +14,7 @@ from ..costs import comm
 from ..costs import fp8 as fp8_mod
 from ..costs import moe as moe_mod
 from ..costs.kernels import Efficiency, generation
+from .. import plan as plans
 from ..plan import PipelinePlan
 from ..specs import Hardware, ModelSpec, Run
 from ..units import BF16_BYTES
@@ -64,7 +65,7 @@ def kernels(run: Run, hw: Hardware, eff: Efficiency, framework: Framework, bw: d
     model, L, tr = run.model, run.layout, run.training
     gpn = run.gpus_per_node or hw.per_node
     f8 = fp8_mod.for_stack(run.training, hw, framework)
-    runs_m = max(1, tr.global_batch // (L.dp * tr.micro_batch))     # micro-batches a schedule run
+    runs_m = plans.microbatches(L, tr)        # the micro-batches of this run (one schedule run's)
     fusion, accum, accum_expert = framework.grad_accum_rule(framework.zero_stage(L), L.pp, runs_m)
     setup = LayerSetup(micro_batch=tr.micro_batch, seq_len=tr.seq_len, tp=L.tp, cp=L.cp,
                        sequence_parallel=L.sequence_parallel, recompute=tr.recompute,
