@@ -119,6 +119,15 @@ def test_run_file_cli_and_api_take_the_same_spellings(tmp_path, capsys):
     ("--no-tp-comm-overlap=on", {"tp_comm": False}),
     ("--tp-comm-overlap --overlap-grad-reduce", {"tp_comm": True, "grad_reduce": True}),   # a launch line pasted
     ("tp_comm = on, grad_reduce = off", {"tp_comm": True, "grad_reduce": False}),
+    ("tp_comm on", {"tp_comm": True}),                                # a launch line's "--key value"
+    # PyTorch FSDP's prefetch settings as llm-foundry's benchmark sweep passes them to Composer
+    ("--fsdp_config_limit_all_gathers true --fsdp_config_forward_prefetch true "
+     "--fsdp_config_backward_prefetch BACKWARD_PRE", {"param_gather": True}),
+    ("backward_prefetch: BACKWARD_POST", {"param_gather": True}),
+    ("backward_prefetch=BackwardPrefetch.BACKWARD_PRE,tp_comm", {"param_gather": True, "tp_comm": True}),
+    ("forward_prefetch=false,limit_all_gathers: false", {}),            # the forward's gathers ahead as before
+    ("batch_p2p_comm: true", {"p2p_async": False}),                   # NeMo's converse of overlap_p2p_comm
+    ("overlap_p2p_comm=true,batch_p2p_comm=false", {"p2p_async": True}),
 ])
 def test_overlap_options_as_the_stacks_write_them(written, want):
     from modelcut.service.inputs import parse_overlap
@@ -128,7 +137,8 @@ def test_overlap_options_as_the_stacks_write_them(written, want):
 @pytest.mark.parametrize("written", ["--overlap-moe-expert-parallel-comm", "moe_a2a_overlap=on",
                                      "tp_comm,delay_wgrad_compute=true", "--defer-embedding-wgrad-compute",
                                      "defer_embedding_wgrad_compute=true,wgrad_deferral_limit=22",
-                                     "align_param_gather: true", "--overlap-param-gather-with-optimizer-step"])
+                                     "align_param_gather: true", "--overlap-param-gather-with-optimizer-step",
+                                     "--moe-shared-expert-overlap"])
 def test_overlap_flags_known_but_not_modelled_are_refused_by_name(written):
     from modelcut.service.inputs import parse_overlap
     with pytest.raises(ModelcutError, match="does not model") as e:
@@ -139,11 +149,60 @@ def test_overlap_flags_known_but_not_modelled_are_refused_by_name(written):
 @pytest.mark.parametrize("written, word", [("colour=on", "unknown key 'colour'"), ("tp_comm=maybe", "not on or off"),
                                            ("tp_comm=on,tp_comm_overlap=off", "both on and off"),
                                            ("--overlap-grad-reduce --no-overlap-grad-reduce", "both on and off"),
-                                           ("--no-colour", "unknown key '--no-colour'")])
+                                           ("--no-colour", "unknown key '--no-colour'"),
+                                           ("overlap_p2p_comm=true,batch_p2p_comm=true", "both on and off"),
+                                           # a stack's setting beside its overlaps: where a run says it
+                                           ("sharding_strategy: FULL_SHARD, limit_all_gathers: true",
+                                            "is no overlap: it is the layout's"),
+                                           ("--fsdp_config_shard_strategy SHARD_GRAD_OP", "is no overlap"),
+                                           ("--use-distributed-optimizer --overlap-grad-reduce", "zero = 1")])
 def test_bad_overlap_options_are_one_line_errors(written, word):
     from modelcut.service.inputs import parse_overlap
     with pytest.raises(ModelcutError, match=word):
         parse_overlap(written)
+
+
+@pytest.mark.parametrize("written, word", [("backward_prefetch=none", "does not model"),
+                                           ("--fsdp_config_backward_prefetch null", "does not model"),
+                                           ("backward_prefetch=AHEAD", "not BACKWARD_PRE, BACKWARD_POST or None"),
+                                           ("forward_prefetch=maybe", "not true or false"),
+                                           ("param_gather=off,backward_prefetch=BACKWARD_PRE", "both on and off")])
+def test_fsdp_prefetch_settings_modelcut_cannot_take_are_one_line_errors(written, word):
+    """PyTorch FSDP with its backward prefetch off queues each gather behind the last reduce-scatter,
+    which neither value of param_gather describes: refused by name, as a value no FSDP takes."""
+    from modelcut.service.inputs import parse_overlap
+    with pytest.raises(ModelcutError, match=word) as e:
+        parse_overlap(written)
+    assert "\n" not in str(e.value)
+
+
+def test_fsdp_prefetch_settings_time_a_run_as_the_options_they_stand_for(capsys):
+    """llm-foundry's benchmark settings (forward and backward prefetch, the rate limiter) predict
+    what the llm-foundry preset's param_gather predicts, on the CLI and the web API alike; the
+    gathers unhidden (param_gather=off) are slower."""
+    import json
+    from fastapi.testclient import TestClient
+    from modelcut.web.app import create_app
+    f = "tests/data/mpt-13b-llm-foundry.toml"
+    got = {}
+    for ov in ("param_gather=on", "param_gather=off",
+               "--fsdp_config_limit_all_gathers true --fsdp_config_forward_prefetch true "
+               "--fsdp_config_backward_prefetch BACKWARD_PRE"):
+        assert main(["predict", f, "--overlap", ov, "--json"]) == 0
+        got[ov] = json.loads(capsys.readouterr().out)["step_time_s"]
+    on, off, fsdp = got.values()
+    assert fsdp == on < off
+    body = {"model": "mpt-13b", "gpu": "h100", "framework": "llm-foundry", "layout": {"dp": 256},
+            "training": {"seq_len": 2048, "global_batch": 256, "micro_batch": 1, "recompute": "none"}}
+    c = TestClient(create_app())
+    a = c.post("/api/predict", json=body | {"overlap": {"param_gather": True}})
+    b = c.post("/api/predict", json=body | {"overlap": {"backward_prefetch": "BACKWARD_PRE",
+                                                        "forward_prefetch": True, "limit_all_gathers": True}})
+    assert a.status_code == b.status_code == 200 and a.json()["step_time_s"] == b.json()["step_time_s"]
+    bad = c.post("/api/predict", json=body | {"overlap": {"backward_prefetch": "none"}})
+    assert bad.status_code == 422 and "does not model" in bad.text
+    elsewhere = c.post("/api/predict", json=body | {"overlap": {"sharding_strategy": "FULL_SHARD"}})
+    assert elsewhere.status_code == 422 and "is no overlap" in elsewhere.text
 
 
 def test_every_overlap_alias_names_an_option():
@@ -171,6 +230,9 @@ def test_the_cli_and_the_api_take_the_stacks_overlap_names(capsys):
     assert a.status_code == b.status_code == 200 and a.json()["step_time_s"] == b.json()["step_time_s"]
     assert a.json()["step_time_s"] == pytest.approx(got["tp_comm=on"])
     assert c.post("/api/predict", json=body | {"overlap": {"colour": True}}).status_code == 422
+    d = c.post("/api/predict", json=body | {"overlap": {"batch_p2p_comm": True}})       # the converse: off
+    e = c.post("/api/predict", json=body | {"overlap": {"p2p_async": False}})
+    assert d.status_code == e.status_code == 200 and d.json()["step_time_s"] == e.json()["step_time_s"]
 
 
 def test_an_unknown_name_at_the_boundary_gets_the_catalogs_own_line(capsys):

@@ -14,7 +14,8 @@ from typing import Any
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
-from ..core.step.frameworks import OPTION_ALIASES, OPTIONS, negated_option, option_name, unmodelled_option
+from ..core.step.frameworks import (CONVERSE_ALIASES, FSDP_SETTINGS, OFF_WORDS, ON_WORDS, OPTION_ALIASES, OPTIONS, flag_key,
+                                    fsdp_setting, negated_option, option_name, unmodelled_option)
 from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
@@ -160,34 +161,92 @@ def pairs(text: str, what: str, example: str, keys) -> list[tuple[str, str]]:
     return out
 
 
+#: Settings a stack's overlap configuration sits beside (PyTorch FSDP's and Composer's ``fsdp_config``,
+#: Megatron-LM's flags) that are no overlap: where a run says each instead (runfile.py's template).
+NOT_OVERLAPS = {
+    **dict.fromkeys(("sharding_strategy", "shard_strategy"),   # FSDP's name; llm-foundry's sweep flag
+                    "the layout's [layout] zero (FULL_SHARD 3, SHARD_GRAD_OP 2, NO_SHARD 0; HYBRID_SHARD "
+                    "with dp_shard)"),
+    "mixed_precision": "the run's [training] precision and grad_reduce (--precision, --grad-reduce)",
+    "activation_checkpointing": "the run's [training] recompute",
+    "use_distributed_optimizer": "the layout's [layout] zero = 1",
+    "sequence_parallel": "the layout's [layout] sequence_parallel",
+}
+
+
+def not_overlap(key: str) -> str | None:
+    """Where a run says the setting ``key`` (:data:`NOT_OVERLAPS`), None where it is none of them."""
+    return NOT_OVERLAPS.get(flag_key(key).removeprefix("fsdp_config_"))
+
+
+def _is_key(word: str) -> bool:
+    """Whether a word of an overlap text names an option or a stack's flag (else it may be a value)."""
+    return (word.startswith("-") or option_name(word) is not None or negated_option(word) is not None
+            or unmodelled_option(word) is not None or fsdp_setting(word, "true") is not None
+            or not_overlap(word) is not None)
+
+
+def _overlap_parts(text: str) -> list[tuple[str, str | None]]:
+    """An overlap text's (key, value) pairs, value None where a key stands alone: "key=value", a
+    launch line's ``--key value`` (a word that names no option after a key is its value:
+    ``--fsdp_config_backward_prefetch BACKWARD_PRE``), separated by commas or spaces."""
+    text = re.sub(r"\s*[=:]\s*", "=", text)         # "tp_comm = on", "tp_comm_overlap: true" as "key=value"
+    words = [w for w in re.split(r"[,\s]+", text) if w]   # commas, or a launch line's flags pasted as they are
+    out: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if "=" in w:
+            k, val = (x.strip() for x in w.split("=", 1))
+            out.append((k, val))
+        elif i + 1 < len(words) and "=" not in words[i + 1] and not _is_key(words[i + 1]) and _is_key(w):
+            out.append((w, words[i + 1]))
+            i += 1
+        else:
+            out.append((w, None))
+        i += 1
+    return out
+
+
 def parse_overlap(text: str) -> dict[str, bool]:
     """``"grad_reduce=off,tp_comm=on"`` -> {"grad_reduce": False, "tp_comm": True} (:data:`OPTIONS`).
     A key may be written as the stacks name it (:func:`..core.step.frameworks.option_name`:
     ``--tp-comm-overlap=on``, ``async_tp=on``), a key alone means on (``tp_comm``, as the
-    stacks' flags are given), a YAML line's colon means "=" (``tp_comm_overlap: true``), and
-    ``none`` / ``all`` switch every option off / on."""
+    stacks' flags are given), a YAML line's colon means "=" (``tp_comm_overlap: true``), a launch
+    line's ``--key value`` is ``key=value``, and ``none`` / ``all`` switch every option off / on.
+    PyTorch FSDP's prefetch settings (``backward_prefetch=BACKWARD_PRE``, ``forward_prefetch``,
+    ``limit_all_gathers``) stand for the options :func:`..core.step.frameworks.fsdp_setting` says."""
     out: dict[str, bool] = {}
     if text.strip().lower() in ("none", "all"):
         return dict.fromkeys(OPTIONS, text.strip().lower() == "all")
-    text = re.sub(r"\s*[=:]\s*", "=", text)         # "tp_comm = on", "tp_comm_overlap: true" as "key=value"
-    for part in re.split(r"[,\s]+", text):          # commas, or a launch line's flags pasted as they are
-        if not part:
+
+    def put(name: str, on: bool) -> None:
+        if name in out and out[name] != on:
+            raise ModelcutError(f"overlap option {name} is given both on and off")
+        out[name] = on
+
+    for k, val in _overlap_parts(text):
+        fsdp = fsdp_setting(k, "true" if val is None else val)
+        if fsdp is not None:
+            for name, on in fsdp.items():
+                put(name, on)
             continue
-        k, val = (x.strip() for x in part.split("=", 1)) if "=" in part else (part, "on")
+        val = "on" if val is None else val
         name, flip = option_name(k), False
         if name is None and negated_option(k) is not None:   # --no-overlap-p2p-communication: off
             name, flip = negated_option(k), True
         if name is None and (why := unmodelled_option(k)) is not None:
             raise ModelcutError(f"overlap option {k!r}: {why}")
+        if name is None and (where := not_overlap(k)) is not None:
+            raise ModelcutError(f"overlap option {k!r} is no overlap: it is {where}")
         if name is None:
             raise ModelcutError(f"overlap option: unknown key {k!r}; choose one of {', '.join(OPTIONS)} "
-                                f"(or the stacks' names: {', '.join(OPTION_ALIASES)}, a \"no-\" flag for off)")
-        if val.lower() not in ("on", "off", "true", "false", "1", "0", "yes", "no"):
+                                f"(or the stacks' names: {', '.join(OPTION_ALIASES)}, PyTorch FSDP's "
+                                f"{', '.join(FSDP_SETTINGS)}, a \"no-\" flag for off, "
+                                f"{', '.join(CONVERSE_ALIASES)} for the converse)")
+        if val.lower() not in ON_WORDS + OFF_WORDS:
             raise ModelcutError(f"overlap option {k}: {val!r} is not on or off")
-        on = (val.lower() in ("on", "true", "1", "yes")) != flip
-        if name in out and out[name] != on:
-            raise ModelcutError(f"overlap option {name} is given both on and off")
-        out[name] = on
+        put(name, (val.lower() in ON_WORDS) != flip)
     return out
 
 

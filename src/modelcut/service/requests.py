@@ -29,7 +29,8 @@ from ..core.specs import (ADAM_MOMENT_DTYPES, ATTENTION_KINDS, CROSS_ENTROPY_KIN
                           precision_name)
 from ..core.sim import registry
 from ..core.step import MODES
-from ..core.step.frameworks import OPTIONS, option_name, unmodelled_option
+from ..core.step.frameworks import OPTIONS, fsdp_setting, negated_option, option_name, unmodelled_option
+from .inputs import not_overlap
 from .limits import DEFAULT, LimitError, Limits
 
 # --- names the catalog and the registry know --------------------------------------------------------
@@ -447,7 +448,9 @@ class OverlapIn(Strict):
         """An option under a stack's own name (``tp_comm_overlap``, ``async_tp``: ``option_name``) stands
         for modelcut's, as ``--overlap`` takes it; given beside modelcut's name it is left to fail. A
         stack's flag modelcut knows but does not model is refused by name, as ``--overlap`` refuses it
-        (``unmodelled_option``)."""
+        (``unmodelled_option``). PyTorch FSDP's prefetch settings stand for the options ``fsdp_setting``
+        says (``{"backward_prefetch": "BACKWARD_PRE"}``: param_gather on; ``forward_prefetch`` and
+        ``limit_all_gathers``: none)."""
         if not isinstance(data, dict):
             return data
         out = dict(data)
@@ -457,9 +460,26 @@ class OverlapIn(Strict):
             why = unmodelled_option(k)
             if why is not None:
                 raise ValueError(f"{k}: {why}")
+            if fsdp_setting(k, "true") is not None:    # PyTorch FSDP's prefetch settings: the options they stand for
+                val = out.pop(k)
+                if val is None:                         # null keeps the preset's, as for every option
+                    continue
+                try:
+                    fsdp = fsdp_setting(k, val)
+                except ModelcutError as e:
+                    raise ValueError(str(e)) from None
+                for name, on in fsdp.items():
+                    if out.setdefault(name, on) != on:
+                        raise ValueError(f"overlap option {name} is given both on and off")
+                continue
+            if (where := not_overlap(k)) is not None:
+                raise ValueError(f"{k} is no overlap: it is {where}")
             name = option_name(k)
             if name is not None and name not in out:
                 out[name] = out.pop(k)
+            elif name is None and (name := negated_option(k)) is not None and name not in out:
+                val = out.pop(k)    # a "no-" flag, or a setting saying an option's converse (batch_p2p_comm)
+                out[name] = (not val) if isinstance(val, bool) else val
         return out
 
 

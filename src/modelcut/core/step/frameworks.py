@@ -94,7 +94,8 @@ TORCHTITAN_ROTATE = {"allgather": "allgather", "alltoall": "ring"}
 #: compute (megatron/core/pipeline_parallel/combined_1f1b.py); its --defer-embedding-wgrad-compute
 #: (with --wgrad-deferral-limit), --align-param-gather and --overlap-param-gather-with-optimizer-step
 #: move work into the pipeline's flush or beside the optimizer step (NeMo's and Megatron-Bridge's
-#: CommOverlapConfig carries the first two).
+#: CommOverlapConfig carries the first two); its --moe-shared-expert-overlap runs the shared experts
+#: beside the dispatcher's communication (core_v0.15.0 megatron/training/arguments.py).
 UNMODELLED_OPTIONS: dict[str, str] = {
     **dict.fromkeys(
         ("overlap_moe_expert_parallel_comm", "moe_a2a_overlap", "delay_wgrad_compute"),
@@ -111,6 +112,12 @@ UNMODELLED_OPTIONS: dict[str, str] = {
     "align_param_gather":
         "Megatron-core's launch of every pipeline stage's parameter all-gathers at once, which modelcut does "
         "not model (it times each stage's gathers ahead of their use, param_gather); leave it out",
+    # training/arguments.py --moe-shared-expert-overlap: "Enable overlapping between shared expert
+    # computations and dispatcher communications"
+    "moe_shared_expert_overlap":
+        "Megatron-core's run of the shared experts beside the token dispatcher's communication, which modelcut "
+        "does not model for Megatron-core's dispatchers (it times them after the all-to-all, the a2a term; only "
+        "the nemo-automodel preset's DeepEP runs them beside it); leave it out",
     # optimizer/optimizer_config.py: "overlap param all-gather of first bucket with optimizer step"
     "overlap_param_gather_with_optimizer_step":
         "Megatron-core's overlap of the first bucket's parameter all-gather with the optimizer step, which "
@@ -118,30 +125,94 @@ UNMODELLED_OPTIONS: dict[str, str] = {
 }
 
 
-def _flag_key(key: str) -> str:
+#: PyTorch FSDP's own prefetch settings (FullyShardedDataParallel's ``forward_prefetch``,
+#: ``backward_prefetch`` and ``limit_all_gathers``, torch 2.13 torch/distributed/fsdp/
+#: fully_sharded_data_parallel.py and api.py ``BackwardPrefetch``), as Composer's ``fsdp_config`` passes
+#: them through and llm-foundry's benchmark sweep sets them (``--fsdp_config_forward_prefetch true
+#: --fsdp_config_backward_prefetch BACKWARD_PRE --fsdp_config_limit_all_gathers true``,
+#: mosaicml/llm-foundry scripts/train/benchmarking/sweep.py @8c8dd48f7), read as modelcut's options
+#: (:func:`fsdp_setting`). ``fsdp_config_`` before a name is dropped.
+FSDP_SETTINGS = ("forward_prefetch", "backward_prefetch", "limit_all_gathers")
+#: ``backward_prefetch``'s values that prefetch: BACKWARD_PRE issues the next unit's gather before the
+#: current unit's gradient products, BACKWARD_POST after them but before its reduce-scatter, so that
+#: with the host ahead of the device, as modelcut times a step, each runs beside the current unit's
+#: backward (FSDP1's ``_pre_backward_hook`` and ``_post_backward_reshard`` call ``_prefetch_handle``;
+#: torch 2.13 torch/distributed/fsdp/_runtime_utils.py).
+BACKWARD_PREFETCHES = ("backward_pre", "backward_post")
+#: The words an option's value may be, on or off (``--overlap tp_comm=yes``, a YAML line's ``false``).
+ON_WORDS, OFF_WORDS = ("on", "true", "1", "yes"), ("off", "false", "0", "no")
+
+
+def flag_key(key: str) -> str:
     """A flag as the option tables key it: no leading dashes, lower case, "_" for "-"."""
     return key.strip().lstrip("-").lower().replace("-", "_")
+
+
+def fsdp_setting(key: str, value: object) -> dict[str, bool] | None:
+    """The overlap options PyTorch FSDP's setting ``key`` = ``value`` (:data:`FSDP_SETTINGS`) stands for,
+    None where ``key`` is none of them:
+
+    * ``backward_prefetch`` BACKWARD_PRE or BACKWARD_POST (``BackwardPrefetch.BACKWARD_PRE`` too; on,
+      or the key alone, as a launch line's bare flag): ``param_gather`` on, the backward's gathers ahead of use (:data:`BACKWARD_PREFETCHES`). None
+      is refused: FSDP then issues each unit's gather after the previous unit's reduce-scatter, on
+      the one NCCL stream ("This has no overlap", api.py), which ``param_gather`` on (both passes
+      prefetched) or off (neither) does not describe.
+    * ``forward_prefetch``, true or false: no change. FSDP issues a unit's forward gather when the
+      host reaches it, ahead of a device-bound forward, and the explicit prefetch "is only useful
+      for CPU-bound workloads" (its docstring); modelcut times the forward's gathers ahead of use
+      with ``param_gather``.
+    * ``limit_all_gathers``, true or false: no change. The rate limiter keeps two units gathered,
+      the one computing and the next (its docstring), as ``param_gather``'s one-unit prefetch does
+      (:func:`.exposure.prefetch_timeline`); without it more gathers may be in flight, which a
+      device-bound step does not need."""
+    k = flag_key(key)
+    k = k.removeprefix("fsdp_config_")
+    if k not in FSDP_SETTINGS:
+        return None
+    v = str(value).strip().lower().rsplit(".", 1)[-1]
+    if k == "backward_prefetch":
+        if v in BACKWARD_PREFETCHES + ON_WORDS:
+            return {"param_gather": True}
+        if v in ("none", "null") + OFF_WORDS:
+            raise ModelcutError(
+                f"overlap option {key!r} {value}: PyTorch FSDP without backward prefetching queues each unit's "
+                "gather behind the previous unit's reduce-scatter, which modelcut does not model (param_gather on "
+                "prefetches both passes, off neither); leave it out")
+        raise ModelcutError(f"overlap option {key}: {value!r} is not BACKWARD_PRE, BACKWARD_POST or None")
+    if v not in ON_WORDS + OFF_WORDS:
+        raise ModelcutError(f"overlap option {key}: {value!r} is not true or false")
+    return {}
 
 
 def option_name(key: str) -> str | None:
     """An overlap option as a user may write it (``tp_comm``, ``--tp-comm-overlap``, ``Async_TP``): its
     name in :data:`OPTIONS`, or None where it is none of them."""
-    k = _flag_key(key)
+    k = flag_key(key)
     return k if k in OPTIONS else OPTION_ALIASES.get(k)
 
 
 def unmodelled_option(key: str) -> str | None:
     """Why an overlap flag a stack has is not one of modelcut's options (:data:`UNMODELLED_OPTIONS`),
     or None where it is no such flag."""
-    k = _flag_key(key)
+    k = flag_key(key)
     return UNMODELLED_OPTIONS.get(k[3:] if k.startswith("no_") else k)
 
 
+#: The stacks' settings that say the converse of an option: Megatron-core's ``batch_p2p_comm``
+#: ("Use batch_isend_irecv instead of individual isend/irecv calls. Must be False if
+#: overlap_p2p_comm is True", core_v0.15.0 megatron/core/model_parallel_config.py), which Megatron-LM
+#: sets to ``not overlap_p2p_comm`` (megatron/training/arguments.py) and NeMo's and Megatron-Bridge's
+#: CommOverlapConfig to the converse of overlap_p2p_comm with a pipeline (Megatron-Bridge v0.2.0
+#: src/megatron/bridge/training/comm_overlap.py).
+CONVERSE_ALIASES: dict[str, str] = {"batch_p2p_comm": "p2p_async"}
+
+
 def negated_option(key: str) -> str | None:
-    """The option a "no-" flag turns off (``--no-overlap-p2p-communication``: p2p_async), None
-    where ``key`` is no such flag."""
-    k = _flag_key(key)
-    return option_name(k[3:]) if k.startswith("no_") else None
+    """The option a "no-" flag turns off (``--no-overlap-p2p-communication``: p2p_async), or a
+    setting that says its converse (:data:`CONVERSE_ALIASES`) turns off when on, None where ``key``
+    is no such flag."""
+    k = flag_key(key)
+    return option_name(k[3:]) if k.startswith("no_") else CONVERSE_ALIASES.get(k)
 
 
 @dataclass(frozen=True)
