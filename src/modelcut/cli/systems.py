@@ -178,7 +178,8 @@ def predict(
     framework: str = typer.Option(None, "--framework", help="default mode: the training stack (a preset, or another "
                                                                 "name for one: torchtitan, megatron-lm, mcore, …)"),
     overlap: str = typer.Option(None, "--overlap", help="default mode: overlap overrides, e.g. grad_reduce=off,tp_comm=on "
-                                                            "(or the stacks' names: --tp-comm-overlap, async_tp, …)"),
+                                                            "(or the stacks' names: --tp-comm-overlap, async_tp, "
+                                                            "backward_prefetch=BACKWARD_PRE, …)"),
     profile: Path = typer.Option(None, "--profile", dir_okay=False, help="default mode: a fitted profile file"),
     budget: bool = typer.Option(False, "--budget", help="default mode: print the error budget"),
     layers: bool = typer.Option(False, "--layers", help="default mode: one micro-batch on the busiest device, unit by "
