@@ -153,10 +153,11 @@ def fsdp_setting(key: str, value: object) -> dict[str, bool] | None:
     None where ``key`` is none of them:
 
     * ``backward_prefetch`` BACKWARD_PRE or BACKWARD_POST (``BackwardPrefetch.BACKWARD_PRE`` too; on,
-      or the key alone, as a launch line's bare flag): ``param_gather`` on, the backward's gathers ahead of use (:data:`BACKWARD_PREFETCHES`). None
-      is refused: FSDP then issues each unit's gather after the previous unit's reduce-scatter, on
-      the one NCCL stream ("This has no overlap", api.py), which ``param_gather`` on (both passes
-      prefetched) or off (neither) does not describe.
+      or the key alone, as a launch line's bare flag): ``param_gather`` on, the backward's gathers
+      ahead of use (:data:`BACKWARD_PREFETCHES`). None is refused: FSDP then issues each unit's
+      gather after the previous unit's reduce-scatter, on the one NCCL stream ("This has no
+      overlap", api.py), which ``param_gather`` on (both passes prefetched) or off (neither) does
+      not describe.
     * ``forward_prefetch``, true or false: no change. FSDP issues a unit's forward gather when the
       host reaches it, ahead of a device-bound forward, and the explicit prefetch "is only useful
       for CPU-bound workloads" (its docstring); modelcut times the forward's gathers ahead of use
@@ -165,8 +166,7 @@ def fsdp_setting(key: str, value: object) -> dict[str, bool] | None:
       the one computing and the next (its docstring), as ``param_gather``'s one-unit prefetch does
       (:func:`.exposure.prefetch_timeline`); without it more gathers may be in flight, which a
       device-bound step does not need."""
-    k = flag_key(key)
-    k = k.removeprefix("fsdp_config_")
+    k = flag_key(key).removeprefix("fsdp_config_")
     if k not in FSDP_SETTINGS:
         return None
     v = str(value).strip().lower().rsplit(".", 1)[-1]
