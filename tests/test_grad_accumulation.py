@@ -97,3 +97,10 @@ def test_the_accumulation_costs_its_bytes_at_hbm_bandwidth():
     assert lines and all(ln.nbytes[1] > 0 for ln in lines)
     for ln in lines:
         assert ln.bwd_s == pytest.approx(mem_time(ln.nbytes[1], H100, EFF), rel=1e-6)
+    # against the same stack with the accumulation fused into the products (nothing on the stream)
+    fused = layer_budget(r, H100, EFF, replace(am, name="automodel-fused", fsdp_grad_accum=False,
+                                                  grad_accum_fusion=True))
+    by_unit = {u.unit: u.bwd_s for u in fused.units}
+    for u in b.units:
+        added = sum(ln.bwd_s for ln in u.lines if ln.item == "weight-gradient accumulation")
+        assert u.bwd_s - by_unit[u.unit] == pytest.approx(added, rel=1e-6, abs=1e-12)

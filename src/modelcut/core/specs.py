@@ -426,6 +426,8 @@ ATTENTION_KINDS = ("unfused", "flash2", "flash3", "cudnn", "flash4")
 #: ``--bf16`` it reduces in FP32 unless ``--grad-reduce-in-bf16``: megatron/training/arguments.py
 #: ``validate_args`` at d98e8a64dd), NeMo's ``ddp.grad_reduce_in_fp32``.
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+#: Other names of those types: torch's dtype names.
+GRAD_REDUCE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 #: The types Adam's two moments may be kept in where a run says (:class:`Training` ``adam_moments``):
 #: Megatron-core's precision-aware optimizer, ``--use-precision-aware-optimizer`` with ``--exp-avg-dtype``
 #: and ``--exp-avg-sq-dtype`` (core_v0.15.0 megatron/core/optimizer/optimizer_config.py ``exp_avg_dtype``,
@@ -440,8 +442,6 @@ def moment_bytes(adam_moments: str | None) -> int | None:
     if adam_moments not in (None, *ADAM_MOMENT_DTYPES):
         raise ModelcutError(f"adam_moments must be one of {', '.join(ADAM_MOMENT_DTYPES)}, got {adam_moments!r}")
     return None if adam_moments is None else (FP32_BYTES if adam_moments == "fp32" else BF16_BYTES)
-#: Other names of those types: torch's dtype names.
-GRAD_REDUCE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 
 def half_type(precision: str) -> str:

@@ -64,7 +64,8 @@ is added to the last one (FSDP2: ``fsdp_param.sharded_param.grad._local_tensor +
 in ``foreach_reduce``, torch 2.13 ``_fsdp_collectives.py``; FSDP1: ``flat_param._saved_grad_shard +=
 sharded_grad`` in ``_accumulate_sharded_grad``, ``_runtime_utils.py``) beside the collective, on its
 stream (FSDP2's ``post_reduce_stream``: the reduce-scatter's, or the all-reduce's with hybrid
-sharding; FSDP1's post-backward stream), and over 1/d of the elements: nothing on the compute stream. Accumulated whole between reductions (``requires_gradient_sync`` off: ``"per-step"``),
+sharding; FSDP1's post-backward stream), and over 1/d of the elements: nothing on the compute
+stream. Accumulated whole between reductions (``requires_gradient_sync`` off: ``"per-step"``),
 FSDP2's post-backward on the compute stream casts a micro-batch's gradient to the reduce type the
 first time (``FSDPParam.to_accumulated_grad_if_needed``: ``unsharded_grad.to(self.reduce_dtype)``)
 and adds the later ones to it (``accumulate_unsharded_grad_if_needed``:
