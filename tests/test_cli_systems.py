@@ -99,6 +99,31 @@ def test_bad_run_files_are_one_line_errors(capsys, file, message):
     assert message in err
 
 
+@pytest.mark.parametrize("file,message", [
+    ("tests/data/llama3-8b-torchtitan.toml",
+     "a torchtitan job configuration ([job]), not a RUN.toml: convert it with `modelcut from-torchtitan "
+     "tests/data/llama3-8b-torchtitan.toml --gpu GPU --gpus N -o run.toml`"),
+    ("tests/data/llama3-70b-megatron.sh", "Megatron-LM launch arguments, not a RUN.toml: convert them with "
+     "`modelcut from-megatron tests/data/llama3-70b-megatron.sh"),
+    ("tests/data/llama3-8b-megatron-arrays.sh", "Megatron-LM launch arguments"),
+    ("tests/data/hf/llama3-8b.json", "a Hugging Face config.json (a model's shape), not a RUN.toml: name it in "
+     "a RUN.toml's [model] (config = \"tests/data/hf/llama3-8b.json\")"),
+])
+def test_another_tools_input_names_the_command_that_reads_it(capsys, file, message):
+    """predict given a torchtitan job configuration, a Megatron-LM launch or a config.json: one line
+    naming the converter (or the field) that reads it, not a TOML parse error."""
+    code, out, err = run_cli(capsys, "predict", file)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("modelcut: error: ")
+    assert message in err
+    # what the line says works: the converter reads the same file
+    if "from-" in message:
+        tool = "from-torchtitan" if "torchtitan" in message else "from-megatron"
+        vocab = ("--vocab", "128256") if tool == "from-megatron" else ()   # Megatron-LM's comes from the tokenizer
+        code, out, _ = run_cli(capsys, tool, file, "--gpu", "h100", "--gpus", "64", *vocab)
+        assert code == 0 and "[layout]" in out
+
+
 def test_missing_file_and_unknown_mode(capsys, tmp_path):
     code, _, err = run_cli(capsys, "predict", str(tmp_path / "nope.toml"))
     assert code == 2 and "no such file" in err

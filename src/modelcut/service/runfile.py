@@ -73,6 +73,8 @@ Every problem is one :class:`ModelcutError` line naming the file and the problem
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -88,6 +90,46 @@ from .limits import DEFAULT, LimitError, Limits
 from .requests import HardwareIn, LayoutIn, ModelSpecIn, TrainingIn, parse
 
 SECTIONS = ("model", "hardware", "layout", "training")
+
+#: A torchtitan job configuration's sections that a RUN.toml never has (JobConfig's fields, pytorch/torchtitan
+#: v0.2.2 torchtitan/config/job_config.py; both have [model] and [training]).
+TORCHTITAN_SECTIONS = ("job", "profiling", "metrics", "optimizer", "lr_scheduler", "parallelism", "checkpoint",
+                       "activation_checkpoint", "compile", "quantize", "comm", "memory_estimation",
+                       "fault_tolerance", "experimental", "validation", "debug", "float8")
+#: Flags only a Megatron-LM launch passes (megatron/training/arguments.py).
+_MEGATRON_FLAG = re.compile(r"(^|\s)--(num-layers|hidden-size|tensor-model-parallel-size|pipeline-model-parallel-size|"
+                            r"micro-batch-size|global-batch-size|seq-length)(\s|=|$)", re.M)
+#: Keys every Hugging Face config.json of a decoder has one of (transformers' PretrainedConfig).
+_HF_KEYS = ("model_type", "architectures")
+
+
+def other_input(text: str, path: str | Path, doc: dict | None = None) -> str | None:
+    """The one-line error for a file that is another tool's input, not a RUN.toml, naming the
+    command that reads it: a torchtitan job configuration (a section of
+    :data:`TORCHTITAN_SECTIONS`, and neither [hardware] nor [layout], which only a RUN.toml has),
+    Megatron-LM launch arguments (a flag only they pass), a Hugging Face config.json (a model's
+    shape, not a run); None where it is none of them.
+    ``doc``: the file parsed as TOML, where it parses."""
+    name = Path(path).name
+    if doc is not None:
+        found = [k for k in doc if k in TORCHTITAN_SECTIONS]
+        if found and not any(k in doc for k in ("hardware", "layout")):      # a RUN.toml's own
+            return (f"{name}: a torchtitan job configuration ([{found[0]}]), not a RUN.toml: convert it with "
+                    f"`modelcut from-torchtitan {path} --gpu GPU --gpus N -o run.toml`")
+        return None
+    if _MEGATRON_FLAG.search(text):
+        return (f"{name}: Megatron-LM launch arguments, not a RUN.toml: convert them with "
+                f"`modelcut from-megatron {path} --gpu GPU --gpus N -o run.toml`")
+    try:
+        conf = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(conf, dict) and any(k in conf for k in _HF_KEYS):
+        return (f"{name}: a Hugging Face config.json (a model's shape), not a RUN.toml: name it in a RUN.toml's "
+                f"[model] (config = \"{path}\") or give it to `modelcut explore --model`")
+    return None
+
+
 HARDWARE_KEYS = ("gpu", "gpus", "gpus_per_node")
 
 
@@ -134,7 +176,10 @@ def load_run(path: str | Path, limits: Limits | None = None) -> Run:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ModelcutError(f"{p.name}: invalid TOML: {exc}") from None
+        raise ModelcutError(other_input(text, path) or f"{p.name}: invalid TOML: {exc}") from None
+    hint = other_input(text, path, doc)
+    if hint:
+        raise ModelcutError(hint)
     return run_from_dict(doc, p.name, p.parent, limits)
 
 
