@@ -134,16 +134,78 @@ def test_overlap_options_as_the_stacks_write_them(written, want):
     assert parse_overlap(written) == want
 
 
-@pytest.mark.parametrize("written", ["--overlap-moe-expert-parallel-comm", "moe_a2a_overlap=on",
-                                     "tp_comm,delay_wgrad_compute=true", "--defer-embedding-wgrad-compute",
-                                     "defer_embedding_wgrad_compute=true,wgrad_deferral_limit=22",
-                                     "align_param_gather: true", "--overlap-param-gather-with-optimizer-step",
-                                     "--moe-shared-expert-overlap"])
-def test_overlap_flags_known_but_not_modelled_are_refused_by_name(written):
-    from modelcut.service.inputs import parse_overlap
-    with pytest.raises(ModelcutError, match="does not model") as e:
-        parse_overlap(written)
-    assert "unknown key" not in str(e.value) and "\n" not in str(e.value)
+@pytest.mark.parametrize("written, options, noted", [
+    ("--overlap-moe-expert-parallel-comm", {}, ["--overlap-moe-expert-parallel-comm"]),
+    ("moe_a2a_overlap=on", {}, ["moe_a2a_overlap=on"]),
+    ("tp_comm,delay_wgrad_compute=true", {"tp_comm": True}, ["delay_wgrad_compute=true"]),
+    ("--defer-embedding-wgrad-compute", {}, ["--defer-embedding-wgrad-compute"]),
+    # the deferral's limit tunes it; the deferral says what is not modelled, once
+    ("defer_embedding_wgrad_compute=true,wgrad_deferral_limit=22", {}, ["defer_embedding_wgrad_compute=true"]),
+    ("--defer-embedding-wgrad-compute --wgrad-deferral-limit 22 --tp-comm-overlap", {"tp_comm": True},
+     ["--defer-embedding-wgrad-compute"]),
+    ("align_param_gather: true", {}, ["align_param_gather=true"]),
+    ("--overlap-param-gather-with-optimizer-step", {}, ["--overlap-param-gather-with-optimizer-step"]),
+    ("--moe-shared-expert-overlap", {}, ["--moe-shared-expert-overlap"]),
+    ("--tp-comm-overlap --tp-comm-overlap-rs-dgrad", {"tp_comm": True}, ["--tp-comm-overlap-rs-dgrad"]),
+    ("--ddp-bucket-size 40000000 --overlap-grad-reduce", {"grad_reduce": True}, ["--ddp-bucket-size=40000000"]),
+    # a part of the tensor-parallel overlap off is not modelled; on is what tp_comm times
+    ("--tp-comm-overlap --disable-tp-comm-overlap-ag", {"tp_comm": True}, ["--disable-tp-comm-overlap-ag"]),
+    ("tp_comm_overlap=true,tp_comm_bulk_wgrad=false", {"tp_comm": True}, ["tp_comm_bulk_wgrad=false"]),
+    # what modelcut times: no note
+    ("tp_comm_overlap=true,tp_comm_overlap_ag=true,tp_comm_split_rs: true", {"tp_comm": True}, []),
+    ("--no-align-param-gather --overlap-param-gather", {"param_gather": True}, []),
+    ("defer_embedding_wgrad_compute=false,moe_a2a_overlap: False", {}, []),
+    ("--tp-comm-overlap --tp-comm-overlap-cfg ub.yaml --tp-comm-bootstrap-backend nccl", {"tp_comm": True}, []),
+    ("--overlap-p2p-communication --overlap-p2p-communication-warmup-flush", {"p2p_async": True}, []),
+])
+def test_overlap_settings_known_but_not_modelled_are_taken_with_a_note(written, options, noted):
+    """A stack's setting modelcut knows but does not model is taken, not refused: the answer carries
+    one line naming it and what modelcut times instead, where the setting asks for what is not timed."""
+    from modelcut.service.inputs import NOT_MODELLED, parse_overlap, read_overlap
+    got, notes = read_overlap(written)
+    assert got == options
+    assert [n.split(": ", 1)[0] for n in notes] == noted
+    for n in notes:
+        assert "not modelled" in n or "not read" in n
+        assert "\n" not in n
+    assert parse_overlap(written) == ({**options, NOT_MODELLED: notes} if notes else options)
+
+
+def test_a_setting_not_modelled_is_a_note_of_the_answer(capsys):
+    """predict (CLI and API) and explore take Megatron-core's deferral of the output layer's weight
+    gradients and say, in the answer's notes, that it is not modelled; the step is the one without it."""
+    import json
+    from fastapi.testclient import TestClient
+    from modelcut.web.app import create_app
+
+    def run_cli(capsys, *argv):
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+    base = ["predict", "tests/data/llama3-70b-64-h100.toml", "--framework", "nemo", "--json"]
+    code, out, _ = run_cli(capsys, *base, "--overlap", "tp_comm=on")
+    assert code == 0
+    plain = json.loads(out)
+    code, out, _ = run_cli(capsys, *base, "--overlap", "--tp-comm-overlap --defer-embedding-wgrad-compute "
+                                                          "--wgrad-deferral-limit 22")
+    assert code == 0
+    noted = json.loads(out)
+    assert noted["step_time_s"] == plain["step_time_s"]
+    lines = [n for n in noted["notes"] if n.startswith("--defer-embedding-wgrad-compute: ")]
+    assert len(lines) == 1 and "last stage" in lines[0]
+    assert not any("not modelled" in n for n in plain["notes"])
+    body = {"model": "llama3-70b", "gpu": "h100", "layout": {"tp": 4, "pp": 4, "dp": 4},
+            "training": {"seq_len": 8192, "global_batch": 128, "micro_batch": 1},
+            "framework": "nemo", "overlap": {"tp_comm": True, "defer_embedding_wgrad_compute": True,
+                                             "wgrad_deferral_limit": 22}}
+    r = TestClient(create_app()).post("/api/predict", json=body)
+    assert r.status_code == 200, r.text
+    assert any(n.startswith("defer_embedding_wgrad_compute=True: ") for n in r.json()["notes"])
+    code, out, _ = run_cli(capsys, "explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "4096",
+                           "--global-batch-tokens", "1M", "--framework", "nemo", "--json",
+                           "--overlap", "moe_a2a_overlap=true,grad_reduce=on")
+    assert code == 0
+    assert any(n.startswith("moe_a2a_overlap=true: ") for n in json.loads(out)["notes"])
 
 
 @pytest.mark.parametrize("written, word", [("colour=on", "unknown key 'colour'"), ("tp_comm=maybe", "not on or off"),

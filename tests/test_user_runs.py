@@ -197,3 +197,26 @@ def test_recomputation_as_llm_foundry_writes_it(tmp_path):
     doc = {"model": {"name": "mpt-7b"}, "hardware": {"gpu": "a100"}, "layout": {"tp": 1, "pp": 1, "dp": 8},
            "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 1, "recompute": True}}
     assert run_from_dict(doc, "x").training.recompute == "full"
+
+
+def test_a_setting_not_modelled_is_a_note_of_its_row(tmp_path, capsys):
+    """A row's overlap cell may carry a stack's setting modelcut does not model (Megatron-core's
+    deferral of the output layer's weight gradients): the row is predicted as without it, and the
+    table says so under the row's id, in the text and in --json."""
+    head = "id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,framework,overlap,step_time_s\n"
+    body = ("plain,llama3-70b,h100,4,4,4,8192,128,1,nemo,tp_comm=on,10.0\n"
+            "deferred,llama3-70b,h100,4,4,4,8192,128,1,nemo,tp_comm=on;defer_embedding_wgrad_compute=true;"
+            "wgrad_deferral_limit=22,10.0\n")
+    p = tmp_path / "mine.csv"
+    p.write_text(head + body)
+    got = {m.id: m for m in read_runs_csv(p)}
+    assert got["plain"].notes == () and got["plain"].overlap == got["deferred"].overlap == {"tp_comm": True}
+    assert len(got["deferred"].notes) == 1 and got["deferred"].notes[0].startswith(
+        "defer_embedding_wgrad_compute=true: ")
+    assert main(["validate", "--runs", str(p), "--json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert rows["deferred"]["step_time_s"] == rows["plain"]["step_time_s"]
+    assert rows["deferred"]["notes"] == list(got["deferred"].notes) and rows["plain"]["notes"] == []
+    assert main(["validate", "--runs", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "deferred: defer_embedding_wgrad_compute=true: Megatron-core's deferral" in " ".join(out.split())

@@ -409,7 +409,7 @@ def test_explore_refuses_a_space_beyond_its_bound():
     ({"schedules": ["zz"]}, 422, "schedules"),
     ({"overlap": {"tp_comm": "on"}}, 422, "overlap"),
     ({"overlap": {"warp": True}}, 422, "overlap"),
-    ({"overlap": {"defer_embedding_wgrad_compute": True}}, 422, "modelcut does not model"),   # as --overlap says
+    ({"overlap": {"defer_embedding_wgrad_compute": [1]}}, 422, "must be a boolean, a number or a string"),
     ({"mode": "seed", "overlap": {"tp_comm": True}}, 422, "overlap overrides apply to --mode default"),
     ({"model": None, "model_spec": {"layers": 2}}, 422, "missing"),
 ])

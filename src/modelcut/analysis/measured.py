@@ -30,6 +30,7 @@ class Measured:
     step_time_s: float | None = None
     source: str = ""
     flops: float | None = None        # FLOPs per step the measured TFLOP/s count (default: counted_flops(run))
+    notes: tuple[str, ...] = ()       # what the run's settings ask for that the model does not time
 
     def __post_init__(self) -> None:
         if self.tflops is None and self.step_time_s is None:

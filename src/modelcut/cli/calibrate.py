@@ -127,6 +127,9 @@ def show_user_table(out: dict) -> None:
                       f"{r['measured_tokens_per_s_per_gpu']:,.0f} → {r['tokens_per_s_per_gpu']:,.0f}", r["dominant"],
                       peak)
     con.print(table)
+    for r in out["runs"]:
+        for note in r.get("notes", []):
+            con.print(f"{r['id']}: {note}")
     if over:
         con.print(f"{len(over)} run(s) ran but the memory model counts more than the device holds "
                   f"({', '.join(over)}): the memory model over-counts these settings")

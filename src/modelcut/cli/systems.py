@@ -179,7 +179,10 @@ def predict(
                                                                 "name for one: torchtitan, megatron-lm, mcore, …)"),
     overlap: str = typer.Option(None, "--overlap", help="default mode: overlap overrides, e.g. grad_reduce=off,tp_comm=on "
                                                             "(or the stacks' names: --tp-comm-overlap, async_tp, "
-                                                            "backward_prefetch=BACKWARD_PRE, …)"),
+                                                            "backward_prefetch=BACKWARD_PRE, …; a stack's setting "
+                                                            "modelcut does not model, such as "
+                                                            "--defer-embedding-wgrad-compute, is taken and named "
+                                                            "in the notes)"),
     profile: Path = typer.Option(None, "--profile", dir_okay=False, help="default mode: a fitted profile file"),
     budget: bool = typer.Option(False, "--budget", help="default mode: print the error budget"),
     layers: bool = typer.Option(False, "--layers", help="default mode: one micro-batch on the busiest device, unit by "

@@ -81,7 +81,7 @@ class ExploreRequest:
     pareto_within: float = PARETO_WITHIN
     exhaustive: bool = False               # time every layout that fits (no bound)
     limits: Limits = DEFAULT               # the work a request may ask for (service/limits.py)
-    overlap: dict[str, bool] | None = None  # the stack's overlap overrides (as --overlap)
+    overlap: dict[str, Any] | None = None   # the stack's overlap overrides (as --overlap; inputs.NOT_MODELLED)
 
 
 def stack(req: ExploreRequest) -> Framework | None:
@@ -92,7 +92,7 @@ def stack(req: ExploreRequest) -> Framework | None:
         if req.overlap:
             raise ModelcutError("overlap overrides apply to --mode default (or name a --framework)")
         return None
-    fw = catalog.framework(req.framework).with_overlap(req.overlap)
+    fw = catalog.framework(req.framework).with_overlap(inputs.overlap_options(req.overlap)[0])
     fw = fw.for_training(Training(seq_len=1, global_batch=1, precision=req.space.precision,
                                   grad_reduce=req.space.grad_reduce, fp8_param_gather=req.space.fp8_param_gather,
                                   attention=req.space.attention))
@@ -472,6 +472,7 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
     small = small_node_note(req.hw, req.gpus_per_node)
     if small:
         ex.notes.append(small)
+    ex.notes += inputs.overlap_options(req.overlap)[1]
     checked = find(ex, **req.check) if req.check else []
     return ExploreResult(req, ex, checked, options, fw)
 

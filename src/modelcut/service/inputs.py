@@ -15,7 +15,8 @@ from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
 from ..core.step.frameworks import (CONVERSE_ALIASES, FSDP_SETTINGS, OFF_WORDS, ON_WORDS, OPTION_ALIASES, OPTIONS, flag_key,
-                                    fsdp_setting, negated_option, option_name, unmodelled_option)
+                                    fsdp_setting, negated_option, option_name, unmodelled_note,
+                                    unmodelled_option)
 from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
@@ -208,17 +209,27 @@ def _overlap_parts(text: str) -> list[tuple[str, str | None]]:
     return out
 
 
-def parse_overlap(text: str) -> dict[str, bool]:
-    """``"grad_reduce=off,tp_comm=on"`` -> {"grad_reduce": False, "tp_comm": True} (:data:`OPTIONS`).
+#: The key under which a parsed overlap carries the notes of the settings modelcut takes but does
+#: not model (:func:`..core.step.frameworks.unmodelled_note`): ``parse_overlap``'s dict and the
+#: request model's ``OverlapIn.not_modelled``; :func:`overlap_options` splits them off.
+NOT_MODELLED = "not_modelled"
+
+
+def read_overlap(text: str) -> tuple[dict[str, bool], list[str]]:
+    """``"grad_reduce=off,tp_comm=on"`` -> ({"grad_reduce": False, "tp_comm": True}, notes) (:data:`OPTIONS`).
     A key may be written as the stacks name it (:func:`..core.step.frameworks.option_name`:
     ``--tp-comm-overlap=on``, ``async_tp=on``), a key alone means on (``tp_comm``, as the
     stacks' flags are given), a YAML line's colon means "=" (``tp_comm_overlap: true``), a launch
     line's ``--key value`` is ``key=value``, and ``none`` / ``all`` switch every option off / on.
     PyTorch FSDP's prefetch settings (``backward_prefetch=BACKWARD_PRE``, ``forward_prefetch``,
-    ``limit_all_gathers``) stand for the options :func:`..core.step.frameworks.fsdp_setting` says."""
+    ``limit_all_gathers``) stand for the options :func:`..core.step.frameworks.fsdp_setting` says.
+    A stack's setting that modelcut knows but does not model (``--defer-embedding-wgrad-compute``,
+    ``moe_a2a_overlap``, :func:`..core.step.frameworks.unmodelled_option`) is taken: where it asks
+    for what modelcut does not time, its note is in ``notes``."""
     out: dict[str, bool] = {}
+    notes: list[str] = []
     if text.strip().lower() in ("none", "all"):
-        return dict.fromkeys(OPTIONS, text.strip().lower() == "all")
+        return dict.fromkeys(OPTIONS, text.strip().lower() == "all"), notes
 
     def put(name: str, on: bool) -> None:
         if name in out and out[name] != on:
@@ -231,12 +242,15 @@ def parse_overlap(text: str) -> dict[str, bool]:
             for name, on in fsdp.items():
                 put(name, on)
             continue
-        val = "on" if val is None else val
         name, flip = option_name(k), False
         if name is None and negated_option(k) is not None:   # --no-overlap-p2p-communication: off
             name, flip = negated_option(k), True
-        if name is None and (why := unmodelled_option(k)) is not None:
-            raise ModelcutError(f"overlap option {k!r}: {why}")
+        if name is None and unmodelled_option(k) is not None:
+            note = unmodelled_note(k, val)
+            if note is not None and note not in notes:
+                notes.append(note)
+            continue
+        val = "on" if val is None else val
         if name is None and (where := not_overlap(k)) is not None:
             raise ModelcutError(f"overlap option {k!r} is no overlap: it is {where}")
         if name is None:
@@ -247,7 +261,23 @@ def parse_overlap(text: str) -> dict[str, bool]:
         if val.lower() not in ON_WORDS + OFF_WORDS:
             raise ModelcutError(f"overlap option {k}: {val!r} is not on or off")
         put(name, (val.lower() in ON_WORDS) != flip)
-    return out
+    return out, notes
+
+
+def parse_overlap(text: str) -> dict[str, Any]:
+    """An overlap text (:func:`read_overlap`) as the request models take it: the options, and under
+    :data:`NOT_MODELLED` the notes of the settings modelcut takes but does not model, where any."""
+    options, notes = read_overlap(text)
+    return {**options, NOT_MODELLED: notes} if notes else options
+
+
+def overlap_options(overlap: dict[str, Any] | None) -> tuple[dict[str, bool] | None, list[str]]:
+    """A parsed overlap (:func:`parse_overlap`'s, an ``OverlapIn``'s dump) as the options a stack
+    takes (``Framework.with_overlap``) and the notes an answer carries."""
+    if not overlap:
+        return overlap, []
+    rest = {k: v for k, v in overlap.items() if k != NOT_MODELLED}
+    return rest or None, list(overlap.get(NOT_MODELLED) or [])
 
 
 def check_spec(text: str) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
 from ..core.step.layer_budget import LayerBudget, layer_budget
 from ..core.step.result import Prediction
-from .inputs import model_choice, parse_overlap
+from .inputs import model_choice, overlap_options, parse_overlap
 from .limits import DEFAULT, LimitError, Limits
 from .requests import PredictInput
 from .runfile import check_sizes
@@ -87,7 +87,7 @@ class PredictRequest:
     mode: str = "default"
     eta: float | None = None
     framework: str | None = None
-    overlap: str | dict[str, bool] | None = None
+    overlap: str | dict[str, Any] | None = None   # with inputs.NOT_MODELLED: the notes of settings not modelled
     profile: Profile | None = None
     budget: bool = False
     published: PublishedRun | None = None
@@ -341,7 +341,8 @@ def _predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult
         pred = step_predict(run, hw, "seed", eta=seed_eta() if req.eta is None else req.eta)
         fw = None
     else:
-        overlap = parse_overlap(req.overlap) if isinstance(req.overlap, str) else req.overlap
+        overlap, unmodelled = overlap_options(parse_overlap(req.overlap) if isinstance(req.overlap, str)
+                                              else req.overlap)
         fw = catalog.framework(req.framework)
         # the profile's constants, the matrix products' fraction replaced where --eta gives it
         eff = efficiency_for(hw, req.profile)
@@ -353,6 +354,7 @@ def _predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult
             raise ModelcutError(no_timeline(fw.name))
         if req.layers:
             layers = layer_budget(run, hw, eff, stack)
+        pred.notes += unmodelled
     if fw is not None:
         pred.notes += [f"stack rule: {v.line()}" for v in stack_violations(run, fw, pred)]
     result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw), layers=layers)

@@ -29,7 +29,8 @@ from ..core.specs import (ADAM_MOMENT_DTYPES, ATTENTION_KINDS, CROSS_ENTROPY_KIN
                           precision_name)
 from ..core.sim import registry
 from ..core.step import MODES
-from ..core.step.frameworks import OPTIONS, fsdp_setting, negated_option, option_name, unmodelled_option
+from ..core.step.frameworks import (OPTIONS, fsdp_setting, negated_option, option_name, unmodelled_note,
+                                    unmodelled_option)
 from .inputs import not_overlap
 from .limits import DEFAULT, LimitError, Limits
 
@@ -441,14 +442,18 @@ class OverlapIn(Strict):
     param_gather: Optional[bool] = None
     p2p_async: Optional[bool] = None
     tp_comm: Optional[bool] = None
+    not_modelled: Optional[list[Annotated[str, Field(max_length=400)]]] = Field(
+        None, max_length=16, description="the stack's settings given here that modelcut takes but does not model "
+                                         "(filled from them, e.g. {\"defer_embedding_wgrad_compute\": true}): each "
+                                         "is a note of the answer")
 
     @model_validator(mode="before")
     @classmethod
     def _stack_names(cls, data: Any) -> Any:
         """An option under a stack's own name (``tp_comm_overlap``, ``async_tp``: ``option_name``) stands
         for modelcut's, as ``--overlap`` takes it; given beside modelcut's name it is left to fail. A
-        stack's flag modelcut knows but does not model is refused by name, as ``--overlap`` refuses it
-        (``unmodelled_option``). PyTorch FSDP's prefetch settings stand for the options ``fsdp_setting``
+        stack's setting modelcut knows but does not model is taken, its note in ``not_modelled`` where
+        it asks for what modelcut does not time, as ``--overlap`` takes it (``unmodelled_note``). PyTorch FSDP's prefetch settings stand for the options ``fsdp_setting``
         says (``{"backward_prefetch": "BACKWARD_PRE"}``: param_gather on; ``forward_prefetch`` and
         ``limit_all_gathers``: none)."""
         if not isinstance(data, dict):
@@ -457,9 +462,17 @@ class OverlapIn(Strict):
         for k in data:
             if not isinstance(k, str) or k in cls.model_fields:
                 continue
-            why = unmodelled_option(k)
-            if why is not None:
-                raise ValueError(f"{k}: {why}")
+            if unmodelled_option(k) is not None:     # taken; where it asks for what is not modelled, a note
+                val = out.pop(k)
+                if val is not None and not isinstance(val, (bool, int, float, str)):
+                    raise ValueError(f"{k} must be a boolean, a number or a string, got {val!r}")
+                try:
+                    note = unmodelled_note(k, "true" if val is None else val)
+                except ModelcutError as e:
+                    raise ValueError(str(e)) from None
+                if note is not None:
+                    out["not_modelled"] = [*(out.get("not_modelled") or []), note]
+                continue
             if fsdp_setting(k, "true") is not None:    # PyTorch FSDP's prefetch settings: the options they stand for
                 val = out.pop(k)
                 if val is None:                         # null keeps the preset's, as for every option
@@ -483,7 +496,7 @@ class OverlapIn(Strict):
         return out
 
 
-assert set(OverlapIn.model_fields) == set(OPTIONS), "OverlapIn must hold every overlap option"
+assert set(OverlapIn.model_fields) == {*OPTIONS, "not_modelled"}, "OverlapIn must hold every overlap option"
 
 
 class PredictOptions(Strict):

@@ -14,7 +14,7 @@ from ..core import plan as plans
 from ..core.costs import flops
 from ..core.errors import ModelcutError
 from ..core.specs import CROSS_ENTROPY_KINDS
-from .inputs import parse_overlap
+from .inputs import read_overlap
 from .limits import Limits
 from .requests import HardwareIn, LayoutIn, TrainingIn, value_kind
 from .runfile import run_from_dict
@@ -175,7 +175,7 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
                 fw = catalog.framework(fw).name
             except ModelcutError as exc:
                 raise ModelcutError(f"{where}: {exc}") from None
-        ov = parse_overlap(row.get("overlap", "").replace(";", ","))
+        ov, unmodelled = read_overlap(row.get("overlap", "").replace(";", ","))
         figures = {k: _float(row, k, where) for k in ("tflops_per_gpu", "tokens_per_s_per_gpu", "step_time_s")}
         if all(v is None for v in figures.values()):
             raise ModelcutError(f"{where}: give tflops_per_gpu, tokens_per_s_per_gpu or step_time_s")
@@ -191,7 +191,7 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
         counted = flops.model_flops(run.model, run.training, conv) if conv is not None else None
         group = row.get("group", "").strip() or (fw or catalog.default_framework())
         out.append(Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, str(p),
-                            counted))
+                            counted, tuple(unmodelled)))
     if not out:
         raise ModelcutError(f"{p}: no runs")
     return out

@@ -158,6 +158,7 @@ def user_table(path, profile: Profile | None = None, limits: Limits | None = Non
                   "measured_tokens_per_s_per_gpu": r.measured.run.tokens_per_s_per_gpu(measured_step_time(r.measured)),
                   "tokens_per_s_per_gpu": r.measured.run.tokens_per_s_per_gpu(r.default.step_time_s),
                   "breakdown": {k: getattr(r.default.breakdown, k) for k in BREAKDOWN_KEYS},
+                  "notes": list(r.measured.notes),
                   "memory": memory(r)} for r in rows],
         "groups": {g: st["default"] for g, st in summary["groups"].items()},
         "overall": summary["overall"]["default"],

@@ -86,43 +86,72 @@ MEGATRON_ATTENTION_BACKEND = {"flash2": "flash", "flash3": "flash", "flash4": "f
 #: torchtitan`` writes and ``from-torchtitan`` reads.
 TORCHTITAN_ROTATE = {"allgather": "allgather", "alltoall": "ring"}
 
-#: The stacks' overlap flags modelcut knows but does not model, each with what it would hide and
-#: how modelcut times that instead: ``--overlap`` refuses them in one line naming this, rather than
-#: calling them unknown. Megatron-core's --overlap-moe-expert-parallel-comm (with
-#: --delay-wgrad-compute; Megatron-Bridge's moe_a2a_overlap sets both: Megatron-Bridge v0.2.0
-#: scripts/performance/utils/helpers.py) runs one micro-batch's expert all-to-all under another's
-#: compute (megatron/core/pipeline_parallel/combined_1f1b.py); its --defer-embedding-wgrad-compute
-#: (with --wgrad-deferral-limit), --align-param-gather and --overlap-param-gather-with-optimizer-step
-#: move work into the pipeline's flush or beside the optimizer step (NeMo's and Megatron-Bridge's
-#: CommOverlapConfig carries the first two); its --moe-shared-expert-overlap runs the shared experts
-#: beside the dispatcher's communication (core_v0.15.0 megatron/training/arguments.py).
+#: The stacks' overlap settings modelcut knows but does not model, each with what it would change
+#: and how modelcut times the step instead. ``--overlap`` (and the API's ``overlap`` object) takes
+#: them, so that a run's own settings can be given as its stack writes them, and the answer carries
+#: the line as a note (:func:`unmodelled_note`; off, or ``no-``, is what modelcut times: no note).
+#: Megatron-core's --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute; Megatron-Bridge's
+#: moe_a2a_overlap sets both: Megatron-Bridge v0.2.0 scripts/performance/utils/helpers.py) runs one
+#: micro-batch's expert all-to-all under another's compute (megatron/core/pipeline_parallel/
+#: combined_1f1b.py); its --defer-embedding-wgrad-compute (with --wgrad-deferral-limit),
+#: --align-param-gather and --overlap-param-gather-with-optimizer-step move work into the
+#: pipeline's flush or beside the optimizer step (NeMo's and Megatron-Bridge's CommOverlapConfig
+#: carries the first two); its --moe-shared-expert-overlap runs the shared experts beside the
+#: dispatcher's communication; --tp-comm-overlap-rs-dgrad pipelines a column-parallel data
+#: gradient's reduce-scatter behind it; --ddp-bucket-size sizes the gradient buckets (core_v0.15.0
+#: megatron/training/arguments.py, model_parallel_config.py, distributed_data_parallel_config.py,
+#: optimizer_config.py).
 UNMODELLED_OPTIONS: dict[str, str] = {
     **dict.fromkeys(
         ("overlap_moe_expert_parallel_comm", "moe_a2a_overlap", "delay_wgrad_compute"),
-        "Megatron-core's overlap of one micro-batch's expert all-to-all with another's compute, which modelcut "
-        "does not model (it times the all-to-all exposed: the a2a term); leave it out"),
+        "Megatron-core's overlap of one micro-batch's expert all-to-all with another's compute is not modelled: "
+        "the all-to-all is timed exposed (the a2a term), so the step is timed as if it hid nothing"),
     # Megatron-core core_v0.15.0 model_parallel_config.py: "defers the embedding WGRAD GEMMs while
     # pipeline flush is taking place", for the first wgrad_deferral_limit micro-batches (0: all)
-    **dict.fromkeys(
-        ("defer_embedding_wgrad_compute", "wgrad_deferral_limit"),
-        "Megatron-core's deferral of the output layer's weight-gradient products to the pipeline's flush, "
-        "which modelcut does not model (it times them in each micro-batch's backward on the last stage); "
-        "leave it out"),
+    "defer_embedding_wgrad_compute":
+        "Megatron-core's deferral of the output layer's weight-gradient products to the pipeline's flush is "
+        "not modelled: they are timed in each micro-batch's backward on the last stage",
     # distributed_data_parallel_config.py: "all PP stages will launch param all-gathers simultaneously"
     "align_param_gather":
-        "Megatron-core's launch of every pipeline stage's parameter all-gathers at once, which modelcut does "
-        "not model (it times each stage's gathers ahead of their use, param_gather); leave it out",
+        "Megatron-core's launch of every pipeline stage's parameter all-gathers at once is not modelled: "
+        "each stage's gathers are timed ahead of their use (param_gather)",
     # training/arguments.py --moe-shared-expert-overlap: "Enable overlapping between shared expert
     # computations and dispatcher communications"
     "moe_shared_expert_overlap":
-        "Megatron-core's run of the shared experts beside the token dispatcher's communication, which modelcut "
-        "does not model for Megatron-core's dispatchers (it times them after the all-to-all, the a2a term; only "
-        "the nemo-automodel preset's DeepEP runs them beside it); leave it out",
+        "Megatron-core's run of the shared experts beside the token dispatcher's communication is not modelled "
+        "for its own dispatchers: they are timed after the all-to-all (the a2a term; only the nemo-automodel "
+        "preset's DeepEP runs them beside it)",
     # optimizer/optimizer_config.py: "overlap param all-gather of first bucket with optimizer step"
     "overlap_param_gather_with_optimizer_step":
-        "Megatron-core's overlap of the first bucket's parameter all-gather with the optimizer step, which "
-        "modelcut does not model (it times that gather ahead of the first forward, param_gather); leave it out",
+        "Megatron-core's overlap of the first bucket's parameter all-gather with the optimizer step is not "
+        "modelled: that gather is timed ahead of the first forward (param_gather)",
+    # training/arguments.py --tp-comm-overlap-rs-dgrad: "Enables the Reduce-Scatter overlap with dgrad GEMM"
+    "tp_comm_overlap_rs_dgrad":
+        "Transformer Engine's reduce-scatter pipelined behind a column-parallel data gradient is not "
+        "modelled: tp_comm times that backward's collectives as its bulk overlaps run them",
+    # training/arguments.py --ddp-bucket-size; NeMo's and Megatron-Bridge's ddp bucket_size
+    **dict.fromkeys(
+        ("ddp_bucket_size", "bucket_size"),
+        "the data-parallel bucket size is not read: gradients are timed as reduced unit by unit as each "
+        "unit's backward ends (grad_reduce)"),
 }
+
+#: Parts of Transformer Engine's tensor-parallel overlap that Megatron-LM turns on with
+#: --tp-comm-overlap and its ``--disable-tp-comm-*`` flags turn off (dest ``tp_comm_overlap_ag``,
+#: ``tp_comm_overlap_rs``, ``tp_comm_bulk_dgrad``, ``tp_comm_bulk_wgrad``, ``tp_comm_split_ag``,
+#: ``tp_comm_split_rs``, each default True: core_v0.15.0 megatron/training/arguments.py). On is what
+#: ``tp_comm`` times; off is not modelled, and the answer says so (:func:`unmodelled_note`).
+TP_COMM_PARTS = ("tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_bulk_dgrad", "tp_comm_bulk_wgrad",
+                 "tp_comm_split_ag", "tp_comm_split_rs")
+#: Settings that tune an overlap modelcut times without changing what it times, taken and left:
+#: Transformer Engine's userbuffers configuration (--tp-comm-overlap-cfg, NeMo's
+#: tp_comm_overlap_cfg: the tuned chunkings ``tp_comm`` times for NeMo's stacks) and its bootstrap
+#: backend (--tp-comm-bootstrap-backend: how the buffers are set up, once); Megatron-core's
+#: --overlap-p2p-communication-warmup-flush (overlap_p2p_comm_warmup_flush: ``p2p_async`` already
+#: runs the warmup's and flush's exchanges beside compute); --wgrad-deferral-limit (how many
+#: micro-batches --defer-embedding-wgrad-compute defers, 0 all: that flag carries the note).
+TUNING_SETTINGS = ("tp_comm_overlap_cfg", "tp_comm_bootstrap_backend", "overlap_p2p_comm_warmup_flush",
+                   "overlap_p2p_communication_warmup_flush", "wgrad_deferral_limit")
 
 
 #: PyTorch FSDP's own prefetch settings (FullyShardedDataParallel's ``forward_prefetch``,
@@ -192,10 +221,39 @@ def option_name(key: str) -> str | None:
 
 
 def unmodelled_option(key: str) -> str | None:
-    """Why an overlap flag a stack has is not one of modelcut's options (:data:`UNMODELLED_OPTIONS`),
-    or None where it is no such flag."""
+    """What an overlap setting a stack has is, where it is none of modelcut's options: the note of
+    :data:`UNMODELLED_OPTIONS` (a ``no-`` flag too), for a part of the tensor-parallel overlap
+    (:data:`TP_COMM_PARTS`, ``disable_`` flags too) what turning it off leaves unmodelled, "" for a
+    tuning setting (:data:`TUNING_SETTINGS`); None where it is no such setting."""
     k = flag_key(key)
-    return UNMODELLED_OPTIONS.get(k[3:] if k.startswith("no_") else k)
+    for name in (k, k.removeprefix("no_"), k.removeprefix("disable_")):
+        if name in UNMODELLED_OPTIONS:
+            return UNMODELLED_OPTIONS[name]
+        if name in TP_COMM_PARTS:
+            return (f"Megatron-LM's {name} off (a part of Transformer Engine's tensor-parallel overlap) is not "
+                    "modelled: tp_comm times every part on or every part off")
+        if name in TUNING_SETTINGS:
+            return ""
+    return None
+
+
+def unmodelled_note(key: str, value: object) -> str | None:
+    """The note an answer carries for the stack's setting ``key`` = ``value`` (None: the key alone,
+    as a launch line's flag) where it asks for what modelcut does not model (:func:`unmodelled_option`);
+    None where it asks for what modelcut times: an unmodelled overlap off (a ``no-`` flag, false, 0,
+    none), a tensor-parallel part on (its ``disable-`` flag off), a tuning setting at any value.
+    Raises for a key that is no such setting."""
+    why = unmodelled_option(key)
+    if why is None:
+        raise ModelcutError(f"overlap option: unknown key {key!r}")
+    k = flag_key(key)
+    on = value is None or str(value).strip().lower() not in OFF_WORDS + ("none", "null")
+    if k.startswith(("no_", "disable_")):
+        on = not on
+    part = k.removeprefix("disable_") in TP_COMM_PARTS
+    if not why or on == part:         # a tuning setting; an unmodelled overlap off; a part of tp_comm on
+        return None
+    return f"{key.strip()}{'' if value is None else '=' + str(value).strip()}: {why}"
 
 
 #: The stacks' settings that say the converse of an option: Megatron-core's ``batch_p2p_comm``
