@@ -169,7 +169,6 @@ def show_precisions(results: list[PredictResult]) -> None:
     """One run at each precision (``predict --precision bf16,fp8``): time, throughput and the
     fullest device's memory side by side, each against the first."""
     first = results[0]
-    run = first.run
     con = console()
     con.print(run_line(first) + f"; mode {first.prediction.mode}): the run at each precision")
     names = []
