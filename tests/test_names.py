@@ -201,6 +201,12 @@ def test_a_setting_not_modelled_is_a_note_of_the_answer(capsys):
     r = TestClient(create_app()).post("/api/predict", json=body)
     assert r.status_code == 200, r.text
     assert any(n.startswith("defer_embedding_wgrad_compute=True: ") for n in r.json()["notes"])
+    # null keeps the preset's, as for every option: no note; a long value is cut in the note
+    r = TestClient(create_app()).post("/api/predict", json={**body, "overlap": {"align_param_gather": None,
+                                                                               "ddp_bucket_size": "9" * 500}})
+    assert r.status_code == 200, r.text
+    noted = [n for n in r.json()["notes"] if "not modelled" in n or "not read" in n]
+    assert len(noted) == 1 and noted[0].startswith("ddp_bucket_size=" + "9" * 39 + "…: ") and len(noted[0]) < 400
     code, out, _ = run_cli(capsys, "explore", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "4096",
                            "--global-batch-tokens", "1M", "--framework", "nemo", "--json",
                            "--overlap", "moe_a2a_overlap=true,grad_reduce=on")

@@ -464,10 +464,12 @@ class OverlapIn(Strict):
                 continue
             if unmodelled_option(k) is not None:     # taken; where it asks for what is not modelled, a note
                 val = out.pop(k)
-                if val is not None and not isinstance(val, (bool, int, float, str)):
+                if val is None:                         # null: as the preset runs, as for every option
+                    continue
+                if not isinstance(val, (bool, int, float, str)):
                     raise ValueError(f"{k} must be a boolean, a number or a string, got {val!r}")
                 try:
-                    note = unmodelled_note(k, "true" if val is None else val)
+                    note = unmodelled_note(k, val)
                 except ModelcutError as e:
                     raise ValueError(str(e)) from None
                 if note is not None:

@@ -253,7 +253,8 @@ def unmodelled_note(key: str, value: object) -> str | None:
     part = k.removeprefix("disable_") in TP_COMM_PARTS
     if not why or on == part:         # a tuning setting; an unmodelled overlap off; a part of tp_comm on
         return None
-    return f"{key.strip()}{'' if value is None else '=' + str(value).strip()}: {why}"
+    shown = "" if value is None else "=" + str(value).strip()
+    return f"{key.strip()[:60]}{shown if len(shown) <= 41 else shown[:40] + '…'}: {why}"
 
 
 #: The stacks' settings that say the converse of an option: Megatron-core's ``batch_p2p_comm``
