@@ -220,3 +220,43 @@ def test_a_setting_not_modelled_is_a_note_of_its_row(tmp_path, capsys):
     assert main(["validate", "--runs", str(p)]) == 0
     out = capsys.readouterr().out
     assert "deferred: defer_embedding_wgrad_compute=true: Megatron-core's deferral" in " ".join(out.split())
+
+
+def test_keep_going_predicts_the_rows_it_can_and_lists_the_rest(tmp_path, capsys):
+    """validate --runs stops at the first row it cannot predict; with --keep-going it leaves each such
+    row out (a bad cell, a framework it does not know, a run the model cannot time), lists it with its
+    one-line reason and file line, and its figures are the other rows' alone, as without those rows."""
+    head = "id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,framework,overlap,precision,step_time_s\n"
+    good = ("ok1,llama3-70b,h100,4,4,4,8192,128,1,nemo,tp_comm=on,,10.0\n"
+            "ok2,llama3-8b,h100,1,1,8,8192,128,1,fsdp,,,12.0\n")
+    bad = ("badfw,llama3-70b,h100,4,4,4,8192,128,1,nemo-99.01,,,10.0\n"
+           "fp8a100,llama3-8b,a100,1,1,8,8192,128,1,megatron-core,,fp8,10.0\n"
+           "badov,llama3-8b,h100,1,1,8,8192,128,1,megatron-core,colour=on,,10.0\n")
+    mixed, clean = tmp_path / "mixed.csv", tmp_path / "clean.csv"
+    mixed.write_text(head + good[:good.index("\n") + 1] + bad + good[good.index("\n") + 1:])
+    clean.write_text(head + good)
+    code = main(["validate", "--runs", str(mixed)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{mixed}:3: unknown framework 'nemo-99.01'" in err
+    assert main(["validate", "--runs", str(mixed), "--keep-going", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert main(["validate", "--runs", str(clean), "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in got["runs"]] == ["ok1", "ok2"] and got["overall"] == want["overall"]
+    assert want["skipped"] == []
+    reasons = {s["id"]: s["error"] for s in got["skipped"]}
+    assert set(reasons) == {"badfw", "fp8a100", "badov"}
+    assert reasons["badov"].startswith(f"{mixed}:5: overlap option: unknown key 'colour'")
+    assert "fp8a100" in reasons["fp8a100"] and "FP8" in reasons["fp8a100"]
+    assert all("\n" not in e for e in reasons.values())
+    assert main(["validate", "--runs", str(mixed), "--keep-going"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "3 row(s) left out (--keep-going), not in the figures above:" in out
+    # nothing left to predict: one line; --keep-going without --runs: one line
+    only_bad = tmp_path / "bad.csv"
+    only_bad.write_text(head + bad)
+    code = main(["validate", "--runs", str(only_bad), "--keep-going"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "no row could be predicted (3 left out; the first:" in err
+    code = main(["validate", "--keep-going"])
+    assert code == 2 and "--keep-going applies to --runs" in capsys.readouterr().err

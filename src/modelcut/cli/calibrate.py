@@ -130,6 +130,10 @@ def show_user_table(out: dict) -> None:
     for r in out["runs"]:
         for note in r.get("notes", []):
             con.print(f"{r['id']}: {note}")
+    if out.get("skipped"):
+        con.print(f"{len(out['skipped'])} row(s) left out (--keep-going), not in the figures above:")
+        for b in out["skipped"]:
+            con.print(f"  {b['error']}")
     if over:
         con.print(f"{len(over)} run(s) ran but the memory model counts more than the device holds "
                   f"({', '.join(over)}): the memory model over-counts these settings")

@@ -40,10 +40,16 @@ def validate(
                               help="default mode: your measured runs as CSV (the columns modelcut calibrate --help "
                                    "lists), predicted with the shipped constants (or --profile's), nothing fitted "
                                    "to them, instead of the published runs"),
+    keep_going: bool = typer.Option(False, "--keep-going",
+                                    help="with --runs: leave out the rows modelcut cannot predict, each listed "
+                                         "with its one-line reason, and predict the rest (default: the first "
+                                         "such row stops it)"),
 ) -> None:
     """Check the systems model against the published runs: η fitted on one, the rest predicted.
     ``--mode default``: every run (deck and dev sets), the default model beside the seed.
     ``--kernels``: the kernel tables against published kernel benchmarks."""
+    if keep_going and runs is None:
+        fail("--keep-going applies to --runs")
     if kernels:
         if profile is not None or budget or mode != "seed" or runs is not None:
             fail("--kernels takes no --mode, --profile, --budget or --runs")
@@ -123,7 +129,7 @@ def validate(
             fail("--runs predicts with the default model (--mode default) and takes no --budget")
         with progress("predicting your runs", enabled=not as_json) as upd:
             upd(0)
-            out = validation.user_table(runs, service.load_profile(profile), NO_FLAGS)
+            out = validation.user_table(runs, service.load_profile(profile), NO_FLAGS, keep_going)
         if as_json:
             print(json.dumps(out))
         else:

@@ -134,7 +134,27 @@ def _row_doc(row: dict, model: str, where: str) -> dict:
 
 
 def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measured]:
-    """A user's measured runs (columns :data:`CSV_COLUMNS`); each bad row is a one-line error."""
+    """A user's measured runs (columns :data:`CSV_COLUMNS`); the first bad row is a one-line error."""
+    measured, bad = read_runs_rows(path, limits)
+    if bad:
+        raise ModelcutError(bad[0].error)
+    if not measured:
+        raise ModelcutError(f"{path}: no runs")
+    return measured
+
+
+@dataclasses.dataclass(frozen=True)
+class BadRow:
+    """A row of a runs table that is not a run modelcut can predict, and why (one line, naming the
+    file and line)."""
+
+    id: str
+    error: str
+
+
+def read_runs_rows(path: str | Path, limits: Limits | None = None) -> tuple[list[Measured], list[BadRow]]:
+    """Every row of a user's runs table (columns :data:`CSV_COLUMNS`): the runs, and the rows that are
+    none, each with its one-line error; a file that is no runs table at all is a one-line error."""
     p = Path(path)
     try:
         if p.stat().st_size > 50_000_000:
@@ -152,46 +172,55 @@ def read_runs_csv(path: str | Path, limits: Limits | None = None) -> list[Measur
     unknown = [c for c in reader.fieldnames if c and c.strip() not in CSV_COLUMNS]
     if unknown:
         raise ModelcutError(f"{p}: unknown column {unknown[0]!r} (columns: {', '.join(CSV_COLUMNS)})")
-    out = []
+    out: list[Measured] = []
+    bad: list[BadRow] = []
     for i, row in enumerate(reader, start=2):
         row = {k.strip(): (v or "") for k, v in row.items() if k}
-        where = f"{p}:{i}"
         rid = row.get("id", "").strip() or f"row{i}"
-        mname = row.get("model", "").strip()
-        if not mname:
-            raise ModelcutError(f"{where}: missing 'model'")
-        for k in ("tp", "pp", "dp"):
-            _int(row, k, where)                  # required here, as the columns say
-        run = run_from_dict(_row_doc(row, mname, where), where, None, limits)
-        run = dataclasses.replace(run, name=rid)
-        hw = catalog.hardware(run.gpu)
         try:
-            plans.flushes(run.layout, run.training)      # a local batch that does not divide the step
+            out.append(_row_run(row, rid, f"{p}:{i}", str(p), limits))
+        except ModelcutError as exc:
+            bad.append(BadRow(rid, str(exc)))
+    return out, bad
+
+
+def _row_run(row: dict, rid: str, where: str, source: str, limits: Limits | None) -> Measured:
+    """One row of a runs table as a measured run; a bad row is a one-line error naming ``where``."""
+    mname = row.get("model", "").strip()
+    if not mname:
+        raise ModelcutError(f"{where}: missing 'model'")
+    for k in ("tp", "pp", "dp"):
+        _int(row, k, where)                  # required here, as the columns say
+    run = run_from_dict(_row_doc(row, mname, where), where, None, limits)
+    run = dataclasses.replace(run, name=rid)
+    hw = catalog.hardware(run.gpu)
+    try:
+        plans.flushes(run.layout, run.training)      # a local batch that does not divide the step
+    except ModelcutError as exc:
+        raise ModelcutError(f"{where}: {exc}") from None
+    fw = row.get("framework", "").strip() or None
+    if fw is not None:
+        try:   # any spelling the presets' index takes ("torchtitan", "Megatron-LM"), as --framework does
+            fw = catalog.framework(fw).name
         except ModelcutError as exc:
             raise ModelcutError(f"{where}: {exc}") from None
-        fw = row.get("framework", "").strip() or None
-        if fw is not None:
-            try:   # any spelling the presets' index takes ("torchtitan", "Megatron-LM"), as --framework does
-                fw = catalog.framework(fw).name
-            except ModelcutError as exc:
-                raise ModelcutError(f"{where}: {exc}") from None
+    try:
         ov, unmodelled = read_overlap(row.get("overlap", "").replace(";", ","))
-        figures = {k: _float(row, k, where) for k in ("tflops_per_gpu", "tokens_per_s_per_gpu", "step_time_s")}
-        if all(v is None for v in figures.values()):
-            raise ModelcutError(f"{where}: give tflops_per_gpu, tokens_per_s_per_gpu or step_time_s")
-        for k, v in figures.items():
-            if v is not None and not (math.isfinite(v) and v > 0):
-                raise ModelcutError(f"{where}: {k} must be a positive number, got {v!r}")
-        tflops, tps, step = figures.values()
-        if step is None and tps is not None:
-            step = run.step_time_s(tps)
-        conv = row.get("flop_convention", "").strip() or None
-        if conv is not None and conv not in flops.CONVENTIONS:
-            raise ModelcutError(f"{where}: flop_convention must be one of {', '.join(flops.CONVENTIONS)}, got {conv!r}")
-        counted = flops.model_flops(run.model, run.training, conv) if conv is not None else None
-        group = row.get("group", "").strip() or (fw or catalog.default_framework())
-        out.append(Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, str(p),
-                            counted, tuple(unmodelled)))
-    if not out:
-        raise ModelcutError(f"{p}: no runs")
-    return out
+    except ModelcutError as exc:
+        raise ModelcutError(f"{where}: {exc}") from None
+    figures = {k: _float(row, k, where) for k in ("tflops_per_gpu", "tokens_per_s_per_gpu", "step_time_s")}
+    if all(v is None for v in figures.values()):
+        raise ModelcutError(f"{where}: give tflops_per_gpu, tokens_per_s_per_gpu or step_time_s")
+    for k, v in figures.items():
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ModelcutError(f"{where}: {k} must be a positive number, got {v!r}")
+    tflops, tps, step = figures.values()
+    if step is None and tps is not None:
+        step = run.step_time_s(tps)
+    conv = row.get("flop_convention", "").strip() or None
+    if conv is not None and conv not in flops.CONVENTIONS:
+        raise ModelcutError(f"{where}: flop_convention must be one of {', '.join(flops.CONVENTIONS)}, got {conv!r}")
+    counted = flops.model_flops(run.model, run.training, conv) if conv is not None else None
+    group = row.get("group", "").strip() or (fw or catalog.default_framework())
+    return Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, source,
+                    counted, tuple(unmodelled))

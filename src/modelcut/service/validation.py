@@ -28,7 +28,7 @@ from ..core.errors import ModelcutError
 from ..core.step import seed
 from .limits import Limits
 from .predict import efficiency_for, fold_constants, prediction_memory, profile_on
-from .runs_csv import read_runs_csv
+from .runs_csv import read_runs_rows
 
 BREAKDOWN_KEYS = ("compute_s", "tp_s", "cp_s", "p2p_s", "bubble_s", "dp_s", "optimizer_s")
 
@@ -123,18 +123,32 @@ def default_table(profile: Profile | None = None, budget: bool = False) -> Defau
     return DefaultTable(rows, av.summarize(rows), used, budgets)
 
 
-def user_table(path, profile: Profile | None = None, limits: Limits | None = None) -> dict[str, Any]:
+def user_table(path, profile: Profile | None = None, limits: Limits | None = None,
+               keep_going: bool = False) -> dict[str, Any]:
     """A user's measured runs (a CSV file, :func:`.runs_csv.read_runs_csv`) predicted by the default
     model with the shipped constants (or ``profile``'s), none of them fitted to these runs: each
     run's measured and predicted figure and error (+ = predicted faster), per group (the CSV's
-    ``group``, else the framework) and overall: ``validate --runs FILE.csv [--json]``."""
-    measured = read_runs_csv(path, limits)
+    ``group``, else the framework) and overall: ``validate --runs FILE.csv [--json]``. The first
+    row that is not a run modelcut can predict is a one-line error; with ``keep_going`` every such
+    row is left out and listed under ``skipped`` with its line (``--keep-going``), and the figures
+    are the other rows', unless no row is left."""
+    measured, bad = read_runs_rows(path, limits)
+    if bad and not keep_going:
+        raise ModelcutError(bad[0].error)
+    skipped = [{"id": b.id, "error": b.error} for b in bad]
     rows = []
     for m in measured:
         try:
             rows += av.side_by_side([m], {}, lambda hw: efficiency_for(hw, profile))
         except ModelcutError as exc:     # a run the model cannot time (FP8 on an A100): its row named
-            raise ModelcutError(f"{m.source}: run {m.id!r}: {exc}") from None
+            line = f"{m.source}: run {m.id!r}: {exc}"
+            if not keep_going:
+                raise ModelcutError(line) from None
+            skipped.append({"id": m.id, "error": line})
+    if not rows:
+        raise ModelcutError(f"{path}: no runs" if not skipped else
+                            f"{path}: no row could be predicted ({len(skipped)} left out; the first: {skipped[0]['error']})")
+    measured = [r.measured for r in rows]
     summary = av.summarize(rows)
     used: dict[str, Profile] = {}
     for m in measured:
@@ -164,6 +178,7 @@ def user_table(path, profile: Profile | None = None, limits: Limits | None = Non
         "overall": summary["overall"]["default"],
         "profiles": {h: {"gemm": p.efficiency.gemm, "mem": p.efficiency.mem, "net": p.efficiency.net,
                          "source": p.path or p.source} for h, p in used.items()},
+        "skipped": skipped,
     }
 
 
