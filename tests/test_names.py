@@ -329,3 +329,30 @@ def _refusal(lookup, name) -> str:
     with pytest.raises(ModelcutError) as exc:
         lookup(name)
     return str(exc.value)
+
+
+@pytest.mark.parametrize("written, preset", [("nemo-25.09", "nemo"), ("NeMo 24.12", "nemo"),
+                                             ("megatron-bridge-25.11", "megatron-bridge"),
+                                             ("mcore-0.9", "megatron-core"), ("torchtitan-v0.2.2", "fsdp-compile"),
+                                             ("llm_foundry_0.10", "llm-foundry")])
+def test_a_release_no_preset_has_names_the_stacks_preset(written, preset):
+    """A stack's name with a release modelcut has no preset for is one line naming the stack's preset
+    (to choose knowingly), in the catalog and at the web API; a release preset is found as it is."""
+    from fastapi.testclient import TestClient
+    from modelcut.web.app import create_app
+    with pytest.raises(ModelcutError) as e:
+        catalog.framework(written)
+    msg = str(e.value)
+    assert f"no preset for that release; its preset for the stack is {preset} " in msg and "\n" not in msg
+    body = {"model": "llama3-8b", "gpu": "h100", "framework": written, "layout": {"tp": 1, "pp": 1, "dp": 8},
+            "training": {"seq_len": 8192, "global_batch": 8, "micro_batch": 1}}
+    r = TestClient(create_app()).post("/api/predict", json=body)
+    assert r.status_code == 422 and f"its preset for the stack is {preset}" in r.json()["detail"]
+
+
+def test_release_presets_and_unknown_stacks_are_as_before():
+    assert catalog.framework("nemo-24.07").name == "nemo-24.07"
+    assert catalog.framework("NeMo-2407").name == "nemo-24.07"
+    for name in ("foo-1.2", "25.09"):
+        with pytest.raises(ModelcutError, match="choose one of"):
+            catalog.framework(name)

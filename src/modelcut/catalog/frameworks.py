@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from functools import lru_cache
 from importlib import resources
@@ -87,7 +88,26 @@ def _index() -> NameIndex[Framework]:
     return index
 
 
+#: A release written after a stack's name: "nemo-25.09", "Megatron-Core 0.12", "torchtitan v0.2.2".
+_RELEASE = re.compile(r"^(?P<stack>.*?[a-z].*?)[\s_-]*v?\d+(\.\d+)*$", re.I)
+
+
 def framework(name: str | None) -> Framework:
     """A preset by name, found as the other catalogs find theirs (:class:`.names.NameIndex`: any
-    case, else with other separators); None: the default."""
-    return _presets()[0][_presets()[1]] if name is None else _index().get(name)
+    case, else with other separators); None: the default. A stack's name with a release no preset
+    has ("nemo-25.09") is a one-line error naming the stack's preset, which the user may choose."""
+    if name is None:
+        return _presets()[0][_presets()[1]]
+    try:
+        return _index().get(name)
+    except ModelcutError:
+        m = _RELEASE.match(str(name).strip())
+        try:
+            stack = _index().get(m["stack"]) if m else None
+        except ModelcutError:
+            stack = None
+        if stack is None:
+            raise
+        raise ModelcutError(f"unknown framework {name!r}: modelcut has no preset for that release; its preset "
+                            f"for the stack is {stack.name} (modelcut list frameworks gives each preset's source "
+                            "and era, and the few release presets)") from None
