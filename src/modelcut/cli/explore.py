@@ -177,8 +177,8 @@ def explore(
                                             "for one, e.g. torchtitan, megatron-lm; default megatron-core): only "
                                             "layouts it can run are ranked"),
     overlap: Optional[str] = typer.Option(None, "--overlap", help="overlap overrides of the stack, e.g. "
-                                          "tp_comm=on,grad_reduce=off, or the stacks' names (--tp-comm-overlap, async_tp; as predict's: "
-                                          "settings not modelled are named in the notes)"),
+                                          "tp_comm=on,grad_reduce=off, or the stacks' names (--tp-comm-overlap, async_tp; "
+                                          "as predict's: settings not modelled are named in the notes)"),
     allow_tp_across_nodes: bool = typer.Option(False, "--allow-tp-across-nodes",
                                                help="let tensor parallelism span nodes"),
     margin: float = typer.Option(DEFAULT_MARGIN, "--margin", help="fraction of memory kept free"),

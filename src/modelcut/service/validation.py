@@ -146,8 +146,8 @@ def user_table(path, profile: Profile | None = None, limits: Limits | None = Non
                 raise ModelcutError(line) from None
             skipped.append({"id": m.id, "error": line})
     if not rows:
-        raise ModelcutError(f"{path}: no runs" if not skipped else
-                            f"{path}: no row could be predicted ({len(skipped)} left out; the first: {skipped[0]['error']})")
+        raise ModelcutError(f"{path}: no runs" if not skipped else f"{path}: no row could be predicted "
+                            f"({len(skipped)} left out; the first: {skipped[0]['error']})")
     measured = [r.measured for r in rows]
     summary = av.summarize(rows)
     used: dict[str, Profile] = {}
