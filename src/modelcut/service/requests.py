@@ -454,7 +454,8 @@ class OverlapIn(Strict):
         for modelcut's, as ``--overlap`` takes it; given beside modelcut's name it is left to fail. A
         stack's setting modelcut knows but does not model is taken, its note in ``not_modelled`` where
         it asks for what modelcut does not time, as ``--overlap`` takes it (``unmodelled_note``).
-        PyTorch FSDP's prefetch settings stand for the options ``fsdp_setting`` says (``{"backward_prefetch": "BACKWARD_PRE"}``: param_gather on; ``forward_prefetch`` and
+        PyTorch FSDP's prefetch settings stand for the options ``fsdp_setting`` says
+        (``{"backward_prefetch": "BACKWARD_PRE"}``: param_gather on; ``forward_prefetch`` and
         ``limit_all_gathers``: none)."""
         if not isinstance(data, dict):
             return data
