@@ -157,6 +157,15 @@ def test_overlap_options_as_the_stacks_write_them(written, want):
     ("defer_embedding_wgrad_compute=false,moe_a2a_overlap: False", {}, []),
     ("--tp-comm-overlap --tp-comm-overlap-cfg ub.yaml --tp-comm-bootstrap-backend nccl", {"tp_comm": True}, []),
     ("--overlap-p2p-communication --overlap-p2p-communication-warmup-flush", {"p2p_async": True}, []),
+    # DeepSpeed ZeRO's zero_optimization settings: sizes and layouts not read, whatever their value;
+    # checkpoint settings taken silently
+    ("overlap_comm: true, contiguous_gradients: true, reduce_bucket_size: 500000000, "
+     "stage3_prefetch_bucket_size: 5e7, stage3_gather_16bit_weights_on_model_save: true", {"grad_reduce": True},
+     ["contiguous_gradients=true", "reduce_bucket_size=500000000", "stage3_prefetch_bucket_size=5e7"]),
+    ("zero_optimization.round_robin_gradients=false", {}, ["zero_optimization.round_robin_gradients=false"]),
+    ("bucket_size: null, load_from_fp32_weights: true", {}, []),
+    ("backward_prefetch=None", {}, ["backward_prefetch=None"]),
+    ("backward_prefetch=BACKWARD_PRE", {"param_gather": True}, []),
 ])
 def test_overlap_settings_known_but_not_modelled_are_taken_with_a_note(written, options, noted):
     """A stack's setting modelcut knows but does not model is taken, not refused: the answer carries
@@ -223,21 +232,21 @@ def test_a_setting_not_modelled_is_a_note_of_the_answer(capsys):
                                            ("sharding_strategy: FULL_SHARD, limit_all_gathers: true",
                                             "is no overlap: it is the layout's"),
                                            ("--fsdp_config_shard_strategy SHARD_GRAD_OP", "is no overlap"),
-                                           ("--use-distributed-optimizer --overlap-grad-reduce", "zero = 1")])
+                                           ("--use-distributed-optimizer --overlap-grad-reduce", "zero = 1"),
+                                           ("stage: 3, overlap_comm: true", "is no overlap: it is the layout's .layout. zero"),
+                                           ("overlap_comm=true,offload_optimizer=cpu", "CPU or NVMe offload"),
+                                           ("zero_quantized_gradients: true", "ZeRO++")])
 def test_bad_overlap_options_are_one_line_errors(written, word):
     from modelcut.service.inputs import parse_overlap
     with pytest.raises(ModelcutError, match=word):
         parse_overlap(written)
 
 
-@pytest.mark.parametrize("written, word", [("backward_prefetch=none", "does not model"),
-                                           ("--fsdp_config_backward_prefetch null", "does not model"),
-                                           ("backward_prefetch=AHEAD", "not BACKWARD_PRE, BACKWARD_POST or None"),
+@pytest.mark.parametrize("written, word", [("backward_prefetch=AHEAD", "not BACKWARD_PRE, BACKWARD_POST or None"),
                                            ("forward_prefetch=maybe", "not true or false"),
                                            ("param_gather=off,backward_prefetch=BACKWARD_PRE", "both on and off")])
 def test_fsdp_prefetch_settings_modelcut_cannot_take_are_one_line_errors(written, word):
-    """PyTorch FSDP with its backward prefetch off queues each gather behind the last reduce-scatter,
-    which neither value of param_gather describes: refused by name, as a value no FSDP takes."""
+    """A value no FSDP takes, and a prefetch setting against param_gather, are one line each."""
     from modelcut.service.inputs import parse_overlap
     with pytest.raises(ModelcutError, match=word) as e:
         parse_overlap(written)
@@ -267,8 +276,18 @@ def test_fsdp_prefetch_settings_time_a_run_as_the_options_they_stand_for(capsys)
     b = c.post("/api/predict", json=body | {"overlap": {"backward_prefetch": "BACKWARD_PRE",
                                                         "forward_prefetch": True, "limit_all_gathers": True}})
     assert a.status_code == b.status_code == 200 and a.json()["step_time_s"] == b.json()["step_time_s"]
-    bad = c.post("/api/predict", json=body | {"overlap": {"backward_prefetch": "none"}})
-    assert bad.status_code == 422 and "does not model" in bad.text
+    # without backward prefetch FSDP queues each gather behind the last reduce-scatter, which neither
+    # value of param_gather describes: taken, the step timed with the preset's, and noted
+    none = c.post("/api/predict", json=body | {"overlap": {"backward_prefetch": None}})
+    unset = c.post("/api/predict", json=body | {"overlap": {"backward_prefetch": "NONE"}})
+    assert none.status_code == unset.status_code == 200
+    assert none.json()["step_time_s"] == unset.json()["step_time_s"] == a.json()["step_time_s"]
+    assert not any("backward prefetching" in n for n in none.json()["notes"])        # null: the preset's
+    assert [n for n in unset.json()["notes"] if "backward prefetching" in n][0].startswith(
+        "backward_prefetch=NONE: PyTorch FSDP without backward prefetching")
+    assert main(["predict", f, "--overlap", "--fsdp_config_backward_prefetch None", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("--fsdp_config_backward_prefetch=None: ") and "not modelled" in n for n in notes)
     elsewhere = c.post("/api/predict", json=body | {"overlap": {"sharding_strategy": "FULL_SHARD"}})
     assert elsewhere.status_code == 422 and "is no overlap" in elsewhere.text
 

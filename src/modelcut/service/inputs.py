@@ -15,8 +15,8 @@ from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
 from ..core.step.frameworks import (CONVERSE_ALIASES, FSDP_SETTINGS, OFF_WORDS, ON_WORDS, OPTION_ALIASES, OPTIONS, flag_key,
-                                    fsdp_setting, negated_option, option_name, unmodelled_note,
-                                    unmodelled_option)
+                                    fsdp_note, fsdp_setting, negated_option, option_name,
+                                    unmodelled_note, unmodelled_option)
 from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
@@ -163,7 +163,8 @@ def pairs(text: str, what: str, example: str, keys) -> list[tuple[str, str]]:
 
 
 #: Settings a stack's overlap configuration sits beside (PyTorch FSDP's and Composer's ``fsdp_config``,
-#: Megatron-LM's flags) that are no overlap: where a run says each instead (runfile.py's template).
+#: Megatron-LM's flags, DeepSpeed's ``zero_optimization``) that are no overlap: where a run says each
+#: instead (runfile.py's template), or that modelcut does not time.
 NOT_OVERLAPS = {
     **dict.fromkeys(("sharding_strategy", "shard_strategy"),   # FSDP's name; llm-foundry's sweep flag
                     "the layout's [layout] zero (FULL_SHARD 3, SHARD_GRAD_OP 2, NO_SHARD 0; HYBRID_SHARD "
@@ -172,12 +173,21 @@ NOT_OVERLAPS = {
     "activation_checkpointing": "the run's [training] recompute",
     "use_distributed_optimizer": "the layout's [layout] zero = 1",
     "sequence_parallel": "the layout's [layout] sequence_parallel",
+    "stage": "the layout's [layout] zero (DeepSpeed ZeRO's stage)",
+    # DeepSpeed ZeRO's offload and ZeRO++ (deepspeed/runtime/zero/config.py @v0.16.4), which move work off
+    # the GPU or change what the collectives carry: no [layout] field says them, and a step without them
+    # is not theirs
+    **dict.fromkeys(("offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_param"),
+                    "CPU or NVMe offload, which modelcut does not time (leave it out for the run without it)"),
+    **dict.fromkeys(("zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_nontrainable_weights",
+                     "zero_hpz_partition_size", "mics_shard_size"),
+                    "ZeRO++ or MiCS, which modelcut does not time (leave it out for the run without it)"),
 }
 
 
 def not_overlap(key: str) -> str | None:
     """Where a run says the setting ``key`` (:data:`NOT_OVERLAPS`), None where it is none of them."""
-    return NOT_OVERLAPS.get(flag_key(key).removeprefix("fsdp_config_"))
+    return NOT_OVERLAPS.get(flag_key(key).removeprefix("fsdp_config_").removeprefix("zero_optimization."))
 
 
 def _is_key(word: str) -> bool:
@@ -241,6 +251,9 @@ def read_overlap(text: str) -> tuple[dict[str, bool], list[str]]:
         if fsdp is not None:
             for name, on in fsdp.items():
                 put(name, on)
+            note = fsdp_note(k, "true" if val is None else val)
+            if note is not None and note not in notes:
+                notes.append(note)
             continue
         name, flip = option_name(k), False
         if name is None and negated_option(k) is not None:   # --no-overlap-p2p-communication: off

@@ -29,8 +29,8 @@ from ..core.specs import (ADAM_MOMENT_DTYPES, ATTENTION_KINDS, CROSS_ENTROPY_KIN
                           precision_name)
 from ..core.sim import registry
 from ..core.step import MODES
-from ..core.step.frameworks import (OPTIONS, fsdp_setting, negated_option, option_name, unmodelled_note,
-                                    unmodelled_option)
+from ..core.step.frameworks import (OPTIONS, fsdp_note, fsdp_setting, negated_option, option_name,
+                                    unmodelled_note, unmodelled_option)
 from .inputs import not_overlap
 from .limits import DEFAULT, LimitError, Limits
 
@@ -484,6 +484,9 @@ class OverlapIn(Strict):
                     fsdp = fsdp_setting(k, val)
                 except ModelcutError as e:
                     raise ValueError(str(e)) from None
+                note = fsdp_note(k, val)
+                if note is not None:
+                    out["not_modelled"] = [*(out.get("not_modelled") or []), note]
                 for name, on in fsdp.items():
                     if out.setdefault(name, on) != on:
                         raise ValueError(f"overlap option {name} is given both on and off")

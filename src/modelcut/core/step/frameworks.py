@@ -129,11 +129,26 @@ UNMODELLED_OPTIONS: dict[str, str] = {
     "tp_comm_overlap_rs_dgrad":
         "Transformer Engine's reduce-scatter pipelined behind a column-parallel data gradient is not "
         "modelled: tp_comm times that backward's collectives as its bulk overlaps run them",
-    # training/arguments.py --ddp-bucket-size; NeMo's and Megatron-Bridge's ddp bucket_size
+}
+
+#: Settings that size or shape a stack's collectives, which modelcut does not read: whatever their
+#: value, the answer notes that it is not read (:func:`unmodelled_note`). Megatron-LM's
+#: --ddp-bucket-size (NeMo's and Megatron-Bridge's ddp ``bucket_size``), and DeepSpeed ZeRO's
+#: bucket, prefetch, reuse and persistence sizes and its gradient layout (the ``zero_optimization``
+#: block: DeepSpeedZeroConfig, microsoft/DeepSpeed deepspeed/runtime/zero/config.py @v0.16.4).
+_UNIT_BY_UNIT = "gradients are timed as reduced unit by unit as each unit's backward ends (grad_reduce)"
+_DEEPSPEED_REPLAY = ("the deepspeed-zero3 preset replays DeepSpeed v0.3.13's defaults (reduce buckets of 5e8 "
+                     "elements, prefetch 5e7, reuse distance 1e9, persistence 1e5), and the other stacks reduce "
+                     "and gather unit by unit")
+NOT_READ_SETTINGS: dict[str, str] = {
+    **dict.fromkeys(("ddp_bucket_size", "bucket_size"), f"the data-parallel bucket size is not read: {_UNIT_BY_UNIT}"),
     **dict.fromkeys(
-        ("ddp_bucket_size", "bucket_size"),
-        "the data-parallel bucket size is not read: gradients are timed as reduced unit by unit as each "
-        "unit's backward ends (grad_reduce)"),
+        ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size", "prefetch_bucket_size",
+         "stage3_max_live_parameters", "max_live_parameters", "stage3_max_reuse_distance", "max_reuse_distance",
+         "stage3_param_persistence_threshold", "param_persistence_threshold", "sub_group_size",
+         "contiguous_gradients", "reduce_scatter", "allgather_partitions", "round_robin_gradients",
+         "use_multi_rank_bucket_allreduce"),
+        f"DeepSpeed ZeRO's setting is not read: {_DEEPSPEED_REPLAY}"),
 }
 
 #: Parts of Transformer Engine's tensor-parallel overlap that Megatron-LM turns on with
@@ -149,9 +164,14 @@ TP_COMM_PARTS = ("tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_bulk_dgrad
 #: backend (--tp-comm-bootstrap-backend: how the buffers are set up, once); Megatron-core's
 #: --overlap-p2p-communication-warmup-flush (overlap_p2p_comm_warmup_flush: ``p2p_async`` already
 #: runs the warmup's and flush's exchanges beside compute); --wgrad-deferral-limit (how many
-#: micro-batches --defer-embedding-wgrad-compute defers, 0 all: that flag carries the note).
+#: micro-batches --defer-embedding-wgrad-compute defers, 0 all: that flag carries the note); DeepSpeed
+#: ZeRO's checkpoint settings (deepspeed/runtime/zero/config.py @v0.16.4).
 TUNING_SETTINGS = ("tp_comm_overlap_cfg", "tp_comm_bootstrap_backend", "overlap_p2p_comm_warmup_flush",
-                   "overlap_p2p_communication_warmup_flush", "wgrad_deferral_limit")
+                   "overlap_p2p_communication_warmup_flush", "wgrad_deferral_limit",
+                   # DeepSpeed ZeRO's settings of checkpoints and of its module hooks, none of a step's work
+                   "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+                   "stage3_gather_fp16_weights_on_model_save", "load_from_fp32_weights", "elastic_checkpoint",
+                   "ignore_unused_parameters")
 
 
 #: PyTorch FSDP's own prefetch settings (FullyShardedDataParallel's ``forward_prefetch``,
@@ -183,10 +203,10 @@ def fsdp_setting(key: str, value: object) -> dict[str, bool] | None:
 
     * ``backward_prefetch`` BACKWARD_PRE or BACKWARD_POST (``BackwardPrefetch.BACKWARD_PRE`` too; on,
       or the key alone, as a launch line's bare flag): ``param_gather`` on, the backward's gathers
-      ahead of use (:data:`BACKWARD_PREFETCHES`). None is refused: FSDP then issues each unit's
-      gather after the previous unit's reduce-scatter, on the one NCCL stream ("This has no
-      overlap", api.py), which ``param_gather`` on (both passes prefetched) or off (neither) does
-      not describe.
+      ahead of use (:data:`BACKWARD_PREFETCHES`). None changes no option and is noted
+      (:func:`fsdp_note`): FSDP then issues each unit's gather after the previous unit's
+      reduce-scatter, on the one NCCL stream ("This has no overlap", api.py), which ``param_gather``
+      on (both passes prefetched) or off (neither) does not describe.
     * ``forward_prefetch``, true or false: no change. FSDP issues a unit's forward gather when the
       host reaches it, ahead of a device-bound forward, and the explicit prefetch "is only useful
       for CPU-bound workloads" (its docstring); modelcut times the forward's gathers ahead of use
@@ -203,14 +223,26 @@ def fsdp_setting(key: str, value: object) -> dict[str, bool] | None:
         if v in BACKWARD_PREFETCHES + ON_WORDS:
             return {"param_gather": True}
         if v in ("none", "null") + OFF_WORDS:
-            raise ModelcutError(
-                f"overlap option {key!r} {value}: PyTorch FSDP without backward prefetching queues each unit's "
-                "gather behind the previous unit's reduce-scatter, which modelcut does not model (param_gather on "
-                "prefetches both passes, off neither); leave it out")
+            return {}                      # taken; its note: fsdp_note
         raise ModelcutError(f"overlap option {key}: {value!r} is not BACKWARD_PRE, BACKWARD_POST or None")
     if v not in ON_WORDS + OFF_WORDS:
         raise ModelcutError(f"overlap option {key}: {value!r} is not true or false")
     return {}
+
+
+def fsdp_note(key: str, value: object) -> str | None:
+    """The note an answer carries for PyTorch FSDP's setting ``key`` = ``value`` (:func:`fsdp_setting`)
+    where it asks for what modelcut does not model: ``backward_prefetch`` None (or off), with which FSDP
+    issues each unit's backward gather after the previous unit's reduce-scatter, on the one NCCL stream
+    ("This has no overlap", torch 2.13 torch/distributed/fsdp/api.py ``BackwardPrefetch``); the step is
+    timed with the stack's ``param_gather`` as it is, which with it on hides those gathers."""
+    k = flag_key(key).removeprefix("fsdp_config_")
+    v = str(value).strip().lower().rsplit(".", 1)[-1]
+    if k == "backward_prefetch" and v in ("none", "null") + OFF_WORDS:
+        return (f"{key.strip()[:60]}{_shown(value)}: PyTorch FSDP without backward prefetching queues each "
+                "unit's gather behind the previous unit's reduce-scatter, which is not modelled: the step is "
+                "timed with the stack's param_gather as set (on: the backward's gathers ahead of use)")
+    return None
 
 
 def option_name(key: str) -> str | None:
@@ -222,13 +254,15 @@ def option_name(key: str) -> str | None:
 
 def unmodelled_option(key: str) -> str | None:
     """What an overlap setting a stack has is, where it is none of modelcut's options: the note of
-    :data:`UNMODELLED_OPTIONS` (a ``no-`` flag too), for a part of the tensor-parallel overlap
+    :data:`UNMODELLED_OPTIONS` (a ``no-`` flag too) or :data:`NOT_READ_SETTINGS`, for a part of the tensor-parallel overlap
     (:data:`TP_COMM_PARTS`, ``disable_`` flags too) what turning it off leaves unmodelled, "" for a
     tuning setting (:data:`TUNING_SETTINGS`); None where it is no such setting."""
-    k = flag_key(key)
+    k = flag_key(key).removeprefix("zero_optimization.")
     for name in (k, k.removeprefix("no_"), k.removeprefix("disable_")):
         if name in UNMODELLED_OPTIONS:
             return UNMODELLED_OPTIONS[name]
+        if name in NOT_READ_SETTINGS:
+            return NOT_READ_SETTINGS[name]
         if name in TP_COMM_PARTS:
             return (f"Megatron-LM's {name} off (a part of Transformer Engine's tensor-parallel overlap) is not "
                     "modelled: tp_comm times every part on or every part off")
@@ -241,20 +275,28 @@ def unmodelled_note(key: str, value: object) -> str | None:
     """The note an answer carries for the stack's setting ``key`` = ``value`` (None: the key alone,
     as a launch line's flag) where it asks for what modelcut does not model (:func:`unmodelled_option`);
     None where it asks for what modelcut times: an unmodelled overlap off (a ``no-`` flag, false, 0,
-    none), a tensor-parallel part on (its ``disable-`` flag off), a tuning setting at any value.
-    Raises for a key that is no such setting."""
+    none), a tensor-parallel part on (its ``disable-`` flag off), a tuning setting at any value, a
+    setting not read (:data:`NOT_READ_SETTINGS`) left null. Raises for a key that is no such setting."""
     why = unmodelled_option(key)
     if why is None:
         raise ModelcutError(f"overlap option: unknown key {key!r}")
-    k = flag_key(key)
-    on = value is None or str(value).strip().lower() not in OFF_WORDS + ("none", "null")
+    k = flag_key(key).removeprefix("zero_optimization.")
+    v = None if value is None else str(value).strip().lower()
+    if k in NOT_READ_SETTINGS:                 # not read, whatever its value; null leaves it as the stack sets it
+        return None if v in ("none", "null") else f"{key.strip()[:60]}{_shown(value)}: {why}"
+    on = v is None or v not in OFF_WORDS + ("none", "null")
     if k.startswith(("no_", "disable_")):
         on = not on
     part = k.removeprefix("disable_") in TP_COMM_PARTS
     if not why or on == part:         # a tuning setting; an unmodelled overlap off; a part of tp_comm on
         return None
+    return f"{key.strip()[:60]}{_shown(value)}: {why}"
+
+
+def _shown(value: object) -> str:
+    """A setting's value as a note shows it: "=value", cut at 40 characters; nothing for a flag alone."""
     shown = "" if value is None else "=" + str(value).strip()
-    return f"{key.strip()[:60]}{shown if len(shown) <= 41 else shown[:40] + '…'}: {why}"
+    return shown if len(shown) <= 41 else shown[:40] + "…"
 
 
 #: The stacks' settings that say the converse of an option: Megatron-core's ``batch_p2p_comm``
