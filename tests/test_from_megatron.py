@@ -327,3 +327,28 @@ def test_a_bad_latent_width_names_megatron_lms_flag():
     """The one-line error names the flag as Megatron-LM spells it (--qk-pos-emb-head-dim), not the field."""
     with pytest.raises(ModelcutError, match="^--qk-pos-emb-head-dim must be a positive whole number, got 0$"):
         run_document(SMALL_ARGS + " --multi-latent-attention --qk-pos-emb-head-dim 0", gpu="h100", gpus=8, vocab=32000)
+
+
+def test_overlap_flags_not_modelled_go_into_the_overlap_settings(tmp_path, capsys):
+    """Megatron-LM's overlap flags modelcut knows but does not model are read into the run file's
+    overlap settings as given (not listed as not read), and predict notes each that asks for what it
+    does not time; the step is the one without them."""
+    extra = " --defer-embedding-wgrad-compute --wgrad-deferral-limit 22 --align-param-gather"
+    doc, unread = _doc(LLAMA70 + extra)
+    plain, _ = _doc()
+    assert not {"--defer-embedding-wgrad-compute", "--wgrad-deferral-limit", "--align-param-gather"} & set(unread)
+    ov = doc["settings"]["overlap"]
+    assert ov == plain["settings"]["overlap"] + ",--defer-embedding-wgrad-compute,--wgrad-deferral-limit=22" \
+                                                ",--align-param-gather"
+    steps, notes = [], []
+    for text in (LLAMA70, LLAMA70 + extra):
+        f, out = tmp_path / "launch.sh", tmp_path / "run.toml"
+        f.write_text(text)
+        assert main(["from-megatron", str(f), "--gpu", "h100", "--gpus", "64", "--vocab", "128256", "-o", str(out)]) == 0
+        assert main(["predict", str(out), "--json"]) == 0
+        pred = json.loads(capsys.readouterr().out)
+        steps.append(pred["step_time_s"])
+        notes.append([n for n in pred["notes"] if "not modelled" in n])
+    assert steps[0] == steps[1]
+    assert notes[0] == [] and [n.split(":")[0] for n in notes[1]] == ["--defer-embedding-wgrad-compute",
+                                                                       "--align-param-gather"]

@@ -48,7 +48,10 @@ megatron/core/model_parallel_config.py):
   (with ``--bf16`` fp32 unless the first; with ``--fp16`` fp16 unless the second: ``validate_args``);
 * **the overlaps**, each as Megatron-LM's default leaves it where its flag is absent:
   ``--overlap-grad-reduce`` and ``--overlap-param-gather`` (off), ``--tp-comm-overlap`` (off),
-  ``--no-overlap-p2p-communication`` (overlap on).
+  ``--no-overlap-p2p-communication`` (overlap on); the overlap flags modelcut knows but does not
+  model (``--defer-embedding-wgrad-compute``, ``--align-param-gather``, ...:
+  :func:`..core.step.frameworks.unmodelled_option`) go into the overlap settings as given, where
+  ``predict`` notes them.
 
 Every other flag is listed as not read; a flag's value that is not a literal (``$TP``) is one line
 naming the flag.
@@ -66,7 +69,7 @@ from ..catalog.hf_config import mla_equivalent_shape
 from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
 from ..core.specs import CP_KINDS, fp8_recipe_name
-from ..core.step.frameworks import ATTENTION_BACKENDS, MEGATRON_FSDP_SHARDING
+from ..core.step.frameworks import ATTENTION_BACKENDS, MEGATRON_FSDP_SHARDING, unmodelled_option
 from .limits import Limits
 from .runfile import check_target, imported_text, split_ends
 
@@ -483,9 +486,14 @@ def run_document(text: str, *, gpu: str, gpus: int, model: str | None = None, vo
     doc["training"] = training
     on = {"grad_reduce": _on(flags, "overlap-grad-reduce"), "param_gather": _on(flags, "overlap-param-gather"),
           "tp_comm": _on(flags, "tp-comm-overlap"), "p2p_async": not _on(flags, "no-overlap-p2p-communication")}
-    doc["settings"] = {"framework": framework,
-                       "overlap": ",".join(f"{k}={'on' if v else 'off'}" for k, v in on.items())}
     read = set(_RUN_FLAGS) | (set() if model else set(_MODEL_FLAGS))
+    # the overlap flags modelcut knows but does not model (--defer-embedding-wgrad-compute, ...): carried
+    # into the overlap settings as given, so that predict takes them and notes what it does not time
+    known = [f for f in flags if f not in read and unmodelled_option(f) is not None]
+    doc["settings"] = {"framework": framework,
+                       "overlap": ",".join([f"{k}={'on' if v else 'off'}" for k, v in on.items()]
+                                           + [f"--{f}" + (f"={flags[f][-1]}" if flags[f] else "") for f in known])}
+    read |= set(known)
     if model:
         _check_model_flags(flags, model)
     return doc, sorted(f"--{f}" for f in flags if f not in read)
