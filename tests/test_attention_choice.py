@@ -10,7 +10,7 @@ import pytest
 from modelcut.cli import main
 from modelcut.core.errors import ModelcutError
 from modelcut.core.specs import ATTENTION_KINDS, Training
-from modelcut.core.step.frameworks import ATTENTION_BACKENDS, MEGATRON_ATTENTION_BACKEND
+from modelcut.core.step.stack_names import ATTENTION_BACKENDS, MEGATRON_ATTENTION_BACKEND
 from modelcut.service.megatron_args import run_document
 
 SHAPE = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 8192 --micro-batch-size 1 "

@@ -293,7 +293,8 @@ def test_fsdp_prefetch_settings_time_a_run_as_the_options_they_stand_for(capsys)
 
 
 def test_every_overlap_alias_names_an_option():
-    from modelcut.core.step.frameworks import OPTION_ALIASES, OPTIONS, option_name
+    from modelcut.core.step.frameworks import OPTIONS
+    from modelcut.core.step.stack_names import OPTION_ALIASES, option_name
     assert all(option_name(k) == k for k in OPTIONS)
     assert set(OPTION_ALIASES.values()) <= set(OPTIONS)
 

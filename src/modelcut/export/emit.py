@@ -65,7 +65,7 @@ from __future__ import annotations
 from ..core.costs.fp8 import ROWWISE
 from ..core.explore import Evaluated
 from ..core.sim import registry
-from ..core.step.frameworks import MEGATRON_ATTENTION_BACKEND, MEGATRON_FSDP_SHARDING, TORCHTITAN_ROTATE
+from ..core.step.stack_names import MEGATRON_ATTENTION_BACKEND, MEGATRON_FSDP_SHARDING, TORCHTITAN_ROTATE
 
 #: modelcut's context-parallel forms by Megatron-LM's --cp-comm-type names (NeMo's cp_comm_type spells
 #: the all-gather form all_gather: Megatron-core transformer_config.py, Transformer Engine).

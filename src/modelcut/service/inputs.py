@@ -14,9 +14,10 @@ from typing import Any
 from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.specs import ModelSpec
-from ..core.step.frameworks import (CONVERSE_ALIASES, FSDP_SETTINGS, OFF_WORDS, ON_WORDS, OPTION_ALIASES, OPTIONS, flag_key,
-                                    fsdp_note, fsdp_setting, negated_option, option_name,
-                                    unmodelled_note, unmodelled_option)
+from ..core.step.frameworks import OPTIONS
+from ..core.step.stack_names import (CONVERSE_ALIASES, FSDP_SETTINGS, OFF_WORDS, ON_WORDS, OPTION_ALIASES, flag_key,
+                                     fsdp_note, fsdp_setting, negated_option, option_name, unmodelled_note,
+                                     unmodelled_option)
 from .limits import DEFAULT, Limits
 
 #: Keys ``--check`` (and the web's ``check``) may name, with their types.
@@ -220,21 +221,21 @@ def _overlap_parts(text: str) -> list[tuple[str, str | None]]:
 
 
 #: The key under which a parsed overlap carries the notes of the settings modelcut takes but does
-#: not model (:func:`..core.step.frameworks.unmodelled_note`): ``parse_overlap``'s dict and the
+#: not model (:func:`..core.step.stack_names.unmodelled_note`): ``parse_overlap``'s dict and the
 #: request model's ``OverlapIn.not_modelled``; :func:`overlap_options` splits them off.
 NOT_MODELLED = "not_modelled"
 
 
 def read_overlap(text: str) -> tuple[dict[str, bool], list[str]]:
     """``"grad_reduce=off,tp_comm=on"`` -> ({"grad_reduce": False, "tp_comm": True}, notes) (:data:`OPTIONS`).
-    A key may be written as the stacks name it (:func:`..core.step.frameworks.option_name`:
+    A key may be written as the stacks name it (:func:`..core.step.stack_names.option_name`:
     ``--tp-comm-overlap=on``, ``async_tp=on``), a key alone means on (``tp_comm``, as the
     stacks' flags are given), a YAML line's colon means "=" (``tp_comm_overlap: true``), a launch
     line's ``--key value`` is ``key=value``, and ``none`` / ``all`` switch every option off / on.
     PyTorch FSDP's prefetch settings (``backward_prefetch=BACKWARD_PRE``, ``forward_prefetch``,
-    ``limit_all_gathers``) stand for the options :func:`..core.step.frameworks.fsdp_setting` says.
+    ``limit_all_gathers``) stand for the options :func:`..core.step.stack_names.fsdp_setting` says.
     A stack's setting that modelcut knows but does not model (``--defer-embedding-wgrad-compute``,
-    ``moe_a2a_overlap``, :func:`..core.step.frameworks.unmodelled_option`) is taken: where it asks
+    ``moe_a2a_overlap``, :func:`..core.step.stack_names.unmodelled_option`) is taken: where it asks
     for what modelcut does not time, its note is in ``notes``."""
     out: dict[str, bool] = {}
     notes: list[str] = []

@@ -41,7 +41,7 @@ megatron/core/model_parallel_config.py):
   ``--recompute-modules``, ``--bf16``/``--fp16`` (neither: fp32, which modelcut does not time),
   ``--fp8-format`` with ``--fp8-recipe`` (default delayed; tensorwise is current scaling) and
   ``--fp8-param-gather`` (default off), Adam's moments from ``--exp-avg-dtype`` and
-  ``--exp-avg-sq-dtype`` with ``--use-precision-aware-optimizer`` (default fp32), ``--attention-backend`` (:data:`..core.step.frameworks.ATTENTION_BACKENDS`; default
+  ``--exp-avg-sq-dtype`` with ``--use-precision-aware-optimizer`` (default fp32), ``--attention-backend`` (:data:`..core.step.stack_names.ATTENTION_BACKENDS`; default
   auto, the stack's kernel),
   ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl`` (default native), the
   gradients' reduce type from ``--grad-reduce-in-bf16`` and ``--accumulate-allreduce-grads-in-fp32``
@@ -50,7 +50,7 @@ megatron/core/model_parallel_config.py):
   ``--overlap-grad-reduce`` and ``--overlap-param-gather`` (off), ``--tp-comm-overlap`` (off),
   ``--no-overlap-p2p-communication`` (overlap on); the overlap flags modelcut knows but does not
   model (``--defer-embedding-wgrad-compute``, ``--align-param-gather``, ...:
-  :func:`..core.step.frameworks.unmodelled_option`) go into the overlap settings as given, where
+  :func:`..core.step.stack_names.unmodelled_option`) go into the overlap settings as given, where
   ``predict`` notes them.
 
 Every other flag is listed as not read; a flag's value that is not a literal (``$TP``) is one line
@@ -69,7 +69,7 @@ from ..catalog.hf_config import mla_equivalent_shape
 from ..core.costs.context import cp_kind_name
 from ..core.errors import ModelcutError
 from ..core.specs import CP_KINDS, fp8_recipe_name
-from ..core.step.frameworks import ATTENTION_BACKENDS, MEGATRON_FSDP_SHARDING, unmodelled_option
+from ..core.step.stack_names import ATTENTION_BACKENDS, MEGATRON_FSDP_SHARDING, unmodelled_option
 from .limits import Limits
 from .runfile import check_target, imported_text, split_ends
 

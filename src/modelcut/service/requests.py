@@ -29,8 +29,9 @@ from ..core.specs import (ADAM_MOMENT_DTYPES, ATTENTION_KINDS, CROSS_ENTROPY_KIN
                           precision_name)
 from ..core.sim import registry
 from ..core.step import MODES
-from ..core.step.frameworks import (OPTIONS, fsdp_note, fsdp_setting, negated_option, option_name,
-                                    unmodelled_note, unmodelled_option)
+from ..core.step.frameworks import OPTIONS
+from ..core.step.stack_names import (fsdp_note, fsdp_setting, negated_option, option_name, unmodelled_note,
+                                     unmodelled_option)
 from .inputs import not_overlap
 from .limits import DEFAULT, LimitError, Limits
 

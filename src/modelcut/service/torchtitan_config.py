@@ -48,7 +48,7 @@ from .. import catalog
 from ..core.errors import ModelcutError
 from ..core.sim import registry
 from ..core.specs import fp8_recipe_name, grad_reduce_name
-from ..core.step.frameworks import TORCHTITAN_ROTATE
+from ..core.step.stack_names import TORCHTITAN_ROTATE
 from .limits import Limits
 from .runfile import check_target, imported_text, split_ends
 
