@@ -166,6 +166,11 @@ def test_overlap_options_as_the_stacks_write_them(written, want):
     ("bucket_size: null, load_from_fp32_weights: true", {}, []),
     ("backward_prefetch=None", {}, ["backward_prefetch=None"]),
     ("backward_prefetch=BACKWARD_PRE", {"param_gather": True}, []),
+    # a JSON object, or a configuration's Python dict written out (null: as the stack sets it)
+    ('{"tp_comm_overlap": true, "overlap_grad_reduce": true, "defer_embedding_wgrad_compute": true, '
+     '"wgrad_deferral_limit": 22}', {"tp_comm": True, "grad_reduce": True}, ["defer_embedding_wgrad_compute=true"]),
+    ("{'overlap_param_gather': True, 'batch_p2p_comm': False, 'bucket_size': None}",
+     {"param_gather": True, "p2p_async": True}, []),
 ])
 def test_overlap_settings_known_but_not_modelled_are_taken_with_a_note(written, options, noted):
     """A stack's setting modelcut knows but does not model is taken, not refused: the answer carries
@@ -235,7 +240,10 @@ def test_a_setting_not_modelled_is_a_note_of_the_answer(capsys):
                                            ("--use-distributed-optimizer --overlap-grad-reduce", "zero = 1"),
                                            ("stage: 3, overlap_comm: true", "is no overlap: it is the layout's .layout. zero"),
                                            ("overlap_comm=true,offload_optimizer=cpu", "CPU or NVMe offload"),
-                                           ("zero_quantized_gradients: true", "ZeRO++")])
+                                           ("zero_quantized_gradients: true", "ZeRO++"),
+                                           ('{"tp_comm_overlap": [1]}', "is not a value"),
+                                           ("{'x': __import__('os')}", "must be a JSON object or a Python dict"),
+                                           ("{1: 2}", "must map names to values")])
 def test_bad_overlap_options_are_one_line_errors(written, word):
     from modelcut.service.inputs import parse_overlap
     with pytest.raises(ModelcutError, match=word):

@@ -4,6 +4,7 @@ binary suffixes; lists of integers; a layout to check. Every problem is one
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import math
@@ -198,10 +199,40 @@ def _is_key(word: str) -> bool:
             or not_overlap(word) is not None)
 
 
+def _mapping_parts(text: str) -> list[tuple[str, str | None]] | None:
+    """A JSON object or a Python dict written out (``{"tp_comm_overlap": true}``, a configuration's
+    ``{'overlap_grad_reduce': True}``) as its (key, value) pairs, a null value as the key alone kept
+    out; None where the text is no such mapping."""
+    t = text.strip()
+    if not (t.startswith("{") and t.endswith("}")):
+        return None
+    try:
+        d = json.loads(t)
+    except ValueError:
+        try:
+            d = ast.literal_eval(t)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise ModelcutError("overlap: a {...} must be a JSON object or a Python dict of names and values") from None
+    if not isinstance(d, dict) or not all(isinstance(k, str) for k in d):
+        raise ModelcutError("overlap: a {...} must map names to values")
+    out = []
+    for k, v in d.items():
+        if v is None:
+            continue                                 # null: as the stack sets it
+        if not isinstance(v, (bool, int, float, str)):
+            raise ModelcutError(f"overlap option {k}: {v!r} is not a value (on, off, a number or a name)")
+        out.append((k, str(v).lower() if isinstance(v, bool) else str(v)))
+    return out
+
+
 def _overlap_parts(text: str) -> list[tuple[str, str | None]]:
     """An overlap text's (key, value) pairs, value None where a key stands alone: "key=value", a
     launch line's ``--key value`` (a word that names no option after a key is its value:
-    ``--fsdp_config_backward_prefetch BACKWARD_PRE``), separated by commas or spaces."""
+    ``--fsdp_config_backward_prefetch BACKWARD_PRE``), separated by commas or spaces; or a JSON
+    object or Python dict of them (:func:`_mapping_parts`)."""
+    mapped = _mapping_parts(text)
+    if mapped is not None:
+        return mapped
     text = re.sub(r"\s*[=:]\s*", "=", text)         # "tp_comm = on", "tp_comm_overlap: true" as "key=value"
     words = [w for w in re.split(r"[,\s]+", text) if w]   # commas, or a launch line's flags pasted as they are
     out: list[tuple[str, str | None]] = []
