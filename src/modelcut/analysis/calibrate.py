@@ -175,13 +175,14 @@ def error_stats(errs: Sequence[float]) -> dict:
 
 def folds_summary(folds: dict[str, dict]) -> dict:
     """The leave-one-source-out errors (:func:`leave_one_family_out`) over every source's runs
-    (:func:`error_stats`); ``source_mean_abs_pct``, the mean over the sources of each one's mean
-    |error|; and the source whose runs' mean signed error is furthest from 0: ``worst_source`` (its
-    name) and ``worst_source_signed_pct``."""
+    (:func:`error_stats`); ``sources``, each source's own (:func:`error_stats`);
+    ``source_mean_abs_pct``, the mean over the sources of each one's mean |error|; and the source
+    whose runs' mean signed error is furthest from 0: ``worst_source`` (its name) and
+    ``worst_source_signed_pct``."""
     out = error_stats([e for f in folds.values() for e in f["errors_pct"].values()])
     each = {g: error_stats(list(f["errors_pct"].values())) for g, f in folds.items()}
     worst = max(each, key=lambda g: abs(each[g]["mean_signed_pct"]), default=None)
-    out.update(source_mean_abs_pct=sum(e["mean_abs_pct"] for e in each.values()) / len(each) if each else None,
+    out.update(sources=each, source_mean_abs_pct=sum(e["mean_abs_pct"] for e in each.values()) / len(each) if each else None,
                worst_source=worst, worst_source_signed_pct=each[worst]["mean_signed_pct"] if worst else None)
     return out
 

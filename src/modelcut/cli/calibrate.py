@@ -73,13 +73,12 @@ def calibrate(
     if res.folds:
         cvt = Table("Left out", "gemm", "mem", "net", "Runs", "Mean |error|", "Largest",
                     title="Leave one group out: fitted without the group, its runs predicted")
-        for g, f in res.folds.items():
-            errs = [abs(x) for x in f["errors_pct"].values()]
-            fe = f["efficiency"]
-            cvt.add_row(g, f"{fe.gemm:.3f}", f"{fe.mem:.3f}", f"{fe.net:.3f}", str(len(errs)),
-                        f"{sum(errs) / len(errs):.1f} %", f"{max(errs):.1f} %")
-        con.print(cvt)
         lo = res.loso
+        for g, f in res.folds.items():
+            st, fe = lo["sources"][g], f["efficiency"]
+            cvt.add_row(g, f"{fe.gemm:.3f}", f"{fe.mem:.3f}", f"{fe.net:.3f}", str(st["runs"]),
+                        f"{st['mean_abs_pct']:.1f} %", f"{st['max_abs_pct']:.1f} %")
+        con.print(cvt)
         con.print(f"leave one source out, every run: mean |error| {lo['mean_abs_pct']:.2f} %, largest "
                   f"{lo['max_abs_pct']:.1f} %; the sources' own means averaged: {lo['source_mean_abs_pct']:.2f} %; "
                   f"the source furthest off on average: {lo['worst_source']} {lo['worst_source_signed_pct']:+.1f} %")

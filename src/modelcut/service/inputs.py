@@ -279,11 +279,12 @@ def read_overlap(text: str) -> tuple[dict[str, bool], list[str]]:
         out[name] = on
 
     for k, val in _overlap_parts(text):
-        fsdp = fsdp_setting(k, "true" if val is None else val)
+        given = "true" if val is None else val       # a flag alone: on
+        fsdp = fsdp_setting(k, given)
         if fsdp is not None:
             for name, on in fsdp.items():
                 put(name, on)
-            note = fsdp_note(k, "true" if val is None else val)
+            note = fsdp_note(k, given)
             if note is not None and note not in notes:
                 notes.append(note)
             continue

@@ -32,7 +32,7 @@ from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS
 from ..core.step.stack_names import (fsdp_note, fsdp_setting, negated_option, option_name, unmodelled_note,
                                      unmodelled_option)
-from .inputs import not_overlap
+from .inputs import NOT_MODELLED, not_overlap
 from .limits import DEFAULT, LimitError, Limits
 
 # --- names the catalog and the registry know --------------------------------------------------------
@@ -461,6 +461,11 @@ class OverlapIn(Strict):
         if not isinstance(data, dict):
             return data
         out = dict(data)
+
+        def noted(note: str | None) -> None:
+            if note is not None:
+                out[NOT_MODELLED] = [*(out.get(NOT_MODELLED) or []), note]
+
         for k in data:
             if not isinstance(k, str) or k in cls.model_fields:
                 continue
@@ -471,11 +476,9 @@ class OverlapIn(Strict):
                 if not isinstance(val, (bool, int, float, str)):
                     raise ValueError(f"{k} must be a boolean, a number or a string, got {val!r}")
                 try:
-                    note = unmodelled_note(k, val)
+                    noted(unmodelled_note(k, val))
                 except ModelcutError as e:
                     raise ValueError(str(e)) from None
-                if note is not None:
-                    out["not_modelled"] = [*(out.get("not_modelled") or []), note]
                 continue
             if fsdp_setting(k, "true") is not None:    # PyTorch FSDP's prefetch settings: the options they stand for
                 val = out.pop(k)
@@ -485,9 +488,7 @@ class OverlapIn(Strict):
                     fsdp = fsdp_setting(k, val)
                 except ModelcutError as e:
                     raise ValueError(str(e)) from None
-                note = fsdp_note(k, val)
-                if note is not None:
-                    out["not_modelled"] = [*(out.get("not_modelled") or []), note]
+                noted(fsdp_note(k, val))
                 for name, on in fsdp.items():
                     if out.setdefault(name, on) != on:
                         raise ValueError(f"overlap option {name} is given both on and off")
@@ -503,7 +504,7 @@ class OverlapIn(Strict):
         return out
 
 
-assert set(OverlapIn.model_fields) == {*OPTIONS, "not_modelled"}, "OverlapIn must hold every overlap option"
+assert set(OverlapIn.model_fields) == {*OPTIONS, NOT_MODELLED}, "OverlapIn must hold every overlap option"
 
 
 class PredictOptions(Strict):

@@ -10,6 +10,8 @@ object and the launch lines through them (``service/inputs.py``, ``service/reque
 from __future__ import annotations
 
 from ..errors import ModelcutError
+from .deepspeed_stage3 import (MAX_REUSE_DISTANCE_NUMEL, PERSISTENCE_THRESHOLD_NUMEL, PREFETCH_BUCKET_NUMEL,
+                               REDUCE_BUCKET_NUMEL)
 from .frameworks import OPTIONS
 
 #: The stacks' own names for these options, as their users write them (any case, "-" or "_"):
@@ -101,9 +103,10 @@ UNMODELLED_OPTIONS: dict[str, str] = {
 #: bucket, prefetch, reuse and persistence sizes and its gradient layout (the ``zero_optimization``
 #: block: DeepSpeedZeroConfig, microsoft/DeepSpeed deepspeed/runtime/zero/config.py @v0.16.4).
 _UNIT_BY_UNIT = "gradients are timed as reduced unit by unit as each unit's backward ends (grad_reduce)"
-_DEEPSPEED_REPLAY = ("the deepspeed-zero3 preset replays DeepSpeed v0.3.13's defaults (reduce buckets of 5e8 "
-                     "elements, prefetch 5e7, reuse distance 1e9, persistence 1e5), and the other stacks reduce "
-                     "and gather unit by unit")
+_DEEPSPEED_REPLAY = (f"the deepspeed-zero3 preset replays DeepSpeed v0.3.13's defaults (reduce buckets of "
+                     f"{REDUCE_BUCKET_NUMEL:.0e} elements, prefetch {PREFETCH_BUCKET_NUMEL:.0e}, reuse distance "
+                     f"{MAX_REUSE_DISTANCE_NUMEL:.0e}, persistence {PERSISTENCE_THRESHOLD_NUMEL:.0e}), and the other "
+                     "stacks reduce and gather unit by unit").replace("e+0", "e")
 NOT_READ_SETTINGS: dict[str, str] = {
     **dict.fromkeys(("ddp_bucket_size", "bucket_size"), f"the data-parallel bucket size is not read: {_UNIT_BY_UNIT}"),
     **dict.fromkeys(
@@ -154,6 +157,8 @@ FSDP_SETTINGS = ("forward_prefetch", "backward_prefetch", "limit_all_gathers")
 BACKWARD_PREFETCHES = ("backward_pre", "backward_post")
 #: The words an option's value may be, on or off (``--overlap tp_comm=yes``, a YAML line's ``false``).
 ON_WORDS, OFF_WORDS = ("on", "true", "1", "yes"), ("off", "false", "0", "no")
+#: The words a value may be that leave a setting as the stack sets it (a YAML or JSON null, Python's None).
+NULL_WORDS = ("none", "null")
 
 
 def flag_key(key: str) -> str:
@@ -186,7 +191,7 @@ def fsdp_setting(key: str, value: object) -> dict[str, bool] | None:
     if k == "backward_prefetch":
         if v in BACKWARD_PREFETCHES + ON_WORDS:
             return {"param_gather": True}
-        if v in ("none", "null") + OFF_WORDS:
+        if v in NULL_WORDS + OFF_WORDS:
             return {}                      # taken; its note: fsdp_note
         raise ModelcutError(f"overlap option {key}: {value!r} is not BACKWARD_PRE, BACKWARD_POST or None")
     if v not in ON_WORDS + OFF_WORDS:
@@ -202,7 +207,7 @@ def fsdp_note(key: str, value: object) -> str | None:
     timed with the stack's ``param_gather`` as it is, which with it on hides those gathers."""
     k = flag_key(key).removeprefix("fsdp_config_")
     v = str(value).strip().lower().rsplit(".", 1)[-1]
-    if k == "backward_prefetch" and v in ("none", "null") + OFF_WORDS:
+    if k == "backward_prefetch" and v in NULL_WORDS + OFF_WORDS:
         return (f"{key.strip()[:60]}{_shown(value)}: PyTorch FSDP without backward prefetching queues each "
                 "unit's gather behind the previous unit's reduce-scatter, which is not modelled: the step is "
                 "timed with the stack's param_gather as set (on: the backward's gathers ahead of use)")
@@ -247,8 +252,8 @@ def unmodelled_note(key: str, value: object) -> str | None:
     k = flag_key(key).removeprefix("zero_optimization.")
     v = None if value is None else str(value).strip().lower()
     if k in NOT_READ_SETTINGS:                 # not read, whatever its value; null leaves it as the stack sets it
-        return None if v in ("none", "null") else f"{key.strip()[:60]}{_shown(value)}: {why}"
-    on = v is None or v not in OFF_WORDS + ("none", "null")
+        return None if v in NULL_WORDS else f"{key.strip()[:60]}{_shown(value)}: {why}"
+    on = v is None or v not in OFF_WORDS + NULL_WORDS
     if k.startswith(("no_", "disable_")):
         on = not on
     part = k.removeprefix("disable_") in TP_COMM_PARTS
