@@ -115,7 +115,8 @@ def test_validate_runs_refuses_what_it_does_not_do(tmp_path, capsys):
     ("fsdp2", "fsdp"), ("Megatron-LM", "megatron-core"),
     ("mcore", "megatron-core"), ("megatron", "megatron-core"), ("NeMo2", "nemo"), ("DeepSpeed", "deepspeed-zero3"),
     ("automodel", "nemo-automodel"), ("mbridge", "megatron-bridge"), ("Composer", "llm-foundry"), ("mosaicml", "llm-foundry"),
-    ("NeMo 2.0", "nemo"), ("NeMo-Megatron", "nemo"), ("torch-fsdp", "fsdp"), ("foundry", "llm-foundry")])
+    ("NeMo 2.0", "nemo"), ("NeMo-Megatron", "nemo"), ("torch-fsdp", "fsdp"), ("foundry", "llm-foundry"),
+    ("PyTorch-FSDP2", "fsdp"), ("torch_fsdp2", "fsdp")])
 def test_framework_aliases(written, name):
     assert catalog.framework(written).name == name
 
