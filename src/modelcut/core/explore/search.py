@@ -176,7 +176,8 @@ def explore(model: ModelSpec, hw: Hardware, predictor: Callable[[Run, Hardware],
     ``stage_layers`` (a step model's prediction). With ``lower_bound(run, hw, plan)`` (seconds the
     predictor's step takes at least) and ``prune``, candidates are timed cheapest bound first and
     the search stops once no remaining bound can beat the ``keep``-th fastest time or come within
-    ``pareto_within`` of the fastest; every layout matching ``must`` is timed whatever its bound.
+    ``pareto_within`` of the fastest; every layout matching ``must`` is timed whatever its bound,
+    and so is every layout whose bound is under the fastest of them (its rank is then exact).
     ``progress(done, total)`` is called as candidates are settled (timed, pruned or over memory)."""
     _check_inputs(model, gpus, seq, global_batch_tokens, margin, space)
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
@@ -231,6 +232,7 @@ class _Search:
         self.memory: dict[Structure, list[Evaluated]] = {}
         self.timed: list[Evaluated] = []
         self.times: list[float] = []          # sorted step times of ``timed``
+        self.named_s: float | None = None     # the fastest layout the query names (``must``), once timed
 
     # 1. the structures and variants the stack runs
     def _rejected(self, bad, count: int, matched: bool) -> bool:
@@ -433,9 +435,12 @@ class _Search:
         bisect.insort(self.times, e.step_time_s)
 
     def bound(self) -> float:
+        """The step time a candidate's lower bound must stay under to be timed: the ``keep``-th
+        fastest so far or ``pareto_within`` of the fastest, and at least the fastest layout the query
+        names, so that every layout faster than it is timed and its rank is exact, whatever ``keep``."""
         if not self.prune or self.lower_bound is None or len(self.times) < self.keep:
             return float("inf")
-        return max(self.times[self.keep - 1], self.times[0] * (1 + self.pareto_within))
+        return max(self.times[self.keep - 1], self.times[0] * (1 + self.pareto_within), self.named_s or 0.0)
 
     def worth(self, s: Structure, variants, r: str) -> list[Evaluated]:
         """The frugal variant(s) of recomputation level r that fit (none if dominated)."""
@@ -490,6 +495,7 @@ class _Search:
                 for e in self._named(c):
                     e.lower_bound_s = c[0]
                     self.time_it(e)
+                    self.named_s = min(self.named_s or e.step_time_s, e.step_time_s)
                 if "zero" in want:
                     rest.append(c)     # its other ZeRO stages compete for the best as any layout does
                 else:
