@@ -32,7 +32,7 @@ from ..core.step.checks import check_run
 from ..core.step.frameworks import Framework
 from ..core.step.layer_budget import LayerBudget, layer_budget
 from ..core.step.result import Prediction
-from .inputs import model_choice, overlap_options, parse_overlap
+from .inputs import model_choice, overlap_options, read_overlap
 from .limits import DEFAULT, LimitError, Limits
 from .requests import PredictInput
 from .runfile import check_sizes
@@ -341,8 +341,8 @@ def _predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult
         pred = step_predict(run, hw, "seed", eta=seed_eta() if req.eta is None else req.eta)
         fw = None
     else:
-        overlap, unmodelled = overlap_options(parse_overlap(req.overlap) if isinstance(req.overlap, str)
-                                              else req.overlap)
+        overlap, unmodelled = (read_overlap(req.overlap) if isinstance(req.overlap, str)
+                               else overlap_options(req.overlap))
         fw = catalog.framework(req.framework)
         # the profile's constants, the matrix products' fraction replaced where --eta gives it
         eff = efficiency_for(hw, req.profile)

@@ -495,7 +495,7 @@ class _Search:
                 for e in self._named(c):
                     e.lower_bound_s = c[0]
                     self.time_it(e)
-                    self.named_s = min(self.named_s or e.step_time_s, e.step_time_s)
+                    self.named_s = e.step_time_s if self.named_s is None else min(self.named_s, e.step_time_s)
                 if "zero" in want:
                     rest.append(c)     # its other ZeRO stages compete for the best as any layout does
                 else:
