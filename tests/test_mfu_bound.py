@@ -86,3 +86,22 @@ def test_a_million_tokens_stays_below_the_peak():
               Training(seq_len=2 ** 20, global_batch=1))
     p = predict_default(run, catalog.hardware("a100"))
     assert 0.2 < p.mfu < 0.9
+
+
+def test_a_count_above_the_peak_is_named_in_a_note():
+    """The TFLOP/s per GPU is a convention's count (attention unmasked over the whole sequence): for
+    Mistral 7B's 4,096-key windows at 131,072 tokens it is above the H100's peak, so the prediction
+    says so in a note naming the window, while the MFU, the work done, stays below 1. At 8,192
+    tokens without a window there is no such note."""
+    from modelcut.service.predict import PredictRequest, predict
+    long = Run(catalog.model("mistral-7b"), "h100-sxm5-80gb", Layout(tp=2, cp=1, pp=1, dp=8),
+               Training(seq_len=131072, global_batch=32, micro_batch=2, recompute="full"))
+    res = predict(PredictRequest(long, framework="fsdp"))
+    p, hw = res.prediction, res.hw
+    assert p.tflops_per_gpu * 1e12 > hw.peak_flops_16 and p.mfu < 1
+    note = [n for n in p.notes if "above the" in n]
+    assert len(note) == 1 and "4,096-key window of 32 of its 32 layers" in note[0]
+    assert f"{p.tflops_per_gpu:,.0f}" in note[0] and "989 TFLOP/s peak" in note[0]
+    short = Run(catalog.model("llama3-8b"), "h100-sxm5-80gb", Layout(tp=1, cp=1, pp=1, dp=8),
+                Training(seq_len=8192, global_batch=8))
+    assert not [n for n in predict(PredictRequest(short)).prediction.notes if "above the" in n]

@@ -21,7 +21,7 @@ from ..analysis.validation import seed_eta
 from ..catalog import Profile, PublishedRun
 from ..core.costs import flops
 from ..core.costs.context import cp_form_label
-from ..core.costs.kernels import Efficiency
+from ..core.costs.kernels import Efficiency, mfu_peak
 from ..core.errors import ModelcutError
 from ..core.explore.rules import violations
 from ..core.memory import memory_report
@@ -284,6 +284,27 @@ def published_figure(pr: PublishedRun, pred: Prediction, run: Run,
     return out
 
 
+def count_above_peak(run: Run, hw: Hardware, pred: Prediction) -> str | None:
+    """The note a prediction carries where its TFLOP/s per GPU, a convention's count, is above the
+    accelerator's peak (:func:`..core.costs.kernels.mfu_peak`): the conventions count every layer's
+    attention over the whole sequence, unmasked (:func:`..core.costs.flops.reported_convention`),
+    which is more than a causal, windowed or chunked layer computes, by far at long sequences. MFU
+    counts the work done. None where the count is at or below the peak."""
+    peak = mfu_peak(hw, run.training)
+    if pred.tflops_per_gpu * 1e12 <= peak:
+        return None
+    m = run.model
+    done = ["causal masking"]
+    if m.sliding_layers:
+        done.append(f"the {m.sliding_window:,}-key window of {m.sliding_layers} of its {m.layers} layers")
+    if m.chunked_layers:
+        done.append(f"the {m.attention_chunk:,}-token blocks of {m.chunked_layers} of its {m.layers} layers")
+    return (f"TFLOP/s per GPU ({pred.tflops_per_gpu:,.0f}) is above the {hw.name}'s "
+            f"{peak / 1e12:,.0f} TFLOP/s peak: a convention's count, every layer's attention over all "
+            f"{run.training.seq_len:,} positions, where {' and '.join(done)} leave less to compute; "
+            f"MFU ({pred.mfu * 100:.1f} %) counts the work done")
+
+
 def prediction_memory(run: Run, hw: Hardware, pred: Prediction, framework: Framework | None) -> dict[str, Any]:
     """Memory of the pipeline the prediction timed, under the stack it assumed; a layout memory
     cannot describe gives its one-line reason instead."""
@@ -357,6 +378,9 @@ def _predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult
         pred.notes += unmodelled
     if fw is not None:
         pred.notes += [f"stack rule: {v.line()}" for v in stack_violations(run, fw, pred)]
+    above = count_above_peak(run, hw, pred)
+    if above is not None:
+        pred.notes.append(above)
     result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw), layers=layers)
     if req.published is not None:
         # under the shipped constants, the run out of sample too, as validate's table predicts it
