@@ -105,3 +105,22 @@ def test_a_count_above_the_peak_is_named_in_a_note():
     short = Run(catalog.model("llama3-8b"), "h100-sxm5-80gb", Layout(tp=1, cp=1, pp=1, dp=8),
                 Training(seq_len=8192, global_batch=8))
     assert not [n for n in predict(PredictRequest(short)).prediction.notes if "above the" in n]
+
+
+def test_the_explorer_names_a_count_above_the_peak():
+    """The explorer shows TFLOP/s per GPU too (the web page's table and its JSON): where the first
+    ranked layout's count is above the peak, its answer carries the same note, naming #1; at 8,192
+    tokens it carries none."""
+    from modelcut.service.explore import explore_request, run_explore
+    from modelcut.service.requests import ExploreInput
+
+    def notes(**kw):
+        req = explore_request(ExploreInput(gpu="h100", gpus=16, global_batch_tokens=2**21, framework="fsdp", top=1,
+                                           **kw))
+        res = run_explore(req)
+        return res.layouts[0].prediction, [n for n in res.as_dict()["notes"] if "above the" in n]
+
+    best, above = notes(model="mistral-7b", seq=131072)
+    assert len(above) == 1 and above[0].startswith(f"TFLOP/s per GPU of #1 ({best.tflops_per_gpu:,.0f})")
+    assert "4,096-key window" in above[0] and f"MFU of #1 ({best.mfu * 100:.1f} %)" in above[0]
+    assert notes(model="llama3-8b", seq=8192)[1] == []

@@ -47,7 +47,7 @@ from ..core.step.layer_budget import LayerBudget, layer_budget
 from ..core.step.result import Prediction
 from . import inputs
 from .limits import DEFAULT, Limits
-from .predict import SEED_HAS_NO_TIMELINE, efficiency_for, no_timeline
+from .predict import SEED_HAS_NO_TIMELINE, count_above_peak, efficiency_for, no_timeline
 from .requests import ExploreInput
 
 GB = 1e9
@@ -473,6 +473,11 @@ def run_explore(req: ExploreRequest, progress: Callable[[int, int], None] | None
     if small:
         ex.notes.append(small)
     ex.notes += inputs.overlap_options(req.overlap)[1]
+    if ex.layouts:
+        # the layouts shown share the model and sequence: the first ranked's count stands for them
+        above = count_above_peak(ex.layouts[0].run, req.hw, ex.layouts[0].prediction, "#1")
+        if above is not None:
+            ex.notes.append(above)
     checked = find(ex, **req.check) if req.check else []
     return ExploreResult(req, ex, checked, options, fw)
 

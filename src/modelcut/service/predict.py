@@ -284,12 +284,13 @@ def published_figure(pr: PublishedRun, pred: Prediction, run: Run,
     return out
 
 
-def count_above_peak(run: Run, hw: Hardware, pred: Prediction) -> str | None:
+def count_above_peak(run: Run, hw: Hardware, pred: Prediction, which: str = "") -> str | None:
     """The note a prediction carries where its TFLOP/s per GPU, a convention's count, is above the
     accelerator's peak (:func:`..core.costs.kernels.mfu_peak`): the conventions count every layer's
     attention over the whole sequence, unmasked (:func:`..core.costs.flops.reported_convention`),
     which is more than a causal, windowed or chunked layer computes, by far at long sequences. MFU
-    counts the work done. None where the count is at or below the peak."""
+    counts the work done. None where the count is at or below the peak. ``which`` names the layout
+    the figures are of (an explorer's "#1")."""
     peak = mfu_peak(hw, run.training)
     if pred.tflops_per_gpu * 1e12 <= peak:
         return None
@@ -299,10 +300,11 @@ def count_above_peak(run: Run, hw: Hardware, pred: Prediction) -> str | None:
         done.append(f"the {m.sliding_window:,}-key window of {m.sliding_layers} of its {m.layers} layers")
     if m.chunked_layers:
         done.append(f"the {m.attention_chunk:,}-token blocks of {m.chunked_layers} of its {m.layers} layers")
-    return (f"TFLOP/s per GPU ({pred.tflops_per_gpu:,.0f}) is above the {hw.name}'s "
+    of = f" of {which}" if which else ""
+    return (f"TFLOP/s per GPU{of} ({pred.tflops_per_gpu:,.0f}) is above the {hw.name}'s "
             f"{peak / 1e12:,.0f} TFLOP/s peak: a convention's count, every layer's attention over all "
             f"{run.training.seq_len:,} positions, where {' and '.join(done)} leave less to compute; "
-            f"MFU ({pred.mfu * 100:.1f} %) counts the work done")
+            f"MFU{of} ({pred.mfu * 100:.1f} %) counts the work done")
 
 
 def prediction_memory(run: Run, hw: Hardware, pred: Prediction, framework: Framework | None) -> dict[str, Any]:
