@@ -410,6 +410,21 @@ def test_a_link_may_name_the_stack_as_its_users_do(server, page):
     assert not page.errors
 
 
+def test_the_explorer_page_names_a_count_above_the_peak(server, page):
+    """Mistral 7B at 131,072 tokens: the first-ranked layout's TFLOP/s per GPU (the table's column, a
+    convention's count) is above the H100's peak; the page shows the answer's note saying why, as the
+    API gives it."""
+    page.goto(server + "/explorer?model=mistral-7b&gpu=h100-sxm5-80gb&gpus=16&seq=131072&tokens=2097152&top=1"
+              "&framework=fsdp")
+    page.wait_for_selector("[data-testid=layouts] tbody tr")
+    ans = api(server, "/api/explore", {"model": "mistral-7b", "gpu": "h100-sxm5-80gb", "gpus": 16, "seq": 131072,
+                                       "global_batch_tokens": 2097152, "top": 1, "framework": "fsdp"})
+    note = [n for n in ans["notes"] if "above the" in n]
+    assert len(note) == 1 and ans["layouts"][0]["tflops_per_gpu"] > 989
+    assert note[0] in page.inner_text("#summary")
+    assert not page.errors
+
+
 def test_explorer_compares_precisions_side_by_side(server, page):
     """bf16 and fp8 side by side: the page sends precisions (FP8's recipe with it), shows each one's
     best layout as the API ranks it, and the fastest precision's ranking below; the URL keeps it."""
