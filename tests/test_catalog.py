@@ -109,6 +109,10 @@ def test_published_runs():
                             tied_embeddings=True)),
     ("olmo2-7b.json", dict(layers=32, hidden=4096, ffn_hidden=11008, vocab=100352, gated_mlp=True,
                            tied_embeddings=False, qkv_bias=False)),
+    # Phi-3-mini-4k: Llama-shaped, untied, every layer within 2,047 keys
+    ("phi3-mini-4k.json", dict(layers=32, hidden=3072, ffn_hidden=8192, heads=32, kv_heads=32, vocab=32064,
+                               gated_mlp=True, tied_embeddings=False, bias=False, norm="rmsnorm",
+                               sliding_window=2047, sliding_layers=32, dropout=False)),
     # a NemotronForCausalLM config of Nemotron-4 15B's shape is the catalog's nemotron4-15b
     ("nemotron4-15b-like.json", dict(layers=32, hidden=6144, ffn_hidden=24576, heads=48, kv_heads=8, vocab=256000,
                                      gated_mlp=False, tied_embeddings=False, norm="layernorm", bias=False)),
@@ -127,6 +131,22 @@ def test_hf_config_parameter_counts_of_the_new_families():
     assert param_count(catalog.load_hf_config("tests/data/hf/nemotron4-15b-like.json")) == \
         param_count(catalog.model("nemotron4-15b"))
     assert param_count(catalog.load_hf_config("tests/data/hf/mpt-7b.json")) == pytest.approx(6.649e9, rel=1e-4)
+
+
+def test_a_phi3_config_counts_its_parameters_and_reads_its_dropout():
+    """Phi-3-mini-4k's 3,821,079,552 parameters (the Phi-3 report's 3.8B: 32 layers of 113,252,352,
+    two untied 32,064 × 3,072 tables and the final norm); a config with resid_pdrop above 0 keeps
+    dropout, one without a window attends over the whole sequence, and a window that is not a whole
+    number is one line naming the field."""
+    import json
+
+    from modelcut.core.costs.flops import param_count
+    cfg = json.load(open("tests/data/hf/phi3-mini-4k.json"))
+    assert param_count(catalog.model_from_hf_config(cfg)) == 3_821_079_552
+    m = catalog.model_from_hf_config({**cfg, "resid_pdrop": 0.1, "sliding_window": None})
+    assert m.dropout and m.sliding_window is None and not m.sliding_layers
+    with pytest.raises(ModelcutError, match="sliding_window"):
+        catalog.model_from_hf_config({**cfg, "sliding_window": 2047.5})
 
 
 def test_small_llama_and_mistral_entries():

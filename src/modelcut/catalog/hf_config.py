@@ -4,7 +4,7 @@ Field names and defaults follow the transformers configuration classes (src/tran
 <family>/configuration_<family>.py): LlamaConfig, MistralConfig, Qwen2Config, MixtralConfig,
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
 same fields), GptOssConfig, GPT2Config, GPTNeoXConfig, NemotronConfig, GemmaConfig, Gemma2Config,
-Gemma3TextConfig, OlmoConfig, Olmo2Config; and MosaicML's MPTConfig (llm-foundry
+Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config; and MosaicML's MPTConfig (llm-foundry
 llmfoundry/models/mpt/configuration_mpt.py). The architecture is read from ``architectures[0]``, else
 from ``model_type``. A missing required field or an unknown architecture is a one-line error
 naming it.
@@ -58,6 +58,13 @@ Other families:
   (Gemma2Config) and Gemma 3's five of every six (``sliding_window_pattern``, default 6: layer i global
   when (i + 1) % 6 == 0). Gemma 2's logit soft-capping and their extra norms are not timed apart.
 * OLMo, OLMo 2: Llama-shaped (SwiGLU, RoPE, untied); OLMo 2's query and key norms not timed apart.
+* Phi-3 (Phi3Config, transformers v4.43.0 ``configuration_phi3.py``; Phi-3.5-mini and Phi-4 share the
+  class): Llama-shaped, its fused ``qkv_proj`` and ``gate_up_proj`` the same products; no biases;
+  untied (its default); ``num_key_value_heads`` default the heads; every layer within
+  ``sliding_window`` keys where it is set (``modeling_phi3.py`` passes it to every layer's attention;
+  Phi-3-mini-4k: 2,047); dropout where ``resid_pdrop``, ``embd_pdrop`` or ``attention_dropout`` is
+  above 0; a ``partial_rotary_factor`` below 1 (Phi-4-mini) rotates fewer channels: the rotary kernel
+  is timed whole, a small overcount.
 
 RoPE scaling: a YaRN ``rope_scaling`` gives the attention factor its cos and sin are multiplied
 by (``rope_mscale``), as transformers computes it (modeling_rope_utils.py
@@ -97,6 +104,7 @@ _FAMILIES = {
     "Gemma3ForCausalLM": "gemma3", "gemma3_text": "gemma3",
     "OlmoForCausalLM": "olmo", "olmo": "olmo",
     "Olmo2ForCausalLM": "olmo2", "olmo2": "olmo2",
+    "Phi3ForCausalLM": "phi3", "phi3": "phi3",
     "Llama4ForConditionalGeneration": "llama4", "llama4": "llama4",
     "Llama4ForCausalLM": "llama4", "llama4_text": "llama4",
 }
@@ -246,7 +254,7 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             bias=bool(cfg.get("attention_bias", False)) and bool(cfg.get("mlp_bias", False)),
             qkv_bias=bool(cfg.get("attention_bias", False)), dropout=False,
             max_seq=_length(cfg, "max_position_embeddings", arch), source=f"Hugging Face config.json ({arch})")
-    # Llama-like: Llama, Mistral, Qwen2/3, Mixtral, Qwen MoE, DeepSeek (RMSNorm, SwiGLU, RoPE).
+    # Llama-like: Llama, Mistral, Qwen2/3, Mixtral, Qwen MoE, DeepSeek, Phi-3 (RMSNorm, SwiGLU, RoPE).
     heads = _whole(cfg, "num_attention_heads", arch)
     hidden = _whole(cfg, "hidden_size", arch)
     layers = _whole(cfg, "num_hidden_layers", arch)
@@ -269,9 +277,9 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         kw = _qwen_moe(cfg, arch, fam, layers)
     elif fam in ("gemma2", "gemma3"):
         kw = _gemma_sliding(cfg, arch, fam, layers)
-    elif fam == "mistral" and cfg.get("sliding_window"):
-        # MistralConfig: every layer attends within sliding_window (null from v0.2 on: none)
-        kw = dict(sliding_window=_get(cfg, "sliding_window", arch), sliding_layers=layers)
+    elif fam in ("mistral", "phi3") and cfg.get("sliding_window"):
+        # MistralConfig, Phi3Config: every layer attends within sliding_window (Mistral's null from v0.2 on: none)
+        kw = dict(sliding_window=_whole(cfg, "sliding_window", arch), sliding_layers=layers)
     elif fam == "deepseek":
         kw = _deepseek_moe(cfg, arch)
         q_lora = cfg.get("q_lora_rank")
@@ -295,7 +303,8 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         qkv_bias=(True if fam in ("qwen2", "qwen2_moe")
                   else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
                                                   "olmo", "olmo2") else None)),
-        dropout=False, max_seq=_length(cfg, "max_position_embeddings", arch),
+        dropout=fam == "phi3" and any((cfg.get(k) or 0) > 0 for k in ("resid_pdrop", "embd_pdrop", "attention_dropout")),
+        max_seq=_length(cfg, "max_position_embeddings", arch),
         rope_mscale=rope_attention_factor(cfg, arch), source=f"Hugging Face config.json ({arch})", **kw)
 
 
