@@ -246,7 +246,7 @@ def resolve(training: Training, hw: Hardware, *, norm_fused: bool = True, param_
         return None
     if not hw.fp8_recipes:
         raise ModelcutError(f"precision fp8 needs FP8 tensor cores; {hw.name} has none "
-                            "(Transformer Engine and torchao need compute capability 8.9 or higher)")
+                            "(Transformer Engine and torchao run FP8 on NVIDIA GPUs of compute capability 8.9 or higher)")
     if library not in LIBRARY_RECIPES:
         raise ModelcutError(f"FP8 library must be one of {', '.join(LIBRARY_RECIPES)}, got {library!r}")
     if not LIBRARY_RECIPES[library]:
