@@ -523,6 +523,18 @@ def test_runs_page_shows_the_default_model_and_switches_cleanly(server, page):
     row = page.locator("[data-testid=runs] tbody tr", has_text=first_timed["id"])
     x = first_timed["published"]
     assert (f"{x:.2f} s" if x >= 10 else f"{x:.3f} s") in row.inner_text()   # in its unit, as published
+    # a mixture of experts' row names its expert parallelism under the layout (etp where it differs)
+    moe = [r for r in ans["runs"] if r["layout"]["ep"] > 1]
+    assert moe
+    for r in moe:
+        L = r["layout"]
+        want = f"ep {L['ep']}" + (f", etp {L['etp']}" if L["etp"] is not None and L["etp"] != L["tp"] else "")
+        cell = page.locator("[data-testid=runs] tbody tr", has_text=r["id"]).first.locator("td").nth(2)
+        assert cell.locator("[data-testid=ep]").inner_text() == want
+    assert page.locator("[data-testid=runs] [data-testid=ep]").count() == len(moe)
+    # at 1280 × 800 every column shows without scrolling sideways, the step's bars included
+    assert page.evaluate("() => { const s = document.querySelector('[data-testid=runs]').parentElement;"
+                         " return s.scrollWidth <= s.clientWidth; }")
     page.select_option("#mode", "seed")
     seed = api(server, "/api/runs?mode=seed&set=all")
     page.wait_for_function("() => document.querySelector('#summary').textContent.includes('Seed model')")

@@ -219,8 +219,8 @@ def runs_page(mode: str = "seed", which: str = "deck") -> dict[str, Any]:
 def _page_row(pr, pred, run, published, unit: str, predicted: float, error: float, fitted: bool) -> dict[str, Any]:
     lay = run.layout
     return {"id": pr.id, "family": pr.family, "model": run.model.name, "gpu": run.gpu, "gpus": lay.gpus,
-            "layout": {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp, "vpp": pred.vpp,
-                       "schedule": pred.schedule},
+            "layout": {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep, "etp": lay.etp,
+                       "vpp": pred.vpp, "schedule": pred.schedule},
             "unit": unit, "published": published, "predicted": predicted,
             "published_tflops": published if unit == "TFLOP/s" else None,
             "predicted_tflops": predicted if unit == "TFLOP/s" else pred.tflops_per_gpu,

@@ -110,7 +110,8 @@
     const t = $('runs');
     t.textContent = '';
     const oos = data.runs.some((r) => r.out_of_sample);
-    const heads = [['Run'], ['GPUs'], ['tp·cp·pp·dp', 'tensor · context · pipeline · data parallel'],
+    const heads = [['Run'], ['GPUs'], ['tp·cp·pp·dp', 'tensor · context · pipeline · data parallel; a second line '
+        + 'gives the expert parallelism of a mixture of experts (and its expert tensor parallelism where it differs)'],
       ['Schedule'], ['Published', 'as the source reports it: TFLOP/s per GPU, or seconds a step'],
       oos ? ['Predicted', 'out of sample: with the constants fitted without the run\'s source, in the published unit']
         : ['Predicted', 'in the published unit'],
@@ -128,12 +129,15 @@
                            'data-id': r.id, onclick: () => showRun(r.id)}, [
         h('td', {text: r.id}),
         h('td', {text: fmt(r.gpus, 0)}),
-        h('td', {text: `${L.tp}·${L.cp}·${L.pp}·${L.dp}`}),
-        h('td', {class: 'left', text: L.pp === 1 ? '\u2014' : L.vpp > 1 ? `${L.schedule}, v = ${L.vpp}` : L.schedule}),
+        h('td', {}, [`${L.tp}·${L.cp}·${L.pp}·${L.dp}`].concat(L.ep > 1
+          ? [h('br'), h('span', {class: 'small muted', 'data-testid': 'ep',
+                                 text: `ep ${L.ep}` + (L.etp != null && L.etp !== L.tp ? `, etp ${L.etp}` : '')})] : [])),
+        h('td', {class: 'left'}, L.pp === 1 ? ['\u2014'] : [L.schedule].concat(L.vpp > 1
+          ? [h('br'), h('span', {class: 'small muted', text: `v = ${L.vpp}`})] : [])),
         h('td', {text: inUnit(r, r.published)}), h('td', {text: inUnit(r, sh.predicted)}), err,
         ...(oos ? [r.out_of_sample ? cell(r.error_pct) : h('td', {class: 'muted', text: '\u2014'})] : []),
         h('td', {text: seconds(r.step_time_s)}),
-        h('td', {class: 'bars-cell'}, stackedBar(Object.assign({__fmt: seconds}, r.breakdown), TIME_TERMS, r.step_time_s, 200, 16)),
+        h('td', {class: 'bars-cell'}, stackedBar(Object.assign({__fmt: seconds}, r.breakdown), TIME_TERMS, r.step_time_s, 150, 16)),
       ]));
     }
     t.append(body);
