@@ -113,6 +113,9 @@ def test_published_runs():
     ("phi3-mini-4k.json", dict(layers=32, hidden=3072, ffn_hidden=8192, heads=32, kv_heads=32, vocab=32064,
                                gated_mlp=True, tied_embeddings=False, bias=False, norm="rmsnorm",
                                sliding_window=2047, sliding_layers=32, dropout=False)),
+    # Granite MoE: read as Mixtral (experts in every layer, their width intermediate_size), tied here
+    ("granite-moe-like.json", dict(layers=32, hidden=1536, heads=24, kv_heads=8, experts=40, top_k=8,
+                                   expert_ffn_hidden=512, gated_mlp=True, tied_embeddings=True, bias=False)),
     # a NemotronForCausalLM config of Nemotron-4 15B's shape is the catalog's nemotron4-15b
     ("nemotron4-15b-like.json", dict(layers=32, hidden=6144, ffn_hidden=24576, heads=48, kv_heads=8, vocab=256000,
                                      gated_mlp=False, tied_embeddings=False, norm="layernorm", bias=False)),
@@ -147,6 +150,19 @@ def test_a_phi3_config_counts_its_parameters_and_reads_its_dropout():
     assert m.dropout and m.sliding_window is None and not m.sliding_layers
     with pytest.raises(ModelcutError, match="sliding_window"):
         catalog.model_from_hf_config({**cfg, "sliding_window": 2047.5})
+
+
+def test_a_granite_config_reads_as_llama():
+    """GraniteForCausalLM takes Llama's fields: a Granite config counts what the same fields count
+    under LlamaForCausalLM, its scalar multipliers aside."""
+    from modelcut.core.costs.flops import param_count
+    g = {"architectures": ["GraniteForCausalLM"], "hidden_size": 4096, "intermediate_size": 12800,
+         "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 49155,
+         "tie_word_embeddings": True, "attention_bias": False, "mlp_bias": False, "residual_multiplier": 0.22}
+    m = catalog.model_from_hf_config(g)
+    llama = catalog.model_from_hf_config({**g, "architectures": ["LlamaForCausalLM"]})
+    assert (m.gated_mlp, m.tied_embeddings, m.bias, m.norm) == (True, True, False, "rmsnorm")
+    assert param_count(m) == param_count(llama)
 
 
 def test_small_llama_and_mistral_entries():

@@ -4,7 +4,7 @@ Field names and defaults follow the transformers configuration classes (src/tran
 <family>/configuration_<family>.py): LlamaConfig, MistralConfig, Qwen2Config, MixtralConfig,
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
 same fields), GptOssConfig, GPT2Config, GPTNeoXConfig, NemotronConfig, GemmaConfig, Gemma2Config,
-Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config; and MosaicML's MPTConfig (llm-foundry
+Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config, GraniteConfig, GraniteMoeConfig; and MosaicML's MPTConfig (llm-foundry
 llmfoundry/models/mpt/configuration_mpt.py). The architecture is read from ``architectures[0]``, else
 from ``model_type``. A missing required field or an unknown architecture is a one-line error
 naming it.
@@ -57,6 +57,11 @@ Other families:
   layers ``layer_types`` names ``"sliding_attention"``, else Gemma 2's every other layer from the first
   (Gemma2Config) and Gemma 3's five of every six (``sliding_window_pattern``, default 6: layer i global
   when (i + 1) % 6 == 0). Gemma 2's logit soft-capping and their extra norms are not timed apart.
+* IBM Granite (GraniteConfig) is read as Llama (the same fields: ``attention_bias``, ``mlp_bias``,
+  untied unless ``tie_word_embeddings``) and Granite MoE (GraniteMoeConfig) as Mixtral
+  (``num_local_experts``, ``num_experts_per_tok``, experts ``intermediate_size`` wide in every layer);
+  their scalar multipliers (``embedding_multiplier``, ``residual_multiplier``, ``attention_multiplier``,
+  ``logits_scaling``) are not timed apart.
 * OLMo, OLMo 2: Llama-shaped (SwiGLU, RoPE, untied); OLMo 2's query and key norms not timed apart.
 * Phi-3 (Phi3Config, transformers v4.43.0 ``configuration_phi3.py``; Phi-3.5-mini and Phi-4 share the
   class): Llama-shaped, its fused ``qkv_proj`` and ``gate_up_proj`` the same products; no biases;
@@ -105,6 +110,8 @@ _FAMILIES = {
     "OlmoForCausalLM": "olmo", "olmo": "olmo",
     "Olmo2ForCausalLM": "olmo2", "olmo2": "olmo2",
     "Phi3ForCausalLM": "phi3", "phi3": "phi3",
+    "GraniteForCausalLM": "llama", "granite": "llama",            # Llama's fields and defaults
+    "GraniteMoeForCausalLM": "mixtral", "granitemoe": "mixtral",  # Mixtral's expert fields
     "Llama4ForConditionalGeneration": "llama4", "llama4": "llama4",
     "Llama4ForCausalLM": "llama4", "llama4_text": "llama4",
 }
