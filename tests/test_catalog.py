@@ -152,6 +152,17 @@ def test_a_phi3_config_counts_its_parameters_and_reads_its_dropout():
         catalog.model_from_hf_config({**cfg, "sliding_window": 2047.5})
 
 
+def test_a_glm45_config_reads_its_experts_and_counts_its_parameters():
+    """GLM-4.5-Air (Glm4MoeForCausalLM): 128 routed experts of 1,408 and one shared expert after one
+    dense layer, grouped-query attention of 96 heads of 128 with q, k and v biases; 106.85 billion
+    parameters, the model card's 106B total (its multi-token prediction layer not counted)."""
+    from modelcut.core.costs.flops import param_count
+    m = catalog.load_hf_config("tests/data/hf/glm-4.5-air-like.json")
+    assert (m.experts, m.top_k, m.expert_ffn_hidden, m.shared_experts, m.dense_layers) == (128, 8, 1408, 1, 1)
+    assert (m.heads, m.kv_heads, m.head_dim, m.qkv_bias, m.bias, m.tied_embeddings) == (96, 8, 128, True, False, False)
+    assert 106.0e9 <= param_count(m) < 107.0e9
+
+
 def test_a_granite_config_reads_as_llama():
     """GraniteForCausalLM takes Llama's fields: a Granite config counts what the same fields count
     under LlamaForCausalLM, its scalar multipliers aside."""

@@ -4,7 +4,7 @@ Field names and defaults follow the transformers configuration classes (src/tran
 <family>/configuration_<family>.py): LlamaConfig, MistralConfig, Qwen2Config, MixtralConfig,
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
 same fields), GptOssConfig, GPT2Config, GPTNeoXConfig, NemotronConfig, GemmaConfig, Gemma2Config,
-Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config, GraniteConfig, GraniteMoeConfig; and MosaicML's MPTConfig (llm-foundry
+Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config, GraniteConfig, GraniteMoeConfig, Glm4MoeConfig; and MosaicML's MPTConfig (llm-foundry
 llmfoundry/models/mpt/configuration_mpt.py). The architecture is read from ``architectures[0]``, else
 from ``model_type``. A missing required field or an unknown architecture is a one-line error
 naming it.
@@ -62,6 +62,14 @@ Other families:
   (``num_local_experts``, ``num_experts_per_tok``, experts ``intermediate_size`` wide in every layer);
   their scalar multipliers (``embedding_multiplier``, ``residual_multiplier``, ``attention_multiplier``,
   ``logits_scaling``) are not timed apart.
+* GLM-4.5 (Glm4MoeForCausalLM, transformers ``models/glm4_moe``): DeepSeek-V3's expert fields
+  (``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``, ``n_shared_experts``
+  shared experts of that width, ``first_k_dense_replace`` leading dense layers of
+  ``intermediate_size``) around grouped-query attention of ``head_dim``; biases on q, k and v only
+  (``attention_bias``; ``Glm4MoeAttention``'s output projection has none); untied unless
+  ``tie_word_embeddings``. Its query and key norms (``use_qk_norm``) and half-width rotary
+  (``partial_rotary_factor`` 0.5) are not timed apart; its multi-token prediction layer
+  (``num_nextn_predict_layers``) is not counted, as DeepSeek-V3's is not.
 * OLMo, OLMo 2: Llama-shaped (SwiGLU, RoPE, untied); OLMo 2's query and key norms not timed apart.
 * Phi-3 (Phi3Config, transformers v4.43.0 ``configuration_phi3.py``; Phi-3.5-mini and Phi-4 share the
   class): Llama-shaped, its fused ``qkv_proj`` and ``gate_up_proj`` the same products; no biases;
@@ -112,6 +120,7 @@ _FAMILIES = {
     "Phi3ForCausalLM": "phi3", "phi3": "phi3",
     "GraniteForCausalLM": "llama", "granite": "llama",            # Llama's fields and defaults
     "GraniteMoeForCausalLM": "mixtral", "granitemoe": "mixtral",  # Mixtral's expert fields
+    "Glm4MoeForCausalLM": "glm4_moe", "glm4_moe": "glm4_moe",
     "Llama4ForConditionalGeneration": "llama4", "llama4": "llama4",
     "Llama4ForCausalLM": "llama4", "llama4_text": "llama4",
 }
@@ -287,6 +296,8 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     elif fam in ("mistral", "phi3") and cfg.get("sliding_window"):
         # MistralConfig, Phi3Config: every layer attends within sliding_window (Mistral's null from v0.2 on: none)
         kw = dict(sliding_window=_whole(cfg, "sliding_window", arch), sliding_layers=layers)
+    elif fam == "glm4_moe":
+        kw = _deepseek_moe(cfg, arch)   # DeepSeek-V3's expert fields, grouped-query attention
     elif fam == "deepseek":
         kw = _deepseek_moe(cfg, arch)
         q_lora = cfg.get("q_lora_rank")
@@ -309,7 +320,7 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
               else attention_bias if fam == "gpt_oss" else False),
         qkv_bias=(True if fam in ("qwen2", "qwen2_moe")
                   else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-                                                  "olmo", "olmo2") else None)),
+                                                  "olmo", "olmo2", "glm4_moe") else None)),
         dropout=fam == "phi3" and any((cfg.get(k) or 0) > 0 for k in ("resid_pdrop", "embd_pdrop", "attention_dropout")),
         max_seq=_length(cfg, "max_position_embeddings", arch),
         rope_mscale=rope_attention_factor(cfg, arch), source=f"Hugging Face config.json ({arch})", **kw)
