@@ -163,6 +163,23 @@ def test_a_glm45_config_reads_its_experts_and_counts_its_parameters():
     assert 106.0e9 <= param_count(m) < 107.0e9
 
 
+def test_a_gemma3_vision_language_config_reads_its_text_model():
+    """Gemma 3 27B's released config.json is a Gemma3ForConditionalGeneration whose text_config omits
+    the vocabulary and length: read over Gemma3TextConfig's defaults (262,208 words, tied), its 62
+    layers attend within 1,024 keys but every sixth (52 windowed), 27.0 billion parameters (the
+    vision encoder left out). A text_config that is not an object is one line."""
+    import json
+
+    from modelcut.core.costs.flops import param_count
+    m = catalog.load_hf_config("tests/data/hf/gemma-3-27b-like.json")
+    assert (m.layers, m.hidden, m.vocab, m.head_dim, m.heads, m.kv_heads) == (62, 5376, 262_208, 128, 32, 16)
+    assert (m.sliding_window, m.sliding_layers, m.tied_embeddings, m.max_seq) == (1024, 52, True, 131_072)
+    assert 26.9e9 < param_count(m) < 27.1e9
+    cfg = json.load(open("tests/data/hf/gemma-3-27b-like.json"))
+    with pytest.raises(ModelcutError, match="text_config must be an object"):
+        catalog.model_from_hf_config({**cfg, "text_config": [1]})
+
+
 def test_a_granite_config_reads_as_llama():
     """GraniteForCausalLM takes Llama's fields: a Granite config counts what the same fields count
     under LlamaForCausalLM, its scalar multipliers aside."""

@@ -52,7 +52,8 @@ Other families:
   Dropout where ``resid_pdrop``, ``emb_pdrop`` or ``attn_config.attn_pdrop`` is above 0.
 * Nemotron (NemotronConfig): squared ReLU as a plain MLP (not gated), LayerNorm (``layernorm1p``), no
   linear biases unless ``attention_bias`` / ``mlp_bias``, untied, ``head_dim`` where given.
-* Gemma, Gemma 2, Gemma 3 (text): a gated (GeGLU) MLP, RMSNorm, ``head_dim`` (256 for most sizes),
+* Gemma, Gemma 2, Gemma 3 (text; and a Gemma3ForConditionalGeneration config's ``text_config``, its
+  vision encoder left out, over Gemma3TextConfig's defaults: :data:`_TEXT_DEFAULTS`): a gated (GeGLU) MLP, RMSNorm, ``head_dim`` (256 for most sizes),
   tied embeddings (their configs' default); Gemma 2 and 3 attend within ``sliding_window`` on the
   layers ``layer_types`` names ``"sliding_attention"``, else Gemma 2's every other layer from the first
   (Gemma2Config) and Gemma 3's five of every six (``sliding_window_pattern``, default 6: layer i global
@@ -115,6 +116,7 @@ _FAMILIES = {
     "GemmaForCausalLM": "gemma", "gemma": "gemma",
     "Gemma2ForCausalLM": "gemma2", "gemma2": "gemma2",
     "Gemma3ForCausalLM": "gemma3", "gemma3_text": "gemma3",
+    "Gemma3ForConditionalGeneration": "gemma3", "gemma3": "gemma3",   # its text_config (_TEXT_DEFAULTS)
     "OlmoForCausalLM": "olmo", "olmo": "olmo",
     "Olmo2ForCausalLM": "olmo2", "olmo2": "olmo2",
     "Phi3ForCausalLM": "phi3", "phi3": "phi3",
@@ -214,6 +216,34 @@ def _get(cfg: dict, key: str, arch: str, default: Any = ...) -> Any:
     return default
 
 
+#: A vision-language wrapper whose ``text_config`` is the language model modelcut reads (its vision
+#: encoder left out), with the text configuration class's defaults for the fields the released
+#: files leave out: Gemma3TextConfig (huggingface/transformers src/transformers/models/gemma3/
+#: configuration_gemma3.py at 008f5c8c): vocab_size 262,208, max_position_embeddings 131,072, head_dim
+#: 256, sliding_window 4,096, sliding_window_pattern 6, tied embeddings, and the class's default sizes
+#: (hidden 2,304, intermediate 9,216, 26 layers, 8 heads, 4 KV heads) where a file leaves them out.
+_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "Gemma3ForConditionalGeneration": dict(
+        vocab_size=262_208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, max_position_embeddings=131_072, tie_word_embeddings=True,
+        attention_bias=False, sliding_window=4096, sliding_window_pattern=6),
+}
+_TEXT_DEFAULTS["gemma3"] = _TEXT_DEFAULTS["Gemma3ForConditionalGeneration"]
+
+
+def _text_of(cfg: dict, arch: str) -> dict:
+    """A wrapper's language model (:data:`_TEXT_DEFAULTS`): its ``text_config`` over the text class's
+    defaults, keeping the file's name."""
+    text = cfg.get("text_config", {})
+    if not isinstance(text, dict):
+        raise ModelcutError(f"config.json ({arch}): text_config must be an object")
+    out = {**_TEXT_DEFAULTS[arch], **text}
+    out.pop("architectures", None)
+    if "_name_or_path" in cfg:
+        out["_name_or_path"] = cfg["_name_or_path"]
+    return out
+
+
 def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a parsed ``config.json``: layers, hidden, FFN, heads, KV heads,
     vocabulary, tied embeddings, gated MLP (and experts for Mixtral). A field of the wrong type
@@ -233,6 +263,8 @@ def model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
 
 def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     arch, fam = _arch(cfg)
+    if arch in _TEXT_DEFAULTS:
+        cfg = _text_of(cfg, arch)
     name = name or str(cfg.get("_name_or_path") or arch)
     if fam == "gpt2":
         hidden = _whole(cfg, "n_embd", arch)
