@@ -175,6 +175,15 @@ def test_a_gemma3_vision_language_config_reads_its_text_model():
     assert (m.layers, m.hidden, m.vocab, m.head_dim, m.heads, m.kv_heads) == (62, 5376, 262_208, 128, 32, 16)
     assert (m.sliding_window, m.sliding_layers, m.tied_embeddings, m.max_seq) == (1024, 52, True, 131_072)
     assert 26.9e9 < param_count(m) < 27.1e9
+    mistral = {"architectures": ["Mistral3ForConditionalGeneration"],
+               "text_config": {"hidden_size": 5120, "intermediate_size": 32768, "num_hidden_layers": 40,
+                               "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                               "vocab_size": 131072, "sliding_window": None}}
+    small = catalog.model_from_hf_config(mistral)
+    assert (small.layers, small.head_dim, small.vocab, small.sliding_window) == (40, 128, 131072, None)
+    with pytest.raises(ModelcutError, match="vocab_size"):
+        del mistral["text_config"]["vocab_size"]
+        catalog.model_from_hf_config(mistral)
     cfg = json.load(open("tests/data/hf/gemma-3-27b-like.json"))
     with pytest.raises(ModelcutError, match="text_config must be an object"):
         catalog.model_from_hf_config({**cfg, "text_config": [1]})

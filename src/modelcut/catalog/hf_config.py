@@ -53,7 +53,8 @@ Other families:
 * Nemotron (NemotronConfig): squared ReLU as a plain MLP (not gated), LayerNorm (``layernorm1p``), no
   linear biases unless ``attention_bias`` / ``mlp_bias``, untied, ``head_dim`` where given.
 * Gemma, Gemma 2, Gemma 3 (text; and a Gemma3ForConditionalGeneration config's ``text_config``, its
-  vision encoder left out, over Gemma3TextConfig's defaults: :data:`_TEXT_DEFAULTS`): a gated (GeGLU) MLP, RMSNorm, ``head_dim`` (256 for most sizes),
+  vision encoder left out, over Gemma3TextConfig's defaults: :data:`_TEXT_DEFAULTS`; Mistral Small
+  3.1's Mistral3ForConditionalGeneration likewise, its text_config read as Mistral's): a gated (GeGLU) MLP, RMSNorm, ``head_dim`` (256 for most sizes),
   tied embeddings (their configs' default); Gemma 2 and 3 attend within ``sliding_window`` on the
   layers ``layer_types`` names ``"sliding_attention"``, else Gemma 2's every other layer from the first
   (Gemma2Config) and Gemma 3's five of every six (``sliding_window_pattern``, default 6: layer i global
@@ -117,6 +118,7 @@ _FAMILIES = {
     "Gemma2ForCausalLM": "gemma2", "gemma2": "gemma2",
     "Gemma3ForCausalLM": "gemma3", "gemma3_text": "gemma3",
     "Gemma3ForConditionalGeneration": "gemma3", "gemma3": "gemma3",   # its text_config (_TEXT_DEFAULTS)
+    "Mistral3ForConditionalGeneration": "mistral", "mistral3": "mistral",   # likewise
     "OlmoForCausalLM": "olmo", "olmo": "olmo",
     "Olmo2ForCausalLM": "olmo2", "olmo2": "olmo2",
     "Phi3ForCausalLM": "phi3", "phi3": "phi3",
@@ -229,6 +231,9 @@ _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
         attention_bias=False, sliding_window=4096, sliding_window_pattern=6),
 }
 _TEXT_DEFAULTS["gemma3"] = _TEXT_DEFAULTS["Gemma3ForConditionalGeneration"]
+# Mistral Small 3.1 and later (Mistral3ForConditionalGeneration): a MistralConfig text_config, read as
+# given (a field it leaves out is a one-line error naming it).
+_TEXT_DEFAULTS["Mistral3ForConditionalGeneration"] = _TEXT_DEFAULTS["mistral3"] = {}
 
 
 def _text_of(cfg: dict, arch: str) -> dict:
