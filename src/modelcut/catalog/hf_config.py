@@ -53,12 +53,13 @@ Other families:
 * Nemotron (NemotronConfig): squared ReLU as a plain MLP (not gated), LayerNorm (``layernorm1p``), no
   linear biases unless ``attention_bias`` / ``mlp_bias``, untied, ``head_dim`` where given.
 * Gemma, Gemma 2, Gemma 3 (text; and a Gemma3ForConditionalGeneration config's ``text_config``, its
-  vision encoder left out, over Gemma3TextConfig's defaults: :data:`_TEXT_DEFAULTS`; Mistral Small
-  3.1's Mistral3ForConditionalGeneration likewise, its text_config read as Mistral's): a gated (GeGLU) MLP, RMSNorm, ``head_dim`` (256 for most sizes),
-  tied embeddings (their configs' default); Gemma 2 and 3 attend within ``sliding_window`` on the
+  vision encoder left out, over Gemma3TextConfig's defaults: :data:`_TEXT_DEFAULTS`): a gated (GeGLU)
+  MLP, RMSNorm, ``head_dim`` (256 for most sizes), tied embeddings (their configs' default); Gemma 2 and 3 attend within ``sliding_window`` on the
   layers ``layer_types`` names ``"sliding_attention"``, else Gemma 2's every other layer from the first
   (Gemma2Config) and Gemma 3's five of every six (``sliding_window_pattern``, default 6: layer i global
   when (i + 1) % 6 == 0). Gemma 2's logit soft-capping and their extra norms are not timed apart.
+* Mistral Small 3.1 and later (Mistral3ForConditionalGeneration): its ``text_config`` read as
+  Mistral's, the vision encoder left out.
 * IBM Granite (GraniteConfig) is read as Llama (the same fields: ``attention_bias``, ``mlp_bias``,
   untied unless ``tie_word_embeddings``) and Granite MoE (GraniteMoeConfig) as Mixtral
   (``num_local_experts``, ``num_experts_per_tok``, experts ``intermediate_size`` wide in every layer);
