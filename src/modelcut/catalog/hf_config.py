@@ -4,8 +4,8 @@ Field names and defaults follow the transformers configuration classes (src/tran
 <family>/configuration_<family>.py): LlamaConfig, MistralConfig, Qwen2Config, MixtralConfig,
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
 same fields), GptOssConfig, GPT2Config, GPTNeoXConfig, NemotronConfig, GemmaConfig, Gemma2Config,
-Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config, GraniteConfig, GraniteMoeConfig, Glm4MoeConfig; and MosaicML's MPTConfig (llm-foundry
-llmfoundry/models/mpt/configuration_mpt.py). The architecture is read from ``architectures[0]``, else
+Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config, GraniteConfig, GraniteMoeConfig,
+Glm4MoeConfig; and MosaicML's MPTConfig (llm-foundry llmfoundry/models/mpt/configuration_mpt.py). The architecture is read from ``architectures[0]``, else
 from ``model_type``. A missing required field or an unknown architecture is a one-line error
 naming it.
 
@@ -54,9 +54,9 @@ Other families:
   linear biases unless ``attention_bias`` / ``mlp_bias``, untied, ``head_dim`` where given.
 * Gemma, Gemma 2, Gemma 3 (text; and a Gemma3ForConditionalGeneration config's ``text_config``, its
   vision encoder left out, over Gemma3TextConfig's defaults: :data:`_TEXT_DEFAULTS`): a gated (GeGLU)
-  MLP, RMSNorm, ``head_dim`` (256 for most sizes), tied embeddings (their configs' default); Gemma 2 and 3 attend within ``sliding_window`` on the
-  layers ``layer_types`` names ``"sliding_attention"``, else Gemma 2's every other layer from the first
-  (Gemma2Config) and Gemma 3's five of every six (``sliding_window_pattern``, default 6: layer i global
+  MLP, RMSNorm, ``head_dim`` (256 for most sizes), tied embeddings (their configs' default); Gemma 2
+  and 3 attend within ``sliding_window`` on the layers ``layer_types`` names ``"sliding_attention"``,
+  else Gemma 2's every other layer from the first (Gemma2Config) and Gemma 3's five of every six (``sliding_window_pattern``, default 6: layer i global
   when (i + 1) % 6 == 0). Gemma 2's logit soft-capping and their extra norms are not timed apart.
 * Mistral Small 3.1 and later (Mistral3ForConditionalGeneration): its ``text_config`` read as
   Mistral's, the vision encoder left out.
@@ -359,7 +359,8 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         qkv_bias=(True if fam in ("qwen2", "qwen2_moe")
                   else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
                                                   "olmo", "olmo2", "glm4_moe") else None)),
-        dropout=fam == "phi3" and any((cfg.get(k) or 0) > 0 for k in ("resid_pdrop", "embd_pdrop", "attention_dropout")),
+        dropout=fam == "phi3" and any((cfg.get(k) or 0) > 0
+                                      for k in ("resid_pdrop", "embd_pdrop", "attention_dropout")),
         max_seq=_length(cfg, "max_position_embeddings", arch),
         rope_mscale=rope_attention_factor(cfg, arch), source=f"Hugging Face config.json ({arch})", **kw)
 
