@@ -5,9 +5,9 @@ Field names and defaults follow the transformers configuration classes (src/tran
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
 same fields), GptOssConfig, GPT2Config, GPTNeoXConfig, NemotronConfig, GemmaConfig, Gemma2Config,
 Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config, GraniteConfig, GraniteMoeConfig,
-Glm4MoeConfig; and MosaicML's MPTConfig (llm-foundry llmfoundry/models/mpt/configuration_mpt.py). The architecture is read from ``architectures[0]``, else
-from ``model_type``. A missing required field or an unknown architecture is a one-line error
-naming it.
+Glm4MoeConfig; and MosaicML's MPTConfig (llm-foundry llmfoundry/models/mpt/configuration_mpt.py).
+The architecture is read from ``architectures[0]``, else from ``model_type``. A missing required
+field or an unknown architecture is a one-line error naming it.
 
 Mixture-of-experts fields, by family:
 
@@ -56,8 +56,9 @@ Other families:
   vision encoder left out, over Gemma3TextConfig's defaults: :data:`_TEXT_DEFAULTS`): a gated (GeGLU)
   MLP, RMSNorm, ``head_dim`` (256 for most sizes), tied embeddings (their configs' default); Gemma 2
   and 3 attend within ``sliding_window`` on the layers ``layer_types`` names ``"sliding_attention"``,
-  else Gemma 2's every other layer from the first (Gemma2Config) and Gemma 3's five of every six (``sliding_window_pattern``, default 6: layer i global
-  when (i + 1) % 6 == 0). Gemma 2's logit soft-capping and their extra norms are not timed apart.
+  else Gemma 2's every other layer from the first (Gemma2Config) and Gemma 3's five of every six
+  (``sliding_window_pattern``, default 6: layer i global when (i + 1) % 6 == 0). Gemma 2's logit
+  soft-capping and their extra norms are not timed apart.
 * Mistral Small 3.1 and later (Mistral3ForConditionalGeneration): its ``text_config`` read as
   Mistral's, the vision encoder left out.
 * IBM Granite (GraniteConfig) is read as Llama (the same fields: ``attention_bias``, ``mlp_bias``,
