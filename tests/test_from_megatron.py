@@ -71,7 +71,10 @@ def test_flags_are_read_as_argparse_reads_them():
 
 @pytest.mark.parametrize("extra, needle", [
     ("--tensor-model-parallel-size $TP", "--tensor-model-parallel-size: cannot read '$TP'"),
-    ("--moe-layer-freq ([1]*3+[0])*2 --num-experts 8", "a pattern of layers is not read"),
+    ("--moe-layer-freq ([1]*3+[0])*20 --num-experts 8", "this pattern is not of that shape"),
+    ("--moe-layer-freq [1]*79 --num-experts 8", "gives 79 layers, --num-layers 80"),
+    ("--moe-layer-freq [1]*80] --num-experts 8", "unexpected ']'"),
+    ("--moe-layer-freq eval('[1]*80') --num-experts 8", "unexpected 'e'"),
     ("--recompute-granularity full --recompute-method uniform --recompute-num-layers 2", "not modelled"),
     ("--recompute-granularity full", "needs --recompute-method"),
     ("--cp-comm-type ring2", "--cp-comm-type 'ring2'"),
@@ -207,7 +210,7 @@ FLAG_NAMES = ["num-layers", "hidden-size", "ffn-hidden-size", "num-attention-hea
               "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype"]
 VALUES = ["", "1", "2", "4", "8", "0", "-3", "2048", "10" * 12, "1e3", "abc", "$X", "nan", "p2p a2a", "E|t|L",
           "(t|)*3", "full", "block", "uniform", "selective", "hybrid", "mxfp8", "optim", "core_attn moe_act", "4 2",
-          "bf16", "fp8"]
+          "bf16", "fp8", "([0]*3+[1])", "[1]*4", "[0,1]*2", "([1]*3+[0]", "[2]*4"]
 
 
 @given(st.lists(st.tuples(st.sampled_from(FLAG_NAMES), st.sampled_from(VALUES)), max_size=14),
@@ -294,6 +297,34 @@ def test_latent_attention_and_bf16_moments_are_read_as_megatron_lm_runs_them():
         run_document(text + " --exp-avg-dtype fp32", gpu="h100", gpus=8)
     with pytest.raises(ModelcutError, match="need --use-precision-aware-optimizer"):
         run_document(text.replace(" --use-precision-aware-optimizer", ""), gpu="h100", gpus=8)
+
+
+@pytest.mark.parametrize("freq, dense, every", [
+    ("'([0]*3+[1]*58)'", 3, 1),          # DeepSeek-V3's: three dense layers, then experts in every one
+    ("([1]*61)", 0, 1),
+    ("[0,1]*30+[0]", 0, 2),              # experts in the odd layers
+    ("[0]*2+([0]*2+[1])*19+[0,0]", 2, 3),
+])
+def test_a_layer_pattern_reads_as_leading_dense_layers_then_every_kth(freq, dense, every):
+    """--moe-layer-freq as Megatron-LM takes a Python list expression (1 a layer with experts, 0 a
+    dense one), read without evaluating it: its leading dense layers, then every k-th layer."""
+    text = ("--num-layers 61 --hidden-size 1024 --num-attention-heads 8 --seq-length 4096 --micro-batch-size 1"
+            f" --bf16 --swiglu --vocab-size 32000 --num-experts 16 --moe-router-topk 2 --moe-layer-freq {freq}")
+    m = run_document(text, gpu="h100", gpus=8)[0]["model"]
+    assert (m.get("dense_layers", 0), m.get("moe_every", 1)) == (dense, every)
+
+
+@given(st.integers(0, 6), st.integers(1, 5), st.integers(1, 40))
+@settings(max_examples=200, deadline=None)
+def test_any_representable_layer_pattern_reads_back_to_itself(d, k, n):
+    """For d dense layers then every k-th of n more, the pair read back regenerates the same layers
+    (a pattern with a single expert layer has several such pairs: any one will do)."""
+    from modelcut.service.megatron_args import moe_pattern
+    layers = [1 if i >= d and (i - d + 1) % k == 0 else 0 for i in range(d + n)]
+    if not any(layers):
+        return
+    d2, k2 = moe_pattern("[" + ",".join(map(str, layers)) + "]", len(layers))
+    assert layers == [1 if i >= d2 and (i - d2 + 1) % k2 == 0 else 0 for i in range(len(layers))]
 
 
 def test_latent_attention_without_a_query_latent_writes_a_run_file(tmp_path, capsys):

@@ -20,7 +20,9 @@ megatron/core/model_parallel_config.py):
   pads it (megatron/training/vocab_utils.py); mixture of experts: ``--num-experts``,
   ``--moe-router-topk`` (default 2), ``--moe-ffn-hidden-size`` (default the FFN's),
   ``--moe-shared-expert-intermediate-size`` (shared experts of that width over the expert width),
-  ``--moe-layer-freq`` (an integer k: every k-th layer); multi-head latent attention,
+  ``--moe-layer-freq`` (an integer k: every k-th layer; a list expression such as
+  ``([0]*3+[1]*58)``: its leading dense layers, then every k-th, :func:`moe_pattern`); multi-head
+  latent attention,
   ``--multi-latent-attention`` with ``--q-lora-rank`` (default none), ``--kv-lora-rank`` (32),
   ``--qk-head-dim`` (128), ``--qk-pos-emb-head-dim`` (64) and ``--v-head-dim`` (128), with the
   equal-weight grouped-query shape a DeepSeek config.json reads as for the seed model
@@ -314,9 +316,101 @@ def _model(flags: dict[str, list[str]], tp: int, vocab: int | None) -> dict[str,
             try:
                 table["moe_every"] = int(freq)
             except ValueError:
-                raise ModelcutError(f"--moe-layer-freq {freq!r}: a pattern of layers is not read; give an integer, "
-                                    "or name a catalog model with --model") from None
+                dense, every = moe_pattern(freq, table["layers"])
+                table.update(dense_layers=dense, moe_every=every)
     return table
+
+
+def _layer_list(text: str) -> list[int]:
+    """The layer pattern a ``--moe-layer-freq`` list expression gives (Megatron-LM evaluates it as
+    Python: ``"([0]*3+[1]*58)"``, ``"[1]*48"``, ``"[0,1]*24"``), read without evaluating it: lists
+    of 0 and 1, ``*`` a whole number, ``+`` and brackets. Anything else is one line."""
+    tokens = re.findall(r"\d+|[\[\](),*+]|\S", text.strip().strip("'\""))
+    pos = 0
+
+    def bad(why: str) -> ModelcutError:
+        return ModelcutError(f"--moe-layer-freq {text!r}: {why}; give an integer or a list expression "
+                             "such as ([0]*3+[1]*58)")
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take(want: str | None = None) -> str:
+        nonlocal pos
+        tok = peek()
+        if tok is None or (want is not None and tok != want):
+            raise bad(f"expected {want or 'more'} at {tok or 'the end'!r}")
+        pos += 1
+        return tok
+
+    def factor() -> list[int]:
+        tok = peek()
+        if tok == "[":
+            take("[")
+            items: list[int] = []
+            while peek() != "]":
+                v = take()
+                if v not in ("0", "1"):
+                    raise bad(f"a layer is 0 (dense) or 1 (experts), got {v!r}")
+                items.append(int(v))
+                if peek() == ",":
+                    take(",")
+            take("]")
+            return items
+        if tok == "(":
+            take("(")
+            inner = expr()
+            take(")")
+            return inner
+        if tok is not None and tok.isdigit():
+            n = int(take())
+            take("*")
+            return factor() * n
+        raise bad(f"unexpected {tok or 'end'!r}")
+
+    def term() -> list[int]:
+        out = factor()
+        while peek() == "*":
+            take("*")
+            n = take()
+            if not n.isdigit():
+                raise bad(f"a list repeats a whole number of times, got {n!r}")
+            out = out * int(n)
+        return out
+
+    def expr() -> list[int]:
+        out = term()
+        while peek() == "+":
+            take("+")
+            out = out + term()
+        return out
+
+    if len(text) > 10_000:
+        raise bad("too long")
+    layers = expr()
+    if peek() is not None:
+        raise bad(f"unexpected {peek()!r}")
+    return layers
+
+
+def moe_pattern(text: str, num_layers: int) -> tuple[int, int]:
+    """(leading dense layers, every k-th layer past them with experts) of a ``--moe-layer-freq`` list
+    expression (1 an expert layer, 0 a dense one: megatron/core/models/gpt/gpt_layer_specs.py
+    ``get_moe_layer_pattern``, core_v0.15.0), as :class:`..core.specs.ModelSpec` holds them: d zeros,
+    then layer i ≥ d with experts where (i − d + 1) is a multiple of k. A pattern of another shape, or
+    not one entry a layer, is one line."""
+    pattern = _layer_list(text)
+    if len(pattern) != num_layers:
+        raise ModelcutError(f"--moe-layer-freq {text!r} gives {len(pattern)} layers, --num-layers {num_layers}")
+    first = next((i for i, v in enumerate(pattern) if v), None)
+    if first is None:
+        raise ModelcutError(f"--moe-layer-freq {text!r} gives no layer with experts")
+    for d in range(first + 1):          # the first expert layer is layer d + k − 1
+        k = first - d + 1
+        if pattern == [1 if i >= d and (i - d + 1) % k == 0 else 0 for i in range(num_layers)]:
+            return d, k
+    raise ModelcutError(f"--moe-layer-freq {text!r}: modelcut models leading dense layers, then every k-th "
+                        "layer with experts; this pattern is not of that shape")
 
 
 def _layout_split(text: str, pp: int) -> tuple[int, ...]:
