@@ -20,7 +20,8 @@ megatron/core/model_parallel_config.py):
   pads it (megatron/training/vocab_utils.py); mixture of experts: ``--num-experts``,
   ``--moe-router-topk`` (default 2), ``--moe-ffn-hidden-size`` (default the FFN's),
   ``--moe-shared-expert-intermediate-size`` (shared experts of that width over the expert width),
-  ``--moe-layer-freq`` (an integer k: every k-th layer; a list expression such as
+  ``--moe-layer-freq`` (an integer k: every k-th layer, which Megatron-LM places at layers 0, k, 2k, …
+  and modelcut at k − 1, 2k − 1, …, the same count where k divides the layers; a list expression such as
   ``([0]*3+[1]*58)``: its leading dense layers, then every k-th, :func:`moe_pattern`); multi-head
   latent attention,
   ``--multi-latent-attention`` with ``--q-lora-rank`` (default none), ``--kv-lora-rank`` (32),
