@@ -75,6 +75,8 @@ def test_flags_are_read_as_argparse_reads_them():
     ("--moe-layer-freq [1]*79 --num-experts 8", "gives 79 layers, --num-layers 80"),
     ("--moe-layer-freq [1]*80] --num-experts 8", "unexpected ']'"),
     ("--moe-layer-freq eval('[1]*80') --num-experts 8", "unexpected 'e'"),
+    ("--moe-layer-freq " + "(" * 30 + "[1]*80" + ")" * 30 + " --num-experts 8", "nested more than 20 deep"),
+    ("--moe-layer-freq [1]*99999999999 --num-experts 8", "more than the 80 layers"),   # refused before it is built
     ("--recompute-granularity full --recompute-method uniform --recompute-num-layers 2", "not modelled"),
     ("--recompute-granularity full", "needs --recompute-method"),
     ("--cp-comm-type ring2", "--cp-comm-type 'ring2'"),

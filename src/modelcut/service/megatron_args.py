@@ -322,15 +322,25 @@ def _model(flags: dict[str, list[str]], tp: int, vocab: int | None) -> dict[str,
     return table
 
 
-def _layer_list(text: str) -> list[int]:
+#: How deep a ``--moe-layer-freq`` expression may nest its brackets.
+_MAX_NESTING = 20
+
+
+def _shown(text: str, most: int = 60) -> str:
+    """A flag's value as an error line quotes it: whole up to ``most`` characters, else its start."""
+    return repr(text) if len(text) <= most else repr(text[:most - 3] + "...")
+
+
+def _layer_list(text: str, most: int) -> list[int]:
     """The layer pattern a ``--moe-layer-freq`` list expression gives (Megatron-LM evaluates it as
     Python: ``"([0]*3+[1]*58)"``, ``"[1]*48"``, ``"[0,1]*24"``), read without evaluating it: lists
-    of 0 and 1, ``*`` a whole number, ``+`` and brackets. Anything else is one line."""
+    of 0 and 1, ``*`` a whole number, ``+`` and brackets nested at most :data:`_MAX_NESTING` deep.
+    Anything else, or a pattern longer than ``most`` layers, is one line."""
     tokens = re.findall(r"\d+|[\[\](),*+]|\S", text.strip().strip("'\""))
     pos = 0
 
     def bad(why: str) -> ModelcutError:
-        return ModelcutError(f"--moe-layer-freq {text!r}: {why}; give an integer or a list expression "
+        return ModelcutError(f"--moe-layer-freq {_shown(text)}: {why}; give an integer or a list expression "
                              "such as ([0]*3+[1]*58)")
 
     def peek() -> str | None:
@@ -344,7 +354,14 @@ def _layer_list(text: str) -> list[int]:
         pos += 1
         return tok
 
-    def factor() -> list[int]:
+    def longest(out: list[int], times: int = 1) -> list[int]:
+        if len(out) * times > most:
+            raise bad(f"more than the {most} layers")
+        return out * times
+
+    def factor(depth: int) -> list[int]:
+        if depth > _MAX_NESTING:
+            raise bad(f"brackets nested more than {_MAX_NESTING} deep")
         tok = peek()
         if tok == "[":
             take("[")
@@ -354,36 +371,37 @@ def _layer_list(text: str) -> list[int]:
                 if v not in ("0", "1"):
                     raise bad(f"a layer is 0 (dense) or 1 (experts), got {v!r}")
                 items.append(int(v))
+                longest(items)
                 if peek() == ",":
                     take(",")
             take("]")
             return items
         if tok == "(":
             take("(")
-            inner = expr()
+            inner = expr(depth + 1)
             take(")")
             return inner
         if tok is not None and tok.isdigit():
             n = int(take())
             take("*")
-            return factor() * n
+            return longest(factor(depth + 1), n)
         raise bad(f"unexpected {tok or 'end'!r}")
 
-    def term() -> list[int]:
-        out = factor()
+    def term(depth: int) -> list[int]:
+        out = factor(depth)
         while peek() == "*":
             take("*")
             n = take()
             if not n.isdigit():
                 raise bad(f"a list repeats a whole number of times, got {n!r}")
-            out = out * int(n)
+            out = longest(out, int(n))
         return out
 
-    def expr() -> list[int]:
-        out = term()
+    def expr(depth: int = 0) -> list[int]:
+        out = term(depth)
         while peek() == "+":
             take("+")
-            out = out + term()
+            out = longest(out + term(depth))
         return out
 
     if len(text) > 10_000:
@@ -400,17 +418,17 @@ def moe_pattern(text: str, num_layers: int) -> tuple[int, int]:
     ``get_moe_layer_pattern``, core_v0.15.0), as :class:`..core.specs.ModelSpec` holds them: d zeros,
     then layer i ≥ d with experts where (i − d + 1) is a multiple of k. A pattern of another shape, or
     not one entry a layer, is one line."""
-    pattern = _layer_list(text)
+    pattern = _layer_list(text, num_layers)
     if len(pattern) != num_layers:
-        raise ModelcutError(f"--moe-layer-freq {text!r} gives {len(pattern)} layers, --num-layers {num_layers}")
+        raise ModelcutError(f"--moe-layer-freq {_shown(text)} gives {len(pattern)} layers, --num-layers {num_layers}")
     first = next((i for i, v in enumerate(pattern) if v), None)
     if first is None:
-        raise ModelcutError(f"--moe-layer-freq {text!r} gives no layer with experts")
+        raise ModelcutError(f"--moe-layer-freq {_shown(text)} gives no layer with experts")
     for d in range(first + 1):          # the first expert layer is layer d + k − 1
         k = first - d + 1
         if pattern == [1 if i >= d and (i - d + 1) % k == 0 else 0 for i in range(num_layers)]:
             return d, k
-    raise ModelcutError(f"--moe-layer-freq {text!r}: modelcut models leading dense layers, then every k-th "
+    raise ModelcutError(f"--moe-layer-freq {_shown(text)}: modelcut models leading dense layers, then every k-th "
                         "layer with experts; this pattern is not of that shape")
 
 
