@@ -77,6 +77,8 @@ def test_flags_are_read_as_argparse_reads_them():
     ("--moe-layer-freq eval('[1]*80') --num-experts 8", "unexpected 'e'"),
     ("--moe-layer-freq " + "(" * 30 + "[1]*80" + ")" * 30 + " --num-experts 8", "nested more than 20 deep"),
     ("--moe-layer-freq [1]*99999999999 --num-experts 8", "more than the 80 layers"),   # refused before it is built
+    ("--pipeline-model-parallel-layout 't*99999999999'", "more than 1,000,000 characters"),   # likewise
+    ("--pipeline-model-parallel-layout '" + "(" * 40 + "t|" + ")*2" * 40 + "'", "more than 1,000,000 characters"),
     ("--recompute-granularity full --recompute-method uniform --recompute-num-layers 2", "not modelled"),
     ("--recompute-granularity full", "needs --recompute-method"),
     ("--cp-comm-type ring2", "--cp-comm-type 'ring2'"),

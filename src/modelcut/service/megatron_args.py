@@ -322,6 +322,10 @@ def _model(flags: dict[str, list[str]], tp: int, vocab: int | None) -> dict[str,
     return table
 
 
+#: The longest ``--pipeline-model-parallel-layout`` its repeats may spell out, in characters (a layer,
+#: the embedding, the loss or a stage's bar each one): far above any model's layers and stages.
+_MAX_LAYOUT = 1_000_000
+
 #: How deep a ``--moe-layer-freq`` expression may nest its brackets.
 _MAX_NESTING = 20
 
@@ -441,18 +445,32 @@ def _layout_split(text: str, pp: int) -> tuple[int, ...]:
     count is a multiple of pp."""
     expanded = text.replace(" ", "").replace(",", "")
     pattern = re.compile(r"\(([^()]*)\)\*(\d+)")
+
+    def repeat(part: str, times: str, rest: int) -> str:
+        if len(part) * int(times) + rest > _MAX_LAYOUT:
+            raise ModelcutError(f"--pipeline-model-parallel-layout {_shown(text)}: its repeats spell more than "
+                                f"{_MAX_LAYOUT:,} characters")
+        return part * int(times)
+
     while (m := pattern.search(expanded)) is not None:
-        expanded = expanded[:m.start()] + m.group(1) * int(m.group(2)) + expanded[m.end():]
+        expanded = (expanded[:m.start()] + repeat(m.group(1), m.group(2), len(expanded) - len(m.group(0)))
+                    + expanded[m.end():])
     if "(" in expanded or ")" in expanded:
-        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: cannot read its repeats")
-    expanded = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), expanded)
+        raise ModelcutError(f"--pipeline-model-parallel-layout {_shown(text)}: cannot read its repeats")
+    pieces, end, total = [], 0, 0
+    for m in re.finditer(r"(.)\*(\d+)", expanded):
+        piece = expanded[end:m.start()] + repeat(m.group(1), m.group(2), total + len(expanded) - end)
+        pieces.append(piece)
+        total += len(piece)
+        end = m.end()
+    expanded = "".join(pieces) + expanded[end:]
     unknown = sorted(set(expanded) - set("ELtm|"))
     if unknown:
-        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: {unknown[0]!r} is no layer type "
+        raise ModelcutError(f"--pipeline-model-parallel-layout {_shown(text)}: {unknown[0]!r} is no layer type "
                             "(E, t, m, L)")
     stages = expanded.split("|")
     if len(stages) % pp:
-        raise ModelcutError(f"--pipeline-model-parallel-layout {text!r}: {len(stages)} stages are not a multiple of "
+        raise ModelcutError(f"--pipeline-model-parallel-layout {_shown(text)}: {len(stages)} stages are not a multiple of "
                             f"pp ({pp})")
     return tuple(st.count("t") for st in stages)
 
