@@ -200,3 +200,26 @@ def test_run_toml_fields_exit_0_or_2_in_time_and_memory(cases):
 @given(st.lists(user_runs, min_size=40, max_size=40))
 def test_csv_rows_exit_0_or_2_in_time_and_memory(cases):
     check(cases)
+
+
+def test_files_nested_past_the_parser_are_one_line(tmp_path, capsys):
+    """A config.json, a RUN.toml, a torchtitan configuration or a profile nested deeper than Python's
+    parsers go is refused in one line with exit 2 (each was an internal error, exit 70)."""
+    from modelcut.cli import main
+
+    deep_json = tmp_path / "config.json"
+    deep_json.write_text("[" * 200_000 + "]" * 200_000)
+    deep_toml = tmp_path / "run.toml"
+    deep_toml.write_text("a = " + "[" * 20_000 + "1" + "]" * 20_000 + "\n")
+    cases = [
+        ["explore", "--model", str(deep_json), "--gpu", "h100", "--gpus", "8", "--seq", "4096",
+         "--global-batch-tokens", "1M"],
+        ["predict", str(deep_toml)],
+        ["from-torchtitan", str(deep_toml), "--gpu", "h100", "--gpus", "8"],
+        ["predict", "tests/data/gpt3-175b.toml", "--profile", str(deep_toml)],
+    ]
+    for args in cases:
+        capsys.readouterr()
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("modelcut: error:") and "nested more deeply" in err and "\n" not in err, err

@@ -517,6 +517,8 @@ def test_uploads_read_configs_and_refuse_bad_ones(client):
     for data, status, words in cases:
         r = client.post("/api/upload-config", files={"file": ("config.json", data)})
         assert r.status_code == status and words in r.json()["detail"], r.text
+    r = client.post("/api/upload-config", files={"file": ("config.json", b"[" * 200_000 + b"]" * 200_000)})
+    assert r.status_code == 400 and "nested more deeply" in r.json()["detail"], r.text   # was a 500
     r = client.post("/api/upload-config", files={"file": ("config.json", b"{" + b" " * 1_000_001 + b"}")})
     assert r.status_code == 413
     r = client.post("/api/upload-config", content=b"{}", headers={"content-type": "application/json"})

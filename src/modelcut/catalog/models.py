@@ -57,6 +57,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
         raise ModelcutError(f"{p}: no such file") from None
     except json.JSONDecodeError as exc:
         raise ModelcutError(f"{p}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise ModelcutError(f"{p}: not valid JSON (objects or arrays nested more deeply than the parser reads)") from None
     if not isinstance(cfg, dict):
         raise ModelcutError(f"{p}: a config.json must hold a JSON object")
     default = p.parent.name if p.stem == "config" and p.parent.name else p.stem

@@ -38,7 +38,7 @@ def model_spec(spec: str, limits: Limits | None = None) -> ModelSpec:
             raise ModelcutError(f"{spec}: {path.stat().st_size:,} bytes is not a config.json (at most 10 MB)")
         try:
             cfg = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             cfg = None      # load_hf_config says what is wrong, in one line
         if isinstance(cfg, dict):
             check_hf_sizes(cfg, lim)
@@ -208,7 +208,7 @@ def _mapping_parts(text: str) -> list[tuple[str, str | None]] | None:
         return None
     try:
         d = json.loads(t)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             d = ast.literal_eval(t)
         except (ValueError, SyntaxError, MemoryError, RecursionError):

@@ -122,7 +122,7 @@ def other_input(text: str, path: str | Path, doc: dict | None = None) -> str | N
                 f"`modelcut from-megatron {path} --gpu GPU --gpus N -o run.toml`")
     try:
         conf = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if isinstance(conf, dict) and any(k in conf for k in _HF_KEYS):
         return (f"{name}: a Hugging Face config.json (a model's shape), not a RUN.toml: name it in a RUN.toml's "
@@ -177,6 +177,8 @@ def load_run(path: str | Path, limits: Limits | None = None) -> Run:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ModelcutError(other_input(text, path) or f"{p.name}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise ModelcutError(f"{p.name}: invalid TOML: tables or arrays nested more deeply than the parser reads") from None
     hint = other_input(text, path, doc)
     if hint:
         raise ModelcutError(hint)
@@ -307,7 +309,7 @@ def load_run_with_settings(path: str | Path, limits: Limits | None = None) -> tu
     path = Path(path)
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         return load_run(path, limits), {}        # its one-line error
     st = doc.pop("settings", None)
     if st is None:

@@ -297,6 +297,8 @@ def run_file_text(text: str, source: str, *, gpu: str, gpus: int, model: str | N
         framework = catalog.framework(framework).name
     try:
         conf = tomllib.loads(text)
+    except RecursionError:
+        raise ModelcutError(f"{source}: invalid TOML: tables or arrays nested more deeply than the parser reads") from None
     except tomllib.TOMLDecodeError as exc:
         if _looks_like_python(text, source):
             raise ModelcutError(

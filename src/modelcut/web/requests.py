@@ -105,6 +105,8 @@ def read_config(data: bytes, filename: str, limits: Limits) -> dict:
         raise HTTPException(400, f"{filename} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise HTTPException(400, f"{filename} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise HTTPException(400, f"{filename} is not valid JSON (objects or arrays nested more deeply than the parser reads)") from None
     if not isinstance(cfg, dict):
         raise ModelcutError(f"{filename} must hold a JSON object, the model's configuration")
     choice = ModelChoice(hf_config=cfg)

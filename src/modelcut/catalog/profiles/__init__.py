@@ -108,4 +108,6 @@ def load_profile(path: str | Path) -> Profile:
         raise ModelcutError(f"{p}: no such file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ModelcutError(f"{p}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise ModelcutError(f"{p}: not valid TOML (tables or arrays nested more deeply than the parser reads)") from None
     return _profile_from_table(data, str(p))
