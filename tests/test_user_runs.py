@@ -110,6 +110,17 @@ def test_validate_runs_refuses_what_it_does_not_do(tmp_path, capsys):
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+def test_a_cell_past_the_csv_readers_limit_is_one_line(tmp_path, capsys):
+    """A cell longer than the csv module's field limit (131,072 characters) is one line naming the file,
+    for validate and calibrate alike (it was an internal error, exit 70)."""
+    path = tmp_path / "runs.csv"
+    path.write_text('id,model\nr1,"' + "x" * 200_000 + '"\n')
+    for cmd in ("validate", "calibrate"):
+        assert main([cmd, "--runs", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"modelcut: error: {path}: not a CSV table") and "\n" not in err, err
+
+
 @pytest.mark.parametrize("written, name", [
     ("torchtitan", "fsdp-compile"), ("TorchTitan-Compile", "fsdp-compile"), ("torchtitan-eager", "fsdp"),
     ("fsdp2", "fsdp"), ("Megatron-LM", "megatron-core"),

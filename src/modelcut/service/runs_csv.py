@@ -167,14 +167,19 @@ def read_runs_rows(path: str | Path, limits: Limits | None = None) -> tuple[list
     except IsADirectoryError:
         raise ModelcutError(f"{p}: is a directory, not a CSV file") from None
     reader = csv.DictReader(text.splitlines())
-    if reader.fieldnames is None:
+    try:
+        fields = reader.fieldnames
+        rows = list(reader)
+    except csv.Error as exc:      # a cell past the csv module's field limit, a stray NUL, ...
+        raise ModelcutError(f"{p}: not a CSV table the reader takes ({exc})") from None
+    if fields is None:
         raise ModelcutError(f"{p}: empty file")
-    unknown = [c for c in reader.fieldnames if c and c.strip() not in CSV_COLUMNS]
+    unknown = [c for c in fields if c and c.strip() not in CSV_COLUMNS]
     if unknown:
         raise ModelcutError(f"{p}: unknown column {unknown[0]!r} (columns: {', '.join(CSV_COLUMNS)})")
     out: list[Measured] = []
     bad: list[BadRow] = []
-    for i, row in enumerate(reader, start=2):
+    for i, row in enumerate(rows, start=2):
         row = {k.strip(): (v or "") for k, v in row.items() if k}
         rid = row.get("id", "").strip() or f"row{i}"
         try:
