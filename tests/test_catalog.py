@@ -164,8 +164,8 @@ def test_a_glm45_config_reads_its_experts_and_counts_its_parameters():
 
 
 def test_a_gemma3_vision_language_config_reads_its_text_model():
-    """Gemma 3 27B's released config.json is a Gemma3ForConditionalGeneration whose text_config omits
-    the vocabulary and length: read over Gemma3TextConfig's defaults (262,208 words, tied), its 62
+    """A Gemma3ForConditionalGeneration config of Gemma 3 27B's shape whose text_config leaves out the
+    vocabulary and length: read over Gemma3TextConfig's defaults (262,208 words, tied), its 62
     layers attend within 1,024 keys but every sixth (52 windowed), 27.0 billion parameters (the
     vision encoder left out). A text_config that is not an object is one line."""
     import json
