@@ -8,7 +8,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ..core.errors import ModelcutError
+from ..core.errors import ModelcutError, NESTED_JSON
 from ..core.specs import ModelSpec
 from .hf_config import model_from_hf_config
 from .names import NameIndex
@@ -58,7 +58,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     except json.JSONDecodeError as exc:
         raise ModelcutError(f"{p}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
     except RecursionError:
-        raise ModelcutError(f"{p}: not valid JSON (objects or arrays nested more deeply than the parser reads)") from None
+        raise ModelcutError(f"{p}: not valid JSON ({NESTED_JSON})") from None
     if not isinstance(cfg, dict):
         raise ModelcutError(f"{p}: a config.json must hold a JSON object")
     default = p.parent.name if p.stem == "config" and p.parent.name else p.stem

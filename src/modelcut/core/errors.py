@@ -1,5 +1,10 @@
 """Errors the core raises for bad input; faces turn them into one-line messages."""
 
+#: What a refusal says of a JSON or TOML input nested past the recursion Python's parsers allow
+#: (``json.loads`` and ``tomllib.loads`` raise RecursionError there).
+NESTED_JSON = "objects or arrays nested more deeply than the parser reads"
+NESTED_TOML = "tables or arrays nested more deeply than the parser reads"
+
 
 class ModelcutError(ValueError):
     """A problem with the user's input, explained in one line."""

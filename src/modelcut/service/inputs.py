@@ -27,6 +27,12 @@ CHECK_KEYS = {"tp": int, "cp": int, "ep": int, "etp": int, "pp": int, "dp": int,
               "cp_kind": str, "schedule": str, "recompute": str}
 
 
+def shown(value: object, most: int = 40) -> str:
+    """A value as a one-line error quotes it: its repr, cut to ``most`` characters with "..."."""
+    text = repr(value)
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
 def model_spec(spec: str, limits: Limits | None = None) -> ModelSpec:
     """A catalog model name, or a path to a Hugging Face ``config.json``; its sizes within the limits."""
     path = Path(spec)

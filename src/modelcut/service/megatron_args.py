@@ -74,6 +74,7 @@ from ..core.errors import ModelcutError
 from ..core.specs import CP_KINDS, fp8_recipe_name
 from ..core.step.stack_names import ATTENTION_BACKENDS, MEGATRON_FSDP_SHARDING, unmodelled_option
 from .limits import Limits
+from .inputs import shown
 from .runfile import check_target, imported_text, split_ends
 
 #: The flags that take several values (argparse nargs "+" or "*"): --cp-comm-type may name one form a
@@ -330,11 +331,6 @@ _MAX_LAYOUT = 1_000_000
 _MAX_NESTING = 20
 
 
-def _shown(text: str, most: int = 60) -> str:
-    """A flag's value as an error line quotes it: whole up to ``most`` characters, else its start."""
-    return repr(text) if len(text) <= most else repr(text[:most - 3] + "...")
-
-
 def _layer_list(text: str, most: int) -> list[int]:
     """The layer pattern a ``--moe-layer-freq`` list expression gives (Megatron-LM evaluates it as
     Python: ``"([0]*3+[1]*58)"``, ``"[1]*48"``, ``"[0,1]*24"``), read without evaluating it: lists
@@ -344,7 +340,7 @@ def _layer_list(text: str, most: int) -> list[int]:
     pos = 0
 
     def bad(why: str) -> ModelcutError:
-        return ModelcutError(f"--moe-layer-freq {_shown(text)}: {why}; give an integer or a list expression "
+        return ModelcutError(f"--moe-layer-freq {shown(text, 60)}: {why}; give an integer or a list expression "
                              "such as ([0]*3+[1]*58)")
 
     def peek() -> str | None:
@@ -424,15 +420,15 @@ def moe_pattern(text: str, num_layers: int) -> tuple[int, int]:
     not one entry a layer, is one line."""
     pattern = _layer_list(text, num_layers)
     if len(pattern) != num_layers:
-        raise ModelcutError(f"--moe-layer-freq {_shown(text)} gives {len(pattern)} layers, --num-layers {num_layers}")
+        raise ModelcutError(f"--moe-layer-freq {shown(text, 60)} gives {len(pattern)} layers, --num-layers {num_layers}")
     first = next((i for i, v in enumerate(pattern) if v), None)
     if first is None:
-        raise ModelcutError(f"--moe-layer-freq {_shown(text)} gives no layer with experts")
+        raise ModelcutError(f"--moe-layer-freq {shown(text, 60)} gives no layer with experts")
     for d in range(first + 1):          # the first expert layer is layer d + k − 1
         k = first - d + 1
         if pattern == [1 if i >= d and (i - d + 1) % k == 0 else 0 for i in range(num_layers)]:
             return d, k
-    raise ModelcutError(f"--moe-layer-freq {_shown(text)}: modelcut models leading dense layers, then every k-th "
+    raise ModelcutError(f"--moe-layer-freq {shown(text, 60)}: modelcut models leading dense layers, then every k-th "
                         "layer with experts; this pattern is not of that shape")
 
 
@@ -448,7 +444,7 @@ def _layout_split(text: str, pp: int) -> tuple[int, ...]:
 
     def repeat(part: str, times: str, rest: int) -> str:
         if len(part) * int(times) + rest > _MAX_LAYOUT:
-            raise ModelcutError(f"--pipeline-model-parallel-layout {_shown(text)}: its repeats spell more than "
+            raise ModelcutError(f"--pipeline-model-parallel-layout {shown(text, 60)}: its repeats spell more than "
                                 f"{_MAX_LAYOUT:,} characters")
         return part * int(times)
 
@@ -456,7 +452,7 @@ def _layout_split(text: str, pp: int) -> tuple[int, ...]:
         expanded = (expanded[:m.start()] + repeat(m.group(1), m.group(2), len(expanded) - len(m.group(0)))
                     + expanded[m.end():])
     if "(" in expanded or ")" in expanded:
-        raise ModelcutError(f"--pipeline-model-parallel-layout {_shown(text)}: cannot read its repeats")
+        raise ModelcutError(f"--pipeline-model-parallel-layout {shown(text, 60)}: cannot read its repeats")
     pieces, end, total = [], 0, 0
     for m in re.finditer(r"(.)\*(\d+)", expanded):
         piece = expanded[end:m.start()] + repeat(m.group(1), m.group(2), total + len(expanded) - end)
@@ -466,11 +462,11 @@ def _layout_split(text: str, pp: int) -> tuple[int, ...]:
     expanded = "".join(pieces) + expanded[end:]
     unknown = sorted(set(expanded) - set("ELtm|"))
     if unknown:
-        raise ModelcutError(f"--pipeline-model-parallel-layout {_shown(text)}: {unknown[0]!r} is no layer type "
+        raise ModelcutError(f"--pipeline-model-parallel-layout {shown(text, 60)}: {unknown[0]!r} is no layer type "
                             "(E, t, m, L)")
     stages = expanded.split("|")
     if len(stages) % pp:
-        raise ModelcutError(f"--pipeline-model-parallel-layout {_shown(text)}: {len(stages)} stages are not a multiple of "
+        raise ModelcutError(f"--pipeline-model-parallel-layout {shown(text, 60)}: {len(stages)} stages are not a multiple of "
                             f"pp ({pp})")
     return tuple(st.count("t") for st in stages)
 

@@ -32,7 +32,7 @@ from ..core.step import MODES
 from ..core.step.frameworks import OPTIONS
 from ..core.step.stack_names import (fsdp_note, fsdp_setting, negated_option, option_name, unmodelled_note,
                                      unmodelled_option)
-from .inputs import NOT_MODELLED, not_overlap
+from .inputs import NOT_MODELLED, not_overlap, shown as _shown
 from .limits import DEFAULT, LimitError, Limits
 
 # --- names the catalog and the registry know --------------------------------------------------------
@@ -693,11 +693,6 @@ _PHRASES = {
 
 _TYPE_ERRORS = {"int_type", "float_type", "string_type", "bool_type", "list_type", "dict_type", "model_type",
                 "int_parsing", "float_parsing", "bool_parsing", "model_attributes_type"}
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _phrase(err: dict) -> str:

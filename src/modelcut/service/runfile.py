@@ -80,7 +80,7 @@ from pathlib import Path
 
 from .. import catalog
 from ..catalog import LAYOUT_KEYS, MODEL_KEYS, TRAINING_KEYS
-from ..core.errors import ModelcutError
+from ..core.errors import ModelcutError, NESTED_TOML
 from ..core.plan import end_ranks
 from ..core.sim import registry
 from ..core.specs import Run
@@ -178,7 +178,7 @@ def load_run(path: str | Path, limits: Limits | None = None) -> Run:
     except tomllib.TOMLDecodeError as exc:
         raise ModelcutError(other_input(text, path) or f"{p.name}: invalid TOML: {exc}") from None
     except RecursionError:
-        raise ModelcutError(f"{p.name}: invalid TOML: tables or arrays nested more deeply than the parser reads") from None
+        raise ModelcutError(f"{p.name}: invalid TOML: {NESTED_TOML}") from None
     hint = other_input(text, path, doc)
     if hint:
         raise ModelcutError(hint)

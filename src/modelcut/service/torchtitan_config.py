@@ -45,7 +45,7 @@ import tomllib
 from typing import Any
 
 from .. import catalog
-from ..core.errors import ModelcutError
+from ..core.errors import ModelcutError, NESTED_TOML
 from ..core.sim import registry
 from ..core.specs import fp8_recipe_name, grad_reduce_name
 from ..core.step.stack_names import TORCHTITAN_ROTATE
@@ -298,7 +298,7 @@ def run_file_text(text: str, source: str, *, gpu: str, gpus: int, model: str | N
     try:
         conf = tomllib.loads(text)
     except RecursionError:
-        raise ModelcutError(f"{source}: invalid TOML: tables or arrays nested more deeply than the parser reads") from None
+        raise ModelcutError(f"{source}: invalid TOML: {NESTED_TOML}") from None
     except tomllib.TOMLDecodeError as exc:
         if _looks_like_python(text, source):
             raise ModelcutError(

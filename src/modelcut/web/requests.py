@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from ..core.errors import ModelcutError
+from ..core.errors import ModelcutError, NESTED_JSON
 from ..core.sim.run import PipelineResult
 from ..export import chrome_trace
 from ..service import catalog_info, inputs, predict as service_predict, simulate as simulation, validation
@@ -106,7 +106,7 @@ def read_config(data: bytes, filename: str, limits: Limits) -> dict:
     except json.JSONDecodeError as exc:
         raise HTTPException(400, f"{filename} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
     except RecursionError:
-        raise HTTPException(400, f"{filename} is not valid JSON (objects or arrays nested more deeply than the parser reads)") from None
+        raise HTTPException(400, f"{filename} is not valid JSON ({NESTED_JSON})") from None
     if not isinstance(cfg, dict):
         raise ModelcutError(f"{filename} must hold a JSON object, the model's configuration")
     choice = ModelChoice(hf_config=cfg)

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from ...core.costs.kernels import NAMES, Efficiency
-from ...core.errors import ModelcutError
+from ...core.errors import ModelcutError, NESTED_TOML
 from ...core.specs import Hardware
 
 __all__ = ["Profile", "profile_for", "load_profile", "all_profiles", "applies", "EVERY"]
@@ -109,5 +109,5 @@ def load_profile(path: str | Path) -> Profile:
     except tomllib.TOMLDecodeError as exc:
         raise ModelcutError(f"{p}: not valid TOML ({exc})") from None
     except RecursionError:
-        raise ModelcutError(f"{p}: not valid TOML (tables or arrays nested more deeply than the parser reads)") from None
+        raise ModelcutError(f"{p}: not valid TOML ({NESTED_TOML})") from None
     return _profile_from_table(data, str(p))
