@@ -316,6 +316,10 @@ def test_csv_errors_exit_non_zero_without_traceback_in_a_real_process(tmp_path):
     (("-s", "interleaved", "-p", "4", "-m", "6"), "m mod N = 0 or >= p"),
     (("--forward", "-1"), "--forward must be at least 0, got -1.0"),
     (("--schedule-csv", "/nonexistent/x.csv"), "x.csv"),
+    # all ops of no duration: the bubble was printed as 0 beside the closed form's 0.375, and no
+    # device held an activation
+    (("--forward", "0", "--backward", "0"), "forward, backward and weight times are all 0"),
+    (("-s", "zb-h1", "--forward", "0", "--backward", "0", "--weight", "0"), "times are all 0"),
 ])
 def test_bad_input_is_one_line(capsys, args, words):
     rc, _, err = cli(capsys, "simulate", *args)

@@ -55,6 +55,11 @@ def test_interleaved_4_8_2_answers_the_deck_bubble(client):
     SimulateResponse.model_validate(ans)
 
 
+def test_a_pipeline_of_no_work_is_refused(client):
+    r = simulate(client, schedule="1f1b", devices=4, microbatches=8, forward=0, backward=0)
+    assert r.status_code == 422 and "times are all 0" in r.json()["detail"], r.text   # was a 200 with bubble 0
+
+
 @pytest.mark.parametrize("args", [
     ["-s", "gpipe", "-p", "4", "-m", "8"],
     ["-s", "1f1b", "-p", "3", "-m", "5", "--p2p", "0.25"],

@@ -135,6 +135,11 @@ def simulate_input(inp: SimulateInput, limits: Limits | None = None, exact_up_to
                    schedule: Schedule | None = None) -> Simulation:
     """The use case: a validated request (its ``schedule`` built here, or the one given, e.g. from
     a CSV), simulated; work over the limits refused before it starts."""
+    if inp.forward + inp.backward + (inp.weight or 0) == 0:
+        # Every op would take no time: the bubble, idle over busy time, is 0/0 and the memory
+        # timeline has no instant at which an activation is held.
+        raise ModelcutError("forward, backward and weight times are all 0: a pipeline with no work has no "
+                            "bubble and no timeline; give one of them a time above 0")
     sched = schedule or named_schedule(inp.schedule, inp.devices, inp.microbatches, inp.chunks, limits=limits)
     timing = Timing(inp.forward, inp.backward, inp.weight, inp.p2p)
     return Simulation(simulate(sched, timing, exact_up_to), timing_notes(sched, timing))
