@@ -285,11 +285,15 @@ def test_explorer_lists_layouts_and_animates_the_picked_one(server, page):
     assert ("beats the runner-up" if gap > 1e-9 else "ties with the runner-up") in page.inner_text("#why")
     shot(page, "explorer-1280x800")
     assert_no_overlapping_text(page)
+    stages = "svg[aria-label='memory of each pipeline stage against the limit']"
+    # one column a pipeline stage, and none without a pipeline (the memory bar is that device)
+    assert page.locator(stages).count() == (0 if first["pp"] == 1 else 1)
     # Pick a layout with a pipeline, see its mesh, animate it.
     k = next(i for i, x in enumerate(ans["layouts"]) if x["pp"] > 1)
     pick = ans["layouts"][k]
     rows.nth(k).click()
     page.wait_for_selector("[data-testid=mesh] .gpu")
+    assert page.locator(stages + " rect").count() == pick["pp"]
     assert page.locator("[data-testid=mesh] .gpu").count() == 8  # one node of eight A100s
     page.click("[data-testid=animate]")
     page.wait_for_selector("[data-testid=bubble]")

@@ -366,7 +366,10 @@
       mkv.append(h('span', {}, [sw, ' ', label]), h('span', {class: 'num', text: gb(x.memory[k] || 0)}),
         h('span', {class: 'muted', text: `${fixed((x.memory[k] || 0) / ans.summary.capacity_bytes * 100, 1)} % of ${gb(ans.summary.capacity_bytes)}`}));
     }
-    mcol.append(mkv, stageColumns(x.memory.stages_total_bytes, ans.summary.capacity_bytes, ans.summary.limit_bytes));
+    mcol.append(mkv);
+    // One column a pipeline stage; with one stage the bar above is that device already.
+    if (x.memory.stages_total_bytes.length > 1)
+      mcol.append(stageColumns(x.memory.stages_total_bytes, ans.summary.capacity_bytes, ans.summary.limit_bytes));
     grid.append(tcol, mcol);
     d.append(grid);
     // Pipeline link.
