@@ -171,8 +171,8 @@ def test_a_csv_row_names_its_modules_with_semicolons(tmp_path):
     from modelcut.service.runs_csv import read_runs_csv
     f = tmp_path / "runs.csv"
     f.write_text("id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,recompute,recompute_modules,step_time_s\n"
-                 "a,llama3-8b,h100,1,1,8,4096,64,1,selective,core_attn;layernorm,1\n"
-                 "b,llama3-8b,h100,1,1,8,4096,64,1,selective,,1\n")
+                 "a,llama3-8b,h100,1,1,8,4096,64,1,selective,core_attn;layernorm,10\n"
+                 "b,llama3-8b,h100,1,1,8,4096,64,1,selective,,10\n")
     got = read_runs_csv(f)
     assert got[0].run.training.recompute_modules == ("core_attn", "layernorm")
     assert got[1].run.training.recompute_modules is None

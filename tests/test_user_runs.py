@@ -175,6 +175,28 @@ def test_tokens_per_second_per_gpu_is_a_measured_figure(tmp_path):
         read_runs_csv(p)
 
 
+@pytest.mark.parametrize("column, value, mfu", [
+    ("step_time_s", "1e-3", "42,628 %"),                # a step of a millisecond
+    ("tokens_per_s_per_gpu", "1e6", "5,204 %"),
+    ("tflops_per_gpu", "5000", "426 %"),                # above the H100's 989 even in modelcut's count
+])
+def test_a_measured_figure_above_the_peak_is_one_line(tmp_path, capsys, column, value, mfu):
+    """A figure that means more causal work a second than the GPUs' peak cannot be a measurement:
+    one line naming the row, the figure and the MFU it means (it was predicted, -100 % off)."""
+    p = tmp_path / "fast.csv"
+    p.write_text(f"id,model,gpu,tp,pp,dp,seq_len,global_batch,micro_batch,{column}\n"
+                 f"x,llama3-8b,h100,1,1,8,8192,8,1,{value}\n")
+    assert main(["validate", "--runs", str(p)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"fast.csv:2: {column} {float(value):g} means an MFU of {mfu}" in err[0], err
+
+
+def test_every_published_run_measures_at_most_the_peak():
+    from modelcut.analysis.measured import catalog_measured, measured_mfu
+    got = {m.id: measured_mfu(m) for m in catalog_measured()}
+    assert len(got) >= 76 and 0 < min(got.values()) and max(got.values()) < 1, max(got.items(), key=lambda kv: kv[1])
+
+
 def test_tflops_in_a_named_convention(tmp_path):
     """tflops_per_gpu with flop_convention (torchtitan's log: non-embedding) is that convention's
     model FLOPs over gpus · TFLOP/s; without it, modelcut's own count; a bad convention is one line."""

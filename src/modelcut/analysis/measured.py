@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import catalog
-from ..core.costs.flops import model_flops
+from ..core.costs.flops import causal_model_flops, model_flops
+from ..core.costs.kernels import mfu_peak
 from ..core.step.default import default_plan, reported_step_flops
 from ..core.errors import ModelcutError
 from ..core.specs import Hardware, Run
@@ -68,6 +69,16 @@ def measured_step_time(meas: Measured) -> float:
         return meas.step_time_s
     f = meas.flops if meas.flops is not None else counted_flops(meas.run)
     return f / (meas.run.layout.gpus * meas.tflops * 1e12)
+
+
+def measured_mfu(meas: Measured) -> float:
+    """The MFU a measured run's step time means, counted as ``predict`` counts it: the causal work
+    of the step without recomputation (:func:`..core.costs.flops.causal_model_flops`, the least
+    the step must do) over n·T·peak (:func:`..core.costs.kernels.mfu_peak`). Above 1, the figure
+    claims more work a second than the GPUs can do."""
+    tr = meas.run.training
+    work = causal_model_flops(meas.run.model, tr.global_batch, tr.seq_len)
+    return work / (meas.run.layout.gpus * measured_step_time(meas) * mfu_peak(meas.hw, tr))
 
 
 def error_pct(meas: Measured, pred) -> float:

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from .. import catalog
-from ..analysis.measured import Measured
+from ..analysis.measured import Measured, measured_mfu
 from ..core import plan as plans
 from ..core.costs import flops
 from ..core.errors import ModelcutError
@@ -227,5 +227,14 @@ def _row_run(row: dict, rid: str, where: str, source: str, limits: Limits | None
         raise ModelcutError(f"{where}: flop_convention must be one of {', '.join(flops.CONVENTIONS)}, got {conv!r}")
     counted = flops.model_flops(run.model, run.training, conv) if conv is not None else None
     group = row.get("group", "").strip() or (fw or catalog.default_framework())
-    return Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, source,
+    meas = Measured(rid, group, run, hw, fw, ov, None if step is not None else tflops, step, source,
                     counted, tuple(unmodelled))
+    # (FP8 on an accelerator without it is refused when the row is predicted, in its own words.)
+    mfu = measured_mfu(meas) if run.training.precision != "fp8" or hw.fp8_recipes else 0.0
+    if mfu > 1:
+        given = next(k for k in ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu") if figures[k] is not None)
+        peak = "FP8" if run.training.precision == "fp8" else "16-bit"
+        raise ModelcutError(f"{where}: {given} {figures[given]:g} means an MFU of {100 * mfu:,.0f} % (the step's "
+                            f"causal work over the {hw.name}'s {peak} peak): no step does more work than the GPUs "
+                            "can; check the figure and its unit")
+    return meas
