@@ -316,6 +316,54 @@ def prediction_memory(run: Run, hw: Hardware, pred: Prediction, framework: Frame
         return {"error": str(exc)}
 
 
+#: Recomputation modes from the least to the most recomputed (a suggestion only goes up).
+_RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+def fit_changes(run: Run, hw: Hardware, eff: Efficiency, stack: Framework, pred: Prediction) -> list[str]:
+    """Where a run does not fit: each single change of its settings, this stack running it, that
+    makes it fit, with the step time it costs (the same model): more recomputation (selective, then
+    full), a smaller micro-batch (the largest that fits), a higher ZeRO stage (the lowest that fits).
+    A change the stack's rules refuse, or the model cannot take, is not offered. The layout itself
+    (tp, cp, pp, dp) is the explorer's question, not this one's."""
+    tr, L = run.training, stack.resolve(run).layout
+    variants: list[tuple[str, Run]] = []
+    if tr.recompute_layers is None and not tr.partial_recompute and tr.recompute in _RECOMPUTE_ORDER:
+        for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(tr.recompute) + 1:]:
+            variants.append((f"recompute {mode}", replace(run, training=replace(tr, recompute=mode, recompute_modules=None))))
+    b = tr.micro_batch // 2
+    smaller = []
+    while b >= 1:
+        if tr.micro_batch % b == 0:
+            smaller.append((f"micro-batch {b}", replace(run, training=replace(tr, micro_batch=b))))
+        b //= 2
+    higher = [(f"ZeRO-{z}", replace(run, layout=replace(L, zero=z))) for z in range(L.zero_stage + 1, 4)] if L.dp > 1 else []
+    out: list[str] = []
+    for group, first_only in ((variants, False), (smaller, True), (higher, True)):
+        for label, cand in group:
+            try:
+                p = step_predict(cand, hw, "default", efficiency=eff, framework=stack)
+                if stack_violations(cand, stack, p):
+                    continue
+                mem = memory_report(cand, hw, plan=p.plan, framework=stack)
+            except ModelcutError:
+                continue
+            if mem.get("fits"):
+                dt = (p.step_time_s / pred.step_time_s - 1) * 100
+                out.append(f"{label} ({mem['peak_bytes'] / 1e9:.1f} GB, step {p.step_time_s:.4g} s, {dt:+.1f} %)")
+                if first_only:
+                    break
+    return out
+
+
+def fit_note(changes: list[str]) -> str:
+    """The note a run that does not fit carries: the single changes that make it fit, or that none does."""
+    if changes:
+        return "to fit, one change (the rest as given): " + "; ".join(changes)
+    return ("no single change of recomputation, micro-batch or ZeRO stage makes it fit; "
+            "modelcut explore searches the other layouts of these GPUs")
+
+
 def stack_violations(run: Run, fw: Framework, pred: Prediction) -> list:
     """The rules of the stack (catalog/framework_rules.toml) the run breaks, as it was timed: a
     prediction of a layout the stack cannot run says so in its notes."""
@@ -384,6 +432,8 @@ def _predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult
     if above is not None:
         pred.notes.append(above)
     result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw), layers=layers)
+    if fw is not None and req.published is None and result.memory.get("fits") is False:
+        pred.notes.append(fit_note(fit_changes(run, hw, eff, stack, pred)))
     if req.published is not None:
         # under the shipped constants, the run out of sample too, as validate's table predicts it
         shipped = req.mode == "default" and req.profile is None and req.eta is None
