@@ -80,3 +80,14 @@ def test_a_run_that_fits_gets_no_such_note(tmp_path, capsys):
                                rc="none", fw="nemo"))
     ans = _predict(capsys, path)
     assert ans["memory"]["fits"] is True and _note(ans) is None
+
+
+def test_a_change_whose_prediction_is_over_the_limits_is_not_offered(tmp_path, capsys):
+    """A smaller micro-batch simulates more of them: over --max-ops (the web's caps are lower), it is
+    left out rather than predicted past the limit the run itself was held to."""
+    path = tmp_path / "run.toml"
+    path.write_text(RUN.format(model="mpt-7b", gpu="a100-80gb", gpus=8, layout="dp = 8", seq=8192, gbs=16, mb=2,
+                               rc="none", fw="llm-foundry"))
+    assert main(["predict", str(path), "--json", "--max-ops", "5"]) == 0     # its one micro-batch: 3 ops
+    note = _note(json.loads(capsys.readouterr().out))
+    assert "recompute full" in note and "micro-batch" not in note

@@ -320,11 +320,13 @@ def prediction_memory(run: Run, hw: Hardware, pred: Prediction, framework: Frame
 _RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
-def fit_changes(run: Run, hw: Hardware, eff: Efficiency, stack: Framework, pred: Prediction) -> list[str]:
+def fit_changes(run: Run, hw: Hardware, eff: Efficiency, stack: Framework, pred: Prediction,
+                limits: Limits | None = None) -> list[str]:
     """Where a run does not fit: each single change of its settings, this stack running it, that
     makes it fit, with the step time it costs (the same model): more recomputation (selective, then
     full), a smaller micro-batch (the largest that fits), a higher ZeRO stage (the lowest that fits).
-    A change the stack's rules refuse, or the model cannot take, is not offered. The layout itself
+    A change the stack's rules refuse, the model cannot take, or whose prediction is over the
+    ``limits`` (a smaller micro-batch simulates more of them) is not offered. The layout itself
     (tp, cp, pp, dp) is the explorer's question, not this one's."""
     tr, L = run.training, stack.resolve(run).layout
     variants: list[tuple[str, Run]] = []
@@ -342,6 +344,7 @@ def fit_changes(run: Run, hw: Hardware, eff: Efficiency, stack: Framework, pred:
     for group, first_only in ((variants, False), (smaller, True), (higher, True)):
         for label, cand in group:
             try:
+                check_sizes(cand, limits)
                 p = step_predict(cand, hw, "default", efficiency=eff, framework=stack)
                 if stack_violations(cand, stack, p):
                     continue
@@ -433,7 +436,7 @@ def _predict(req: PredictRequest, limits: Limits | None = None) -> PredictResult
         pred.notes.append(above)
     result = PredictResult(run, hw, pred, fw, prediction_memory(run, hw, pred, fw), layers=layers)
     if fw is not None and req.published is None and result.memory.get("fits") is False:
-        pred.notes.append(fit_note(fit_changes(run, hw, eff, stack, pred)))
+        pred.notes.append(fit_note(fit_changes(run, hw, eff, stack, pred, limits)))
     if req.published is not None:
         # under the shipped constants, the run out of sample too, as validate's table predicts it
         shipped = req.mode == "default" and req.profile is None and req.eta is None
