@@ -163,6 +163,63 @@ def test_a_glm45_config_reads_its_experts_and_counts_its_parameters():
     assert 106.0e9 <= param_count(m) < 107.0e9
 
 
+def _hand_count(m, expert_layers: int = 0, biases: int = 0) -> int:
+    """Parameters tensor by tensor, written out apart from modelcut's count: embeddings (twice
+    untied), each layer's q, k, v, o, its MLP (three matrices gated, two not) or its experts and
+    router, two norms a layer (LayerNorm: weight and bias) and the final one; ``biases`` a layer added."""
+    h, d = m.hidden, (m.head_dim or m.hidden // m.heads)
+    attn = h * m.heads * d * 2 + h * m.kv_heads * d * 2
+    per_norm = 2 * h if m.norm == "layernorm" else h
+    if m.is_moe:
+        mlp = m.experts * 3 * h * m.expert_ffn_hidden + m.experts * h
+    else:
+        mlp = (3 if m.gated_mlp else 2) * h * m.ffn_hidden
+    emb = m.vocab * h * (1 if m.tied_embeddings else 2)
+    return emb + m.layers * (attn + mlp + 2 * per_norm + biases) + per_norm
+
+
+def test_olmoe_phimoe_and_starcoder2_configs_read_their_fields_and_count_their_parameters():
+    """OLMoE-1B-7B: 64 experts of 1,024, 8 a token, in every layer, 6,919,096,320 parameters (its
+    paper's 6.9B total; the released weights add 65,536 of query and key norms, not timed apart);
+    Phi-3.5-MoE: Mixtral's experts with LayerNorm and q, k, v biases, 41.87 billion (its card's
+    41.9B) and 6.63 billion a token (its 6.6B active); StarCoder2-15B: an ungated 24,576-wide MLP,
+    LayerNorm, biases everywhere, tied, 4,096-key windows in all 40 layers, dropout, 15.66 billion.
+    Each count is also written out tensor by tensor here, apart from modelcut's."""
+    import json
+
+    from modelcut.core.costs.flops import param_count
+    o = catalog.load_hf_config("tests/data/hf/olmoe-1b-7b-like.json")
+    assert (o.experts, o.top_k, o.expert_ffn_hidden, o.shared_experts, o.dense_layers) == (64, 8, 1024, 0, 0)
+    assert (o.norm, o.gated_mlp, o.tied_embeddings, o.qkv_bias, o.bias) == ("rmsnorm", True, False, False, False)
+    assert param_count(o) == _hand_count(o) == 6_919_096_320
+    p = catalog.load_hf_config("tests/data/hf/phi-3.5-moe-like.json")
+    assert (p.experts, p.top_k, p.expert_ffn_hidden, p.heads, p.kv_heads) == (16, 2, 6400, 32, 8)
+    assert (p.norm, p.qkv_bias, p.bias, p.tied_embeddings, p.sliding_layers) == ("layernorm", True, False, False, 32)
+    qkv_bias = p.hidden + 2 * p.kv_heads * (p.hidden // p.heads)
+    assert param_count(p) == _hand_count(p, biases=qkv_bias)
+    assert round(param_count(p) / 1e9, 1) == 41.9
+    active = param_count(p) - p.layers * (p.experts - p.top_k) * 3 * p.hidden * p.expert_ffn_hidden
+    assert round(active / 1e9, 1) == 6.6
+    sc = catalog.load_hf_config("tests/data/hf/starcoder2-15b-like.json")
+    assert (sc.gated_mlp, sc.norm, sc.bias, sc.tied_embeddings, sc.kv_heads) == (False, "layernorm", True, True, 4)
+    assert (sc.sliding_window, sc.sliding_layers, sc.dropout, sc.max_seq) == (4096, 40, True, 16384)
+    d = sc.hidden // sc.heads
+    all_biases = sc.hidden * 2 + 2 * sc.kv_heads * d + sc.ffn_hidden + sc.hidden
+    assert param_count(sc) == _hand_count(sc, biases=all_biases) == 15_655_899_136
+    # defaults where a file leaves a field out (the classes'), and no window or dropout where none is set
+    cfg = json.load(open("tests/data/hf/starcoder2-15b-like.json"))
+    for k in ("use_bias", "num_key_value_heads", "residual_dropout", "embedding_dropout", "attention_dropout",
+              "sliding_window"):
+        cfg.pop(k)
+    bare = catalog.model_from_hf_config(cfg)
+    assert (bare.bias, bare.kv_heads, bare.dropout, bare.sliding_window, bare.sliding_layers) == (True, 2, False, None, 0)
+    with pytest.raises(ModelcutError, match="dropout probabilities must be numbers"):
+        catalog.model_from_hf_config({**cfg, "residual_dropout": "high"})
+    ocfg = json.load(open("tests/data/hf/olmoe-1b-7b-like.json"))
+    del ocfg["num_experts"], ocfg["num_experts_per_tok"]
+    assert (catalog.model_from_hf_config(ocfg).experts, catalog.model_from_hf_config(ocfg).top_k) == (64, 8)
+
+
 def test_a_gemma3_vision_language_config_reads_its_text_model():
     """A Gemma3ForConditionalGeneration config of Gemma 3 27B's shape whose text_config leaves out the
     vocabulary and length: read over Gemma3TextConfig's defaults (262,208 words, tied), its 62

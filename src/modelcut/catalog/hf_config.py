@@ -5,7 +5,7 @@ Field names and defaults follow the transformers configuration classes (src/tran
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
 same fields), GptOssConfig, GPT2Config, GPTNeoXConfig, NemotronConfig, GemmaConfig, Gemma2Config,
 Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config, GraniteConfig, GraniteMoeConfig,
-Glm4MoeConfig; and MosaicML's MPTConfig (llm-foundry llmfoundry/models/mpt/configuration_mpt.py).
+Glm4MoeConfig, OlmoeConfig, PhimoeConfig, Starcoder2Config; and MosaicML's MPTConfig (llm-foundry llmfoundry/models/mpt/configuration_mpt.py).
 The architecture is read from ``architectures[0]``, else from ``model_type``. A missing required
 field or an unknown architecture is a one-line error naming it.
 
@@ -75,6 +75,24 @@ Other families:
   (``partial_rotary_factor`` 0.5) are not timed apart; its multi-token prediction layer
   (``num_nextn_predict_layers``) is not counted, as DeepSeek-V3's is not.
 * OLMo, OLMo 2: Llama-shaped (SwiGLU, RoPE, untied); OLMo 2's query and key norms not timed apart.
+* OLMoE (OlmoeConfig, transformers ``models/olmoe/configuration_olmoe.py`` at 008e5743): ``num_experts``
+  routed experts (class default 64), ``num_experts_per_tok`` (8) of them, each ``intermediate_size``
+  wide, in every layer, no shared expert; OLMo's Llama shape otherwise (RMSNorm, SwiGLU, untied),
+  biases on the attention's projections where ``attention_bias`` (counted on q, k and v); its query
+  and key norms and ``clip_qkv`` are not timed apart.
+* Phi-3.5-MoE (PhimoeConfig, transformers ``models/phimoe/configuration_phimoe.py`` at 040e1a7e):
+  Mixtral's expert fields (``num_local_experts``, default 16; ``num_experts_per_tok``, 2; experts
+  ``intermediate_size`` wide, every layer) around grouped-query attention, with LayerNorm where
+  Mixtral has RMSNorm (``modeling_phimoe.py``: ``nn.LayerNorm`` in each layer and at the end); biases
+  on the attention's projections where ``attention_bias`` (counted on q, k and v; the output
+  projection's and ``lm_head_bias``'s are left out, a vector each); untied (its default); every layer
+  within ``sliding_window`` where it is set. Its router's jitter and sparse mixer are not timed apart.
+* StarCoder 2 (Starcoder2Config, transformers ``models/starcoder2/configuration_starcoder2.py`` at
+  008e5743): an ungated GELU MLP (``c_fc``, ``c_proj``) ``intermediate_size`` wide, LayerNorm, biases on
+  every linear layer unless ``use_bias`` is false, grouped-query attention (``num_key_value_heads``,
+  class default 2), tied embeddings (its default), every layer within ``sliding_window`` where it is
+  set (StarCoder2-15B: 4,096), dropout where ``residual_dropout``, ``embedding_dropout`` or
+  ``attention_dropout`` is above 0.
 * Phi-3 (Phi3Config, transformers v4.43.0 ``configuration_phi3.py``; Phi-3.5-mini and Phi-4 share the
   class): Llama-shaped, its fused ``qkv_proj`` and ``gate_up_proj`` the same products; no biases;
   untied (its default); ``num_key_value_heads`` default the heads; every layer within
@@ -129,6 +147,9 @@ _FAMILIES = {
     "Glm4MoeForCausalLM": "glm4_moe", "glm4_moe": "glm4_moe",
     "Llama4ForConditionalGeneration": "llama4", "llama4": "llama4",
     "Llama4ForCausalLM": "llama4", "llama4_text": "llama4",
+    "OlmoeForCausalLM": "olmoe", "olmoe": "olmoe",
+    "PhimoeForCausalLM": "phimoe", "phimoe": "phimoe",
+    "Starcoder2ForCausalLM": "starcoder2", "starcoder2": "starcoder2",
 }
 
 
@@ -309,6 +330,8 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             bias=bool(cfg.get("attention_bias", False)) and bool(cfg.get("mlp_bias", False)),
             qkv_bias=bool(cfg.get("attention_bias", False)), dropout=False,
             max_seq=_length(cfg, "max_position_embeddings", arch), source=f"Hugging Face config.json ({arch})")
+    if fam == "starcoder2":
+        return _starcoder2(cfg, arch, name)
     # Llama-like: Llama, Mistral, Qwen2/3, Mixtral, Qwen MoE, DeepSeek, Phi-3 (RMSNorm, SwiGLU, RoPE).
     heads = _whole(cfg, "num_attention_heads", arch)
     hidden = _whole(cfg, "hidden_size", arch)
@@ -316,9 +339,13 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     head_dim = _whole(cfg, "head_dim", arch) if cfg.get("head_dim") is not None else None
     kv_heads = _get(cfg, "num_key_value_heads", arch, heads)       # default: multi-head attention
     kw: dict[str, Any] = {}
-    if fam in ("mixtral", "gpt_oss"):
-        kw = dict(experts=_get(cfg, "num_local_experts", arch), top_k=_get(cfg, "num_experts_per_tok", arch),
+    if fam in ("mixtral", "gpt_oss", "phimoe"):
+        defaults = (16, 2) if fam == "phimoe" else (..., ...)      # PhimoeConfig's; the others' are required
+        kw = dict(experts=_get(cfg, "num_local_experts", arch, defaults[0]),
+                  top_k=_get(cfg, "num_experts_per_tok", arch, defaults[1]),
                   expert_ffn_hidden=_get(cfg, "intermediate_size", arch))
+        if fam == "phimoe" and cfg.get("sliding_window"):
+            kw.update(sliding_window=_whole(cfg, "sliding_window", arch), sliding_layers=layers)
         if fam == "gpt_oss":
             kw["glu_clamp"] = bool(cfg.get("swiglu_limit"))
             window = cfg.get("sliding_window")
@@ -328,6 +355,9 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
                            else (layers + 1) // 2)
                 if sliding:
                     kw.update(sliding_window=_get(cfg, "sliding_window", arch), sliding_layers=sliding)
+    elif fam == "olmoe":
+        kw = dict(experts=_get(cfg, "num_experts", arch, 64), top_k=_get(cfg, "num_experts_per_tok", arch, 8),
+                  expert_ffn_hidden=_get(cfg, "intermediate_size", arch))     # OlmoeConfig's defaults
     elif fam in ("qwen2_moe", "qwen3_moe"):
         kw = _qwen_moe(cfg, arch, fam, layers)
     elif fam in ("gemma2", "gemma3"):
@@ -354,12 +384,12 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         ffn_hidden=_get(cfg, "intermediate_size", arch), heads=heads, kv_heads=kv_heads,
         vocab=_get(cfg, "vocab_size", arch), gated_mlp=True,
         tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, fam.startswith("gemma"))),  # GemmaConfig: True
-        head_dim=head_dim, norm="rmsnorm",
+        head_dim=head_dim, norm="layernorm" if fam == "phimoe" else "rmsnorm",
         bias=(attention_bias and bool(cfg.get("mlp_bias", False)) if fam == "llama"
               else attention_bias if fam == "gpt_oss" else False),
         qkv_bias=(True if fam in ("qwen2", "qwen2_moe")
                   else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-                                                  "olmo", "olmo2", "glm4_moe") else None)),
+                                                  "olmo", "olmo2", "glm4_moe", "olmoe", "phimoe") else None)),
         dropout=fam == "phi3" and any((cfg.get(k) or 0) > 0
                                       for k in ("resid_pdrop", "embd_pdrop", "attention_dropout")),
         max_seq=_length(cfg, "max_position_embeddings", arch),
@@ -401,6 +431,25 @@ def _mpt(cfg: dict, arch: str, name: str) -> ModelSpec:
         tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm",
         bias=not bool(_get(cfg, "no_bias", arch, False)), dropout=any(d is not None and d > 0 for d in drops),
         max_seq=max_seq, learned_positions=learned, source=f"Hugging Face config.json ({arch}, MosaicML MPTConfig)")
+
+
+def _starcoder2(cfg: dict, arch: str, name: str) -> ModelSpec:
+    """A StarCoder 2 config (module doc): Starcoder2Config's field names and defaults."""
+    heads = _whole(cfg, "num_attention_heads", arch)
+    layers = _whole(cfg, "num_hidden_layers", arch)
+    window = _whole(cfg, "sliding_window", arch) if cfg.get("sliding_window") else None
+    drops = [cfg.get(k) or 0 for k in ("residual_dropout", "embedding_dropout", "attention_dropout")]
+    if any(isinstance(d, bool) or not isinstance(d, (int, float)) for d in drops):
+        raise ModelcutError(f"config.json ({arch}): dropout probabilities must be numbers, got {drops!r}")
+    return ModelSpec(
+        name=name, layers=layers, hidden=_whole(cfg, "hidden_size", arch),
+        ffn_hidden=_get(cfg, "intermediate_size", arch), heads=heads,
+        kv_heads=_get(cfg, "num_key_value_heads", arch, 2), vocab=_get(cfg, "vocab_size", arch), gated_mlp=False,
+        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm",
+        bias=bool(_get(cfg, "use_bias", arch, True)), dropout=any(d > 0 for d in drops),
+        max_seq=_length(cfg, "max_position_embeddings", arch),
+        sliding_window=window, sliding_layers=layers if window else 0,
+        source=f"Hugging Face config.json ({arch})")
 
 
 def _gemma_sliding(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
