@@ -220,6 +220,28 @@ def test_olmoe_phimoe_and_starcoder2_configs_read_their_fields_and_count_their_p
     assert (catalog.model_from_hf_config(ocfg).experts, catalog.model_from_hf_config(ocfg).top_k) == (64, 8)
 
 
+def test_cohere_configs_read_their_norms_windows_and_count_their_parameters():
+    """Command A (Cohere2ForCausalLM): LayerNorm, tied, 48 of its 64 layers within 4,096 keys (all
+    but every fourth), 111.06 billion parameters (its card's 111B); Command R (CohereForCausalLM,
+    CohereConfig's defaults for what the dict leaves out: multi-head, tied), 34.98 billion (35B).
+    A Cohere 2 file without the window or its pattern takes Cohere2Config's 4,096 and 4; a window
+    that is not a whole number is one line (Gemma 2's too)."""
+    from modelcut.core.costs.flops import param_count
+    a = catalog.load_hf_config("tests/data/hf/command-a-like.json")
+    assert (a.norm, a.tied_embeddings, a.sliding_window, a.sliding_layers, a.kv_heads) == ("layernorm", True, 4096, 48, 8)
+    assert round(param_count(a) / 1e9, 2) == 111.06
+    r = {"architectures": ["CohereForCausalLM"], "hidden_size": 8192, "intermediate_size": 22528,
+         "num_hidden_layers": 40, "num_attention_heads": 64, "vocab_size": 256000}
+    m = catalog.model_from_hf_config(r)
+    assert (m.kv_heads, m.tied_embeddings, m.norm, m.sliding_window, m.qkv_bias) == (64, True, "layernorm", None, False)
+    assert round(param_count(m) / 1e9, 2) == 34.98
+    bare = catalog.model_from_hf_config({**r, "architectures": ["Cohere2ForCausalLM"], "num_hidden_layers": 32})
+    assert (bare.sliding_window, bare.sliding_layers) == (4096, 24)
+    for arch in ("Cohere2ForCausalLM", "Gemma2ForCausalLM"):
+        with pytest.raises(ModelcutError, match="sliding_window must be a positive whole number"):
+            catalog.model_from_hf_config({**r, "architectures": [arch], "sliding_window": 2047.5})
+
+
 def test_a_gemma3_vision_language_config_reads_its_text_model():
     """A Gemma3ForConditionalGeneration config of Gemma 3 27B's shape whose text_config leaves out the
     vocabulary and length: read over Gemma3TextConfig's defaults (262,208 words, tied), its 62

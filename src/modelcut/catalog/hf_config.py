@@ -5,7 +5,8 @@ Field names and defaults follow the transformers configuration classes (src/tran
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
 same fields), GptOssConfig, GPT2Config, GPTNeoXConfig, NemotronConfig, GemmaConfig, Gemma2Config,
 Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config, GraniteConfig, GraniteMoeConfig,
-Glm4MoeConfig, OlmoeConfig, PhimoeConfig, Starcoder2Config; and MosaicML's MPTConfig (llm-foundry llmfoundry/models/mpt/configuration_mpt.py).
+Glm4MoeConfig, OlmoeConfig, PhimoeConfig, Starcoder2Config, CohereConfig, Cohere2Config; and MosaicML's
+MPTConfig (llm-foundry llmfoundry/models/mpt/configuration_mpt.py).
 The architecture is read from ``architectures[0]``, else from ``model_type``. A missing required
 field or an unknown architecture is a one-line error naming it.
 
@@ -93,6 +94,14 @@ Other families:
   class default 2), tied embeddings (its default), every layer within ``sliding_window`` where it is
   set (StarCoder2-15B: 4,096), dropout where ``residual_dropout``, ``embedding_dropout`` or
   ``attention_dropout`` is above 0.
+* Cohere's Command R and R+ (CohereConfig) and Command R7B and A (Cohere2Config; transformers
+  ``models/cohere`` and ``models/cohere2`` at 008e5743): Llama's fields around LayerNorm, tied
+  embeddings (their default), q, k and v biases where ``attention_bias``; Cohere 2 attends within
+  ``sliding_window`` keys (class default 4,096) on the layers ``layer_types`` names
+  ``"sliding_attention"``, else on all but every ``sliding_window_pattern``-th (default 4). Their
+  layers run attention and the MLP side by side from one norm (a parallel block; modelcut counts
+  and times a norm before each, a vector a layer more, and its LayerNorm's bias, which Cohere's
+  has not), and ``logit_scale`` and ``use_qk_norm`` are not timed apart.
 * Phi-3 (Phi3Config, transformers v4.43.0 ``configuration_phi3.py``; Phi-3.5-mini and Phi-4 share the
   class): Llama-shaped, its fused ``qkv_proj`` and ``gate_up_proj`` the same products; no biases;
   untied (its default); ``num_key_value_heads`` default the heads; every layer within
@@ -150,6 +159,8 @@ _FAMILIES = {
     "OlmoeForCausalLM": "olmoe", "olmoe": "olmoe",
     "PhimoeForCausalLM": "phimoe", "phimoe": "phimoe",
     "Starcoder2ForCausalLM": "starcoder2", "starcoder2": "starcoder2",
+    "CohereForCausalLM": "cohere", "cohere": "cohere",
+    "Cohere2ForCausalLM": "cohere2", "cohere2": "cohere2",
 }
 
 
@@ -360,7 +371,7 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
                   expert_ffn_hidden=_get(cfg, "intermediate_size", arch))     # OlmoeConfig's defaults
     elif fam in ("qwen2_moe", "qwen3_moe"):
         kw = _qwen_moe(cfg, arch, fam, layers)
-    elif fam in ("gemma2", "gemma3"):
+    elif fam in ("gemma2", "gemma3", "cohere2"):
         kw = _gemma_sliding(cfg, arch, fam, layers)
     elif fam in ("mistral", "phi3") and cfg.get("sliding_window"):
         # MistralConfig, Phi3Config: every layer attends within sliding_window (Mistral's null from v0.2 on: none)
@@ -383,13 +394,14 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         name=name, layers=layers, hidden=hidden,
         ffn_hidden=_get(cfg, "intermediate_size", arch), heads=heads, kv_heads=kv_heads,
         vocab=_get(cfg, "vocab_size", arch), gated_mlp=True,
-        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, fam.startswith("gemma"))),  # GemmaConfig: True
-        head_dim=head_dim, norm="layernorm" if fam == "phimoe" else "rmsnorm",
+        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, fam.startswith(("gemma", "cohere")))),  # their configs: True
+        head_dim=head_dim, norm="layernorm" if fam in ("phimoe", "cohere", "cohere2") else "rmsnorm",
         bias=(attention_bias and bool(cfg.get("mlp_bias", False)) if fam == "llama"
               else attention_bias if fam == "gpt_oss" else False),
         qkv_bias=(True if fam in ("qwen2", "qwen2_moe")
                   else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-                                                  "olmo", "olmo2", "glm4_moe", "olmoe", "phimoe") else None)),
+                                                  "olmo", "olmo2", "glm4_moe", "olmoe", "phimoe", "cohere",
+                                                  "cohere2") else None)),
         dropout=fam == "phi3" and any((cfg.get(k) or 0) > 0
                                       for k in ("resid_pdrop", "embd_pdrop", "attention_dropout")),
         max_seq=_length(cfg, "max_position_embeddings", arch),
@@ -453,18 +465,20 @@ def _starcoder2(cfg: dict, arch: str, name: str) -> ModelSpec:
 
 
 def _gemma_sliding(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
-    """Gemma 2 / 3's sliding-window layers (module doc): ``layer_types`` where the config lists them,
-    else every other layer from the first (Gemma 2) or all but every sixth (Gemma 3)."""
-    window = cfg.get("sliding_window")
-    if not window:
+    """Gemma 2 / 3's and Cohere 2's sliding-window layers (module doc): ``layer_types`` where the
+    config lists them, else every other layer from the first (Gemma 2) or all but every sixth (Gemma 3)
+    or fourth (Cohere 2, whose window is 4,096 keys where the file leaves it out: Cohere2Config)."""
+    raw = cfg.get("sliding_window", 4096 if fam == "cohere2" else None)
+    if not raw:
         return {}
+    window = _whole({"sliding_window": raw}, "sliding_window", arch)
     types = cfg.get("layer_types")
     if isinstance(types, list):
         sliding = sum(1 for t in types if t == "sliding_attention")
     elif fam == "gemma2":
         sliding = (layers + 1) // 2
     else:
-        pattern = _whole(cfg, "sliding_window_pattern", arch, 6)
+        pattern = _whole(cfg, "sliding_window_pattern", arch, 4 if fam == "cohere2" else 6)
         sliding = layers - layers // pattern     # all but each pattern-th layer (i + 1) % pattern == 0
     return dict(sliding_window=window, sliding_layers=sliding) if sliding else {}
 
