@@ -240,6 +240,10 @@ def test_a_setting_not_modelled_is_a_note_of_the_answer(capsys):
                                            ("--use-distributed-optimizer --overlap-grad-reduce", "zero = 1"),
                                            ("stage: 3, overlap_comm: true", "is no overlap: it is the layout's .layout. zero"),
                                            ("overlap_comm=true,offload_optimizer=cpu", "CPU or NVMe offload"),
+                                           # FSDP2's and torchtitan's resharding, Megatron FSDP's sharding: ZeRO
+                                           ("reshard_after_forward=false", "kept gathered until the backward: 2"),
+                                           ("fsdp_reshard_after_forward=never", "the layout's .layout. zero"),
+                                           ("--data-parallel-sharding-strategy optim_grads", "optim_grads 2"),
                                            ("zero_quantized_gradients: true", "ZeRO++"),
                                            ('{"tp_comm_overlap": [1]}', "is not a value"),
                                            ("{'x': __import__('os')}", "must be a JSON object or a Python dict"),

@@ -177,6 +177,16 @@ NOT_OVERLAPS = {
     **dict.fromkeys(("sharding_strategy", "shard_strategy"),   # FSDP's name; llm-foundry's sweep flag
                     "the layout's [layout] zero (FULL_SHARD 3, SHARD_GRAD_OP 2, NO_SHARD 0; HYBRID_SHARD "
                     "with dp_shard)"),
+    # FSDP2's fully_shard(reshard_after_forward=...) (torch 2.13 torch/distributed/fsdp/_fully_shard/
+    # _fully_shard.py: False keeps the unsharded parameters from the forward to the backward and avoids
+    # the backward's all-gather) and torchtitan's parallelism.fsdp_reshard_after_forward (config/configs.py:
+    # "default", "always", "never"); Megatron-LM's --data-parallel-sharding-strategy (arguments.py:
+    # no_shard, optim, optim_grads, optim_grads_params)
+    **dict.fromkeys(("reshard_after_forward", "fsdp_reshard_after_forward"),
+                    "the layout's [layout] zero (resharded after the forward, FSDP's default: 3; kept "
+                    "gathered until the backward: 2)"),
+    "data_parallel_sharding_strategy": "the layout's [layout] zero (no_shard 0, optim 1, optim_grads 2, "
+                                       "optim_grads_params 3)",
     "mixed_precision": "the run's [training] precision and grad_reduce (--precision, --grad-reduce)",
     "activation_checkpointing": "the run's [training] recompute",
     "use_distributed_optimizer": "the layout's [layout] zero = 1",
