@@ -345,6 +345,9 @@ def fit_changes(run: Run, hw: Hardware, eff: Efficiency, stack: Framework, pred:
         for label, cand in group:
             try:
                 check_sizes(cand, limits)
+                # the memory alone first (no step simulated): most changes that do not fit stop here
+                if not memory_report(cand, hw, framework=stack).get("fits"):
+                    continue
                 p = step_predict(cand, hw, "default", efficiency=eff, framework=stack)
                 if stack_violations(cand, stack, p):
                     continue
