@@ -252,6 +252,24 @@ def _get(cfg: dict, key: str, arch: str, default: Any = ...) -> Any:
     return default
 
 
+def _dropout(values, arch: str) -> bool:
+    """Whether a config trains with dropout: any of its dropout probabilities (None or absent: 0) above 0;
+    one that is not a number is one line."""
+    vals = [0 if v is None else v for v in values]
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ModelcutError(f"config.json ({arch}): dropout probabilities must be numbers, got {v!r}")
+    return any(v > 0 for v in vals)
+
+
+def _every_layer_window(cfg: dict, arch: str, layers: int) -> dict[str, Any]:
+    """Every layer within ``sliding_window`` keys where the config sets one (Mistral, Phi-3, Phi-3.5-MoE,
+    StarCoder 2), else none."""
+    if not cfg.get("sliding_window"):
+        return {}
+    return dict(sliding_window=_whole(cfg, "sliding_window", arch), sliding_layers=layers)
+
+
 #: A vision-language wrapper whose ``text_config`` is the language model modelcut reads (its vision
 #: encoder left out), with the text configuration class's defaults for the fields the released
 #: files leave out: Gemma3TextConfig (huggingface/transformers src/transformers/models/gemma3/
@@ -355,8 +373,8 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         kw = dict(experts=_get(cfg, "num_local_experts", arch, defaults[0]),
                   top_k=_get(cfg, "num_experts_per_tok", arch, defaults[1]),
                   expert_ffn_hidden=_get(cfg, "intermediate_size", arch))
-        if fam == "phimoe" and cfg.get("sliding_window"):
-            kw.update(sliding_window=_whole(cfg, "sliding_window", arch), sliding_layers=layers)
+        if fam == "phimoe":
+            kw.update(_every_layer_window(cfg, arch, layers))
         if fam == "gpt_oss":
             kw["glu_clamp"] = bool(cfg.get("swiglu_limit"))
             window = cfg.get("sliding_window")
@@ -373,9 +391,9 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         kw = _qwen_moe(cfg, arch, fam, layers)
     elif fam in ("gemma2", "gemma3", "cohere2"):
         kw = _gemma_sliding(cfg, arch, fam, layers)
-    elif fam in ("mistral", "phi3") and cfg.get("sliding_window"):
+    elif fam in ("mistral", "phi3"):
         # MistralConfig, Phi3Config: every layer attends within sliding_window (Mistral's null from v0.2 on: none)
-        kw = dict(sliding_window=_whole(cfg, "sliding_window", arch), sliding_layers=layers)
+        kw = _every_layer_window(cfg, arch, layers)
     elif fam == "glm4_moe":
         kw = _deepseek_moe(cfg, arch)   # DeepSeek-V3's expert fields, grouped-query attention
     elif fam == "deepseek":
@@ -402,8 +420,8 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
                   else (attention_bias if fam in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
                                                   "olmo", "olmo2", "glm4_moe", "olmoe", "phimoe", "cohere",
                                                   "cohere2") else None)),
-        dropout=fam == "phi3" and any((cfg.get(k) or 0) > 0
-                                      for k in ("resid_pdrop", "embd_pdrop", "attention_dropout")),
+        dropout=fam == "phi3" and _dropout([cfg.get(k) for k in ("resid_pdrop", "embd_pdrop", "attention_dropout")],
+                                           arch),
         max_seq=_length(cfg, "max_position_embeddings", arch),
         rope_mscale=rope_attention_factor(cfg, arch), source=f"Hugging Face config.json ({arch})", **kw)
 
@@ -432,16 +450,13 @@ def _mpt(cfg: dict, arch: str, name: str) -> ModelSpec:
         raise ModelcutError(f"config.json ({arch}): expansion_ratio must be a positive number, got {ratio!r}")
     ffn_hidden = ffn.get("ffn_hidden_size") or int(hidden * ratio)   # llm-foundry ffn.py resolve_ffn_hidden_size
     learned = bool(_get(cfg, "learned_pos_emb", arch, True)) and not (attn.get("alibi") or attn.get("rope"))
-    drops = (cfg.get("resid_pdrop", 0.0), cfg.get("emb_pdrop", 0.0), attn.get("attn_pdrop", 0.0))
-    for d in drops:
-        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))):
-            raise ModelcutError(f"config.json ({arch}): dropout probabilities must be numbers, got {d!r}")
+    dropout = _dropout((cfg.get("resid_pdrop"), cfg.get("emb_pdrop"), attn.get("attn_pdrop")), arch)
     max_seq = _length(cfg, "max_seq_len", arch, 2048)
     return ModelSpec(
         name=name, layers=_get(cfg, "n_layers", arch), hidden=hidden, ffn_hidden=ffn_hidden, heads=heads,
         kv_heads=kv, vocab=_get(cfg, "vocab_size", arch), gated_mlp=ffn.get("ffn_type", "mptmlp") == "mptglu",
         tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm",
-        bias=not bool(_get(cfg, "no_bias", arch, False)), dropout=any(d is not None and d > 0 for d in drops),
+        bias=not bool(_get(cfg, "no_bias", arch, False)), dropout=dropout,
         max_seq=max_seq, learned_positions=learned, source=f"Hugging Face config.json ({arch}, MosaicML MPTConfig)")
 
 
@@ -449,19 +464,15 @@ def _starcoder2(cfg: dict, arch: str, name: str) -> ModelSpec:
     """A StarCoder 2 config (module doc): Starcoder2Config's field names and defaults."""
     heads = _whole(cfg, "num_attention_heads", arch)
     layers = _whole(cfg, "num_hidden_layers", arch)
-    window = _whole(cfg, "sliding_window", arch) if cfg.get("sliding_window") else None
-    drops = [cfg.get(k) or 0 for k in ("residual_dropout", "embedding_dropout", "attention_dropout")]
-    if any(isinstance(d, bool) or not isinstance(d, (int, float)) for d in drops):
-        raise ModelcutError(f"config.json ({arch}): dropout probabilities must be numbers, got {drops!r}")
     return ModelSpec(
         name=name, layers=layers, hidden=_whole(cfg, "hidden_size", arch),
         ffn_hidden=_get(cfg, "intermediate_size", arch), heads=heads,
         kv_heads=_get(cfg, "num_key_value_heads", arch, 2), vocab=_get(cfg, "vocab_size", arch), gated_mlp=False,
         tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm",
-        bias=bool(_get(cfg, "use_bias", arch, True)), dropout=any(d > 0 for d in drops),
-        max_seq=_length(cfg, "max_position_embeddings", arch),
-        sliding_window=window, sliding_layers=layers if window else 0,
-        source=f"Hugging Face config.json ({arch})")
+        bias=bool(_get(cfg, "use_bias", arch, True)),
+        dropout=_dropout([cfg.get(k) for k in ("residual_dropout", "embedding_dropout", "attention_dropout")], arch),
+        max_seq=_length(cfg, "max_position_embeddings", arch), source=f"Hugging Face config.json ({arch})",
+        **_every_layer_window(cfg, arch, layers))
 
 
 def _gemma_sliding(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
