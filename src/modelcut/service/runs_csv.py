@@ -12,6 +12,7 @@ from .. import catalog
 from ..analysis.measured import Measured, measured_mfu
 from ..core import plan as plans
 from ..core.costs import flops
+from ..core.costs.kernels import mfu_peak
 from ..core.errors import ModelcutError
 from ..core.specs import CROSS_ENTROPY_KINDS
 from .inputs import read_overlap
@@ -233,8 +234,7 @@ def _row_run(row: dict, rid: str, where: str, source: str, limits: Limits | None
     mfu = measured_mfu(meas) if run.training.precision != "fp8" or hw.fp8_recipes else 0.0
     if mfu > 1:
         given = next(k for k in ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu") if figures[k] is not None)
-        peak = "FP8" if run.training.precision == "fp8" else "16-bit"
         raise ModelcutError(f"{where}: {given} {figures[given]:g} means an MFU of {100 * mfu:,.0f} % (the step's "
-                            f"causal work over the {hw.name}'s {peak} peak): no step does more work than the GPUs "
-                            "can; check the figure and its unit")
+                            f"causal work over the {hw.name}'s {mfu_peak(hw, run.training) / 1e12:,.0f} TFLOP/s "
+                            "peak): no step does more work than the GPUs can; check the figure and its unit")
     return meas
