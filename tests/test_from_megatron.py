@@ -331,6 +331,16 @@ def test_any_representable_layer_pattern_reads_back_to_itself(d, k, n):
     assert layers == [1 if i >= d2 and (i - d2 + 1) % k2 == 0 else 0 for i in range(len(layers))]
 
 
+def test_a_pattern_as_long_as_the_layer_cap_is_read_or_refused_at_once():
+    """Two expert layers give d and k, so a pattern is checked once, not once a candidate: a
+    100,000-layer pattern (the cap on layers) whose first expert layer is its last but two took
+    minutes to refuse when every leading-dense count was tried."""
+    from modelcut.service.megatron_args import moe_pattern
+    assert moe_pattern("[0]*99997+[1,0,1]", 100_000) == (99_996, 2)
+    with pytest.raises(ModelcutError, match="not of that shape"):
+        moe_pattern("[0]*99996+[1,1,0,1]", 100_000)
+
+
 def test_latent_attention_without_a_query_latent_writes_a_run_file(tmp_path, capsys):
     """Megatron-LM's MLA defaults (no query latent: --q-lora-rank unset) write a RUN.toml that reads back."""
     from modelcut.service.megatron_args import run_file_text

@@ -421,13 +421,15 @@ def moe_pattern(text: str, num_layers: int) -> tuple[int, int]:
     pattern = _layer_list(text, num_layers)
     if len(pattern) != num_layers:
         raise ModelcutError(f"--moe-layer-freq {shown(text, 60)} gives {len(pattern)} layers, --num-layers {num_layers}")
-    first = next((i for i, v in enumerate(pattern) if v), None)
-    if first is None:
+    experts = [i for i, v in enumerate(pattern) if v]
+    if not experts:
         raise ModelcutError(f"--moe-layer-freq {shown(text, 60)} gives no layer with experts")
-    for d in range(first + 1):          # the first expert layer is layer d + k − 1
-        k = first - d + 1
-        if pattern == [1 if i >= d and (i - d + 1) % k == 0 else 0 for i in range(num_layers)]:
-            return d, k
+    # The first expert layer is layer d + k − 1 and the second d + 2k − 1, so two of them give k and d;
+    # one alone is the shape with d = 0 and k past the last layer's half, or none.
+    k = experts[1] - experts[0] if len(experts) > 1 else experts[0] + 1
+    d = experts[0] - k + 1
+    if d >= 0 and pattern == [1 if i >= d and (i - d + 1) % k == 0 else 0 for i in range(num_layers)]:
+        return d, k
     raise ModelcutError(f"--moe-layer-freq {shown(text, 60)}: modelcut models leading dense layers, then every k-th "
                         "layer with experts; this pattern is not of that shape")
 
