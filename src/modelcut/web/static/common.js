@@ -56,6 +56,13 @@
     return (s * 1000).toFixed(2) + ' ms';
   }
 
+  /** A mixture-of-experts layout's expert parallelism, with the experts' tensor parallelism where it is not
+   *  tp ('ep 32, etp 1'); '' for a dense layout. Both pages name a layout's experts with it. */
+  function expertsText(x) {
+    if (!(x.ep > 1)) return '';
+    return `ep ${x.ep}` + (x.etp != null && x.etp !== x.tp ? `, etp ${x.etp}` : '');
+  }
+
   function h(tag, attrs, children) {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -172,5 +179,5 @@
         h('tbody', {}, rows)]))];
   }
 
-  root.MC = {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, layerView, timeTerms, TIME_TERMS, MEMORY_TERMS};
+  root.MC = {api, fmt, fixed, gb, seconds, expertsText, h, s, stackedBar, legend, layerView, timeTerms, TIME_TERMS, MEMORY_TERMS};
 })(window);

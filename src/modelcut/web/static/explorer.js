@@ -2,7 +2,7 @@
  * layout's device mesh (POST /api/mesh) and a link that animates its pipeline on the pipeline page. */
 (function () {
   'use strict';
-  const {api, fmt, fixed, gb, seconds, h, s, stackedBar, legend, layerView, timeTerms, TIME_TERMS, MEMORY_TERMS} = window.MC;
+  const {api, fmt, fixed, gb, seconds, expertsText, h, s, stackedBar, legend, layerView, timeTerms, TIME_TERMS, MEMORY_TERMS} = window.MC;
   const $ = (id) => document.getElementById(id);
   const UPLOAD = '__upload__';
   const KNOB_NAME = {cp_kind: 'context-parallel form', micro_batch: 'micro-batch', vpp: 'chunks v', zero: 'ZeRO'};
@@ -23,10 +23,7 @@
   }
 
   /** ep (and the experts' tensor parallelism where it is not tp) of a mixture-of-experts layout. */
-  function expertsName(x) {
-    if (!(x.ep > 1)) return '';
-    return ` · ep ${x.ep}` + (x.etp != null && x.etp !== x.tp ? ` (etp ${x.etp})` : '');
-  }
+  function expertsName(x) { return x.ep > 1 ? ` · ${expertsText(x)}` : ''; }
   /** dp, with the shard group where ZeRO's states are sharded within it and replicated across (hybrid sharding). */
   function dpName(x) { return x.dp_shard ? `${x.dp}[${x.dp_shard}]` : `${x.dp}`; }
   /** Context parallelism's form as the page names it (the API's cp_kind: ring, allgather, a2a, a2a+p2p with

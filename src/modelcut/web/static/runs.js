@@ -2,7 +2,7 @@
  * (one row per run, so no label overlaps another) and the validation table. */
 (function () {
   'use strict';
-  const {api, fmt, fixed, seconds, h, s, stackedBar, legend, layerView, timeTerms, TIME_TERMS} = window.MC;
+  const {api, fmt, fixed, seconds, expertsText, h, s, stackedBar, legend, layerView, timeTerms, TIME_TERMS} = window.MC;
   const $ = (id) => document.getElementById(id);
   // The table's scroll box: the legend goes above it.
   const FAMILY = {megatron: '#4e79a7', llama3: '#e15759', zero3: '#59a14f'};
@@ -131,7 +131,7 @@
         h('td', {text: fmt(r.gpus, 0)}),
         h('td', {}, [`${L.tp}·${L.cp}·${L.pp}·${L.dp}`].concat(L.ep > 1
           ? [h('br'), h('span', {class: 'small muted', 'data-testid': 'ep',
-                                 text: `ep ${L.ep}` + (L.etp != null && L.etp !== L.tp ? `, etp ${L.etp}` : '')})] : [])),
+                                 text: expertsText(L)})] : [])),
         h('td', {class: 'left'}, L.pp === 1 ? ['\u2014'] : [L.schedule].concat(L.vpp > 1
           ? [h('br'), h('span', {class: 'small muted', text: `v = ${L.vpp}`})] : [])),
         h('td', {text: inUnit(r, r.published)}), h('td', {text: inUnit(r, sh.predicted)}), err,
