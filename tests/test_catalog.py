@@ -220,6 +220,61 @@ def test_olmoe_phimoe_and_starcoder2_configs_read_their_fields_and_count_their_p
     assert (catalog.model_from_hf_config(ocfg).experts, catalog.model_from_hf_config(ocfg).top_k) == (64, 8)
 
 
+def test_the_families_before_llama_read_their_fields_and_count_their_parameters():
+    """OPT-1.3B: 1,315,753,984, OPTConfig's 1,315,758,080 less the two rows of its position offset
+    (2 × 2,048); BLOOM 176B: 176,247,242,752, its model card's 176,247,271,424 less the LayerNorm after
+    the embedding (2 × 14,336), as the catalog's BLOOM counts it; Falcon-7B (one key/value head) and
+    Falcon-40B in its first, remote-code file (RefinedWeb: the new decoder, n_head_kv 8); GPT-J 6B
+    (untied, biases on its MLP only); StarCoder (GPTBigCode: one key/value head, learned positions,
+    15.52 billion). Each count is also written out tensor by tensor here, apart from modelcut's."""
+    import json
+
+    from modelcut.core.costs.flops import param_count
+    o = catalog.load_hf_config("tests/data/hf/opt-1.3b.json")
+    assert (o.gated_mlp, o.norm, o.bias, o.tied_embeddings, o.learned_positions, o.dropout) == (
+        False, "layernorm", True, True, True, True)
+    f = o.ffn_hidden
+    assert param_count(o) == _hand_count(o, biases=o.hidden * 4 + f + o.hidden) + o.max_seq * o.hidden
+    assert param_count(o) == 1_315_758_080 - 2 * o.hidden
+    b = catalog.load_hf_config("tests/data/hf/bloom-176b.json")
+    assert param_count(b) == param_count(catalog.model("bloom-176b")) == 176_247_271_424 - 2 * 14336
+    assert (b.kv_heads, b.ffn_hidden, b.learned_positions, b.max_seq) == (112, 4 * 14336, False, None)
+    f7 = catalog.load_hf_config("tests/data/hf/falcon-7b-like.json")
+    assert (f7.heads, f7.kv_heads, f7.bias, f7.tied_embeddings, f7.max_seq) == (71, 1, False, True, 2048)
+    assert param_count(f7) == _hand_count(f7)
+    f40 = catalog.load_hf_config("tests/data/hf/falcon-40b-rw-like.json")
+    assert (f40.layers, f40.heads, f40.kv_heads, f40.ffn_hidden) == (60, 128, 8, 4 * 8192)
+    assert param_count(f40) == _hand_count(f40)
+    j = catalog.load_hf_config("tests/data/hf/gpt-j-6b.json")
+    assert (j.tied_embeddings, j.bias, j.qkv_bias, j.learned_positions) == (False, True, False, False)
+    assert param_count(j) == _hand_count(j, biases=j.hidden + j.ffn_hidden + j.hidden)
+    sc = catalog.load_hf_config("tests/data/hf/starcoder-like.json")
+    d = sc.hidden // sc.heads
+    assert (sc.kv_heads, sc.learned_positions, sc.max_seq, sc.dropout) == (1, True, 8192, True)
+    all_biases = sc.hidden + 2 * d + sc.hidden + sc.ffn_hidden + sc.hidden
+    assert param_count(sc) == _hand_count(sc, biases=all_biases) + sc.max_seq * sc.hidden
+    assert round(param_count(sc) / 1e9, 2) == 15.52
+    # the classes' defaults and names where a file leaves a field out or names it otherwise
+    falcon = json.load(open("tests/data/hf/falcon-7b-like.json"))
+    assert catalog.model_from_hf_config({**falcon, "multi_query": False}).kv_heads == 71
+    new = {**falcon, "new_decoder_architecture": True, "num_kv_heads": 71}
+    assert catalog.model_from_hf_config(new).kv_heads == 71
+    assert catalog.model_from_hf_config({**falcon, "new_decoder_architecture": True}).kv_heads == 71
+    bloom = json.load(open("tests/data/hf/bloom-176b.json"))
+    renamed = {k: v for k, v in bloom.items() if k not in ("n_embed", "n_layer", "num_attention_heads")}
+    renamed.update(hidden_size=14336, num_hidden_layers=70, n_head=112)
+    assert param_count(catalog.model_from_hf_config(renamed)) == param_count(b)
+    starcoder = json.load(open("tests/data/hf/starcoder-like.json"))
+    bare = {k: v for k, v in starcoder.items() if k not in ("multi_query", "n_inner", "n_positions")}
+    m = catalog.model_from_hf_config(bare)   # GPTBigCodeConfig: multi-query, 4·n_embd, 1,024 positions, dropout 0.1
+    assert (m.kv_heads, m.ffn_hidden, m.max_seq, m.dropout) == (1, 4 * 6144, 1024, True)
+    opt = json.load(open("tests/data/hf/opt-1.3b.json"))
+    with pytest.raises(ModelcutError, match="word_embed_proj_dim 512 is not hidden_size 2048"):
+        catalog.model_from_hf_config({**opt, "word_embed_proj_dim": 512})
+    with pytest.raises(ModelcutError, match=r"missing 'hidden_size' \(or 'd_model'\)"):
+        catalog.model_from_hf_config({k: v for k, v in opt.items() if k != "hidden_size"})
+
+
 def test_cohere_configs_read_their_norms_windows_and_count_their_parameters():
     """Command A (Cohere2ForCausalLM): LayerNorm, tied, 48 of its 64 layers within 4,096 keys (all
     but every fourth), 111.06 billion parameters (its card's 111B); Command R (CohereForCausalLM,

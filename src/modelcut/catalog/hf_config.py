@@ -5,8 +5,9 @@ Field names and defaults follow the transformers configuration classes (src/tran
 Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config (and DeepSeek-V2's, which has the
 same fields), GptOssConfig, GPT2Config, GPTNeoXConfig, NemotronConfig, GemmaConfig, Gemma2Config,
 Gemma3TextConfig, OlmoConfig, Olmo2Config, Phi3Config, GraniteConfig, GraniteMoeConfig,
-Glm4MoeConfig, OlmoeConfig, PhimoeConfig, Starcoder2Config, CohereConfig, Cohere2Config; and MosaicML's
-MPTConfig (llm-foundry llmfoundry/models/mpt/configuration_mpt.py).
+Glm4MoeConfig, OlmoeConfig, PhimoeConfig, Starcoder2Config, CohereConfig, Cohere2Config, OPTConfig,
+BloomConfig, FalconConfig, GPTJConfig, GPTBigCodeConfig; and MosaicML's MPTConfig (llm-foundry
+llmfoundry/models/mpt/configuration_mpt.py).
 The architecture is read from ``architectures[0]``, else from ``model_type``. A missing required
 field or an unknown architecture is a one-line error naming it.
 
@@ -110,6 +111,35 @@ Other families:
   above 0; a ``partial_rotary_factor`` below 1 (Phi-4-mini) rotates fewer channels: the rotary kernel
   is timed whole, a small overcount.
 
+The families before Llama (transformers ``models/{opt,bloom,falcon,gptj,gpt_bigcode}/configuration_*.py``):
+
+* OPT (OPTConfig): ``hidden_size`` (or ``d_model``), ``num_hidden_layers``, ``num_attention_heads`` (multi-head),
+  an ungated ReLU MLP ``ffn_dim`` wide, ``vocab_size``; learned positions over ``max_position_embeddings``
+  (default 2,048; the two extra rows of OPT's position offset are not counted), LayerNorm, biases unless
+  ``enable_bias`` is false, tied (its default), dropout where ``dropout`` (default 0.1),
+  ``attention_dropout`` or ``activation_dropout`` is above 0. A ``word_embed_proj_dim`` other than the
+  hidden size (OPT-350M's projected embeddings) is one line: not modelled.
+* BLOOM (BloomConfig): ``hidden_size`` (or ``n_embed``), ``n_layer``, ``n_head`` (or their
+  ``num_*`` names), multi-head, a GELU MLP 4·hidden wide, LayerNorm, biases, tied; ALiBi, which has no
+  parameters, timed as the MPT's above; its LayerNorm after the embedding (2·hidden) not counted, as the
+  catalog's BLOOM 176B does not; dropout where ``hidden_dropout`` or ``attention_dropout`` is above 0.
+* Falcon (FalconConfig; the first remote-code files' ``RWForCausalLM`` with ``n_head``, ``n_layer`` and
+  ``n_head_kv``): the new decoder (``new_decoder_architecture``, or model type ``RefinedWeb``: Falcon-40B and
+  180B) keeps ``num_kv_heads`` (or ``n_head_kv``) key/value heads, the older one one (``multi_query``, its
+  default) or all; a GELU MLP ``ffn_hidden_size`` wide (default 4·hidden), LayerNorm, no biases unless
+  ``bias``, tied, RoPE (ALiBi timed as RoPE), ``max_position_embeddings`` default 2,048. Its attention and
+  MLP run side by side (a parallel block, counted and timed as a serial one, as Cohere's); Falcon-7B's one
+  norm a layer is counted as two (2·hidden a layer more).
+* GPT-J (GPTJConfig): ``n_embd``, ``n_layer``, ``n_head`` (multi-head), an ungated MLP ``n_inner`` wide (default
+  4·``n_embd``), RoPE on ``rotary_dim`` of each head (timed whole), LayerNorm, biases on the MLP and none on
+  q, k and v (the output projection, which has none, is counted with one: a vector a layer; the output
+  layer's bias is not counted), tied unless ``tie_word_embeddings`` is false (GPT-J 6B's file: false), a
+  parallel block as Falcon's, ``n_positions`` default 2,048, dropout where a ``*_pdrop`` is above 0.
+* GPTBigCode (GPTBigCodeConfig: StarCoder, SantaCoder): ``n_embd``, ``n_layer``, ``n_head``, one key/value head
+  where ``multi_query`` (its default) else all, an ungated MLP ``n_inner`` wide (default 4·``n_embd``), learned
+  positions over ``n_positions`` (default 1,024), LayerNorm, biases, tied (its default), dropout where a
+  ``*_pdrop`` is above 0 (each 0.1 where the file leaves it out).
+
 RoPE scaling: a YaRN ``rope_scaling`` gives the attention factor its cos and sin are multiplied
 by (``rope_mscale``), as transformers computes it (modeling_rope_utils.py
 ``_compute_yarn_parameters``): ``attention_factor`` where the config sets it; else, with both
@@ -161,6 +191,12 @@ _FAMILIES = {
     "Starcoder2ForCausalLM": "starcoder2", "starcoder2": "starcoder2",
     "CohereForCausalLM": "cohere", "cohere": "cohere",
     "Cohere2ForCausalLM": "cohere2", "cohere2": "cohere2",
+    "OPTForCausalLM": "opt", "opt": "opt",
+    "BloomForCausalLM": "bloom", "bloom": "bloom",
+    "FalconForCausalLM": "falcon", "falcon": "falcon",
+    "RWForCausalLM": "falcon", "RefinedWebModel": "falcon", "RefinedWeb": "falcon",   # Falcon's first, remote-code files
+    "GPTJForCausalLM": "gptj", "gptj": "gptj",
+    "GPTBigCodeForCausalLM": "gpt_bigcode", "gpt_bigcode": "gpt_bigcode",
 }
 
 
@@ -324,11 +360,9 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         cfg = _text_of(cfg, arch)
     name = name or str(cfg.get("_name_or_path") or arch)
     if fam == "gpt2":
-        hidden = _whole(cfg, "n_embd", arch)
+        gpt = _gpt_names(cfg, arch)
         return ModelSpec(
-            name=name, layers=_get(cfg, "n_layer", arch), hidden=hidden,
-            ffn_hidden=_get(cfg, "n_inner", arch, 4 * hidden),          # GPT2Config: n_inner None -> 4·n_embd
-            heads=_get(cfg, "n_head", arch), kv_heads=_get(cfg, "n_head", arch),
+            name=name, **gpt, kv_heads=gpt["heads"],
             vocab=_get(cfg, "vocab_size", arch), gated_mlp=False,
             tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)),  # PretrainedConfig default
             norm="layernorm", bias=True, max_seq=_whole(cfg, "n_positions", arch), learned_positions=True,
@@ -361,6 +395,8 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             max_seq=_length(cfg, "max_position_embeddings", arch), source=f"Hugging Face config.json ({arch})")
     if fam == "starcoder2":
         return _starcoder2(cfg, arch, name)
+    if fam in _CLASSIC:
+        return _CLASSIC[fam](cfg, arch, name)
     # Llama-like: Llama, Mistral, Qwen2/3, Mixtral, Qwen MoE, DeepSeek, Phi-3 (RMSNorm, SwiGLU, RoPE).
     heads = _whole(cfg, "num_attention_heads", arch)
     hidden = _whole(cfg, "hidden_size", arch)
@@ -473,6 +509,102 @@ def _starcoder2(cfg: dict, arch: str, name: str) -> ModelSpec:
         dropout=_dropout([cfg.get(k) for k in ("residual_dropout", "embedding_dropout", "attention_dropout")], arch),
         max_seq=_length(cfg, "max_position_embeddings", arch), source=f"Hugging Face config.json ({arch})",
         **_every_layer_window(cfg, arch, layers))
+
+
+def _named(cfg: dict, keys: tuple[str, ...], arch: str, default: Any = ...) -> int:
+    """A whole number the config may give under any of ``keys`` (a class's own name and the ones
+    its ``attribute_map`` or an older file uses), the first one present; ``default`` where none is."""
+    for k in keys:
+        if cfg.get(k) is not None:
+            return _whole(cfg, k, arch)
+    if default is ...:
+        raise ModelcutError(f"config.json ({arch}): missing {keys[0]!r}" + (f" (or {', '.join(map(repr, keys[1:]))})"
+                                                                         if len(keys) > 1 else ""))
+    return default
+
+
+def _opt(cfg: dict, arch: str, name: str) -> ModelSpec:
+    """An OPT config (module doc): OPTConfig's fields and defaults; projected embeddings refused."""
+    hidden = _named(cfg, ("hidden_size", "d_model"), arch)
+    proj = cfg.get("word_embed_proj_dim")
+    if proj is not None and proj != hidden:
+        raise ModelcutError(f"config.json ({arch}): word_embed_proj_dim {proj!r} is not hidden_size {hidden}: OPT's "
+                            f"projected embeddings (OPT-350M's project_in and project_out) are not modelled")
+    heads = _whole(cfg, "num_attention_heads", arch)
+    return ModelSpec(
+        name=name, layers=_whole(cfg, "num_hidden_layers", arch), hidden=hidden, ffn_hidden=_whole(cfg, "ffn_dim", arch),
+        heads=heads, kv_heads=heads, vocab=_whole(cfg, "vocab_size", arch), gated_mlp=False,
+        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm",
+        bias=bool(_get(cfg, "enable_bias", arch, True)),
+        dropout=_dropout([cfg.get(k, d) for k, d in (("dropout", 0.1), ("attention_dropout", 0.0),
+                                                     ("activation_dropout", 0.0))], arch),
+        max_seq=_length(cfg, "max_position_embeddings", arch, 2048), learned_positions=True,
+        source=f"Hugging Face config.json ({arch})")
+
+
+def _bloom(cfg: dict, arch: str, name: str) -> ModelSpec:
+    """A BLOOM config (module doc): BloomConfig's fields (its older names too) and defaults."""
+    hidden = _named(cfg, ("hidden_size", "n_embed"), arch)
+    heads = _named(cfg, ("n_head", "num_attention_heads"), arch)
+    return ModelSpec(
+        name=name, layers=_named(cfg, ("n_layer", "num_hidden_layers"), arch), hidden=hidden, ffn_hidden=4 * hidden,
+        heads=heads, kv_heads=heads, vocab=_whole(cfg, "vocab_size", arch), gated_mlp=False,
+        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm", bias=True,
+        dropout=_dropout([cfg.get("hidden_dropout"), cfg.get("attention_dropout")], arch),
+        source=f"Hugging Face config.json ({arch})")
+
+
+def _falcon(cfg: dict, arch: str, name: str) -> ModelSpec:
+    """A Falcon config (module doc): FalconConfig's fields and defaults, and the first remote-code
+    files' names (``n_head``, ``n_layer``, ``n_head_kv``; model type ``RefinedWeb`` the new decoder)."""
+    hidden = _named(cfg, ("hidden_size", "n_embed"), arch)
+    heads = _named(cfg, ("num_attention_heads", "n_head"), arch)
+    if bool(_get(cfg, "new_decoder_architecture", arch, cfg.get("model_type") == "RefinedWeb")):
+        kv_heads = _named(cfg, ("num_kv_heads", "n_head_kv"), arch, heads)
+    else:
+        kv_heads = 1 if bool(_get(cfg, "multi_query", arch, True)) else heads
+    return ModelSpec(
+        name=name, layers=_named(cfg, ("num_hidden_layers", "n_layer"), arch), hidden=hidden,
+        ffn_hidden=_named(cfg, ("ffn_hidden_size",), arch, 4 * hidden), heads=heads, kv_heads=kv_heads,
+        vocab=_whole(cfg, "vocab_size", arch), gated_mlp=False,
+        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm",
+        bias=bool(_get(cfg, "bias", arch, False)),
+        dropout=_dropout([cfg.get("hidden_dropout"), cfg.get("attention_dropout")], arch),
+        max_seq=_length(cfg, "max_position_embeddings", arch, 2048), source=f"Hugging Face config.json ({arch})")
+
+
+def _gpt_names(cfg: dict, arch: str) -> dict[str, int]:
+    """GPT-2's names for the shape, which GPT-J and GPTBigCode keep: ``n_embd``, ``n_layer``, ``n_head``
+    and an MLP ``n_inner`` wide (None: 4·``n_embd``, GPT2Config's rule)."""
+    hidden = _whole(cfg, "n_embd", arch)
+    return dict(layers=_whole(cfg, "n_layer", arch), hidden=hidden, heads=_whole(cfg, "n_head", arch),
+                ffn_hidden=_named(cfg, ("n_inner",), arch, 4 * hidden))
+
+
+def _gptj(cfg: dict, arch: str, name: str) -> ModelSpec:
+    """A GPT-J config (module doc): GPTJConfig's fields and defaults."""
+    gpt = _gpt_names(cfg, arch)
+    return ModelSpec(
+        name=name, **gpt, kv_heads=gpt["heads"], vocab=_whole(cfg, "vocab_size", arch), gated_mlp=False,
+        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm", bias=True, qkv_bias=False,
+        dropout=_dropout([cfg.get(k) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")], arch),
+        max_seq=_length(cfg, "n_positions", arch, 2048), source=f"Hugging Face config.json ({arch})")
+
+
+def _gpt_bigcode(cfg: dict, arch: str, name: str) -> ModelSpec:
+    """A GPTBigCode config (StarCoder, SantaCoder; module doc): GPTBigCodeConfig's fields and defaults."""
+    gpt = _gpt_names(cfg, arch)
+    return ModelSpec(
+        name=name, **gpt, kv_heads=1 if bool(_get(cfg, "multi_query", arch, True)) else gpt["heads"],
+        vocab=_whole(cfg, "vocab_size", arch), gated_mlp=False,
+        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, True)), norm="layernorm", bias=True,
+        dropout=_dropout([cfg.get(k, 0.1) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")], arch),
+        max_seq=_length(cfg, "n_positions", arch, 1024), learned_positions=True,
+        source=f"Hugging Face config.json ({arch})")
+
+
+#: The families read by a reader of their own, by family name.
+_CLASSIC = {"opt": _opt, "bloom": _bloom, "falcon": _falcon, "gptj": _gptj, "gpt_bigcode": _gpt_bigcode}
 
 
 def _gemma_sliding(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
