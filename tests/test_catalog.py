@@ -221,8 +221,8 @@ def test_olmoe_phimoe_and_starcoder2_configs_read_their_fields_and_count_their_p
 
 
 def test_the_families_before_llama_read_their_fields_and_count_their_parameters():
-    """OPT-1.3B: 1,315,753,984, OPTConfig's 1,315,758,080 less the two rows of its position offset
-    (2 × 2,048); BLOOM 176B: 176,247,242,752, its model card's 176,247,271,424 less the LayerNorm after
+    """OPT-1.3B: 1,315,753,984, the 1,315,758,080 weights of OPT's layout (its learned positions hold
+    2,050 rows, max_position_embeddings plus OPT's offset of 2) less those two rows (2 × 2,048); BLOOM 176B: 176,247,242,752, its model card's 176,247,271,424 less the LayerNorm after
     the embedding (2 × 14,336), as the catalog's BLOOM counts it; Falcon-7B (one key/value head) and
     Falcon-40B in its first, remote-code file (RefinedWeb: the new decoder, n_head_kv 8); GPT-J 6B
     (untied, biases on its MLP only); StarCoder (GPTBigCode: one key/value head, learned positions,
