@@ -376,10 +376,8 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             tied_embeddings=bool(_get(cfg, "tie_word_embeddings", arch, False)),  # GPTNeoXConfig default
             norm="layernorm", bias=bool(_get(cfg, "attention_bias", arch, True)),
             max_seq=_length(cfg, "max_position_embeddings", arch), source=f"Hugging Face config.json ({arch})")
-    if fam == "mpt":
-        return _mpt(cfg, arch, name)
-    if fam == "llama4":
-        return _llama4(cfg, arch, name)
+    if fam in _OWN_READERS:
+        return _OWN_READERS[fam](cfg, arch, name)
     if fam == "nemotron":
         heads = _whole(cfg, "num_attention_heads", arch)
         hidden = _whole(cfg, "hidden_size", arch)
@@ -393,10 +391,6 @@ def _model_from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
             bias=bool(cfg.get("attention_bias", False)) and bool(cfg.get("mlp_bias", False)),
             qkv_bias=bool(cfg.get("attention_bias", False)), dropout=False,
             max_seq=_length(cfg, "max_position_embeddings", arch), source=f"Hugging Face config.json ({arch})")
-    if fam == "starcoder2":
-        return _starcoder2(cfg, arch, name)
-    if fam in _CLASSIC:
-        return _CLASSIC[fam](cfg, arch, name)
     # Llama-like: Llama, Mistral, Qwen2/3, Mixtral, Qwen MoE, DeepSeek, Phi-3 (RMSNorm, SwiGLU, RoPE).
     heads = _whole(cfg, "num_attention_heads", arch)
     hidden = _whole(cfg, "hidden_size", arch)
@@ -603,8 +597,6 @@ def _gpt_bigcode(cfg: dict, arch: str, name: str) -> ModelSpec:
         source=f"Hugging Face config.json ({arch})")
 
 
-#: The families read by a reader of their own, by family name.
-_CLASSIC = {"opt": _opt, "bloom": _bloom, "falcon": _falcon, "gptj": _gptj, "gpt_bigcode": _gpt_bigcode}
 
 
 def _gemma_sliding(cfg: dict, arch: str, fam: str, layers: int) -> dict[str, Any]:
@@ -708,3 +700,9 @@ def _llama4(cfg: dict, arch: str, name: str) -> ModelSpec:
         expert_ffn_hidden=_get(text, "intermediate_size", arch), shared_experts=1, moe_every=step,
         attention_chunk=chunk if chunked else None, chunked_layers=chunked,
         source=f"Hugging Face config.json ({arch})")
+
+
+#: The families read by a reader of their own, by family name (the rest: GPT-2, GPT-NeoX, Nemotron
+#: and the Llama-like families, in :func:`_model_from_hf_config`).
+_OWN_READERS = {"mpt": _mpt, "llama4": _llama4, "starcoder2": _starcoder2, "opt": _opt, "bloom": _bloom,
+                "falcon": _falcon, "gptj": _gptj, "gpt_bigcode": _gpt_bigcode}

@@ -327,8 +327,10 @@ def _model(flags: dict[str, list[str]], tp: int, vocab: int | None) -> dict[str,
 #: the embedding, the loss or a stage's bar each one): far above any model's layers and stages.
 _MAX_LAYOUT = 1_000_000
 
-#: How deep a ``--moe-layer-freq`` expression may nest its brackets.
+#: How deep a ``--moe-layer-freq`` expression may nest its brackets, and how many characters it may
+#: hold: far beyond any launch script's pattern (DeepSeek-V3's is "([0]*3+[1]*58)").
 _MAX_NESTING = 20
+_MAX_EXPRESSION = 10_000
 
 
 def _layer_list(text: str, most: int) -> list[int]:
@@ -404,7 +406,7 @@ def _layer_list(text: str, most: int) -> list[int]:
             out = longest(out + term(depth))
         return out
 
-    if len(text) > 10_000:
+    if len(text) > _MAX_EXPRESSION:
         raise bad("too long")
     layers = expr()
     if peek() is not None:
